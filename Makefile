@@ -1,0 +1,48 @@
+# memwarden — the same commands for people and CI.
+#   make run    start the daemon on the embedded default (SQLite in ./.memwarden, API on loopback)
+#   make test   create/refresh .venv, install everything, run lint and the whole suite
+#   make lint   ruff + mypy --strict
+#   make bench  the benchmarks; writes .bench/results.json
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/system-deps.sh 2>/dev/null | sha1sum | cut -c1-12)
+export MEMWARDEN_HOME ?= $(CURDIR)/.memwarden
+
+.PHONY: run test lint format bench clean venv system-deps
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+	@$(PY) -m pip install --quiet -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
+	@$(PY) -c "import memwarden, pytest, aiosqlite" || { echo "install failed" >&2; exit 1; }
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+system-deps:
+	@bash scripts/system-deps.sh
+
+run: $(STAMP)
+	$(VENV)/bin/memwarden run
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/mypy
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format src tests benchmarks
+	$(VENV)/bin/ruff check --fix src tests benchmarks
+
+test: $(STAMP) system-deps lint
+	$(PY) -m pytest --cov --cov-report=term --cov-report=xml -p no:cacheprovider
+
+bench: $(STAMP)
+	$(PY) -m benchmarks $(BENCH)
+
+clean:
+	rm -rf $(VENV) .bench .coverage* coverage.xml .memwarden .mypy_cache .ruff_cache

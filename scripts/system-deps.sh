@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# System packages the integration tests need. On CI (CI=true) missing ones are installed;
+# elsewhere we only say what is missing, and the tests that need it skip with that reason.
+set -euo pipefail
+need=()
+command -v sqlite3 >/dev/null 2>&1 || true   # the Python module is enough; the CLI is optional
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+if [ "${CI:-}" = "true" ] && command -v apt-get >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+else
+  echo "missing system packages (install them or run with CI=true): ${need[*]}" >&2
+fi

@@ -1,0 +1,80 @@
+"""The exception hierarchy.
+
+One base, :class:`MemwardenError`, with a sub-base per area. Library errors are
+translated into the most specific one at the boundary (``raise X(...) from err``).
+Context travels in attributes (``.field``, ``.plugin``) so callers and the API can
+render it without parsing messages.
+
+This module is a leaf: it imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "MemwardenError",
+    "NotFoundError",
+    "PluginError",
+    "PluginLoadError",
+    "StorageError",
+    "TransportError",
+    "ValidationInputError",
+]
+
+
+class MemwardenError(Exception):
+    """Base of every error memwarden raises on purpose."""
+
+
+class ConfigError(MemwardenError):
+    """The configuration is invalid; ``problems`` lists each as ``path: message``."""
+
+    def __init__(self, message: str, *, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems: list[str] = problems if problems is not None else [message]
+
+
+class PluginError(MemwardenError):
+    """A sensor plugin misbehaved."""
+
+    def __init__(self, message: str, *, plugin: str) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+
+
+class PluginLoadError(PluginError):
+    """A sensor plugin could not be imported or failed validation at load."""
+
+
+class StorageError(MemwardenError):
+    """The store could not do what was asked (I/O, corruption, closed store)."""
+
+
+class NotFoundError(StorageError):
+    """The thing asked for does not exist."""
+
+    def __init__(self, kind: str, ident: str) -> None:
+        super().__init__(f"{kind} {ident!r} not found")
+        self.kind = kind
+        self.ident = ident
+
+
+class TransportError(MemwardenError):
+    """A network transport (HTTP, MQTT) failed."""
+
+
+class ValidationInputError(MemwardenError):
+    """Input was rejected; nothing of it was applied.
+
+    ``errors`` holds one ``(field, message)`` pair per problem, the field as a dotted
+    path (``bindings.0.sensor``), so an API can answer with the exact location.
+    """
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{field}: {msg}" if field else msg for field, msg in errors))
+
+    @property
+    def field(self) -> str:
+        """The first offending field (empty when the whole input was wrong)."""
+        return self.errors[0][0] if self.errors else ""

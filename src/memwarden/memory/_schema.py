@@ -1,0 +1,249 @@
+"""The versioned SQLite schema. ``PRAGMA user_version`` says which migrations ran.
+
+Append a migration to :data:`MIGRATIONS` to change the schema; never edit one that has
+shipped. Each runs in one transaction with the version bump.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "split_statements"]
+
+_V1 = """
+-- rid is the internal key (joins, the FTS index, the hot UPDATE); id is the public
+-- UUIDv7 that callers see.
+CREATE TABLE blocks (
+    rid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    title TEXT NOT NULL DEFAULT '',
+    content TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
+    source TEXT NOT NULL,
+    category TEXT NOT NULL,
+    info_type TEXT NOT NULL,
+    volatility TEXT NOT NULL,
+    tier TEXT NOT NULL,
+    state TEXT NOT NULL,
+    stale_reasons TEXT NOT NULL DEFAULT '',
+    reliability REAL NOT NULL,
+    importance REAL NOT NULL,
+    validated_by TEXT,
+    validated_at REAL,
+    validity_window_s REAL NOT NULL,
+    stale_at REAL,
+    half_life_s REAL NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    last_accessed_at REAL,
+    access_count INTEGER NOT NULL DEFAULT 0,
+    recent_access_count INTEGER NOT NULL DEFAULT 0,
+    session_count INTEGER NOT NULL DEFAULT 0,
+    reinforcement_count INTEGER NOT NULL DEFAULT 0,
+    contradiction_count INTEGER NOT NULL DEFAULT 0,
+    last_contradiction_at REAL,
+    consecutive_refutations INTEGER NOT NULL DEFAULT 0,
+    consecutive_errors INTEGER NOT NULL DEFAULT 0,
+    outcome_history TEXT NOT NULL DEFAULT '',
+    flapping INTEGER NOT NULL DEFAULT 0,
+    stability REAL NOT NULL DEFAULT 0,
+    retention REAL NOT NULL DEFAULT 1,
+    archived_at REAL,
+    archive_reason TEXT,
+    version INTEGER NOT NULL DEFAULT 1,
+    signals TEXT NOT NULL DEFAULT '{}'
+);
+-- The staleness sweep: an index range scan over exactly the blocks that can expire.
+CREATE INDEX blocks_due ON blocks(stale_at) WHERE state IN ('fresh', 'unverified');
+-- No plain state/tier indexes: every event changes a block's state, and keeping more
+-- indexes in step cost more ingest throughput than the rare filtered listing gains.
+
+CREATE VIRTUAL TABLE blocks_fts USING fts5(
+    title, content, tags, content='blocks', content_rowid='rid',
+    tokenize='unicode61 remove_diacritics 2'
+);
+-- Archived blocks live in cold storage: out of the search index until restored.
+CREATE TRIGGER blocks_fts_insert AFTER INSERT ON blocks WHEN new.state <> 'archived' BEGIN
+    INSERT INTO blocks_fts(rowid, title, content, tags)
+    VALUES (new.rid, new.title, new.content, new.tags);
+END;
+CREATE TRIGGER blocks_fts_delete AFTER DELETE ON blocks WHEN old.state <> 'archived' BEGIN
+    INSERT INTO blocks_fts(blocks_fts, rowid, title, content, tags)
+    VALUES ('delete', old.rid, old.title, old.content, old.tags);
+END;
+CREATE TRIGGER blocks_fts_edit AFTER UPDATE OF title, content, tags ON blocks
+WHEN old.state <> 'archived' AND new.state <> 'archived' BEGIN
+    INSERT INTO blocks_fts(blocks_fts, rowid, title, content, tags)
+    VALUES ('delete', old.rid, old.title, old.content, old.tags);
+    INSERT INTO blocks_fts(rowid, title, content, tags)
+    VALUES (new.rid, new.title, new.content, new.tags);
+END;
+CREATE TRIGGER blocks_fts_archive AFTER UPDATE OF state ON blocks
+WHEN new.state = 'archived' AND old.state <> 'archived' BEGIN
+    INSERT INTO blocks_fts(blocks_fts, rowid, title, content, tags)
+    VALUES ('delete', old.rid, old.title, old.content, old.tags);
+END;
+CREATE TRIGGER blocks_fts_restore AFTER UPDATE OF state ON blocks
+WHEN old.state = 'archived' AND new.state <> 'archived' BEGIN
+    INSERT INTO blocks_fts(rowid, title, content, tags)
+    VALUES (new.rid, new.title, new.content, new.tags);
+END;
+
+CREATE TABLE bindings (
+    id INTEGER PRIMARY KEY,
+    block_rid INTEGER NOT NULL REFERENCES blocks(rid) ON DELETE CASCADE,
+    sensor TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    selector TEXT NOT NULL DEFAULT '{}',
+    created_at REAL NOT NULL
+);
+CREATE INDEX bindings_subject ON bindings(subject, sensor, block_rid);
+CREATE INDEX bindings_block ON bindings(block_rid);
+CREATE INDEX bindings_sensor ON bindings(sensor);
+
+-- The event log is append-only: what sensors said, as they said it.
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY,
+    event_id TEXT NOT NULL UNIQUE,
+    sensor TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    observed_at REAL NOT NULL,
+    received_at REAL NOT NULL,
+    reliability REAL,
+    validity_window_s REAL,
+    request_id TEXT,
+    block_id TEXT,
+    message TEXT NOT NULL DEFAULT '',
+    observed TEXT,
+    agent TEXT,
+    agent_seq INTEGER
+);
+-- What each event did to each block it reached (also append-only).
+CREATE TABLE effects (
+    block_rid INTEGER NOT NULL,
+    event_seq INTEGER NOT NULL,
+    state_before TEXT NOT NULL,
+    state_after TEXT NOT NULL,
+    reliability_before REAL NOT NULL,
+    reliability_after REAL NOT NULL,
+    detail TEXT,
+    PRIMARY KEY (block_rid, event_seq)
+) WITHOUT ROWID;
+CREATE TRIGGER events_no_update BEFORE UPDATE ON events BEGIN
+    SELECT RAISE(ABORT, 'the event log is append-only');
+END;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events BEGIN
+    SELECT RAISE(ABORT, 'the event log is append-only');
+END;
+CREATE TRIGGER effects_no_update BEFORE UPDATE ON effects BEGIN
+    SELECT RAISE(ABORT, 'the event log is append-only');
+END;
+
+CREATE TABLE revalidations (
+    id TEXT PRIMARY KEY,
+    block_id TEXT NOT NULL,
+    sensor TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    created_at REAL NOT NULL,
+    send_at REAL NOT NULL,
+    deadline_s REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    finished_at REAL,
+    outcome TEXT
+);
+CREATE INDEX revalidations_pending ON revalidations(send_at) WHERE status = 'pending';
+CREATE UNIQUE INDEX revalidations_open ON revalidations(block_id, sensor, subject)
+    WHERE status IN ('pending', 'sent');
+
+CREATE TABLE accesses (
+    id INTEGER PRIMARY KEY,
+    block_id TEXT NOT NULL,
+    session_id TEXT,
+    at REAL NOT NULL
+);
+CREATE INDEX accesses_block ON accesses(block_id, at);
+
+CREATE TABLE sessions (
+    block_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    first_at REAL NOT NULL,
+    last_at REAL NOT NULL,
+    count INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (block_id, session_id)
+) WITHOUT ROWID;
+
+CREATE TABLE dead_letters (
+    id INTEGER PRIMARY KEY,
+    received_at REAL NOT NULL,
+    source TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    payload TEXT NOT NULL
+);
+
+CREATE TABLE audit (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    block_id TEXT,
+    detail TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX audit_block ON audit(block_id, id);
+"""
+
+_V2 = """
+-- Edits keep the old text: a block's earlier versions, newest last.
+CREATE TABLE block_history (
+    block_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    title TEXT NOT NULL,
+    content TEXT NOT NULL,
+    tags TEXT NOT NULL,
+    replaced_at REAL NOT NULL,
+    replaced_by TEXT NOT NULL,
+    PRIMARY KEY (block_id, version)
+) WITHOUT ROWID;
+
+-- The human review queue.
+CREATE TABLE reviews (
+    id TEXT PRIMARY KEY,
+    block_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    created_at REAL NOT NULL,
+    decided_at REAL,
+    decided_by TEXT,
+    decision TEXT,
+    comment TEXT
+);
+CREATE UNIQUE INDEX reviews_open ON reviews(block_id) WHERE status = 'pending';
+CREATE INDEX reviews_status ON reviews(status, created_at);
+
+-- Small facts the daemon keeps about itself (last time it was alive, ...).
+CREATE TABLE meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def split_statements(script: str) -> list[str]:
+    """Split a script into complete statements (triggers keep their inner ``;``)."""
+    out: list[str] = []
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        if not buf and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        out.append(buf.strip())
+    return out

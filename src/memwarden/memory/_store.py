@@ -1,0 +1,1170 @@
+"""The memory store: SQLite in WAL mode, one writer with group commit, pooled readers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import sqlite3
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
+
+import aiosqlite
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from memwarden.errors import NotFoundError, StorageError, ValidationInputError
+from memwarden.memory._clock import Clock, SystemClock, from_ts
+from memwarden.memory._codec import (
+    BLOCK_COLUMNS,
+    EVIDENCE_COLUMNS,
+    EVIDENCE_UPDATE_COLUMNS,
+    binding_from_row,
+    binding_selector_json,
+    evidence_record,
+    evidence_row,
+    new_record,
+    record_from_row,
+    record_to_block,
+    record_to_row,
+)
+from memwarden.memory._durations import Duration
+from memwarden.memory._fts import fts_query
+from memwarden.memory._ids import new_id
+from memwarden.memory._model import (
+    Binding,
+    Block,
+    BlockState,
+    Category,
+    InfoType,
+    NewBlock,
+    Outcome,
+    StaleReason,
+    Tier,
+    Title,
+    ValidationEvent,
+    Volatility,
+)
+from memwarden.memory._schema import MIGRATIONS, SCHEMA_VERSION, split_statements
+from memwarden.memory._writer import Writer
+from memwarden.memory.policy import PolicyConfig, apply_event, mark_stale
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+    from types import TracebackType
+
+__all__ = [
+    "ApplyResult",
+    "BlockFilter",
+    "BlockPatch",
+    "DueBlock",
+    "EventRecord",
+    "SearchHit",
+    "StateChange",
+    "Store",
+]
+
+log = structlog.get_logger("memwarden.store")
+
+M = TypeVar("M", bound=BaseModel)
+_IN_CHUNK = 500  # host parameters per IN (...) list
+_ERROR = Outcome.ERROR.value
+_MAX_FUTURE_SKEW_S = 300.0  # an observation this far ahead of our clock is rejected
+
+
+def validate_input(model: type[M], data: Any) -> M:
+    """Validate ``data`` as ``model`` or raise :class:`ValidationInputError` naming each field."""
+    if isinstance(data, model):
+        return data
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ValidationInputError(
+            [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in err.errors()]
+        ) from None
+
+
+class BlockPatch(BaseModel):
+    """An edit to a block; only the fields given change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: Title | None = None
+    content: NewBlock.model_fields["content"].annotation | None = None  # type: ignore[name-defined]
+    tags: list[str] | None = Field(default=None, max_length=32)
+    category: Category | None = None
+    info_type: InfoType | None = None
+    volatility: Volatility | None = None
+    importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    validity_window: Duration | None = None
+    signals: dict[str, float] | None = None
+
+
+class BlockFilter(BaseModel):
+    """What :meth:`Store.list_blocks` selects."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: BlockState | None = None
+    tier: Tier | None = None
+    volatility: Volatility | None = None
+    sensor: str | None = None
+    tag: str | None = None
+    after: str | None = Field(default=None, description="Keyset cursor: ids after this one.")
+    limit: int = Field(default=100, ge=1, le=10_000)
+
+
+@dataclass(frozen=True, slots=True)
+class DueBlock:
+    """A block whose validity window has run out (as the sweep sees it)."""
+
+    id: str
+    stale_at: float
+    state: str
+    volatility: str
+    reliability: float
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """A block changed state because of an event (published to MQTT, shown in ``tail``)."""
+
+    block_id: str
+    before: str
+    after: str
+    reliability: float
+    observed_at: float
+    event_id: str
+
+
+@dataclass(slots=True)
+class ApplyResult:
+    """What a batch of events did."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    unmatched: int = 0
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    changes: list[StateChange] = field(default_factory=list)
+    revalidations: int = 0
+    reviews: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One event in a block's history, with what it did to the block."""
+
+    seq: int
+    event_id: str
+    sensor: str
+    subject: str
+    outcome: str
+    observed_at: float
+    received_at: float
+    reliability: float | None
+    message: str
+    observed: Any
+    request_id: str | None
+    state_before: str | None
+    state_after: str | None
+    reliability_before: float | None
+    reliability_after: float | None
+    detail: dict[str, Any] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "event_id": self.event_id,
+            "sensor": self.sensor,
+            "subject": self.subject,
+            "outcome": self.outcome,
+            "observed_at": from_ts(self.observed_at).isoformat(),
+            "received_at": from_ts(self.received_at).isoformat(),
+            "reliability": self.reliability,
+            "message": self.message,
+            "observed": self.observed,
+            "request_id": self.request_id,
+            "effect": None
+            if self.state_before is None
+            else {
+                "state": [self.state_before, self.state_after],
+                "reliability": [self.reliability_before, self.reliability_after],
+                **(self.detail or {}),
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One ranked search result and why it ranks where it does."""
+
+    block: Block
+    score: float
+    relevance: float
+    freshness: float
+    reliability: float
+    retention: float
+    stale: bool
+    warnings: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "block": self.block.model_dump(mode="json"),
+            "score": self.score,
+            "stale": self.stale,
+            "warnings": self.warnings,
+            "factors": {
+                "relevance": self.relevance,
+                "freshness": self.freshness,
+                "reliability": self.reliability,
+                "retention": self.retention,
+            },
+        }
+
+
+# A prepared event: plain values computed outside the writer's transaction.
+_Prepared = tuple[
+    str,  # 0 event_id
+    str,  # 1 sensor
+    str,  # 2 subject
+    str,  # 3 outcome
+    float,  # 4 observed_at
+    float | None,  # 5 reliability
+    float | None,  # 6 validity_window_s
+    str | None,  # 7 request_id
+    str | None,  # 8 block_id
+    str,  # 9 message
+    str | None,  # 10 observed (JSON)
+    str | None,  # 11 agent
+    int | None,  # 12 agent seq
+]
+
+_EVIDENCE_SELECT = f"SELECT {', '.join(EVIDENCE_COLUMNS)} FROM blocks WHERE id IN "
+_ROUTE_SELECT = (
+    "SELECT g.subject, g.sensor, "
+    + ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
+    + " FROM bindings g JOIN blocks k ON k.rid = g.block_rid WHERE g.subject IN "
+)
+_EVIDENCE_UPDATE = (
+    "UPDATE blocks SET "
+    + ", ".join(f"{c} = ?" for c in EVIDENCE_UPDATE_COLUMNS)
+    + " WHERE rid = ?"
+)
+_BLOCK_SELECT = f"SELECT {', '.join(BLOCK_COLUMNS)} FROM blocks"
+_BLOCK_INSERT = (
+    f"INSERT INTO blocks ({', '.join(BLOCK_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in BLOCK_COLUMNS)})"
+)
+_EVENT_INSERT = (
+    "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"
+    " reliability, validity_window_s, request_id, block_id, message, observed, agent, agent_seq)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_EFFECT_INSERT = (
+    "INSERT INTO effects (block_rid, event_seq, state_before, state_after,"
+    " reliability_before, reliability_after, detail) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _placeholders(n: int) -> str:
+    return "(" + ",".join("?" * n) + ")"
+
+
+def _chunks(items: Sequence[Any], size: int = _IN_CHUNK) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+async def _select_in(
+    conn: aiosqlite.Connection, sql_prefix: str, keys: Sequence[Any], suffix: str = ""
+) -> list[sqlite3.Row]:
+    """Run ``sql_prefix (?, ?, ...) suffix`` over ``keys`` in chunks; all rows."""
+    rows: list[Any] = []
+    for chunk in _chunks(keys):
+        async with conn.execute(sql_prefix + _placeholders(len(chunk)) + suffix, chunk) as cur:
+            rows.extend(await cur.fetchall())
+    return rows
+
+
+class Store:
+    """The memory store.
+
+    Use it as an async context manager (``async with Store(path) as store``). Writes go
+    through one writer task and return once committed; reads use a pool of their own
+    connections and never wait for the writer.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Clock | None = None,
+        policy: PolicyConfig | None = None,
+        readers: int = 2,
+        synchronous: Literal["normal", "full"] = "normal",
+        max_jobs_per_commit: int = 256,
+    ) -> None:
+        self.path = Path(path)
+        self.clock: Clock = clock or SystemClock()
+        self.policy = policy or PolicyConfig()
+        self._n_readers = max(1, readers)
+        self._synchronous = synchronous
+        self._max_jobs = max_jobs_per_commit
+        self._wconn: aiosqlite.Connection | None = None
+        self._writer: Writer | None = None
+        self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
+        self._all_readers: list[aiosqlite.Connection] = []
+        self._open = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> Self:
+        """Open (creating or migrating) the database and start the writer."""
+        if self._open:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._wconn = await aiosqlite.connect(self.path, isolation_level=None)
+            await self._configure(self._wconn, writer=True)
+            await migrate(self._wconn)
+            for _ in range(self._n_readers):
+                conn = await aiosqlite.connect(self.path, isolation_level=None)
+                await self._configure(conn, writer=False)
+                self._all_readers.append(conn)
+                self._readers.put_nowait(conn)
+        except sqlite3.Error as err:
+            await self._close_connections()
+            raise StorageError(f"cannot open the store at {self.path}: {err}") from err
+        self._writer = Writer(self._wconn, max_jobs=self._max_jobs)
+        self._writer.start()
+        self._open = True
+        log.debug("store_opened", path=str(self.path), schema=SCHEMA_VERSION)
+        return self
+
+    async def close(self) -> None:
+        """Commit what was accepted, stop the writer and close every connection."""
+        if not self._open:
+            return
+        self._open = False
+        if self._writer is not None:
+            await self._writer.close()
+            self._writer = None
+        if self._wconn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                await self._wconn.execute("PRAGMA optimize")
+        await self._close_connections()
+
+    async def _close_connections(self) -> None:
+        for conn in [*self._all_readers, self._wconn]:
+            if conn is not None:
+                with contextlib.suppress(sqlite3.Error, ValueError):
+                    await conn.close()
+        self._all_readers.clear()
+        self._readers = asyncio.Queue()
+        self._wconn = None
+
+    async def _configure(self, conn: aiosqlite.Connection, *, writer: bool) -> None:
+        await conn.execute("PRAGMA busy_timeout = 10000")
+        await conn.execute("PRAGMA foreign_keys = ON")
+        if writer:
+            await conn.execute("PRAGMA journal_mode = WAL")
+            await conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
+        else:
+            await conn.execute("PRAGMA query_only = ON")
+        await conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB per connection, at most
+        await conn.execute("PRAGMA mmap_size = 268435456")
+        await conn.execute("PRAGMA temp_store = MEMORY")
+
+    @contextlib.asynccontextmanager
+    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
+        if not self._open:
+            raise StorageError("the store is closed")
+        conn = await self._readers.get()
+        try:
+            yield conn
+        finally:
+            self._readers.put_nowait(conn)
+
+    async def _write(self, fn: Any) -> Any:
+        if self._writer is None:
+            raise StorageError("the store is closed")
+        return await self._writer.submit(fn)
+
+    @property
+    def write_backlog(self) -> int:
+        """Jobs waiting for the writer."""
+        return self._writer.backlog if self._writer is not None else 0
+
+    # ------------------------------------------------------------------ blocks: writes
+
+    async def add(self, new: NewBlock | Mapping[str, Any], *, actor: str = "agent") -> Block:
+        """Store a block (with its bindings); returns it as stored."""
+        ids = await self.add_many([new], actor=actor)
+        return await self.get(ids[0])
+
+    async def add_many(
+        self, news: Sequence[NewBlock | Mapping[str, Any]], *, actor: str = "agent"
+    ) -> list[str]:
+        """Store many blocks in one transaction; returns their ids in order."""
+        validated = []
+        errors: list[tuple[str, str]] = []
+        for i, item in enumerate(news):
+            try:
+                validated.append(validate_input(NewBlock, item))
+            except ValidationInputError as err:
+                prefix = f"{i}." if len(news) > 1 else ""
+                errors.extend((prefix + f, m) for f, m in err.errors)
+        if errors:
+            raise ValidationInputError(errors)
+        now = self.clock.time()
+        records = [new_record(n, block_id=new_id(), now=now, cfg=self.policy) for n in validated]
+        block_rows = [record_to_row(r) for r in records]
+        audit_rows = [(now, actor, "add", r.id, "{}") for r in records] if len(records) < 100 else []
+
+        async def job(conn: aiosqlite.Connection) -> None:
+            # One writer: the next rids are ours to hand out, so bindings can name them.
+            async with conn.execute("SELECT coalesce(max(rid), 0) FROM blocks") as cur:
+                first = (await cur.fetchone() or (0,))[0] + 1
+            rows = [(*row[:-1], first + i) for i, row in enumerate(block_rows)]
+            await conn.executemany(_BLOCK_INSERT, rows)
+            binding_rows = [
+                (first + i, b.sensor, b.subject, binding_selector_json(b), now)
+                for i, n in enumerate(validated)
+                for b in n.bindings
+            ]
+            if binding_rows:
+                await conn.executemany(
+                    "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    binding_rows,
+                )
+            if audit_rows:
+                await conn.executemany(
+                    "INSERT INTO audit (at, actor, action, block_id, detail) VALUES (?,?,?,?,?)",
+                    audit_rows,
+                )
+
+        await self._write(job)
+        return [r.id for r in records]
+
+    async def update(
+        self, block_id: str, patch: BlockPatch | Mapping[str, Any], *, actor: str = "agent"
+    ) -> Block:
+        """Edit a block. A new text keeps the old one in history, makes the block
+        unverified again and demotes it from core."""
+        p = validate_input(BlockPatch, patch)
+        changes = p.model_dump(exclude_unset=True)
+        now = self.clock.time()
+        cfg = self.policy
+
+        async def job(conn: aiosqlite.Connection) -> None:
+            rec = await self._load_record(conn, block_id)
+            text_changed = any(
+                k in changes and changes[k] != getattr(rec, k) for k in ("title", "content", "tags")
+            )
+            if text_changed:
+                await conn.execute(
+                    "INSERT INTO block_history (block_id, version, title, content, tags,"
+                    " replaced_at, replaced_by) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (rec.id, rec.version, rec.title, rec.content, json.dumps(rec.tags), now, actor),
+                )
+                rec.version += 1
+                if rec.state in (BlockState.FRESH, BlockState.STALE, BlockState.REFUTED):
+                    rec.state = BlockState.UNVERIFIED
+                    rec.stale_reasons = []
+                if rec.tier == Tier.CORE:
+                    rec.tier = Tier.LONG_TERM
+            for key in ("title", "content", "importance"):
+                if key in changes:
+                    setattr(rec, key, changes[key])
+            if "tags" in changes:
+                rec.tags = list(dict.fromkeys(changes["tags"]))
+            for key in ("category", "info_type", "volatility"):
+                if key in changes:
+                    setattr(rec, key, str(changes[key].value))
+            if "volatility" in changes and "validity_window" not in changes:
+                rec.validity_window_s = cfg.window_s(rec.volatility)
+                rec.half_life_s = cfg.half_life_s(rec.volatility)
+            if "validity_window" in changes:
+                rec.validity_window_s = changes["validity_window"].total_seconds()
+            if "signals" in changes:
+                rec.signals = {**rec.signals, **changes["signals"]}
+            base = rec.validated_at if rec.validated_at is not None else rec.created_at
+            if text_changed:
+                base = now
+            rec.stale_at = base + rec.validity_window_s
+            rec.updated_at = now
+            await self._save_record(conn, rec)
+            await self._audit(conn, actor, "update", rec.id, changes)
+
+        await self._write(job)
+        return await self.get(block_id)
+
+    async def archive(self, block_id: str, *, reason: str, actor: str = "agent") -> Block:
+        """Move a block to cold storage (out of search) with a reason."""
+        now = self.clock.time()
+
+        async def job(conn: aiosqlite.Connection) -> None:
+            rec = await self._load_record(conn, block_id)
+            if rec.state == BlockState.ARCHIVED:
+                return
+            await conn.execute(
+                "UPDATE blocks SET state = 'archived', archived_at = ?, archive_reason = ?,"
+                " updated_at = ?, stale_reasons = ? WHERE id = ?",
+                (now, reason, now, rec.state, block_id),
+            )
+            await self._audit(conn, actor, "archive", block_id, {"reason": reason})
+
+        await self._write(job)
+        return await self.get(block_id)
+
+    async def restore(self, block_id: str, *, actor: str = "agent") -> Block:
+        """Bring an archived block back; it returns unverified until a sensor confirms it."""
+        now = self.clock.time()
+
+        async def job(conn: aiosqlite.Connection) -> None:
+            rec = await self._load_record(conn, block_id)
+            if rec.state != BlockState.ARCHIVED:
+                return
+            await conn.execute(
+                "UPDATE blocks SET state = 'unverified', stale_reasons = '', archived_at = NULL,"
+                " archive_reason = NULL, updated_at = ?, last_accessed_at = ? WHERE id = ?",
+                (now, now, block_id),
+            )
+            await self._audit(conn, actor, "restore", block_id, {})
+
+        await self._write(job)
+        return await self.get(block_id)
+
+    async def delete(self, block_id: str, *, actor: str = "agent", reason: str = "") -> None:
+        """Delete a block for good. The event log and an audit row keep the trace."""
+        now = self.clock.time()
+
+        async def job(conn: aiosqlite.Connection) -> None:
+            rec = await self._load_record(conn, block_id)
+            await conn.execute("DELETE FROM blocks WHERE id = ?", (block_id,))
+            await conn.execute("DELETE FROM sessions WHERE block_id = ?", (block_id,))
+            await self._audit(
+                conn,
+                actor,
+                "delete",
+                block_id,
+                {"reason": reason, "title": rec.title, "content": rec.content[:1000]},
+            )
+            _ = now
+
+        await self._write(job)
+
+    # ------------------------------------------------------------------ events
+
+    def _prepare(self, ev: ValidationEvent) -> _Prepared:
+        return (
+            ev.event_id,
+            ev.sensor,
+            ev.subject,
+            ev.outcome.value,
+            ev.observed_at.timestamp(),
+            ev.reliability,
+            ev.validity_window.total_seconds() if ev.validity_window is not None else None,
+            ev.request_id,
+            ev.block_id,
+            ev.message,
+            None if ev.observed is None else json.dumps(ev.observed, separators=(",", ":")),
+            ev.agent,
+            ev.seq,
+        )
+
+    async def apply_events(self, events: Sequence[ValidationEvent]) -> ApplyResult:
+        """Append events to the log and apply them to every block they reach, atomically.
+
+        Returns once the transaction committed. Duplicates (same ``event_id``) are stored
+        once; an observation from the future is rejected (dead-lettered), not applied.
+        """
+        now = self.clock.time()
+        prepared: list[_Prepared] = []
+        rejected: list[tuple[str, str, str]] = []
+        limit = now + _MAX_FUTURE_SKEW_S
+        for ev in events:
+            p = self._prepare(ev)
+            if p[4] > limit:
+                rejected.append((p[0], "observed_at is in the future", ev.model_dump_json()))
+            else:
+                prepared.append(p)
+        prepared.sort(key=lambda p: p[4])  # apply in observation order
+        cfg = self.policy
+
+        async def job(conn: aiosqlite.Connection) -> ApplyResult:
+            return await _apply_job(conn, prepared, rejected, now, cfg)
+
+        return await self._write(job)  # type: ignore[no-any-return]
+
+    async def dead_letter(self, *, source: str, reason: str, payload: str | bytes) -> None:
+        """Keep a rejected input with the reason (never applied)."""
+        text = payload if isinstance(payload, str) else payload.decode("utf-8", "replace")
+        now = self.clock.time()
+
+        async def job(conn: aiosqlite.Connection) -> None:
+            await conn.execute(
+                "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)",
+                (now, source, reason, text[:65536]),
+            )
+
+        await self._write(job)
+
+    # ------------------------------------------------------------------ staleness
+
+    async def due_for_revalidation(self, *, limit: int = 1000, now: float | None = None) -> list[
+        DueBlock
+    ]:
+        """Fresh or unverified blocks whose window has run out, oldest first (index range scan)."""
+        at = self.clock.time() if now is None else now
+        async with self._read() as conn, conn.execute(
+            "SELECT id, stale_at, state, volatility, reliability FROM blocks"
+            " WHERE stale_at <= ? AND state IN ('fresh', 'unverified')"
+            " ORDER BY stale_at LIMIT ?",
+            (at, limit),
+        ) as cur:
+            rows = await cur.fetchall()
+        return [DueBlock(*row) for row in rows]
+
+    async def mark_stale(
+        self,
+        block_ids: Sequence[str],
+        *,
+        reason: StaleReason = StaleReason.EXPIRED,
+        request: bool = True,
+        send_at: Mapping[str, float] | None = None,
+    ) -> list[str]:
+        """Mark blocks stale (the sweep) and queue one revalidation request per binding.
+
+        Returns the ids that actually changed state.
+        """
+        now = self.clock.time()
+        cfg = self.policy
+        deadline = cfg.staleness.revalidation_timeout.total_seconds()
+        ids = list(dict.fromkeys(block_ids))
+
+        async def job(conn: aiosqlite.Connection) -> list[str]:
+            rows = await _select_in(conn, _EVIDENCE_SELECT, ids)
+            changed = []
+            for row in rows:
+                rec = evidence_record(row)
+                if mark_stale(rec, now, reason):
+                    changed.append(rec)
+            await conn.executemany(_EVIDENCE_UPDATE, [evidence_row(r) for r in changed])
+            if request and changed:
+                bindings = await _select_in(
+                    conn,
+                    "SELECT k.id, g.sensor, g.subject FROM bindings g"
+                    " JOIN blocks k ON k.rid = g.block_rid WHERE g.block_rid IN ",
+                    [r.rid for r in changed],
+                )
+                await conn.executemany(
+                    "INSERT OR IGNORE INTO revalidations (id, block_id, sensor, subject, reason,"
+                    " created_at, send_at, deadline_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (new_id(), b, s, subj, reason.value, now,
+                         (send_at or {}).get(b, now), deadline)
+                        for b, s, subj in bindings
+                    ],
+                )
+            return [r.id for r in changed]
+
+        return await self._write(job)  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ reads
+
+    async def get(self, block_id: str) -> Block:
+        """A block with its bindings and its state as of now."""
+        async with self._read() as conn:
+            rec = await self._load_record(conn, block_id)
+            bindings = await self._bindings_of(conn, [block_id])
+        return record_to_block(
+            rec, bindings=bindings.get(block_id, []), now=self.clock.time(), cfg=self.policy
+        )
+
+    async def get_record(self, block_id: str) -> Any:
+        """The raw record of a block (for rules and explanations)."""
+        async with self._read() as conn:
+            return await self._load_record(conn, block_id)
+
+    async def list_blocks(self, flt: BlockFilter | Mapping[str, Any] | None = None) -> list[Block]:
+        """Blocks matching a filter, ordered by id (time of creation), keyset-paginated."""
+        f = validate_input(BlockFilter, flt or {})
+        where: list[str] = []
+        args: list[Any] = []
+        now = self.clock.time()
+        if f.state is not None:
+            if f.state == BlockState.STALE:
+                where.append(
+                    "(state = 'stale' OR (state IN ('fresh','unverified') AND stale_at <= ?))"
+                )
+                args.append(now)
+            elif f.state in (BlockState.FRESH, BlockState.UNVERIFIED):
+                where.append("state = ? AND (stale_at IS NULL OR stale_at > ?)")
+                args.extend([f.state.value, now])
+            else:
+                where.append("state = ?")
+                args.append(f.state.value)
+        for col in ("tier", "volatility"):
+            value = getattr(f, col)
+            if value is not None:
+                where.append(f"{col} = ?")
+                args.append(value.value)
+        if f.sensor is not None:
+            where.append("rid IN (SELECT block_rid FROM bindings WHERE sensor = ?)")
+            args.append(f.sensor)
+        if f.tag is not None:
+            where.append("EXISTS (SELECT 1 FROM json_each(blocks.tags) WHERE value = ?)")
+            args.append(f.tag)
+        if f.after is not None:
+            where.append("id > ?")
+            args.append(f.after)
+        sql = _BLOCK_SELECT + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY id LIMIT ?"
+        args.append(f.limit)
+        async with self._read() as conn:
+            async with conn.execute(sql, args) as cur:
+                rows = await cur.fetchall()
+            recs = [record_from_row(r) for r in rows]
+            bindings = await self._bindings_of(conn, [r.id for r in recs])
+        return [
+            record_to_block(r, bindings=bindings.get(r.id, []), now=now, cfg=self.policy)
+            for r in recs
+        ]
+
+    async def find_by_subject(self, sensor: str, subject: str) -> list[str]:
+        """Ids of the blocks bound to ``sensor`` for ``subject``."""
+        async with self._read() as conn, conn.execute(
+            "SELECT k.id FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
+            " WHERE g.subject = ? AND g.sensor = ? ORDER BY k.id",
+            (subject, sensor),
+        ) as cur:
+            return [r[0] for r in await cur.fetchall()]
+
+    async def bindings_for_sensor(self, sensor: str) -> list[tuple[str, Binding]]:
+        """Every (block id, binding) a sensor owns: what it must watch."""
+        async with self._read() as conn, conn.execute(
+            "SELECT k.id, b.sensor, b.subject, b.selector FROM bindings b"
+            " JOIN blocks k ON k.rid = b.block_rid"
+            " WHERE b.sensor = ? AND k.state <> 'archived' ORDER BY b.id",
+            (sensor,),
+        ) as cur:
+            rows = await cur.fetchall()
+        return [(r[0], binding_from_row(r[1], r[2], r[3])) for r in rows]
+
+    async def events_for(self, block_id: str, *, limit: int = 50) -> list[EventRecord]:
+        """A block's validation history, newest first."""
+        async with self._read() as conn, conn.execute(
+            "SELECT e.seq, e.event_id, e.sensor, e.subject, e.outcome, e.observed_at,"
+            " e.received_at, e.reliability, e.message, e.observed, e.request_id,"
+            " f.state_before, f.state_after, f.reliability_before, f.reliability_after, f.detail"
+            " FROM effects f JOIN events e ON e.seq = f.event_seq"
+            " WHERE f.block_rid = (SELECT rid FROM blocks WHERE id = ?)"
+            " ORDER BY f.event_seq DESC LIMIT ?",
+            (block_id, limit),
+        ) as cur:
+            rows = await cur.fetchall()
+        return [
+            EventRecord(
+                *r[:9],
+                json.loads(r[9]) if r[9] is not None else None,
+                *r[10:15],
+                json.loads(r[15]) if r[15] else None,
+            )
+            for r in rows
+        ]
+
+    async def counts(self) -> dict[str, Any]:
+        """Blocks by state (as of now), tier and volatility; events; pending work."""
+        now = self.clock.time()
+        async with self._read() as conn:
+            async with conn.execute(
+                "SELECT CASE WHEN state IN ('fresh','unverified') AND stale_at <= ?"
+                " THEN 'stale' ELSE state END AS s, tier, volatility, count(*)"
+                " FROM blocks GROUP BY s, tier, volatility",
+                (now,),
+            ) as cur:
+                rows = await cur.fetchall()
+            async with conn.execute("SELECT max(seq) FROM events") as cur:
+                events = (await cur.fetchone() or (0,))[0] or 0
+            async with conn.execute(
+                "SELECT count(*) FROM revalidations WHERE status IN ('pending', 'sent')"
+            ) as cur:
+                backlog = (await cur.fetchone() or (0,))[0]
+            async with conn.execute(
+                "SELECT count(*) FROM reviews WHERE status = 'pending'"
+            ) as cur:
+                reviews = (await cur.fetchone() or (0,))[0]
+            async with conn.execute("SELECT count(*) FROM dead_letters") as cur:
+                dead = (await cur.fetchone() or (0,))[0]
+        by_state: dict[str, int] = defaultdict(int)
+        by_tier: dict[str, int] = defaultdict(int)
+        by_volatility: dict[str, int] = defaultdict(int)
+        for state, tier, volatility, n in rows:
+            by_state[state] += n
+            by_tier[tier] += n
+            by_volatility[volatility] += n
+        return {
+            "blocks": sum(by_state.values()),
+            "by_state": dict(by_state),
+            "by_tier": dict(by_tier),
+            "by_volatility": dict(by_volatility),
+            "events": events,
+            "revalidation_backlog": backlog,
+            "pending_reviews": reviews,
+            "dead_letters": dead,
+        }
+
+    # ------------------------------------------------------------------ search
+
+    async def search(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        include_refuted: bool = False,
+    ) -> list[SearchHit]:
+        """Blocks matching ``query`` (words, never FTS syntax), ranked by
+        relevance × freshness × reliability × retention.
+
+        BM25 picks the best ``ranking.candidates`` matches in one pass; only those are
+        joined to their blocks and re-ranked, so ranking adds no second pass over every
+        match. Archived blocks are not in the index; refuted ones only when asked.
+        """
+        if not 1 <= limit <= 1000:
+            raise ValidationInputError([("limit", f"{limit} is not between 1 and 1000")])
+        match = fts_query(query)
+        if match is None:
+            return []
+        now = self.clock.time()
+        cfg = self.policy
+        rank = cfg.ranking
+        decay = cfg.decay
+        states = "('fresh','unverified','stale','refuted')" if include_refuted else (
+            "('fresh','unverified','stale')"
+        )
+        sql = f"""
+            WITH cand AS MATERIALIZED (
+                SELECT rowid AS rid, -bm25(blocks_fts, 2.0, 1.0, 1.5) AS relevance
+                FROM blocks_fts WHERE blocks_fts MATCH :match
+                ORDER BY bm25(blocks_fts, 2.0, 1.0, 1.5) LIMIT :cands
+            ), scored AS (
+                SELECT b.rid AS rid, c.relevance,
+                    CASE
+                        WHEN b.state = 'refuted' THEN :f_refuted
+                        WHEN b.state IN ('fresh', 'unverified') AND b.stale_at > :now
+                            THEN CASE b.state WHEN 'fresh' THEN :f_fresh ELSE :f_unverified END
+                        ELSE :f_stale
+                    END AS freshness,
+                    b.reliability,
+                    max(
+                        CASE WHEN b.tier = 'core' THEN :core_floor ELSE :floor END,
+                        b.importance * pow(2.0, -max(0.0, :now - max(
+                            b.created_at, coalesce(b.validated_at, 0), coalesce(b.last_accessed_at, 0)
+                        )) / (b.half_life_s * CASE
+                            WHEN b.state = 'stale' OR (b.state IN ('fresh','unverified')
+                                AND b.stale_at <= :now) THEN :stale_factor ELSE 1.0 END))
+                    ) AS retention
+                FROM cand c JOIN blocks b ON b.rid = c.rid
+                WHERE b.state IN {states}
+            )
+            SELECT s.relevance, s.freshness, s.reliability, s.retention,
+                s.relevance * s.freshness * s.reliability * s.retention AS score,
+                {', '.join('b.' + c for c in BLOCK_COLUMNS)}
+            FROM scored s JOIN blocks b ON b.rid = s.rid
+            ORDER BY score DESC LIMIT :limit
+        """
+        params = {
+            "match": match,
+            "cands": max(rank.candidates, limit),
+            "now": now,
+            "f_fresh": rank.fresh,
+            "f_unverified": rank.unverified,
+            "f_stale": rank.stale,
+            "f_refuted": rank.refuted,
+            "core_floor": decay.core_floor,
+            "floor": decay.floor,
+            "stale_factor": decay.stale_half_life_factor,
+            "limit": limit,
+        }
+        async with self._read() as conn:
+            async with conn.execute(sql, params) as cur:
+                rows = await cur.fetchall()
+            recs = [record_from_row(r[5:]) for r in rows]
+            bindings = await self._bindings_of(conn, [r.id for r in recs])
+        hits = []
+        warn_below = cfg.staleness.warn_reliability
+        for row, rec in zip(rows, recs, strict=True):
+            relevance, freshness, reliability, retention, score = row[:5]
+            block = record_to_block(
+                rec, bindings=bindings.get(rec.id, []), now=now, cfg=cfg, retention=retention
+            )
+            warnings = _warnings(block, now, warn_below)
+            hits.append(
+                SearchHit(
+                    block=block,
+                    score=score,
+                    relevance=relevance,
+                    freshness=freshness,
+                    reliability=reliability,
+                    retention=retention,
+                    stale=block.state == BlockState.STALE,
+                    warnings=warnings,
+                )
+            )
+        return hits
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _load_record(self, conn: aiosqlite.Connection, block_id: str) -> Any:
+        async with conn.execute(_BLOCK_SELECT + " WHERE id = ?", (block_id,)) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            raise NotFoundError("block", block_id)
+        return record_from_row(row)
+
+    async def _save_record(self, conn: aiosqlite.Connection, rec: Any) -> None:
+        cols = [c for c in BLOCK_COLUMNS if c not in ("id", "rid")]
+        values = dict(zip(BLOCK_COLUMNS, record_to_row(rec), strict=True))
+        await conn.execute(
+            "UPDATE blocks SET " + ", ".join(f"{c} = ?" for c in cols) + " WHERE rid = ?",
+            (*(values[c] for c in cols), rec.rid),
+        )
+
+    async def _bindings_of(
+        self, conn: aiosqlite.Connection, block_ids: Sequence[str]
+    ) -> dict[str, list[Binding]]:
+        out: dict[str, list[Binding]] = defaultdict(list)
+        if not block_ids:
+            return out
+        rows = await _select_in(
+            conn,
+            "SELECT k.id, g.sensor, g.subject, g.selector FROM bindings g"
+            " JOIN blocks k ON k.rid = g.block_rid WHERE k.id IN ",
+            list(block_ids),
+            " ORDER BY g.id",
+        )
+        for block_id, sensor, subject, selector in rows:
+            out[block_id].append(binding_from_row(sensor, subject, selector))
+        return out
+
+    async def _audit(
+        self, conn: aiosqlite.Connection, actor: str, action: str, block_id: str, detail: Any
+    ) -> None:
+        await conn.execute(
+            "INSERT INTO audit (at, actor, action, block_id, detail) VALUES (?, ?, ?, ?, ?)",
+            (self.clock.time(), actor, action, block_id, json.dumps(detail, default=str)),
+        )
+
+
+def _warnings(block: Block, now: float, warn_below: float) -> list[str]:
+    out = []
+    if block.state == BlockState.STALE:
+        since = block.stale_at.isoformat() if block.stale_at else "unknown"
+        why = ", ".join(r.value for r in block.stale_reasons) or "expired"
+        out.append(f"stale since {since} ({why})")
+    elif block.state == BlockState.REFUTED:
+        out.append("refuted by a sensor: do not rely on it")
+    elif block.state == BlockState.UNVERIFIED:
+        out.append("unverified: no sensor has confirmed it yet")
+    rel = block.validation.reliability
+    if rel < warn_below:
+        out.append(f"reliability {rel:.2f} is below {warn_below:.2f}")
+    if block.flapping:
+        out.append("flapping: sensors keep changing their minds")
+    _ = now
+    return out
+
+
+async def _apply_job(
+    conn: aiosqlite.Connection,
+    prepared: list[_Prepared],
+    rejected: list[tuple[str, str, str]],
+    now: float,
+    cfg: PolicyConfig,
+) -> ApplyResult:
+    result = ApplyResult()
+    for event_id, reason, payload in rejected:
+        result.rejected.append((event_id, reason))
+    if rejected:
+        await conn.executemany(
+            "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)",
+            [(now, "events", reason, payload) for _, reason, payload in rejected],
+        )
+    if not prepared:
+        return result
+
+    # Duplicates: already in the log, or twice in this batch.
+    existing = {
+        r[0]
+        for r in await _select_in(
+            conn, "SELECT event_id FROM events WHERE event_id IN ", [p[0] for p in prepared]
+        )
+    }
+    batch: list[_Prepared] = []
+    for p in prepared:
+        if p[0] in existing:
+            result.duplicates += 1
+        else:
+            existing.add(p[0])
+            batch.append(p)
+    if not batch:
+        return result
+
+    # Which blocks each event reaches: by (sensor, subject) binding, or by block id. One
+    # joined lookup fetches the bindings and the evidence of the blocks behind them.
+    subjects = list({p[2] for p in batch if p[8] is None})
+    by_subject: dict[tuple[str, str], list[str]] = defaultdict(list)
+    records: dict[str, Any] = {}
+    for row in await _select_in(conn, _ROUTE_SELECT, subjects):
+        block_id = row[3]
+        by_subject[(row[1], row[0])].append(block_id)
+        if block_id not in records:
+            records[block_id] = evidence_record(row[2:])
+    direct = list({p[8] for p in batch if p[8] is not None})
+    bound: set[tuple[str, str]] = set()
+    if direct:
+        for block_id, sensor in await _select_in(
+            conn,
+            "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
+            " WHERE k.id IN ",
+            direct,
+        ):
+            bound.add((block_id, sensor))
+        missing = [b for b in direct if b not in records]
+        for row in await _select_in(conn, _EVIDENCE_SELECT, missing):
+            records[row[1]] = evidence_record(row)
+
+    async with conn.execute("SELECT coalesce(max(seq), 0) FROM events") as cur:
+        first_seq = (await cur.fetchone() or (0,))[0] + 1
+    event_rows = [
+        (seq, p[0], p[1], p[2], p[3], p[4], now, p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12])
+        for seq, p in enumerate(batch, start=first_seq)
+    ]
+    effect_rows = []
+    touched: dict[str, Any] = {}
+    requests = []
+    reviews = []
+    answered = []
+    demoted: list[tuple[str, str]] = []
+    error = _ERROR
+    for seq, p in enumerate(batch, start=first_seq):
+        (eid, sensor, subject, outcome, observed_at, rel, window, request_id, block_id,
+         _message, _observed, _agent, _agent_seq) = p
+        if request_id is not None:
+            answered.append((now, outcome, request_id))
+        targets = [block_id] if block_id is not None else by_subject.get((sensor, subject), ())
+        reached = False
+        for bid in targets:
+            rec = records.get(bid)
+            if rec is None:
+                continue
+            reached = True
+            eff = apply_event(
+                rec,
+                outcome=outcome,
+                sensor=sensor,
+                observed_at=observed_at,
+                now=now,
+                cfg=cfg,
+                reliability=rel,
+                validity_window_s=window,
+                settled_by_binding=block_id is None or (bid, sensor) in bound,
+            )
+            detail = None
+            if eff.ignored or eff.hard or eff.review or eff.demoted or eff.notes:
+                detail = json.dumps(eff.as_dict(), separators=(",", ":"))
+            effect_rows.append(
+                (rec.rid, seq, eff.state_before, eff.state_after, eff.reliability_before,
+                 eff.reliability_after, detail)
+            )
+            if eff.ignored is not None:
+                continue
+            touched[bid] = rec
+            if eff.demoted:
+                demoted.append((rec.tier, rec.rid))
+            if eff.state_after != eff.state_before:
+                result.changes.append(
+                    StateChange(bid, eff.state_before, eff.state_after, rec.reliability,
+                                observed_at, eid)
+                )
+            if eff.revalidate and outcome != error:
+                requests.append(
+                    (new_id(), bid, sensor, subject or "", eff.revalidate, now, now,
+                     cfg.staleness.revalidation_timeout.total_seconds())
+                )
+            if eff.review:
+                reviews.append((new_id(), bid, eff.review, now))
+        if not reached:
+            result.unmatched += 1
+    result.accepted = len(batch)
+
+    await conn.executemany(_EVENT_INSERT, event_rows)
+    if effect_rows:
+        await conn.executemany(_EFFECT_INSERT, effect_rows)
+    if touched:
+        await conn.executemany(_EVIDENCE_UPDATE, [evidence_row(r) for r in touched.values()])
+    if demoted:
+        await conn.executemany("UPDATE blocks SET tier = ? WHERE rid = ?", demoted)
+    if answered:
+        await conn.executemany(
+            "UPDATE revalidations SET status = 'done', finished_at = ?, outcome = ?"
+            " WHERE id = ? AND status IN ('pending', 'sent')",
+            answered,
+        )
+    if requests:
+        await conn.executemany(
+            "INSERT OR IGNORE INTO revalidations (id, block_id, sensor, subject, reason,"
+            " created_at, send_at, deadline_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            requests,
+        )
+        result.revalidations = len(requests)
+    if reviews:
+        await conn.executemany(
+            "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at) VALUES (?,?,?,?)",
+            reviews,
+        )
+        result.reviews = len(reviews)
+    return result
+
+
+async def migrate(conn: aiosqlite.Connection) -> int:
+    """Bring the schema to :data:`SCHEMA_VERSION`; returns the version found before."""
+    async with conn.execute("PRAGMA user_version") as cur:
+        found = (await cur.fetchone() or (0,))[0]
+    if found > SCHEMA_VERSION:
+        raise StorageError(
+            f"the database has schema version {found}, newer than this memwarden "
+            f"({SCHEMA_VERSION}): upgrade memwarden"
+        )
+    for version in range(found + 1, SCHEMA_VERSION + 1):
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in split_statements(MIGRATIONS[version - 1]):
+                await conn.execute(statement)
+            await conn.execute(f"PRAGMA user_version = {version}")
+            await conn.execute("COMMIT")
+        except sqlite3.Error as err:
+            await conn.execute("ROLLBACK")
+            raise StorageError(f"migration to schema version {version} failed: {err}") from err
+        log.info("store_migrated", to_version=version)
+    return int(found)
+
+
+_ = math
