@@ -47,9 +47,7 @@ def _seconds_from_text(text: str) -> float | None:
     m = _ISO.fullmatch(text.strip().upper())
     if m:
         factors = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
-        return sum(
-            float(v.replace(",", ".")) * factors[k] for k, v in m.groupdict().items() if v
-        )
+        return sum(float(v.replace(",", ".")) * factors[k] for k, v in m.groupdict().items() if v)
     return None
 
 

@@ -165,11 +165,14 @@ Tag = Annotated[
     AfterValidator(_utf8_clean),
 ]
 SensorName = Annotated[
-    str, StringConstraints(pattern=r"^[a-z][a-z0-9_.-]{0,63}$"),
+    str,
+    StringConstraints(pattern=r"^[a-z][a-z0-9_.-]{0,63}$"),
 ]
 Subject = Annotated[str, StringConstraints(max_length=2048), AfterValidator(_utf8_clean)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
-BlockId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+BlockId = Annotated[
+    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+]
 
 # Which selector key names the subject for each built-in sensor kind; a sensor's own
 # binding model may say otherwise by setting ``subject`` explicitly.
@@ -243,7 +246,7 @@ class NewBlock(BaseModel):
     signals: dict[Annotated[str, StringConstraints(max_length=64)], float] = Field(
         default_factory=dict,
         max_length=32,
-        description="Engagement signals for promotion (user_confirmations, explicit_importance, ...).",
+        description="Engagement signals for promotion (user_confirmations, ...).",
     )
 
     @model_validator(mode="after")
@@ -356,4 +359,3 @@ class RevalidationRequest(BaseModel):
     @property
     def timeout(self) -> timedelta:
         return self.deadline - self.created_at
-

@@ -39,6 +39,7 @@ from memwarden.memory._model import (
     Block,
     BlockState,
     Category,
+    Content,
     InfoType,
     NewBlock,
     Outcome,
@@ -50,11 +51,13 @@ from memwarden.memory._model import (
 )
 from memwarden.memory._schema import MIGRATIONS, SCHEMA_VERSION, split_statements
 from memwarden.memory._writer import Writer
-from memwarden.memory.policy import PolicyConfig, apply_event, mark_stale
+from memwarden.memory.policy import Effect, PolicyConfig, apply_event, demote_core, mark_stale
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
     from types import TracebackType
+
+    from memwarden.memory._record import BlockRecord
 
 __all__ = [
     "ApplyResult",
@@ -93,7 +96,7 @@ class BlockPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     title: Title | None = None
-    content: NewBlock.model_fields["content"].annotation | None = None  # type: ignore[name-defined]
+    content: Content | None = None
     tags: list[str] | None = Field(default=None, max_length=32)
     category: Category | None = None
     info_type: InfoType | None = None
@@ -249,14 +252,16 @@ _ROUTE_SELECT = (
     + " FROM bindings g JOIN blocks k ON k.rid = g.block_rid WHERE g.subject IN "
 )
 _EVIDENCE_UPDATE = (
-    "UPDATE blocks SET "
-    + ", ".join(f"{c} = ?" for c in EVIDENCE_UPDATE_COLUMNS)
-    + " WHERE rid = ?"
+    "UPDATE blocks SET " + ", ".join(f"{c} = ?" for c in EVIDENCE_UPDATE_COLUMNS) + " WHERE rid = ?"
 )
 _BLOCK_SELECT = f"SELECT {', '.join(BLOCK_COLUMNS)} FROM blocks"
 _BLOCK_INSERT = (
     f"INSERT INTO blocks ({', '.join(BLOCK_COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in BLOCK_COLUMNS)})"
+)
+_REVALIDATION_INSERT = (
+    "INSERT OR IGNORE INTO revalidations (id, block_id, sensor, subject, reason,"
+    " created_at, send_at, deadline_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _EVENT_INSERT = (
     "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"
@@ -434,7 +439,9 @@ class Store:
         now = self.clock.time()
         records = [new_record(n, block_id=new_id(), now=now, cfg=self.policy) for n in validated]
         block_rows = [record_to_row(r) for r in records]
-        audit_rows = [(now, actor, "add", r.id, "{}") for r in records] if len(records) < 100 else []
+        audit_rows = (
+            [(now, actor, "add", r.id, "{}") for r in records] if len(records) < 100 else []
+        )
 
         async def job(conn: aiosqlite.Connection) -> None:
             # One writer: the next rids are ours to hand out, so bindings can name them.
@@ -474,41 +481,13 @@ class Store:
 
         async def job(conn: aiosqlite.Connection) -> None:
             rec = await self._load_record(conn, block_id)
-            text_changed = any(
-                k in changes and changes[k] != getattr(rec, k) for k in ("title", "content", "tags")
-            )
-            if text_changed:
+            old = (rec.version, rec.title, rec.content, json.dumps(rec.tags))
+            if _apply_patch(rec, changes, now, cfg):
                 await conn.execute(
                     "INSERT INTO block_history (block_id, version, title, content, tags,"
                     " replaced_at, replaced_by) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (rec.id, rec.version, rec.title, rec.content, json.dumps(rec.tags), now, actor),
+                    (rec.id, *old, now, actor),
                 )
-                rec.version += 1
-                if rec.state in (BlockState.FRESH, BlockState.STALE, BlockState.REFUTED):
-                    rec.state = BlockState.UNVERIFIED
-                    rec.stale_reasons = []
-                if rec.tier == Tier.CORE:
-                    rec.tier = Tier.LONG_TERM
-            for key in ("title", "content", "importance"):
-                if key in changes:
-                    setattr(rec, key, changes[key])
-            if "tags" in changes:
-                rec.tags = list(dict.fromkeys(changes["tags"]))
-            for key in ("category", "info_type", "volatility"):
-                if key in changes:
-                    setattr(rec, key, str(changes[key].value))
-            if "volatility" in changes and "validity_window" not in changes:
-                rec.validity_window_s = cfg.window_s(rec.volatility)
-                rec.half_life_s = cfg.half_life_s(rec.volatility)
-            if "validity_window" in changes:
-                rec.validity_window_s = changes["validity_window"].total_seconds()
-            if "signals" in changes:
-                rec.signals = {**rec.signals, **changes["signals"]}
-            base = rec.validated_at if rec.validated_at is not None else rec.created_at
-            if text_changed:
-                base = now
-            rec.stale_at = base + rec.validity_window_s
-            rec.updated_at = now
             await self._save_record(conn, rec)
             await self._audit(conn, actor, "update", rec.id, changes)
 
@@ -628,17 +607,20 @@ class Store:
 
     # ------------------------------------------------------------------ staleness
 
-    async def due_for_revalidation(self, *, limit: int = 1000, now: float | None = None) -> list[
-        DueBlock
-    ]:
+    async def due_for_revalidation(
+        self, *, limit: int = 1000, now: float | None = None
+    ) -> list[DueBlock]:
         """Fresh or unverified blocks whose window has run out, oldest first (index range scan)."""
         at = self.clock.time() if now is None else now
-        async with self._read() as conn, conn.execute(
-            "SELECT id, stale_at, state, volatility, reliability FROM blocks"
-            " WHERE stale_at <= ? AND state IN ('fresh', 'unverified')"
-            " ORDER BY stale_at LIMIT ?",
-            (at, limit),
-        ) as cur:
+        async with (
+            self._read() as conn,
+            conn.execute(
+                "SELECT id, stale_at, state, volatility, reliability FROM blocks"
+                " WHERE stale_at <= ? AND state IN ('fresh', 'unverified')"
+                " ORDER BY stale_at LIMIT ?",
+                (at, limit),
+            ) as cur,
+        ):
             rows = await cur.fetchall()
         return [DueBlock(*row) for row in rows]
 
@@ -675,11 +657,18 @@ class Store:
                     [r.rid for r in changed],
                 )
                 await conn.executemany(
-                    "INSERT OR IGNORE INTO revalidations (id, block_id, sensor, subject, reason,"
-                    " created_at, send_at, deadline_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    _REVALIDATION_INSERT,
                     [
-                        (new_id(), b, s, subj, reason.value, now,
-                         (send_at or {}).get(b, now), deadline)
+                        (
+                            new_id(),
+                            b,
+                            s,
+                            subj,
+                            reason.value,
+                            now,
+                            (send_at or {}).get(b, now),
+                            deadline,
+                        )
                         for b, s, subj in bindings
                     ],
                 )
@@ -750,42 +739,64 @@ class Store:
 
     async def find_by_subject(self, sensor: str, subject: str) -> list[str]:
         """Ids of the blocks bound to ``sensor`` for ``subject``."""
-        async with self._read() as conn, conn.execute(
-            "SELECT k.id FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
-            " WHERE g.subject = ? AND g.sensor = ? ORDER BY k.id",
-            (subject, sensor),
-        ) as cur:
+        async with (
+            self._read() as conn,
+            conn.execute(
+                "SELECT k.id FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
+                " WHERE g.subject = ? AND g.sensor = ? ORDER BY k.id",
+                (subject, sensor),
+            ) as cur,
+        ):
             return [r[0] for r in await cur.fetchall()]
 
     async def bindings_for_sensor(self, sensor: str) -> list[tuple[str, Binding]]:
         """Every (block id, binding) a sensor owns: what it must watch."""
-        async with self._read() as conn, conn.execute(
-            "SELECT k.id, b.sensor, b.subject, b.selector FROM bindings b"
-            " JOIN blocks k ON k.rid = b.block_rid"
-            " WHERE b.sensor = ? AND k.state <> 'archived' ORDER BY b.id",
-            (sensor,),
-        ) as cur:
+        async with (
+            self._read() as conn,
+            conn.execute(
+                "SELECT k.id, b.sensor, b.subject, b.selector FROM bindings b"
+                " JOIN blocks k ON k.rid = b.block_rid"
+                " WHERE b.sensor = ? AND k.state <> 'archived' ORDER BY b.id",
+                (sensor,),
+            ) as cur,
+        ):
             rows = await cur.fetchall()
         return [(r[0], binding_from_row(r[1], r[2], r[3])) for r in rows]
 
     async def events_for(self, block_id: str, *, limit: int = 50) -> list[EventRecord]:
         """A block's validation history, newest first."""
-        async with self._read() as conn, conn.execute(
-            "SELECT e.seq, e.event_id, e.sensor, e.subject, e.outcome, e.observed_at,"
-            " e.received_at, e.reliability, e.message, e.observed, e.request_id,"
-            " f.state_before, f.state_after, f.reliability_before, f.reliability_after, f.detail"
-            " FROM effects f JOIN events e ON e.seq = f.event_seq"
-            " WHERE f.block_rid = (SELECT rid FROM blocks WHERE id = ?)"
-            " ORDER BY f.event_seq DESC LIMIT ?",
-            (block_id, limit),
-        ) as cur:
+        async with (
+            self._read() as conn,
+            conn.execute(
+                "SELECT e.seq, e.event_id, e.sensor, e.subject, e.outcome, e.observed_at,"
+                " e.received_at, e.reliability, e.message, e.observed, e.request_id,"
+                " f.state_before, f.state_after, f.reliability_before, f.reliability_after,"
+                " f.detail"
+                " FROM effects f JOIN events e ON e.seq = f.event_seq"
+                " WHERE f.block_rid = (SELECT rid FROM blocks WHERE id = ?)"
+                " ORDER BY f.event_seq DESC LIMIT ?",
+                (block_id, limit),
+            ) as cur,
+        ):
             rows = await cur.fetchall()
         return [
             EventRecord(
-                *r[:9],
-                json.loads(r[9]) if r[9] is not None else None,
-                *r[10:15],
-                json.loads(r[15]) if r[15] else None,
+                seq=r[0],
+                event_id=r[1],
+                sensor=r[2],
+                subject=r[3],
+                outcome=r[4],
+                observed_at=r[5],
+                received_at=r[6],
+                reliability=r[7],
+                message=r[8],
+                observed=json.loads(r[9]) if r[9] is not None else None,
+                request_id=r[10],
+                state_before=r[11],
+                state_after=r[12],
+                reliability_before=r[13],
+                reliability_after=r[14],
+                detail=json.loads(r[15]) if r[15] else None,
             )
             for r in rows
         ]
@@ -807,9 +818,7 @@ class Store:
                 "SELECT count(*) FROM revalidations WHERE status IN ('pending', 'sent')"
             ) as cur:
                 backlog = (await cur.fetchone() or (0,))[0]
-            async with conn.execute(
-                "SELECT count(*) FROM reviews WHERE status = 'pending'"
-            ) as cur:
+            async with conn.execute("SELECT count(*) FROM reviews WHERE status = 'pending'") as cur:
                 reviews = (await cur.fetchone() or (0,))[0]
             async with conn.execute("SELECT count(*) FROM dead_letters") as cur:
                 dead = (await cur.fetchone() or (0,))[0]
@@ -841,7 +850,7 @@ class Store:
         include_refuted: bool = False,
     ) -> list[SearchHit]:
         """Blocks matching ``query`` (words, never FTS syntax), ranked by
-        relevance × freshness × reliability × retention.
+        relevance x freshness x reliability x retention.
 
         BM25 picks the best ``ranking.candidates`` matches in one pass; only those are
         joined to their blocks and re-ranked, so ranking adds no second pass over every
@@ -856,8 +865,10 @@ class Store:
         cfg = self.policy
         rank = cfg.ranking
         decay = cfg.decay
-        states = "('fresh','unverified','stale','refuted')" if include_refuted else (
-            "('fresh','unverified','stale')"
+        states = (
+            "('fresh','unverified','stale','refuted')"
+            if include_refuted
+            else ("('fresh','unverified','stale')")
         )
         sql = f"""
             WITH cand AS MATERIALIZED (
@@ -868,7 +879,8 @@ class Store:
                 SELECT b.rid AS rid, c.relevance,
                     CASE
                         WHEN b.state = 'refuted' THEN :f_refuted
-                        WHEN b.state IN ('fresh', 'unverified') AND b.stale_at > :now
+                        WHEN b.state IN ('fresh', 'unverified')
+                            AND (b.stale_at IS NULL OR b.stale_at > :now)
                             THEN CASE b.state WHEN 'fresh' THEN :f_fresh ELSE :f_unverified END
                         ELSE :f_stale
                     END AS freshness,
@@ -876,8 +888,9 @@ class Store:
                     max(
                         CASE WHEN b.tier = 'core' THEN :core_floor ELSE :floor END,
                         b.importance * pow(2.0, -max(0.0, :now - max(
-                            b.created_at, coalesce(b.validated_at, 0), coalesce(b.last_accessed_at, 0)
-                        )) / (b.half_life_s * CASE
+                            b.created_at, coalesce(b.validated_at, 0),
+                            coalesce(b.last_accessed_at, 0)
+                        )) / (max(b.half_life_s, 1.0) * CASE
                             WHEN b.state = 'stale' OR (b.state IN ('fresh','unverified')
                                 AND b.stale_at <= :now) THEN :stale_factor ELSE 1.0 END))
                     ) AS retention
@@ -886,7 +899,7 @@ class Store:
             )
             SELECT s.relevance, s.freshness, s.reliability, s.retention,
                 s.relevance * s.freshness * s.reliability * s.retention AS score,
-                {', '.join('b.' + c for c in BLOCK_COLUMNS)}
+                {", ".join("b." + c for c in BLOCK_COLUMNS)}
             FROM scored s JOIN blocks b ON b.rid = s.rid
             ORDER BY score DESC LIMIT :limit
         """
@@ -973,6 +986,42 @@ class Store:
         )
 
 
+def _apply_patch(rec: BlockRecord, changes: dict[str, Any], now: float, cfg: PolicyConfig) -> bool:
+    """Apply an edit to a record; True when the text changed (a new version).
+
+    A new text was never checked: the block becomes unverified again, its window
+    restarts, and a core block is demoted (seed 000: an update demotes).
+    """
+    text_changed = any(
+        k in changes and changes[k] != getattr(rec, k) for k in ("title", "content", "tags")
+    )
+    if text_changed:
+        rec.version += 1
+        if rec.state in (BlockState.FRESH, BlockState.STALE, BlockState.REFUTED):
+            rec.state = BlockState.UNVERIFIED.value
+            rec.stale_reasons = []
+        demote_core(rec, cfg)
+    for key in ("title", "content", "importance"):
+        if key in changes:
+            setattr(rec, key, changes[key])
+    if "tags" in changes:
+        rec.tags = list(dict.fromkeys(changes["tags"]))
+    for key in ("category", "info_type", "volatility"):
+        if key in changes:
+            setattr(rec, key, str(changes[key].value))
+    if "volatility" in changes and "validity_window" not in changes:
+        rec.validity_window_s = cfg.window_s(rec.volatility)
+        rec.half_life_s = cfg.half_life_s(rec.volatility)
+    if "validity_window" in changes:
+        rec.validity_window_s = changes["validity_window"].total_seconds()
+    if "signals" in changes:
+        rec.signals = {**rec.signals, **changes["signals"]}
+    base = rec.validated_at if rec.validated_at is not None else rec.created_at
+    rec.stale_at = (now if text_changed else base) + rec.validity_window_s
+    rec.updated_at = now
+    return text_changed
+
+
 def _warnings(block: Block, now: float, warn_below: float) -> list[str]:
     out = []
     if block.state == BlockState.STALE:
@@ -999,18 +1048,27 @@ async def _apply_job(
     now: float,
     cfg: PolicyConfig,
 ) -> ApplyResult:
-    result = ApplyResult()
-    for event_id, reason, payload in rejected:
-        result.rejected.append((event_id, reason))
+    """The writer job behind :meth:`Store.apply_events`."""
+    result = ApplyResult(rejected=[(event_id, reason) for event_id, reason, _ in rejected])
     if rejected:
         await conn.executemany(
             "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)",
             [(now, "events", reason, payload) for _, reason, payload in rejected],
         )
-    if not prepared:
-        return result
+    batch = await _drop_duplicates(conn, prepared, result)
+    if batch:
+        applied = _EventBatch(now, cfg, result)
+        await applied.route(conn, batch)
+        await applied.run(conn, batch)
+    return result
 
-    # Duplicates: already in the log, or twice in this batch.
+
+async def _drop_duplicates(
+    conn: aiosqlite.Connection, prepared: list[_Prepared], result: ApplyResult
+) -> list[_Prepared]:
+    """The events not yet in the log (nor twice in this batch)."""
+    if not prepared:
+        return []
     existing = {
         r[0]
         for r in await _select_in(
@@ -1024,124 +1082,148 @@ async def _apply_job(
         else:
             existing.add(p[0])
             batch.append(p)
-    if not batch:
-        return result
+    return batch
 
-    # Which blocks each event reaches: by (sensor, subject) binding, or by block id. One
-    # joined lookup fetches the bindings and the evidence of the blocks behind them.
-    subjects = list({p[2] for p in batch if p[8] is None})
-    by_subject: dict[tuple[str, str], list[str]] = defaultdict(list)
-    records: dict[str, Any] = {}
-    for row in await _select_in(conn, _ROUTE_SELECT, subjects):
-        block_id = row[3]
-        by_subject[(row[1], row[0])].append(block_id)
-        if block_id not in records:
-            records[block_id] = evidence_record(row[2:])
-    direct = list({p[8] for p in batch if p[8] is not None})
-    bound: set[tuple[str, str]] = set()
-    if direct:
+
+class _EventBatch:
+    """Routes a batch of new events to their blocks, runs the rules and writes it all."""
+
+    def __init__(self, now: float, cfg: PolicyConfig, result: ApplyResult) -> None:
+        self.now = now
+        self.cfg = cfg
+        self.result = result
+        self.by_subject: dict[tuple[str, str], list[str]] = defaultdict(list)
+        self.records: dict[str, Any] = {}
+        self.bound: set[tuple[str, str]] = set()
+
+    async def route(self, conn: aiosqlite.Connection, batch: list[_Prepared]) -> None:
+        """Which blocks each event reaches: by (sensor, subject) binding, or by block id.
+
+        One joined lookup fetches the bindings and the evidence of the blocks behind them.
+        """
+        records = self.records
+        subjects = list({p[2] for p in batch if p[8] is None})
+        for row in await _select_in(conn, _ROUTE_SELECT, subjects):
+            block_id = row[3]
+            self.by_subject[(row[1], row[0])].append(block_id)
+            if block_id not in records:
+                records[block_id] = evidence_record(row[2:])
+        direct = list({p[8] for p in batch if p[8] is not None})
+        if not direct:
+            return
         for block_id, sensor in await _select_in(
             conn,
             "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
             " WHERE k.id IN ",
             direct,
         ):
-            bound.add((block_id, sensor))
+            self.bound.add((block_id, sensor))
         missing = [b for b in direct if b not in records]
         for row in await _select_in(conn, _EVIDENCE_SELECT, missing):
             records[row[1]] = evidence_record(row)
 
-    async with conn.execute("SELECT coalesce(max(seq), 0) FROM events") as cur:
-        first_seq = (await cur.fetchone() or (0,))[0] + 1
-    event_rows = [
-        (seq, p[0], p[1], p[2], p[3], p[4], now, p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12])
-        for seq, p in enumerate(batch, start=first_seq)
-    ]
-    effect_rows = []
-    touched: dict[str, Any] = {}
-    requests = []
-    reviews = []
-    answered = []
-    demoted: list[tuple[str, str]] = []
-    error = _ERROR
-    for seq, p in enumerate(batch, start=first_seq):
-        (eid, sensor, subject, outcome, observed_at, rel, window, request_id, block_id,
-         _message, _observed, _agent, _agent_seq) = p
-        if request_id is not None:
-            answered.append((now, outcome, request_id))
-        targets = [block_id] if block_id is not None else by_subject.get((sensor, subject), ())
-        reached = False
-        for bid in targets:
-            rec = records.get(bid)
-            if rec is None:
-                continue
-            reached = True
-            eff = apply_event(
-                rec,
-                outcome=outcome,
-                sensor=sensor,
-                observed_at=observed_at,
-                now=now,
-                cfg=cfg,
-                reliability=rel,
-                validity_window_s=window,
-                settled_by_binding=block_id is None or (bid, sensor) in bound,
-            )
-            detail = None
-            if eff.ignored or eff.hard or eff.review or eff.demoted or eff.notes:
-                detail = json.dumps(eff.as_dict(), separators=(",", ":"))
-            effect_rows.append(
-                (rec.rid, seq, eff.state_before, eff.state_after, eff.reliability_before,
-                 eff.reliability_after, detail)
-            )
-            if eff.ignored is not None:
-                continue
-            touched[bid] = rec
-            if eff.demoted:
-                demoted.append((rec.tier, rec.rid))
-            if eff.state_after != eff.state_before:
-                result.changes.append(
-                    StateChange(bid, eff.state_before, eff.state_after, rec.reliability,
-                                observed_at, eid)
+    async def run(self, conn: aiosqlite.Connection, batch: list[_Prepared]) -> None:
+        """Apply the rules event by event (in observation order), then write everything."""
+        now, cfg, result = self.now, self.cfg, self.result
+        async with conn.execute("SELECT coalesce(max(seq), 0) FROM events") as cur:
+            first_seq = (await cur.fetchone() or (0,))[0] + 1
+        event_rows = [(seq, *p[:5], now, *p[5:]) for seq, p in enumerate(batch, start=first_seq)]
+        effect_rows: list[tuple[Any, ...]] = []
+        touched: dict[str, Any] = {}
+        requests: list[tuple[Any, ...]] = []
+        reviews: list[tuple[Any, ...]] = []
+        demoted: list[tuple[Any, ...]] = []
+        answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
+        timeout_s = cfg.staleness.revalidation_timeout.total_seconds()
+        for seq, p in enumerate(batch, start=first_seq):
+            eid, sensor, subject, outcome, observed_at, rel, window, _, block_id = p[:9]
+            targets = [block_id] if block_id is not None else self.by_subject.get((sensor, subject))
+            reached = False
+            for bid in targets or ():
+                rec = self.records.get(bid)
+                if rec is None:
+                    continue
+                reached = True
+                eff = apply_event(
+                    rec,
+                    outcome=outcome,
+                    sensor=sensor,
+                    observed_at=observed_at,
+                    now=now,
+                    cfg=cfg,
+                    reliability=rel,
+                    validity_window_s=window,
+                    settled_by_binding=block_id is None or (bid, sensor) in self.bound,
                 )
-            if eff.revalidate and outcome != error:
-                requests.append(
-                    (new_id(), bid, sensor, subject or "", eff.revalidate, now, now,
-                     cfg.staleness.revalidation_timeout.total_seconds())
-                )
-            if eff.review:
-                reviews.append((new_id(), bid, eff.review, now))
-        if not reached:
-            result.unmatched += 1
-    result.accepted = len(batch)
+                effect_rows.append(_effect_row(rec.rid, seq, eff))
+                if eff.ignored is not None:
+                    continue
+                touched[bid] = rec
+                if eff.state_after != eff.state_before:
+                    result.changes.append(
+                        StateChange(
+                            bid,
+                            eff.state_before,
+                            eff.state_after,
+                            rec.reliability,
+                            observed_at,
+                            eid,
+                        )
+                    )
+                if eff.demoted:
+                    demoted.append((rec.tier, cfg.promotion.core.initial_stability, rec.rid))
+                if eff.revalidate and outcome != _ERROR:
+                    requests.append(
+                        (new_id(), bid, sensor, subject, eff.revalidate, now, now, timeout_s)
+                    )
+                if eff.review:
+                    reviews.append((new_id(), bid, eff.review, now))
+            if not reached:
+                result.unmatched += 1
+        result.accepted = len(batch)
+        result.revalidations = len(requests)
+        result.reviews = len(reviews)
 
-    await conn.executemany(_EVENT_INSERT, event_rows)
-    if effect_rows:
-        await conn.executemany(_EFFECT_INSERT, effect_rows)
-    if touched:
-        await conn.executemany(_EVIDENCE_UPDATE, [evidence_row(r) for r in touched.values()])
-    if demoted:
-        await conn.executemany("UPDATE blocks SET tier = ? WHERE rid = ?", demoted)
-    if answered:
-        await conn.executemany(
+        await conn.executemany(_EVENT_INSERT, event_rows)
+        await _executemany(conn, _EFFECT_INSERT, effect_rows)
+        await _executemany(conn, _EVIDENCE_UPDATE, [evidence_row(r) for r in touched.values()])
+        await _executemany(
+            conn,
+            "UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?",
+            demoted,
+        )
+        await _executemany(
+            conn,
             "UPDATE revalidations SET status = 'done', finished_at = ?, outcome = ?"
             " WHERE id = ? AND status IN ('pending', 'sent')",
             answered,
         )
-    if requests:
-        await conn.executemany(
-            "INSERT OR IGNORE INTO revalidations (id, block_id, sensor, subject, reason,"
-            " created_at, send_at, deadline_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            requests,
-        )
-        result.revalidations = len(requests)
-    if reviews:
-        await conn.executemany(
+        await _executemany(conn, _REVALIDATION_INSERT, requests)
+        await _executemany(
+            conn,
             "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at) VALUES (?,?,?,?)",
             reviews,
         )
-        result.reviews = len(reviews)
-    return result
+
+
+def _effect_row(rid: int, seq: int, eff: Effect) -> tuple[Any, ...]:
+    detail = None
+    if eff.ignored or eff.hard or eff.review or eff.demoted or eff.notes:
+        detail = json.dumps(eff.as_dict(), separators=(",", ":"))
+    return (
+        rid,
+        seq,
+        eff.state_before,
+        eff.state_after,
+        eff.reliability_before,
+        eff.reliability_after,
+        detail,
+    )
+
+
+async def _executemany(conn: aiosqlite.Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    if rows:
+        await conn.executemany(sql, rows)
 
 
 async def migrate(conn: aiosqlite.Connection) -> int:

@@ -127,7 +127,7 @@ class Writer:
             # The transaction itself failed (disk full, I/O error, ...): nothing committed.
             with contextlib.suppress(sqlite3.Error, ValueError):
                 await conn.execute("ROLLBACK")
-            log.error("store_commit_failed", error=str(err), jobs=len(jobs))
+            log.exception("store_commit_failed", jobs=len(jobs))
             failure = StorageError(f"commit failed: {err}")
             for pending in jobs:
                 if not pending.future.done():

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from memwarden.memory._model import BlockState, Outcome, StaleReason, Tier
+from memwarden.memory._model import BlockState, Outcome, StaleReason
+from memwarden.memory.policy._promotion import demote_core
 
 if TYPE_CHECKING:
     from memwarden.memory._record import BlockRecord
@@ -34,8 +35,6 @@ _ARCHIVED = BlockState.ARCHIVED.value
 _CONFIRMED = Outcome.CONFIRMED.value
 _REFUTED_OUTCOME = Outcome.REFUTED.value
 _CHANGED = Outcome.CHANGED.value
-_CORE = Tier.CORE.value
-_LONG_TERM = Tier.LONG_TERM.value
 _FRESHNESS_STATES = frozenset({_FRESH, _UNVERIFIED})
 _EXPIRED = StaleReason.EXPIRED.value
 
@@ -147,7 +146,8 @@ def apply_event(
         _confirm(rec, eff, sensor, observed_at, now, cfg, reliability, validity_window_s)
     elif outcome == _REFUTED_OUTCOME:
         hard_now = rec.consecutive_refutations + 1 >= ev.hard_refutation_after or (
-            sensor in ev.authoritative_sensors or sensor.split(".", 1)[0] in ev.authoritative_sensors
+            sensor in ev.authoritative_sensors
+            or sensor.split(".", 1)[0] in ev.authoritative_sensors
         )
         rec.consecutive_refutations += 1
         rec.consecutive_errors = 0
@@ -186,7 +186,7 @@ def apply_event(
     return eff
 
 
-def _confirm(
+def _confirm(  # noqa: PLR0917 - a private step of apply_event, called once
     rec: BlockRecord,
     eff: Effect,
     sensor: str,
@@ -229,8 +229,7 @@ def _refute_hard(
     rec.contradiction_count += 1
     rec.last_contradiction_at = observed_at
     eff.hard = True
-    if rec.tier == _CORE:
-        rec.tier = _LONG_TERM
+    if demote_core(rec, cfg):  # back to long_term, stability reset: core must be re-earned
         eff.demoted = True
     if not settled_by_binding:
         eff.review = "refuted by a sensor not bound to the block"
@@ -239,7 +238,7 @@ def _refute_hard(
 def effective_state(rec: BlockRecord, now: float) -> str:
     """The state as of ``now``: a fresh or unverified block past ``stale_at`` is stale."""
     if rec.state in _FRESHNESS_STATES and rec.stale_at is not None and rec.stale_at <= now:
-        return _STALE.value
+        return _STALE
     return rec.state
 
 
@@ -253,7 +252,10 @@ def current_stale_reasons(rec: BlockRecord, now: float, cfg: PolicyConfig) -> li
         and StaleReason.EXPIRED not in reasons
     ):
         reasons.insert(0, _EXPIRED)
-    if rec.reliability < cfg.staleness.low_reliability and StaleReason.LOW_RELIABILITY not in reasons:
+    if (
+        rec.reliability < cfg.staleness.low_reliability
+        and StaleReason.LOW_RELIABILITY not in reasons
+    ):
         reasons.append(StaleReason.LOW_RELIABILITY.value)
     return reasons
 
