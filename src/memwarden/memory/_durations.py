@@ -55,11 +55,16 @@ def parse_duration(value: Any) -> timedelta:
     """Parse a duration, raising ``PydanticCustomError`` that shows the value and the forms."""
     seconds: float | None
     if isinstance(value, timedelta):
-        seconds = value.total_seconds()
+        if timedelta(0) <= value <= timedelta(seconds=_MAX_SECONDS):
+            return value  # exact: a round trip through float seconds would lose microseconds
+        seconds = None
     elif isinstance(value, bool):
         seconds = None
     elif isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int too large for a float is certainly too long
+            seconds = None
     elif isinstance(value, str):
         seconds = _seconds_from_text(value)
     else:
@@ -70,18 +75,21 @@ def parse_duration(value: Any) -> timedelta:
 
 
 def format_duration(value: timedelta) -> str:
-    """The shortest exact compact form: ``6h``, ``90s``, ``1d12h``, ``0.5s``."""
-    total = value.total_seconds()
-    if total == 0:
+    """The exact compact form, largest units first: ``6h``, ``1m30s``, ``1d12h``, ``0.5s``."""
+    # Whole microseconds, not float seconds: ``f"{x:g}"`` kept 6 significant digits
+    # (123456.789 s became "123457s") and wrote 1 us as "1e-06s", which does not parse.
+    rest, micros = divmod(value // timedelta(microseconds=1), 1_000_000)
+    if rest == 0 and micros == 0:
         return "0s"
-    if total != int(total):
-        return f"{total:g}s"
-    rest = int(total)
     parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if rest >= size:
             n, rest = divmod(rest, size)
             parts.append(f"{n}{unit}")
+    if micros:
+        parts.append(f"{rest}.{micros:06d}".rstrip("0") + "s")
+    elif rest:
+        parts.append(f"{rest}s")
     return "".join(parts)
 
 

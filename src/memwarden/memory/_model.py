@@ -7,6 +7,7 @@ These pydantic models are the wire and API shapes. The store keeps a flat
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any
@@ -154,6 +155,17 @@ def _utf8_clean(value: str) -> str:
     return value
 
 
+def _json_utf8_clean(value: Any) -> Any:
+    """Reject JSON values the store cannot keep: not JSON, or holding text that is not UTF-8."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"holds text that is not valid UTF-8 ({err.reason})") from None
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"is not JSON ({err})") from None
+    return value
+
+
 Text = Annotated[str, AfterValidator(_utf8_clean)]
 Content = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS), AfterValidator(_utf8_clean)
@@ -197,6 +209,11 @@ class Binding(BaseModel):
 
     @model_validator(mode="after")
     def _derive_subject(self) -> Binding:
+        # The selector is stored as JSON: extra keys are not validated field by field.
+        try:
+            _json_utf8_clean(self.model_extra or {})
+        except ValueError as err:
+            raise ValueError(f"the selector {err}") from None
         if not self.subject:
             for key in BINDING_SUBJECT_KEYS[1:]:
                 value = (self.model_extra or {}).get(key)
@@ -317,7 +334,9 @@ class ValidationEvent(BaseModel):
     subject: Subject = ""
     outcome: Outcome
     observed_at: AwareDatetime
-    observed: JsonValue = Field(default=None, description="The value the sensor saw.")
+    observed: Annotated[JsonValue, AfterValidator(_json_utf8_clean)] = Field(
+        default=None, description="The value the sensor saw."
+    )
     reliability: Unit | None = Field(
         default=None, description="The sensor's reliability; the sensor default when absent."
     )

@@ -17,6 +17,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memwarden.errors import NotFoundError, StorageError, ValidationInputError
+from memwarden.memory import _maintenance
 from memwarden.memory._clock import Clock, SystemClock, from_ts
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
@@ -43,6 +44,8 @@ from memwarden.memory._model import (
     InfoType,
     NewBlock,
     Outcome,
+    RevalidationReason,
+    RevalidationRequest,
     StaleReason,
     Tier,
     Title,
@@ -50,6 +53,8 @@ from memwarden.memory._model import (
     Volatility,
 )
 from memwarden.memory._schema import MIGRATIONS, SCHEMA_VERSION, split_statements
+from memwarden.memory._scorelog import ScoreLog
+from memwarden.memory._sqlrules import retention_sql
 from memwarden.memory._writer import Writer
 from memwarden.memory.policy import Effect, PolicyConfig, apply_event, demote_core, mark_stale
 
@@ -58,6 +63,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from memwarden.memory._record import BlockRecord
+    from memwarden.memory.policy import HealthReport
 
 __all__ = [
     "ApplyResult",
@@ -311,6 +317,7 @@ class Store:
         readers: int = 2,
         synchronous: Literal["normal", "full"] = "normal",
         max_jobs_per_commit: int = 256,
+        score_log: ScoreLog | str | Path | None = None,
     ) -> None:
         self.path = Path(path)
         self.clock: Clock = clock or SystemClock()
@@ -323,6 +330,9 @@ class Store:
         self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
         self._all_readers: list[aiosqlite.Connection] = []
         self._open = False
+        # A path is opened (and closed) with the store; a ScoreLog given stays the caller's.
+        self._score_log_path = None if isinstance(score_log, ScoreLog) else score_log
+        self.score_log: ScoreLog | None = score_log if isinstance(score_log, ScoreLog) else None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -357,6 +367,8 @@ class Store:
             raise StorageError(f"cannot open the store at {self.path}: {err}") from err
         self._writer = Writer(self._wconn, max_jobs=self._max_jobs)
         self._writer.start()
+        if self._score_log_path is not None:
+            self.score_log = ScoreLog(self._score_log_path)
         self._open = True
         log.debug("store_opened", path=str(self.path), schema=SCHEMA_VERSION)
         return self
@@ -373,6 +385,9 @@ class Store:
             with contextlib.suppress(sqlite3.Error):
                 await self._wconn.execute("PRAGMA optimize")
         await self._close_connections()
+        if self._score_log_path is not None and self.score_log is not None:
+            self.score_log.close()
+            self.score_log = None
 
     async def _close_connections(self) -> None:
         for conn in [*self._all_readers, self._wconn]:
@@ -676,6 +691,109 @@ class Store:
 
         return await self._write(job)  # type: ignore[no-any-return]
 
+    async def due_revalidations(self, *, limit: int = 200, now: float | None = None) -> list[
+        RevalidationRequest
+    ]:
+        """Pending revalidation requests whose send time has come, oldest first."""
+        at = self.clock.time() if now is None else now
+        async with self._read() as conn:
+            async with conn.execute(
+                "SELECT r.id, r.block_id, r.sensor, r.subject, r.reason, r.created_at,"
+                " r.deadline_s, r.attempts, g.selector FROM revalidations r"
+                " JOIN blocks k ON k.id = r.block_id"
+                " JOIN bindings g ON g.block_rid = k.rid AND g.sensor = r.sensor"
+                " AND g.subject = r.subject"
+                " WHERE r.status = 'pending' AND r.send_at <= ? ORDER BY r.send_at LIMIT ?",
+                (at, limit),
+            ) as cur:
+                rows = await cur.fetchall()
+        out = []
+        seen = set()
+        for rid, block_id, sensor, subject, reason, created, deadline_s, attempts, sel in rows:
+            if rid in seen:
+                continue
+            seen.add(rid)
+            out.append(
+                RevalidationRequest(
+                    id=rid,
+                    block_id=block_id,
+                    sensor=sensor,
+                    subject=subject,
+                    binding=binding_from_row(sensor, subject, sel),
+                    reason=RevalidationReason(reason),
+                    created_at=from_ts(at),
+                    deadline=from_ts(at + deadline_s),
+                    attempts=attempts,
+                )
+            )
+            _ = created
+        return out
+
+    async def set_revalidation_status(
+        self, request_ids: Sequence[str], status: str, *, outcome: str | None = None
+    ) -> None:
+        """Mark requests ``sent``, ``done``, ``failed`` or ``expired``."""
+        now = self.clock.time()
+        final = status != "sent"
+
+        async def job(conn: aiosqlite.Connection) -> None:
+            await conn.executemany(
+                "UPDATE revalidations SET status = ?, attempts = attempts + ?,"
+                " finished_at = CASE WHEN ? THEN ? ELSE finished_at END,"
+                " outcome = coalesce(?, outcome) WHERE id = ?",
+                [(status, int(not final), final, now, outcome, r) for r in request_ids],
+            )
+
+        await self._write(job)
+
+    async def request_revalidation(
+        self,
+        block_id: str,
+        *,
+        reason: RevalidationReason = RevalidationReason.MANUAL,
+        send_at: float | None = None,
+    ) -> list[str]:
+        """Queue a check of every binding of a block now; returns the request ids queued."""
+        now = self.clock.time()
+        timeout_s = self.policy.staleness.revalidation_timeout.total_seconds()
+
+        async def job(conn: aiosqlite.Connection) -> list[str]:
+            rec = await self._load_record(conn, block_id)
+            async with conn.execute(
+                "SELECT sensor, subject FROM bindings WHERE block_rid = ?", (rec.rid,)
+            ) as cur:
+                bindings = await cur.fetchall()
+            rows = [
+                (new_id(), block_id, sensor, subject, reason.value, now, send_at or now, timeout_s)
+                for sensor, subject in bindings
+            ]
+            await conn.executemany(_REVALIDATION_INSERT, rows)
+            async with conn.execute(
+                "SELECT id FROM revalidations WHERE block_id = ? AND status IN ('pending','sent')",
+                (block_id,),
+            ) as cur:
+                return [r[0] for r in await cur.fetchall()]
+
+        return await self._write(job)  # type: ignore[no-any-return]
+
+    async def get_meta(self, key: str) -> str | None:
+        """A small fact the daemon keeps about itself."""
+        async with self._read() as conn, conn.execute(
+            "SELECT value FROM meta WHERE key = ?", (key,)
+        ) as cur:
+            row = await cur.fetchone()
+        return None if row is None else str(row[0])
+
+    async def set_meta(self, key: str, value: str) -> None:
+        async def job(conn: aiosqlite.Connection) -> None:
+            await conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?)"
+                " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+        await self._write(job)
+
     # ------------------------------------------------------------------ reads
 
     async def get(self, block_id: str) -> Block:
@@ -848,6 +966,8 @@ class Store:
         *,
         limit: int = 10,
         include_refuted: bool = False,
+        session: str | None = None,
+        record: bool = True,
     ) -> list[SearchHit]:
         """Blocks matching ``query`` (words, never FTS syntax), ranked by
         relevance x freshness x reliability x retention.
@@ -855,6 +975,9 @@ class Store:
         BM25 picks the best ``ranking.candidates`` matches in one pass; only those are
         joined to their blocks and re-ranked, so ranking adds no second pass over every
         match. Archived blocks are not in the index; refuted ones only when asked.
+        With a ``session`` (and ``record``), the hits' retrievals are recorded, which
+        feeds core promotion (:meth:`record_access`); the hits show the blocks as they
+        were before this retrieval.
         """
         if not 1 <= limit <= 1000:
             raise ValidationInputError([("limit", f"{limit} is not between 1 and 1000")])
@@ -885,15 +1008,7 @@ class Store:
                         ELSE :f_stale
                     END AS freshness,
                     b.reliability,
-                    max(
-                        CASE WHEN b.tier = 'core' THEN :core_floor ELSE :floor END,
-                        b.importance * pow(2.0, -max(0.0, :now - max(
-                            b.created_at, coalesce(b.validated_at, 0),
-                            coalesce(b.last_accessed_at, 0)
-                        )) / (max(b.half_life_s, 1.0) * CASE
-                            WHEN b.state = 'stale' OR (b.state IN ('fresh','unverified')
-                                AND b.stale_at <= :now) THEN :stale_factor ELSE 1.0 END))
-                    ) AS retention
+                    {retention_sql('b')} AS retention
                 FROM cand c JOIN blocks b ON b.rid = c.rid
                 WHERE b.state IN {states}
             )
@@ -941,7 +1056,42 @@ class Store:
                     warnings=warnings,
                 )
             )
+        if session is not None and record and hits:
+            await self.record_access([h.block.id for h in hits], session=session)
         return hits
+
+    # ------------------------------------------------------------------ maintenance
+    # The passes live in _maintenance.py; these methods are their public face.
+
+    async def record_access(
+        self, block_ids: Sequence[str], *, session: str | None = None
+    ) -> list[str]:
+        """Count a retrieval of each block (in ``session``); returns the ids made core."""
+        return await _maintenance.record_accesses(self, block_ids, session=session)
+
+    async def decay_cycle(self, *, chunk_rows: int | None = None) -> _maintenance.DecayReport:
+        """Recompute retention set-based and archive what decayed below the threshold."""
+        return await _maintenance.decay_cycle(self, chunk_rows=chunk_rows)
+
+    async def heuristic_cycle(self, *, chunk_rows: int | None = None) -> dict[str, Any]:
+        """Seed 003's self-tuning pass over the blocks read since the previous one."""
+        return await _maintenance.heuristic_cycle(self, chunk_rows=chunk_rows)
+
+    async def consolidate(self, *, limit: int | None = None) -> _maintenance.ConsolidationReport:
+        """The consolidation pass: score short_term blocks, promote the ones that pass."""
+        return await _maintenance.consolidate(self, limit=limit)
+
+    async def explain(self, block_id: str) -> dict[str, Any]:
+        """Why a block stands where it does: state, reliability, retention, rank, promotion."""
+        return await _maintenance.explain(self, block_id)
+
+    async def health(
+        self, *, failing_sensors: Iterable[str] = (), sensors_total: int = 0
+    ) -> HealthReport:
+        """The 0-100 health score and its warnings, from aggregate queries."""
+        return await _maintenance.health(
+            self, failing_sensors=failing_sensors, sensors_total=sensors_total
+        )
 
     # ------------------------------------------------------------------ helpers
 

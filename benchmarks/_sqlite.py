@@ -1,0 +1,63 @@
+"""Raw stdlib ``sqlite3`` connections set up like the store's, on the store's schema."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+from memwarden.memory._schema import MIGRATIONS, SCHEMA_VERSION, split_statements
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+__all__ = ["connect", "create_schema", "query_plan", "traced_sql"]
+
+# The store's PRAGMAs (Store._configure), so the baseline pays for the same settings.
+_PRAGMAS = (
+    "PRAGMA busy_timeout = 10000",
+    "PRAGMA foreign_keys = ON",
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA synchronous = NORMAL",
+    "PRAGMA cache_size = -65536",
+    "PRAGMA mmap_size = 268435456",
+    "PRAGMA temp_store = MEMORY",
+)
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A raw connection in autocommit mode (transactions are explicit) with the PRAGMAs."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    for pragma in _PRAGMAS:
+        conn.execute(pragma)
+    return conn
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    """Apply every migration, as :func:`memwarden.memory._store.migrate` would."""
+    conn.execute("BEGIN IMMEDIATE")
+    for script in MIGRATIONS:
+        for statement in split_statements(script):
+            conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    conn.execute("COMMIT")
+
+
+def query_plan(conn: sqlite3.Connection, sql: str, params: Sequence[Any] | dict[str, Any]) -> str:
+    """``EXPLAIN QUERY PLAN`` as an indented tree."""
+    rows = conn.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+    depth: dict[int, int] = {0: -1}
+    lines = []
+    for node, parent, _unused, detail in rows:
+        depth[node] = depth.get(parent, -1) + 1
+        lines.append("  " * depth[node] + detail)
+    return "\n".join(lines)
+
+
+def traced_sql(statements: list[str]) -> Any:
+    """A trace callback that collects the statements a connection runs."""
+
+    def trace(statement: str) -> None:
+        statements.append(statement)
+
+    return trace

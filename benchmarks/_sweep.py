@@ -1,0 +1,222 @@
+"""``sweep``: latency of ``due_for_revalidation(limit=1000)`` over a million blocks.
+
+Setup (not timed): 1 000 000 valid block rows raw-inserted (one ``executemany``, the
+FTS triggers on) into the store's schema; exactly 1 000 are due (fresh or unverified
+with ``stale_at <= now``), scattered over the table. The rest: 70 % fresh/unverified
+with ``stale_at`` in the future, 20 % stale and 8 % refuted with ``stale_at`` in the past
+(expired but not due: the partial index must leave them out), 2 % archived.
+
+Store: ``await store.due_for_revalidation(limit=1000, now=now)``. Baseline: the same
+SELECT with ``fetchall`` on a stdlib connection. Runs interleave (store, raw, raw,
+store, ...) so both see the same cache and machine noise.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from benchmarks import _sqlite
+from benchmarks._harness import Context, Result, benchmark, percentiles_ms
+from memwarden.memory import FakeClock
+from memwarden.memory._codec import BLOCK_COLUMNS
+from memwarden.memory._ids import new_id
+from memwarden.memory._store import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+SEED = 7
+NOW = 1_780_000_000.0
+DAY = 86_400.0
+LIMIT = 1000
+WARMUP = 5
+TARGET_RATIO = 2.0
+TARGET_P95_MS = 10.0
+
+RAW_SQL = (
+    "SELECT id, stale_at, state, volatility, reliability FROM blocks"
+    " WHERE stale_at <= ? AND state IN ('fresh','unverified') ORDER BY stale_at LIMIT 1000"
+)
+_VOLATILITY = ("low", "medium", "high", "ephemeral")
+_WINDOW = {"low": 180 * DAY, "medium": 7 * DAY, "high": 6 * 3600.0, "ephemeral": 300.0}
+_HALF_LIFE = {"low": 365 * DAY, "medium": 30 * DAY, "high": 7 * DAY, "ephemeral": DAY}
+
+
+def _rows(n_blocks: int, n_due: int) -> Iterator[tuple[Any, ...]]:
+    """Valid ``blocks`` rows in BLOCK_COLUMNS order; ``n_due`` of them due at NOW."""
+    rng = random.Random(SEED)
+    due = set(rng.sample(range(1, n_blocks + 1), n_due))
+    index = {c: i for i, c in enumerate(BLOCK_COLUMNS)}
+    template: list[Any] = [None] * len(BLOCK_COLUMNS)
+    defaults = {
+        "title": "",
+        "tags": "[]",
+        "source": "agent",
+        "category": "semantic",
+        "tier": "short_term",
+        "stale_reasons": "",
+        "importance": 0.5,
+        "access_count": 0,
+        "recent_access_count": 0,
+        "session_count": 0,
+        "reinforcement_count": 0,
+        "contradiction_count": 0,
+        "consecutive_refutations": 0,
+        "consecutive_errors": 0,
+        "outcome_history": "",
+        "flapping": 0,
+        "stability": 0.0,
+        "retention": 0.5,
+        "version": 1,
+        "signals": "{}",
+    }
+    for col, value in defaults.items():
+        template[index[col]] = value
+    i_id, i_rid, i_content = index["id"], index["rid"], index["content"]
+    i_state, i_reasons, i_rel = index["state"], index["stale_reasons"], index["reliability"]
+    i_vol, i_info = index["volatility"], index["info_type"]
+    i_by, i_at, i_win, i_stale = (
+        index["validated_by"],
+        index["validated_at"],
+        index["validity_window_s"],
+        index["stale_at"],
+    )
+    i_half, i_created, i_updated = index["half_life_s"], index["created_at"], index["updated_at"]
+    i_archived, i_arch_reason = index["archived_at"], index["archive_reason"]
+    info = {"low": "static", "medium": "semi_static", "high": "dynamic", "ephemeral": "ephemeral"}
+    created0 = NOW - 400 * DAY
+    for rid in range(1, n_blocks + 1):
+        row = template.copy()
+        vol = _VOLATILITY[rid % 4]
+        window = _WINDOW[vol]
+        x = rng.random()
+        if rid in due:
+            state = "fresh" if rid % 2 else "unverified"
+            stale_at = NOW - rng.uniform(1.0, 30 * DAY)
+        elif x < 0.70:
+            state = "fresh" if x < 0.5 else "unverified"
+            stale_at = NOW + rng.uniform(1.0, window)
+        elif x < 0.90:
+            state = "stale"
+            stale_at = NOW - rng.uniform(1.0, 30 * DAY)
+            row[i_reasons] = "expired"
+        elif x < 0.98:
+            state = "refuted"
+            stale_at = NOW - rng.uniform(1.0, 30 * DAY)
+        else:
+            state = "archived"
+            stale_at = NOW - rng.uniform(1.0, 30 * DAY)
+            row[i_archived] = NOW - DAY
+            row[i_arch_reason] = "superseded"
+        validated = state != "unverified"
+        row[i_id] = new_id()
+        row[i_rid] = rid
+        row[i_content] = f"note {rid}"
+        row[i_state] = state
+        row[i_rel] = 0.9 if state != "refuted" else 0.2
+        row[i_vol] = vol
+        row[i_info] = info[vol]
+        row[i_by] = "fs" if validated else None
+        row[i_at] = stale_at - window if validated else None
+        row[i_win] = window
+        row[i_stale] = stale_at
+        row[i_half] = _HALF_LIFE[vol]
+        row[i_created] = created0 + rid * 30.0
+        row[i_updated] = created0 + rid * 30.0
+        yield tuple(row)
+
+
+def _preload(ctx: Context, path: Any, n_blocks: int, n_due: int) -> None:
+    conn = _sqlite.connect(path)
+    _sqlite.create_schema(conn)
+    cols = ", ".join(BLOCK_COLUMNS)
+    marks = ", ".join("?" for _ in BLOCK_COLUMNS)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany(f"INSERT INTO blocks ({cols}) VALUES ({marks})", _rows(n_blocks, n_due))
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    ctx.progress(f"preloaded {n_blocks:,} blocks ({path.stat().st_size / 2**20:.0f} MiB)")
+
+
+@benchmark("sweep")
+async def sweep(ctx: Context) -> list[Result]:
+    n_blocks = ctx.n(1_000_000, 10_000)
+    n_due = ctx.n(LIMIT, 10)
+    reps = ctx.n(200, 20)
+    path = ctx.workdir / "sweep.db"
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    ctx.progress(f"raw-inserting {n_blocks:,} blocks, {n_due:,} due")
+    t = time.perf_counter()
+    _preload(ctx, path, n_blocks, n_due)
+    preload_s = time.perf_counter() - t
+
+    raw = _sqlite.connect(path)
+    plan = _sqlite.query_plan(raw, RAW_SQL, (NOW,))
+    ctx.progress("raw query plan:\n      " + plan.replace("\n", "\n      "))
+    uses_index = "blocks_due" in plan
+
+    store_samples: list[int] = []
+    raw_samples: list[int] = []
+    async with Store(path, clock=FakeClock(NOW)) as store:
+        # The store's own statement, as its reader connection ran it, and its plan.
+        statements: list[str] = []
+        reader = store._all_readers[0]  # noqa: SLF001 - to trace the SQL the store runs
+        await reader.set_trace_callback(_sqlite.traced_sql(statements))
+        for _ in range(store._n_readers):  # noqa: SLF001 - each reader once
+            await store.due_for_revalidation(limit=LIMIT, now=NOW)
+        await reader.set_trace_callback(None)
+        store_sql = next((s for s in statements if "FROM blocks" in s), "")
+        store_plan = _sqlite.query_plan(raw, store_sql, ()) if store_sql else "?"
+        if store_plan != plan:
+            ctx.progress("store query plan differs:\n      " + store_plan.replace("\n", "\n      "))
+
+        ctx.progress(f"timing {reps} runs each (+{WARMUP} warm-up), interleaved")
+        for i in range(WARMUP + reps):
+            for side in (("store", "raw") if i % 2 == 0 else ("raw", "store")):
+                if side == "store":
+                    t0 = time.perf_counter_ns()
+                    got = await store.due_for_revalidation(limit=LIMIT, now=NOW)
+                    dt = time.perf_counter_ns() - t0
+                    samples = store_samples
+                else:
+                    t0 = time.perf_counter_ns()
+                    got = raw.execute(RAW_SQL, (NOW,)).fetchall()
+                    dt = time.perf_counter_ns() - t0
+                    samples = raw_samples
+                assert len(got) == n_due, (side, len(got), n_due)
+                if i >= WARMUP:
+                    samples.append(dt)
+    raw.close()
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+    s, r = percentiles_ms(store_samples), percentiles_ms(raw_samples)
+    ratio = s["p95"] / r["p95"]
+    return [
+        Result(
+            name="sweep",
+            value=s["p95"],
+            unit="ms p95",
+            baseline=r["p95"],
+            ratio=ratio,
+            target=f"p95 <= {TARGET_RATIO:g}x raw and < {TARGET_P95_MS:g} ms",
+            ok=ratio <= TARGET_RATIO and s["p95"] < TARGET_P95_MS,
+            extra={
+                "p50": s["p50"],
+                "p99": s["p99"],
+                "baseline_p50": r["p50"],
+                "baseline_p99": r["p99"],
+                "blocks": n_blocks,
+                "due": n_due,
+                "reps": reps,
+                "uses_blocks_due": uses_index,
+                "plan": plan,
+                "store_plan": store_plan,
+                "preload_s": preload_s,
+            },
+        )
+    ]

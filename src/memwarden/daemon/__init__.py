@@ -1,0 +1,21 @@
+"""The daemon: config, wiring, bus, scheduler, systemd notify and signals."""
+
+from __future__ import annotations
+
+from memwarden.daemon._app import Daemon
+from memwarden.daemon._bus import Bus
+from memwarden.daemon._config import Settings, default_home, load_settings
+from memwarden.daemon._logging import configure_logging
+from memwarden.daemon._notify import Notifier
+from memwarden.daemon._scheduler import Scheduler
+
+__all__ = [
+    "Bus",
+    "Daemon",
+    "Notifier",
+    "Scheduler",
+    "Settings",
+    "configure_logging",
+    "default_home",
+    "load_settings",
+]

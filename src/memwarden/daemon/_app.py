@@ -1,0 +1,402 @@
+"""The daemon: wires store, bus, sensors and scheduler, and owns their lifetimes.
+
+Resources are entered through one ``AsyncExitStack`` and closed in reverse; every task
+has a name and lives in the daemon's ``TaskGroup``. ``await daemon.ready()`` is what
+both ``READY=1`` and the tests wait for. Shutdown: a signal sets the stop event; we
+stop taking input (sensors first), let the bus commit what it accepted, tear sensors
+down within their timeouts, then cancel what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from memwarden.errors import (
+    ConfigError,
+    MemwardenError,
+    PluginError,
+    PluginLoadError,
+    ValidationInputError,
+)
+from memwarden.memory import Binding, NewBlock, SystemClock
+from memwarden.memory._store import Store, validate_input
+from memwarden.daemon._bus import Bus
+from memwarden.daemon._config import SensorSettings, Settings, load_settings
+from memwarden.daemon._notify import Notifier
+from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
+from memwarden.plugins import BoundSubject, Registry, SensorContext, SensorRunner
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+    from memwarden.memory import Block, Clock
+    from memwarden.memory._store import ApplyResult
+
+__all__ = ["Daemon"]
+
+log = structlog.get_logger("memwarden.daemon")
+
+
+class Daemon:
+    """One memwarden process."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        registry: Registry | None = None,
+        clock: Clock | None = None,
+        notifier: Notifier | None = None,
+        config_file: str | Path | None = None,
+        install_signal_handlers: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry or Registry.from_entry_points(allow=settings.plugin_allowlist)
+        self.clock: Clock = clock or SystemClock()
+        self.notifier = notifier or Notifier()
+        self.config_file = config_file
+        self._signals = install_signal_handlers
+        self.runners: dict[str, SensorRunner] = {}
+        self._runner_tasks: dict[str, asyncio.Task[None]] = {}
+        self._ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._reload = asyncio.Event()
+        self._dirty_bindings: set[str] = set()
+        self._bindings_wake = asyncio.Event()
+        self._tg: asyncio.TaskGroup | None = None
+        self._store: Store | None = None
+        self._bus: Bus | None = None
+        self._scheduler: Scheduler | None = None
+        self.reloads = 0
+
+    # ------------------------------------------------------------------ accessors
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise MemwardenError("the daemon is not running")
+        return self._store
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise MemwardenError("the daemon is not running")
+        return self._bus
+
+    @property
+    def scheduler(self) -> Scheduler:
+        if self._scheduler is None:
+            raise MemwardenError("the daemon is not running")
+        return self._scheduler
+
+    async def ready(self) -> None:
+        """Wait until the store, bus and sensors are up."""
+        await self._ready.wait()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def request_reload(self) -> None:
+        self._reload.set()
+
+    # ------------------------------------------------------------------ main
+
+    async def run(self) -> None:
+        """Run until asked to stop. Raises on a startup failure (bad store, policy=error)."""
+        s = self.settings
+        s.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.notifier.status("starting")
+        async with contextlib.AsyncExitStack() as stack:
+            store = Store(
+                s.db_path,
+                clock=self.clock,
+                policy=s.rules,
+                readers=s.store.readers,
+                synchronous=s.store.synchronous,
+            )
+            self._store = await stack.enter_async_context(store)
+            stack.callback(self._clear)
+            alive = await store.get_meta(ALIVE_KEY)
+            down_since = float(alive) if alive else None
+            self._bus = Bus(
+                store,
+                queue_per_source=s.bus.queue_per_source,
+                batch_max=s.bus.batch_max,
+                on_applied=self._on_applied,
+            )
+            self._scheduler = Scheduler(
+                store=store,
+                bus=self._bus,
+                runners=lambda: self.runners,
+                settings=s.scheduler,
+                down_since=down_since,
+            )
+            if self._signals:
+                self._install_signals()
+                stack.callback(self._remove_signals)
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                background = [tg.create_task(self._bus.run(), name="bus")]
+                await self._start_sensors(s.sensors)
+                background.append(tg.create_task(self._scheduler.run(), name="scheduler"))
+                background.append(tg.create_task(self._refresh_bindings(), name="bindings"))
+                if self.notifier.watchdog_interval_s:
+                    background.append(tg.create_task(self._watchdog(), name="watchdog"))
+                self._ready.set()
+                self.notifier.ready(await self._status_line())
+                log.info("daemon_ready", db=str(s.db_path), sensors=sorted(self.runners),
+                         down_since=down_since)
+                await self._serve()
+                await self._shutdown(background)
+        log.info("daemon_stopped")
+
+    async def _serve(self) -> None:
+        while not self._stop.is_set():
+            stop = asyncio.ensure_future(self._stop.wait())
+            reload = asyncio.ensure_future(self._reload.wait())
+            await asyncio.wait({stop, reload}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            reload.cancel()
+            if self._reload.is_set() and not self._stop.is_set():
+                self._reload.clear()
+                await self.reload()
+
+    async def _shutdown(self, background: list[asyncio.Task[Any]]) -> None:
+        self.notifier.stopping()
+        log.info("daemon_stopping")
+        for runner in self.runners.values():
+            runner.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*self._runner_tasks.values(), return_exceptions=True)
+        self.bus.close()
+        drain_s = self.settings.bus.drain_timeout.total_seconds()
+        try:
+            async with asyncio.timeout(drain_s):
+                await self.scheduler.wait_idle()
+                await self.bus.drain()
+        except TimeoutError:
+            log.error("bus_drain_timed_out", pending=self.bus.pending, timeout_s=drain_s)
+        for task in background:
+            task.cancel()
+
+    def _clear(self) -> None:
+        self._store = None
+        self._ready.clear()
+
+    # ------------------------------------------------------------------ sensors
+
+    async def _start_sensors(self, sensors: Mapping[str, SensorSettings]) -> None:
+        started = []
+        for name, conf in sensors.items():
+            if not conf.enabled:
+                continue
+            runner = self._make_runner(name, conf)
+            self.runners[name] = runner
+            assert self._tg is not None  # noqa: S101 - run() set it
+            self._runner_tasks[name] = self._tg.create_task(
+                runner.supervise(), name=f"sensor[{name}].run"
+            )
+            started.append(runner)
+            self._dirty_bindings.add(name)
+        await self._push_bindings()
+        for runner in started:
+            await runner.started()
+
+    def _make_runner(self, name: str, conf: SensorSettings) -> SensorRunner:
+        kind = conf.kind or name
+        try:
+            info = self.registry.get(kind)
+        except PluginLoadError as err:
+            raise ConfigError(f"sensors.{name}: {err}") from None
+        try:
+            config = info.cls.Config.model_validate(conf.options)
+        except Exception as err:  # noqa: BLE001 - reported as a config problem with the path
+            raise ConfigError(f"sensors.{name}: invalid options: {err}") from None
+        sensor = info.cls(config)
+        state_dir = self.settings.home / "sensors" / name
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        ctx = SensorContext(
+            name=name,
+            binding_model=info.cls.Binding,
+            clock=self.clock,
+            log=structlog.get_logger("memwarden.sensor").bind(sensor=name),
+            state_dir=state_dir,
+            emit=lambda ev, _name=name: self._emit(_name, ev),
+        )
+        return SensorRunner(
+            name=name,
+            kind=kind,
+            sensor=sensor,
+            ctx=ctx,
+            startup=conf.startup,
+            revalidate_timeout_s=conf.revalidate_timeout.total_seconds(),
+        )
+
+    async def _emit(self, name: str, event: Any) -> None:
+        runner = self.runners.get(name)
+        if runner is not None:
+            runner.counters.events += 1
+            runner.counters.last_success = self.clock.time()
+        await self.bus.put(name, event)
+
+    async def _stop_sensor(self, name: str) -> None:
+        runner = self.runners.pop(name, None)
+        task = self._runner_tasks.pop(name, None)
+        if runner is not None:
+            runner.stop()
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await task
+
+    async def reload(self) -> None:
+        """Re-read the configuration; restart only the sensors whose settings changed."""
+        self.notifier.reloading()
+        try:
+            new = load_settings(self.config_file) if self.config_file else self.settings
+        except ConfigError as err:
+            log.error("reload_failed", error=str(err), problems=err.problems)
+            self.notifier.status("reload failed: keeping the old configuration")
+            self.notifier.ready()
+            return
+        old_sensors = self.settings.sensors
+        changed = {
+            n for n in set(old_sensors) | set(new.sensors)
+            if old_sensors.get(n) != new.sensors.get(n)
+        }
+        for name in sorted(changed):
+            await self._stop_sensor(name)
+        self.settings = new
+        to_start = {n: c for n, c in new.sensors.items() if n in changed}
+        try:
+            await self._start_sensors(to_start)
+        except MemwardenError as err:
+            log.error("reload_sensor_failed", error=str(err))
+        self.reloads += 1
+        log.info("daemon_reloaded", restarted=sorted(changed))
+        self.notifier.ready(await self._status_line())
+
+    # ------------------------------------------------------------------ bindings
+
+    async def _refresh_bindings(self) -> None:
+        while True:
+            await self._bindings_wake.wait()
+            self._bindings_wake.clear()
+            await self._push_bindings()
+
+    async def _push_bindings(self) -> None:
+        dirty, self._dirty_bindings = self._dirty_bindings, set()
+        for name in sorted(dirty):
+            runner = self.runners.get(name)
+            if runner is None:
+                continue
+            bound = []
+            for block_id, binding in await self.store.bindings_for_sensor(name):
+                try:
+                    selector = runner.ctx.parse_binding(binding)
+                except ValidationInputError as err:
+                    log.warning("binding_invalid", sensor=name, block_id=block_id, error=str(err))
+                    continue
+                bound.append(BoundSubject(block_id, binding, selector))
+            runner.ctx.set_bindings(bound)
+
+    def _mark_bindings_dirty(self, sensors: Sequence[str]) -> None:
+        self._dirty_bindings.update(sensors)
+        self._bindings_wake.set()
+
+    def check_bindings(self, bindings: Sequence[Binding]) -> None:
+        """Refuse bindings that name no configured sensor or that its model rejects."""
+        errors: list[tuple[str, str]] = []
+        for i, binding in enumerate(bindings):
+            runner = self.runners.get(binding.sensor)
+            if runner is None:
+                known = ", ".join(sorted(self.runners)) or "none configured"
+                errors.append((f"bindings.{i}.sensor",
+                               f"no sensor named {binding.sensor!r} (known: {known})"))
+                continue
+            try:
+                selector = runner.ctx.parse_binding(binding)
+                check = getattr(runner.sensor, "validate_binding", None)
+                if check is not None:
+                    check(selector)
+            except ValidationInputError as err:
+                errors.extend((f"bindings.{i}.{f}", m) for f, m in err.errors)
+            except ValueError as err:
+                errors.append((f"bindings.{i}", str(err)))
+            if not binding.subject:
+                errors.append((f"bindings.{i}", "names no subject (path, test, url, check)"))
+        if errors:
+            raise ValidationInputError(errors)
+
+    async def add_block(self, new: NewBlock | Mapping[str, Any], *, actor: str = "agent") -> Block:
+        """Validate (bindings included) and store a block; its sensors learn the binding."""
+        block = validate_input(NewBlock, new)
+        self.check_bindings(block.bindings)
+        stored = await self.store.add(block, actor=actor)
+        self._mark_bindings_dirty([b.sensor for b in block.bindings])
+        return stored
+
+    async def delete_block(self, block_id: str, *, actor: str, reason: str = "") -> None:
+        block = await self.store.get(block_id)
+        await self.store.delete(block_id, actor=actor, reason=reason)
+        self._mark_bindings_dirty([b.sensor for b in block.bindings])
+
+    # ------------------------------------------------------------------ status
+
+    async def _on_applied(self, result: ApplyResult) -> None:
+        for change in result.changes:
+            log.debug("block_state_changed", block_id=change.block_id, before=change.before,
+                      after=change.after)
+
+    async def _status_line(self) -> str:
+        counts = await self.store.counts()
+        running = sum(1 for r in self.runners.values() if r.available)
+        stale = counts["by_state"].get("stale", 0)
+        return (f"{counts['blocks']} blocks, {stale} stale, "
+                f"{running}/{len(self.runners)} sensors running")
+
+    async def _watchdog(self) -> None:
+        interval = self.notifier.watchdog_interval_s or 1.0
+        beats = 0
+        while True:
+            self.notifier.watchdog()
+            beats += 1
+            if beats % 30 == 0:
+                with contextlib.suppress(MemwardenError):
+                    self.notifier.status(await self._status_line())
+            await asyncio.sleep(interval)
+
+    def sensor_status(self) -> list[dict[str, Any]]:
+        out = []
+        for name, runner in sorted(self.runners.items()):
+            out.append({"name": name, "kind": runner.kind, "status": runner.status,
+                        "ready": runner.ctx.is_ready, **runner.counters.as_dict()})
+        for name, err in sorted(self.registry.failures.items()):
+            out.append({"name": name, "kind": name, "status": "load_failed", "error": str(err)})
+        return out
+
+    # ------------------------------------------------------------------ signals
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.request_stop)
+        loop.add_signal_handler(signal.SIGINT, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+
+    def _remove_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+
+
+def _pid() -> int:  # pragma: no cover - trivial
+    return os.getpid()
+
+
+_ = PluginError

@@ -1,0 +1,193 @@
+"""The event bus: bounded per source, fair between sources, validated at the boundary.
+
+Each source (a sensor instance, the HTTP API, the MQTT bridge) has its own bounded
+queue, so a sensor that floods only waits on itself while the others keep emitting.
+One consumer drains the queues round-robin into :meth:`Store.apply_events`, which
+commits in groups. A bad event is counted, logged once per kind and dead-lettered with
+the reason — never applied, never fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from pydantic import ValidationError
+
+from memwarden.errors import StorageError, ValidationInputError
+from memwarden.memory import ValidationEvent
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from memwarden.memory._store import ApplyResult, Store
+
+__all__ = ["Bus"]
+
+log = structlog.get_logger("memwarden.bus")
+
+
+class Bus:
+    """Carries events from sources to the store."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        queue_per_source: int = 1000,
+        batch_max: int = 2000,
+        on_applied: Callable[[ApplyResult], Awaitable[None] | None] | None = None,
+    ) -> None:
+        self._store = store
+        self._queue_size = queue_per_source
+        self._batch_max = batch_max
+        self._queues: dict[str, asyncio.Queue[ValidationEvent]] = {}
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+        self._on_applied = on_applied
+        self.accepted = 0
+        self.duplicates = 0
+        self.by_source: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter()
+        self._logged_kinds: set[str] = set()
+
+    # ------------------------------------------------------------------ intake
+
+    async def put(self, source: str, event: ValidationEvent) -> None:
+        """Queue an event from ``source``; waits while that source's queue is full."""
+        if self._closed:
+            raise StorageError("the bus is closed: the daemon is shutting down")
+        if event.sensor != source and not source.startswith("remote:"):
+            await self.reject(
+                source,
+                "sensor_mismatch",
+                f"event says sensor {event.sensor!r} but came from {source!r}",
+                event.model_dump_json(),
+            )
+            return
+        queue = self._queues.get(source)
+        if queue is None:
+            queue = self._queues[source] = asyncio.Queue(self._queue_size)
+        self._idle.clear()
+        await queue.put(event)
+        self._wake.set()
+
+    async def submit(self, source: str, payloads: Iterable[Any]) -> ApplyResult:
+        """Validate raw payloads and apply them now; returns after the commit.
+
+        The path for remote events (HTTP, MQTT) that must be acknowledged only once
+        stored. Invalid payloads are dead-lettered and reported in ``rejected``.
+        """
+        from memwarden.memory._store import ApplyResult  # noqa: PLC0415 - avoid a cycle at import
+
+        events: list[ValidationEvent] = []
+        rejected: list[tuple[str, str]] = []
+        for i, payload in enumerate(payloads):
+            try:
+                events.append(
+                    payload
+                    if isinstance(payload, ValidationEvent)
+                    else ValidationEvent.model_validate(payload)
+                )
+            except ValidationError as err:
+                reason = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc']) or 'event'}: {e['msg']}"
+                    for e in err.errors()
+                )
+                await self.reject(source, "invalid_event", reason, repr(payload)[:65536])
+                rejected.append((str(i), reason))
+        result = await self._store.apply_events(events) if events else ApplyResult()
+        self._count(source, result)
+        result.rejected.extend(rejected)
+        return result
+
+    async def reject(self, source: str, kind: str, reason: str, payload: str | bytes) -> None:
+        """Count, log (once per kind and source) and dead-letter a bad input."""
+        self.rejected[kind] += 1
+        key = f"{source}:{kind}"
+        if key not in self._logged_kinds:
+            self._logged_kinds.add(key)
+            log.warning("event_rejected", source=source, kind=kind, reason=reason[:500])
+        with contextlib.suppress(StorageError):
+            await self._store.dead_letter(source=source, reason=f"{kind}: {reason}", payload=payload)
+
+    # ------------------------------------------------------------------ consumer
+
+    async def run(self) -> None:
+        """Drain the queues into the store until cancelled."""
+        while True:
+            await self._wake.wait()
+            batch, taken = self._take()
+            if not batch:
+                self._wake.clear()
+                if all(q.empty() for q in self._queues.values()):
+                    self._idle.set()
+                continue
+            await self._apply(batch)
+            for queue, n in taken:
+                for _ in range(n):
+                    queue.task_done()
+
+    def _take(self) -> tuple[list[ValidationEvent], list[tuple[asyncio.Queue[Any], int]]]:
+        batch: list[ValidationEvent] = []
+        taken = []
+        sources = [q for q in self._queues.values() if not q.empty()]
+        share = max(1, self._batch_max // max(1, len(sources)))
+        for queue in sources:
+            n = 0
+            while n < share and not queue.empty():
+                batch.append(queue.get_nowait())
+                n += 1
+            taken.append((queue, n))
+        return batch, taken
+
+    async def _apply(self, batch: list[ValidationEvent]) -> None:
+        delay = 0.05
+        while True:
+            try:
+                result = await self._store.apply_events(batch)
+            except ValidationInputError as err:
+                log.error("event_batch_invalid", error=str(err))
+                return
+            except StorageError as err:
+                # Keep the events: they were taken from sensors but not yet committed.
+                log.error("event_batch_failed", error=str(err), events=len(batch), retry_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            break
+        for ev in batch:
+            self.by_source[ev.sensor] += 1
+        self._count(None, result)
+        if self._on_applied is not None:
+            maybe = self._on_applied(result)
+            if maybe is not None:
+                await maybe
+
+    def _count(self, source: str | None, result: ApplyResult) -> None:
+        self.accepted += result.accepted
+        self.duplicates += result.duplicates
+        if source is not None:
+            self.by_source[source] += result.accepted
+        if result.rejected:
+            self.rejected["store_rejected"] += len(result.rejected)
+
+    # ------------------------------------------------------------------ shutdown
+
+    @property
+    def pending(self) -> int:
+        return sum(q.qsize() for q in self._queues.values())
+
+    async def drain(self) -> None:
+        """Wait until everything queued so far is committed."""
+        for queue in list(self._queues.values()):
+            await queue.join()
+
+    def close(self) -> None:
+        """Stop taking new events (what is queued still drains)."""
+        self._closed = True

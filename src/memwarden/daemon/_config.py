@@ -1,0 +1,228 @@
+"""The daemon's configuration: arguments > environment (``MEMWARDEN_``) > TOML > defaults.
+
+Only the daemon reads the environment. Every problem is reported with its path, the
+value and what was expected: ``sensors.api.interval: '5 minutes' is not a duration ...``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
+
+from memwarden.errors import ConfigError
+from memwarden.memory import Duration
+from memwarden.memory.policy import PolicyConfig
+from memwarden.plugins import StartupPolicy
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from pydantic_settings import PydanticBaseSettingsSource
+
+__all__ = [
+    "ApiSettings",
+    "BusSettings",
+    "SchedulerSettings",
+    "SensorSettings",
+    "Settings",
+    "StoreSettings",
+    "default_home",
+    "format_problems",
+    "load_settings",
+]
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+Port = Annotated[int, Field(ge=0, le=65535)]
+
+
+def default_home() -> Path:
+    """Where state lives when nothing says otherwise.
+
+    systemd's ``STATE_DIRECTORY``, then ``$XDG_STATE_HOME/memwarden``, then
+    ``~/.local/state/memwarden``. ``MEMWARDEN_HOME`` (read by :class:`Settings`) wins.
+    """
+    if state := os.environ.get("STATE_DIRECTORY"):
+        return Path(state.split(":")[0])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "memwarden"
+
+
+class StoreSettings(BaseModel):
+    """``[store]``: the SQLite database."""
+
+    model_config = _FROZEN
+
+    path: Path | None = Field(default=None, description="Default: <home>/memwarden.db")
+    synchronous: Literal["normal", "full"] = "normal"
+    readers: Annotated[int, Field(ge=1, le=16)] = 2
+
+
+class ApiSettings(BaseModel):
+    """``[api]``: the HTTP API (loopback only unless told otherwise)."""
+
+    model_config = _FROZEN
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: Port = 7077
+    unix_socket: Path | None = None
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 1024 * 1024
+
+
+class BusSettings(BaseModel):
+    """``[bus]``: how events travel from sensors to the store."""
+
+    model_config = _FROZEN
+
+    queue_per_source: Annotated[int, Field(ge=1)] = 1000
+    batch_max: Annotated[int, Field(ge=1)] = 2000
+    drain_timeout: Duration = timedelta(seconds=10)
+
+
+class SchedulerSettings(BaseModel):
+    """``[scheduler]``: the periodic passes."""
+
+    model_config = _FROZEN
+
+    sweep_interval: Duration = timedelta(seconds=5)
+    dispatch_interval: Duration = timedelta(seconds=1)
+    sweep_batch: Annotated[int, Field(ge=1)] = 1000
+    decay_interval: Duration = timedelta(hours=1)
+    heuristic_interval: Duration = timedelta(hours=24)
+    consolidation_interval: Duration = timedelta(hours=1)
+    heartbeat_interval: Duration = timedelta(seconds=30)
+
+
+class SensorSettings(BaseModel):
+    """``[sensors.<name>]``: one sensor instance; sensor-specific keys go to its Config."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    kind: str | None = Field(default=None, description="The plugin; default: the table name.")
+    enabled: bool = True
+    startup: StartupPolicy = StartupPolicy.RETRY
+    revalidate_timeout: Duration = timedelta(seconds=30)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The sensor-specific keys, validated later by the sensor's own Config model."""
+        return dict(self.model_extra or {})
+
+
+class Settings(BaseSettings):
+    """All of memwarden's daemon configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MEMWARDEN_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+    )
+
+    home: Path = Field(default_factory=default_home, description="State directory.")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["auto", "console", "json"] = "auto"
+    plugins: str | None = Field(
+        default=None, description="Comma-separated allowlist of sensor plugins to load."
+    )
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    bus: BusSettings = Field(default_factory=BusSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    rules: PolicyConfig = Field(default_factory=PolicyConfig)
+    sensors: dict[str, SensorSettings] = Field(default_factory=dict)
+
+    @field_validator("sensors")
+    @classmethod
+    def _sensor_names(cls, value: dict[str, SensorSettings]) -> dict[str, SensorSettings]:
+        import re  # noqa: PLC0415 - only here
+
+        for name in value:
+            if not re.fullmatch(r"[a-z][a-z0-9_.-]{0,63}", name):
+                msg = f"sensor name {name!r} must match [a-z][a-z0-9_.-]* (at most 64 characters)"
+                raise ValueError(msg)
+        return value
+
+    @property
+    def db_path(self) -> Path:
+        return self.store.path or self.home / "memwarden.db"
+
+    @property
+    def plugin_allowlist(self) -> list[str] | None:
+        if self.plugins is None:
+            return None
+        return [p.strip() for p in self.plugins.split(",") if p.strip()]
+
+
+def format_problems(err: ValidationError) -> list[str]:
+    """``path: message`` for each problem, as ``config check`` prints them."""
+    out = []
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        out.append(f"{path}: {msg}")
+    return out
+
+
+def load_settings(
+    config_file: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Load settings from a TOML file, the environment and explicit overrides.
+
+    Raises :class:`ConfigError` listing every problem with its path.
+    """
+    path = Path(config_file) if config_file is not None else None
+    if path is not None:
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such configuration file")
+        try:
+            with path.open("rb") as fh:
+                tomllib.load(fh)
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path}: not valid TOML: {err}") from None
+
+    class _FileSettings(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+            if path is not None:
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            return tuple(sources)
+
+    saved = None
+    if env is not None:
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(env)
+    try:
+        loaded = _FileSettings(**overrides)
+    except ValidationError as err:
+        problems = format_problems(err)
+        where = f"{path}: " if path is not None else ""
+        raise ConfigError(
+            f"{where}{len(problems)} problem(s) in the configuration", problems=problems
+        ) from None
+    finally:
+        if saved is not None:
+            os.environ.clear()
+            os.environ.update(saved)
+    return Settings.model_validate(loaded.model_dump())

@@ -1,0 +1,205 @@
+"""The sensor contract: what a plugin implements and what the daemon hands it."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+
+from memwarden.errors import ValidationInputError
+from memwarden.memory import Binding, Outcome, RevalidationRequest, ValidationEvent
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+    from pathlib import Path
+
+    import structlog
+
+    from memwarden.memory import Clock
+
+__all__ = [
+    "BaseBinding",
+    "BaseSensorConfig",
+    "BoundSubject",
+    "Sensor",
+    "SensorContext",
+    "StartupPolicy",
+]
+
+
+class StartupPolicy(StrEnum):
+    """What a failing ``setup`` means for the daemon."""
+
+    ERROR = "error"  # the daemon refuses to start
+    IGNORE = "ignore"  # the sensor stays disabled; the daemon runs without it
+    RETRY = "retry"  # keep retrying with backoff in the background
+
+
+class BaseSensorConfig(BaseModel):
+    """Base for a sensor's own config model (its ``[sensors.<name>]`` table)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BaseBinding(BaseModel):
+    """Base for a sensor's binding model: the selector keys of a binding.
+
+    ``sensor`` and ``subject`` are handled by the daemon; a binding model declares the
+    rest (``path``, ``key``, ``equals`` ...) and may override :meth:`subject_of`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def subject_of(self) -> str | None:
+        """The subject this selector checks; None lets the daemon derive it."""
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class BoundSubject:
+    """One binding a sensor owns: the block, the raw binding and the parsed selector."""
+
+    block_id: str
+    binding: Binding
+    selector: BaseBinding
+
+    @property
+    def subject(self) -> str:
+        return self.binding.subject
+
+
+@runtime_checkable
+class Sensor(Protocol):
+    """What a sensor plugin implements.
+
+    The class is found through the entry-point group ``memwarden.sensors`` and built as
+    ``SensorClass(config)`` with its validated ``Config``. The daemon then calls:
+
+    - ``setup(ctx)`` once to acquire resources (may raise; the startup policy decides);
+    - ``run(ctx)`` as a long-running task: watch the world, ``await ctx.emit(...)``, and
+      call ``ctx.ready()`` once watching. It is restarted with backoff if it raises;
+    - ``revalidate(request)`` to check one bound subject now, under a deadline; return
+      the event(s) observed (or emit them and return None);
+    - ``teardown()`` once at the end; idempotent and safe after a partial setup.
+    """
+
+    kind: ClassVar[str]
+    Config: ClassVar[type[BaseSensorConfig]]
+    Binding: ClassVar[type[BaseBinding]]
+
+    async def setup(self, ctx: SensorContext) -> None: ...
+
+    async def run(self, ctx: SensorContext) -> None: ...
+
+    async def revalidate(
+        self, request: RevalidationRequest
+    ) -> ValidationEvent | Sequence[ValidationEvent] | None: ...
+
+    async def teardown(self) -> None: ...
+
+
+class SensorContext:
+    """What the daemon gives a sensor: emit, bindings, clock, logger, a state dir."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        binding_model: type[BaseBinding],
+        clock: Clock,
+        log: structlog.typing.FilteringBoundLogger,
+        state_dir: Path,
+        emit: Callable[[ValidationEvent], Awaitable[None]],
+        default_window: timedelta | None = None,
+    ) -> None:
+        self.name = name
+        self.clock = clock
+        self.log = log
+        self.state_dir = state_dir
+        self._emit = emit
+        self._binding_model = binding_model
+        self._bindings: list[BoundSubject] = []
+        self._changed = asyncio.Event()
+        self._ready = asyncio.Event()
+        self.default_window = default_window
+
+    # -- readiness
+
+    def ready(self) -> None:
+        """Say the sensor is watching (``run`` calls this once it is)."""
+        self._ready.set()
+
+    async def wait_ready(self) -> None:
+        await self._ready.wait()
+
+    @property
+    def is_ready(self) -> bool:
+        return self._ready.is_set()
+
+    # -- bindings
+
+    @property
+    def bindings(self) -> list[BoundSubject]:
+        """The bindings this sensor owns right now."""
+        return list(self._bindings)
+
+    async def wait_bindings_changed(self) -> list[BoundSubject]:
+        """Wait until the bindings change; returns the new list."""
+        await self._changed.wait()
+        self._changed.clear()
+        return self.bindings
+
+    def set_bindings(self, bindings: list[BoundSubject]) -> None:
+        """Daemon side: replace the bindings and wake the sensor."""
+        self._bindings = bindings
+        self._changed.set()
+
+    def parse_binding(self, binding: Binding) -> BaseBinding:
+        """Validate a binding's selector with the sensor's model (ValidationInputError)."""
+        try:
+            return self._binding_model.model_validate(binding.selector)
+        except ValidationError as err:
+            raise ValidationInputError(
+                [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in err.errors()]
+            ) from None
+
+    # -- events
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock.time(), tz=UTC)
+
+    def event(
+        self,
+        subject: str,
+        outcome: Outcome | str,
+        *,
+        observed: JsonValue = None,
+        message: str = "",
+        reliability: float | None = None,
+        validity_window: timedelta | None = None,
+        request_id: str | None = None,
+        block_id: str | None = None,
+        observed_at: datetime | None = None,
+    ) -> ValidationEvent:
+        """Build an event from this sensor, observed now unless told otherwise."""
+        fields: dict[str, Any] = {
+            "sensor": self.name,
+            "subject": subject,
+            "outcome": outcome,
+            "observed": observed,
+            "message": message[:4096],
+            "reliability": reliability,
+            "validity_window": validity_window,
+            "request_id": request_id,
+            "block_id": block_id,
+            "observed_at": observed_at or self.now(),
+        }
+        return ValidationEvent.model_validate(fields)
+
+    async def emit(self, event: ValidationEvent) -> None:
+        """Hand an event to the daemon; waits while the daemon is behind (back-pressure)."""
+        await self._emit(event)

@@ -1,0 +1,282 @@
+"""Running a sensor under supervision: restart with backoff, deadlines, counters.
+
+Each sensor instance gets one :class:`SensorRunner`, whose :meth:`~SensorRunner.supervise`
+task owns the sensor's life: ``setup`` (per its startup policy), ``run`` (restarted with
+capped full-jitter backoff after a crash, marked ``failed`` after a crash loop) and
+``teardown``. ``revalidate`` calls run under a deadline that is never shortened; a check
+still running for the same subject when the next is due is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from memwarden.errors import PluginError
+from memwarden.memory import Outcome, ValidationEvent
+from memwarden.plugins._contract import StartupPolicy
+
+if TYPE_CHECKING:
+    from memwarden.memory import RevalidationRequest
+    from memwarden.plugins._contract import Sensor, SensorContext
+
+__all__ = ["Backoff", "SensorCounters", "SensorRunner"]
+
+log = structlog.get_logger("memwarden.plugins")
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Capped exponential backoff with full jitter (AWS architecture blog)."""
+
+    base_s: float = 1.0
+    cap_s: float = 60.0
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        ceiling = min(self.cap_s, self.base_s * (2 ** min(attempt, 32)))
+        return (rng or random).uniform(0.0, ceiling)
+
+
+@dataclass(slots=True)
+class SensorCounters:
+    """What a sensor has done, for ``GET /v1/sensors``, health and metrics."""
+
+    events: int = 0
+    errors: int = 0
+    restarts: int = 0
+    timeouts: int = 0
+    skipped: int = 0
+    revalidations: int = 0
+    last_success: float | None = None
+    last_error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class SensorRunner:
+    """Supervises one sensor instance."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        kind: str,
+        sensor: Sensor,
+        ctx: SensorContext,
+        startup: StartupPolicy = StartupPolicy.RETRY,
+        revalidate_timeout_s: float = 30.0,
+        setup_timeout_s: float = 30.0,
+        teardown_timeout_s: float = 10.0,
+        backoff: Backoff | None = None,
+        crash_loop_restarts: int = 5,
+        crash_loop_window_s: float = 300.0,
+        healthy_after_s: float = 60.0,
+    ) -> None:
+        self.name = name
+        self.kind = kind
+        self.sensor = sensor
+        self.ctx = ctx
+        self.startup = startup
+        self.revalidate_timeout_s = revalidate_timeout_s
+        self.setup_timeout_s = setup_timeout_s
+        self.teardown_timeout_s = teardown_timeout_s
+        self.backoff = backoff or Backoff()
+        self.crash_loop_restarts = crash_loop_restarts
+        self.crash_loop_window_s = crash_loop_window_s
+        self.healthy_after_s = healthy_after_s
+        self.counters = SensorCounters()
+        self.status = "starting"
+        self.log = log.bind(sensor=name, kind=kind)
+        self._stop = asyncio.Event()
+        self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._crashes: deque[float] = deque()
+        self._inflight: set[str] = set()
+        self._set_up = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def started(self) -> None:
+        """Wait until the first setup attempt settled (raises under policy ``error``)."""
+        await asyncio.shield(self._started)
+
+    @property
+    def available(self) -> bool:
+        return self.status == "running"
+
+    def stop(self) -> None:
+        """Ask the supervised task to finish (it tears the sensor down)."""
+        self._stop.set()
+
+    async def supervise(self) -> None:
+        """The sensor's task: setup, run, restart with backoff, teardown at the end."""
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        try:
+            while not self._stop.is_set():
+                if not await self._setup(attempt):
+                    if self.status in ("failed", "disabled"):
+                        return
+                    attempt += 1
+                    await self._pause(self.backoff.delay(attempt))
+                    continue
+                self.status = "running"
+                self._settle_start()
+                began = loop.time()
+                crashed = await self._run_once()
+                if not crashed:
+                    return
+                if loop.time() - began >= self.healthy_after_s:
+                    attempt = 0
+                if self._crash_loop(loop.time()):
+                    self.status = "failed"
+                    self.log.error("sensor_failed", reason="crash loop", restarts=self.counters.restarts)
+                    return
+                attempt += 1
+                self.counters.restarts += 1
+                self.status = "backoff"
+                await self._teardown()
+                delay = self.backoff.delay(attempt)
+                self.log.warning("sensor_restarting", attempt=attempt, delay_s=round(delay, 3))
+                await self._pause(delay)
+        finally:
+            self._settle_start()
+            await self._teardown()
+            if self.status not in ("failed", "disabled"):
+                self.status = "stopped"
+
+    async def _setup(self, attempt: int) -> bool:
+        if self._set_up:
+            return True
+        try:
+            async with asyncio.timeout(self.setup_timeout_s):
+                await self.sensor.setup(self.ctx)
+        except Exception as err:  # noqa: BLE001 - the startup policy decides what it means
+            self.counters.errors += 1
+            self.counters.last_error = f"setup: {type(err).__name__}: {err}"
+            await self._teardown(force=True)
+            self.log.error("sensor_setup_failed", error=self.counters.last_error, attempt=attempt)
+            if self.startup == StartupPolicy.ERROR:
+                self.status = "failed"
+                if not self._started.done():
+                    self._started.set_exception(
+                        PluginError(
+                            f"sensor {self.name!r} failed to start: {self.counters.last_error}",
+                            plugin=self.name,
+                        )
+                    )
+                return False
+            if self.startup == StartupPolicy.IGNORE:
+                self.status = "disabled"
+                self._settle_start()
+                return False
+            self.status = "backoff"
+            self._settle_start()
+            return False
+        self._set_up = True
+        return True
+
+    async def _run_once(self) -> bool:
+        """Run the sensor; True if it crashed, False if it finished or we are stopping."""
+        run = asyncio.ensure_future(self.sensor.run(self.ctx))
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not run.done():
+                run.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await run
+        if self._stop.is_set() and not run.done():
+            return False
+        if run.cancelled():
+            return False
+        err = run.exception()
+        if err is None:
+            self.log.info("sensor_run_finished")
+            await self._stop.wait()
+            return False
+        self.counters.errors += 1
+        self.counters.last_error = f"run: {type(err).__name__}: {err}"
+        self.log.error("sensor_crashed", error=self.counters.last_error, exc_info=err)
+        return True
+
+    def _crash_loop(self, now: float) -> bool:
+        self._crashes.append(now)
+        while self._crashes and now - self._crashes[0] > self.crash_loop_window_s:
+            self._crashes.popleft()
+        return len(self._crashes) > self.crash_loop_restarts
+
+    async def _pause(self, delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=delay)
+
+    async def _teardown(self, *, force: bool = False) -> None:
+        if not self._set_up and not force:
+            return
+        self._set_up = False
+        try:
+            async with asyncio.timeout(self.teardown_timeout_s):
+                await self.sensor.teardown()
+        except Exception as err:  # noqa: BLE001 - teardown problems are logged, never fatal
+            self.log.warning("sensor_teardown_failed", error=f"{type(err).__name__}: {err}")
+
+    def _settle_start(self) -> None:
+        if not self._started.done():
+            self._started.set_result(None)
+
+    # ------------------------------------------------------------------ revalidation
+
+    def busy(self, subject: str) -> bool:
+        return subject in self._inflight
+
+    async def revalidate(self, request: RevalidationRequest) -> list[ValidationEvent]:
+        """Check one subject under the request's deadline; always returns events.
+
+        A timeout or a crash becomes an ``error`` event (never a refutation). Returns an
+        empty list when a check of the same subject is still running (skipped, counted).
+        """
+        subject = request.subject
+        if subject in self._inflight:
+            self.counters.skipped += 1
+            return []
+        if not self.available:
+            return [self._error(request, f"sensor {self.name!r} is {self.status}")]
+        timeout_s = max(request.timeout.total_seconds(), self.revalidate_timeout_s)
+        self._inflight.add(subject)
+        self.counters.revalidations += 1
+        try:
+            async with asyncio.timeout(timeout_s):
+                result = await self.sensor.revalidate(request)
+        except TimeoutError:
+            self.counters.timeouts += 1
+            self.log.warning("revalidate_timed_out", subject=subject, timeout_s=timeout_s)
+            return [self._error(request, f"check timed out after {timeout_s:g}s")]
+        except Exception as err:  # noqa: BLE001 - a crashing check is an error outcome
+            self.counters.errors += 1
+            self.counters.last_error = f"revalidate: {type(err).__name__}: {err}"
+            self.log.warning("revalidate_failed", subject=subject, error=self.counters.last_error)
+            return [self._error(request, self.counters.last_error)]
+        finally:
+            self._inflight.discard(subject)
+        events = [] if result is None else [result] if isinstance(result, ValidationEvent) else list(result)
+        out = []
+        for ev in events:
+            if ev.request_id is None:
+                ev = ev.model_copy(update={"request_id": request.id})  # noqa: PLW2901
+            out.append(ev)
+        if out:
+            self.counters.last_success = self.ctx.clock.time()
+        return out
+
+    def _error(self, request: RevalidationRequest, message: str) -> ValidationEvent:
+        return self.ctx.event(
+            request.subject, Outcome.ERROR, message=message, request_id=request.id
+        )
