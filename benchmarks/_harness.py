@@ -32,6 +32,7 @@ __all__ = [
     "Result",
     "benchmark",
     "machine_info",
+    "thread_cpu_s",
     "percentiles_ms",
     "print_table",
     "run_benchmarks",
@@ -104,6 +105,17 @@ def percentiles_ms(samples_ns: Sequence[int]) -> dict[str, float]:
         return {"p50": ms[0], "p95": ms[0], "p99": ms[0], "max": ms[0]}
     cuts = statistics.quantiles(ms, n=100, method="inclusive")
     return {"p50": cuts[49], "p95": cuts[94], "p99": cuts[98], "max": ms[-1]}
+
+
+def thread_cpu_s(native_id: int | None) -> float | None:
+    """CPU seconds a thread of this process has used so far (Linux; None elsewhere)."""
+    if native_id is None:
+        return None
+    try:
+        stat = Path(f"/proc/self/task/{native_id}/schedstat").read_text(encoding="ascii")
+    except OSError:
+        return None
+    return int(stat.split()[0]) / 1e9
 
 
 def run_benchmarks(names: Sequence[str], *, scale: float, workdir: Path) -> list[Result]:

@@ -29,7 +29,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from benchmarks import _sqlite
-from benchmarks._harness import Context, Result, benchmark
+from benchmarks._harness import Context, Result, benchmark, thread_cpu_s
 from memwarden.memory import Binding, FakeClock, NewBlock, Outcome, ValidationEvent, from_ts
 from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_record, evidence_row
 from memwarden.memory._store import Store
@@ -139,11 +139,11 @@ def _raw_apply(
     effects: list[tuple[Any, ...]],
     updates: list[tuple[Any, ...]],
     now: float,
-) -> float:
-    """The baseline; returns the seconds it took."""
+) -> dict[str, float]:
+    """The baseline; returns the seconds it took in total and per phase."""
     conn = _sqlite.connect(path)
     gc.collect()
-    t = time.perf_counter()
+    marks = [time.perf_counter()]
     conn.execute("BEGIN IMMEDIATE")
     first = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0] + 1
     event_rows = []
@@ -170,13 +170,20 @@ def _raw_apply(
             )
         )
         effect_rows.append((rid_of[ev.subject], seq, *eff))
+    marks.append(time.perf_counter())
     conn.executemany(_EVENT_INSERT, event_rows)
+    marks.append(time.perf_counter())
     conn.executemany(_EFFECT_INSERT, effect_rows)
+    marks.append(time.perf_counter())
     conn.executemany(_BLOCK_UPDATE, updates)
+    marks.append(time.perf_counter())
     conn.execute("COMMIT")
-    elapsed = time.perf_counter() - t
+    marks.append(time.perf_counter())
     conn.close()
-    return elapsed
+    phases = ("rows", "events", "effects", "updates", "commit")
+    out = {f"baseline_{p}_s": b - a for p, a, b in zip(phases, marks[:-1], marks[1:], strict=True)}
+    out["baseline_s"] = marks[-1] - marks[0]
+    return out
 
 
 def _digest(path: Path) -> str:
@@ -221,13 +228,26 @@ async def ingest(ctx: Context) -> list[Result]:
     ctx.progress(f"store: apply_events x {-(-n_events // APPLY_CHUNK)} chunks, gathered")
     async with Store(store_path, clock=clock) as store:
         chunks = [events[i : i + APPLY_CHUNK] for i in range(0, n_events, APPLY_CHUNK)]
-        writer = store._writer  # noqa: SLF001 - commit counts for the report
-        commits_before = writer.commits if writer else 0
+        # Private, for the report only (None if the store changes shape): how many
+        # commits the writer made, and how much CPU its SQLite thread used.
+        writer = getattr(store, "_writer", None)
+        wconn = getattr(store, "_wconn", None)
+        sql_tid = getattr(getattr(wconn, "_thread", None), "native_id", None)
+        commits_before = getattr(writer, "commits", 0)
+        sql_cpu_before = thread_cpu_s(sql_tid)
         gc.collect()
+        loop_cpu_before = time.thread_time()
         t = time.perf_counter()
         results = await asyncio.gather(*(store.apply_events(c) for c in chunks))
         store_s = time.perf_counter() - t
-        commits = (writer.commits if writer else 0) - commits_before
+        loop_cpu_s = time.thread_time() - loop_cpu_before
+        sql_cpu_after = thread_cpu_s(sql_tid)
+        commits = getattr(writer, "commits", 0) - commits_before
+    sql_cpu_s = (
+        None
+        if sql_cpu_before is None or sql_cpu_after is None
+        else sql_cpu_after - sql_cpu_before
+    )
     accepted = sum(r.accepted for r in results)
     unmatched = sum(r.unmatched for r in results)
     revalidations = sum(r.revalidations for r in results)
@@ -235,7 +255,8 @@ async def ingest(ctx: Context) -> list[Result]:
     assert unmatched == 0, unmatched
 
     ctx.progress("raw sqlite3: one transaction of executemany")
-    raw_s = _raw_apply(raw_path, events, rid_of, effects, updates, now)
+    raw = _raw_apply(raw_path, events, rid_of, effects, updates, now)
+    raw_s = raw["baseline_s"]
 
     same = _digest(store_path) == _digest(raw_path)
     ctx.progress(f"end states identical: {same}")
@@ -259,7 +280,9 @@ async def ingest(ctx: Context) -> list[Result]:
                 "events": n_events,
                 "chunk": APPLY_CHUNK,
                 "store_s": store_s,
-                "baseline_s": raw_s,
+                "store_loop_cpu_s": loop_cpu_s,
+                "store_sql_thread_cpu_s": sql_cpu_s,
+                **raw,
                 "commits": commits,
                 "revalidations_queued": revalidations,
                 "same_end_state": same,

@@ -43,8 +43,9 @@ ConfigOpt = Annotated[
 ]
 DbOpt = Annotated[
     Path | None,
-    typer.Option("--db", help="The SQLite database (default: <home>/memwarden.db).",
-                 envvar="MEMWARDEN_DB"),
+    typer.Option(
+        "--db", help="The SQLite database (default: <home>/memwarden.db).", envvar="MEMWARDEN_DB"
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
@@ -91,8 +92,8 @@ def run(config: ConfigOpt = None) -> None:
     try:
         asyncio.run(daemon.run())
     except* MemwardenError as group:
-        for e in group.exceptions:
-            err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        for failure in group.exceptions:
+            err.print(f"[red]error:[/red] {failure}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
 
 
@@ -147,8 +148,13 @@ def sensors(json_out: JsonOpt = False) -> None:
         allow = None
     registry = Registry.from_entry_points(allow=allow)
     rows = [
-        {"kind": p.kind, "distribution": p.distribution, "version": p.version,
-         "entry_point": p.entry_point, "status": "ok"}
+        {
+            "kind": p.kind,
+            "distribution": p.distribution,
+            "version": p.version,
+            "entry_point": p.entry_point,
+            "status": "ok",
+        }
         for p in registry.plugins.values()
     ] + [
         {"kind": k, "distribution": "", "version": "", "entry_point": "", "status": str(e)}
@@ -214,8 +220,11 @@ def _block_table(blocks: list[Block]) -> Table:
     for b in blocks:
         text = b.title or b.content
         table.add_row(
-            b.id[:13], b.state.value, f"{b.validation.reliability:.2f}",
-            _age(b.validation.validated_at), text[:80],
+            b.id[:13],
+            b.state.value,
+            f"{b.validation.reliability:.2f}",
+            _age(b.validation.validated_at),
+            text[:80],
         )
     return table
 
@@ -225,7 +234,9 @@ def add(
     content: Annotated[str, typer.Argument(help="The fact to remember.")],
     title: Annotated[str, typer.Option(help="A short title.")] = "",
     tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="A tag (repeat).")] = None,
-    info_type: Annotated[str | None, typer.Option(help="static|semi_static|dynamic|ephemeral")] = None,
+    info_type: Annotated[
+        str | None, typer.Option(help="static|semi_static|dynamic|ephemeral")
+    ] = None,
     volatility: Annotated[str | None, typer.Option(help="low|medium|high|ephemeral")] = None,
     reliability: Annotated[float | None, typer.Option(help="Initial reliability 0..1.")] = None,
     source: Annotated[str, typer.Option(help="Who asserts it (agent, user, ...).")] = "agent",
@@ -237,12 +248,14 @@ def add(
     json_out: JsonOpt = False,
 ) -> None:
     """Store a block."""
-    payload: dict[str, Any] = {"content": content, "title": title, "tags": tag or [],
-                               "source": source}
-    for key, value in (("info_type", info_type), ("volatility", volatility),
-                       ("reliability", reliability)):
-        if value is not None:
-            payload[key] = value
+    payload: dict[str, Any] = {
+        "content": content,
+        "title": title,
+        "tags": tag or [],
+        "source": source,
+    }
+    optional = {"info_type": info_type, "volatility": volatility, "reliability": reliability}
+    payload.update({k: v for k, v in optional.items() if v is not None})
     try:
         payload["bindings"] = [json.loads(b) for b in bind or []]
     except json.JSONDecodeError as e:
@@ -251,8 +264,11 @@ def add(
     if json_out:
         _print_json(block.model_dump(mode="json"))
     else:
-        out.print(f"added {block.id} ({block.state.value}, reliability "
-                  f"{block.validation.reliability:.2f})", highlight=False)
+        out.print(
+            f"added {block.id} ({block.state.value}, reliability "
+            f"{block.validation.reliability:.2f})",
+            highlight=False,
+        )
 
 
 @app.command()
@@ -300,9 +316,14 @@ def search(
     table = Table("score", "id", "state", "r", "text", "warnings")
     for h in hits:
         b = h.block
-        table.add_row(f"{h.score:.3g}", b.id[:13], b.state.value,
-                      f"{b.validation.reliability:.2f}", (b.title or b.content)[:60],
-                      "; ".join(h.warnings))
+        table.add_row(
+            f"{h.score:.3g}",
+            b.id[:13],
+            b.state.value,
+            f"{b.validation.reliability:.2f}",
+            (b.title or b.content)[:60],
+            "; ".join(h.warnings),
+        )
     out.print(table)
 
 
@@ -315,11 +336,18 @@ def stale(
     """What is stale now, and why."""
     blocks = _with_store(db, lambda s: s.list_blocks({"state": "stale", "limit": limit}))
     if json_out:
-        _print_json([
-            {"id": b.id, "title": b.title, "stale_reasons": [r.value for r in b.stale_reasons],
-             "stale_at": b.stale_at, "reliability": b.validation.reliability}
-            for b in blocks
-        ])
+        _print_json(
+            [
+                {
+                    "id": b.id,
+                    "title": b.title,
+                    "stale_reasons": [r.value for r in b.stale_reasons],
+                    "stale_at": b.stale_at,
+                    "reliability": b.validation.reliability,
+                }
+                for b in blocks
+            ]
+        )
         return
     if not blocks:
         out.print("nothing is stale")
@@ -335,6 +363,7 @@ def events(
     json_out: JsonOpt = False,
 ) -> None:
     """A block's validation history, newest first."""
+
     async def go(s: Store) -> Any:
         await s.get(block_id)  # a clear error for an unknown id
         return await s.events_for(block_id, limit=limit)
@@ -350,8 +379,12 @@ def events(
     for r in records:
         d = r.as_dict()
         eff = d["effect"] or {}
-        table.add_row(d["observed_at"][:19], r.sensor, r.outcome,
-                      " → ".join(eff.get("state", [])),
-                      " → ".join(f"{x:.2f}" for x in eff.get("reliability", [])),
-                      r.message[:60])
+        table.add_row(
+            d["observed_at"][:19],
+            r.sensor,
+            r.outcome,
+            " → ".join(eff.get("state", [])),
+            " → ".join(f"{x:.2f}" for x in eff.get("reliability", [])),
+            r.message[:60],
+        )
     out.print(table)

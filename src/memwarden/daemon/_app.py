@@ -11,25 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import functools
 import signal
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from memwarden.daemon._api import ApiServer, api_file, ensure_token
+from memwarden.daemon._bus import Bus
+from memwarden.daemon._config import SensorSettings, Settings, load_settings
+from memwarden.daemon._metrics import DaemonMetrics
+from memwarden.daemon._notify import Notifier
+from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
 from memwarden.errors import (
     ConfigError,
     MemwardenError,
-    PluginError,
     PluginLoadError,
     ValidationInputError,
 )
-from memwarden.memory import Binding, NewBlock, SystemClock
+from memwarden.memory import Binding, NewBlock, RevalidationReason, SystemClock, Volatility
 from memwarden.memory._store import Store, validate_input
-from memwarden.daemon._bus import Bus
-from memwarden.daemon._config import SensorSettings, Settings, load_settings
-from memwarden.daemon._notify import Notifier
-from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
 from memwarden.plugins import BoundSubject, Registry, SensorContext, SensorRunner
 
 if TYPE_CHECKING:
@@ -75,6 +76,9 @@ class Daemon:
         self._bus: Bus | None = None
         self._scheduler: Scheduler | None = None
         self.reloads = 0
+        self.metrics = DaemonMetrics()
+        self.api: ApiServer | None = None
+        self._answer_waiters: dict[str, asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------------ accessors
 
@@ -147,12 +151,18 @@ class Daemon:
                 await self._start_sensors(s.sensors)
                 background.append(tg.create_task(self._scheduler.run(), name="scheduler"))
                 background.append(tg.create_task(self._refresh_bindings(), name="bindings"))
+                if s.api.enabled:
+                    await self._start_api(tg, stack, background)
                 if self.notifier.watchdog_interval_s:
                     background.append(tg.create_task(self._watchdog(), name="watchdog"))
                 self._ready.set()
                 self.notifier.ready(await self._status_line())
-                log.info("daemon_ready", db=str(s.db_path), sensors=sorted(self.runners),
-                         down_since=down_since)
+                log.info(
+                    "daemon_ready",
+                    db=str(s.db_path),
+                    sensors=sorted(self.runners),
+                    down_since=down_since,
+                )
                 await self._serve()
                 await self._shutdown(background)
         log.info("daemon_stopped")
@@ -168,9 +178,38 @@ class Daemon:
                 self._reload.clear()
                 await self.reload()
 
+    async def _start_api(
+        self,
+        tg: asyncio.TaskGroup,
+        stack: contextlib.AsyncExitStack,
+        background: list[asyncio.Task[Any]],
+    ) -> None:
+        s = self.settings
+        self.api = ApiServer(
+            self,
+            host=s.api.host,
+            port=s.api.port,
+            unix_socket=s.api.unix_socket,
+            token=ensure_token(s.home),
+            max_body_bytes=s.api.max_body_bytes,
+        )
+        task = tg.create_task(self.api.serve(), name="api")
+        background.append(task)
+        while not self.api.started:  # uvicorn exposes no event; it starts within milliseconds
+            if task.done():
+                raise ConfigError(
+                    f"api: could not listen on {s.api.host}:{s.api.port} "
+                    "(port in use? set [api] port or MEMWARDEN_API__PORT)"
+                )
+            await asyncio.sleep(0.005)
+        await stack.enter_async_context(api_file(s.home, self.api.bound_url()))
+        log.info("api_listening", url=self.api.bound_url())
+
     async def _shutdown(self, background: list[asyncio.Task[Any]]) -> None:
         self.notifier.stopping()
         log.info("daemon_stopping")
+        if self.api is not None:
+            self.api.stop()
         for runner in self.runners.values():
             runner.stop()
         with contextlib.suppress(Exception):
@@ -228,7 +267,7 @@ class Daemon:
             clock=self.clock,
             log=structlog.get_logger("memwarden.sensor").bind(sensor=name),
             state_dir=state_dir,
-            emit=lambda ev, _name=name: self._emit(_name, ev),
+            emit=functools.partial(self._emit, name),
         )
         return SensorRunner(
             name=name,
@@ -267,7 +306,8 @@ class Daemon:
             return
         old_sensors = self.settings.sensors
         changed = {
-            n for n in set(old_sensors) | set(new.sensors)
+            n
+            for n in set(old_sensors) | set(new.sensors)
             if old_sensors.get(n) != new.sensors.get(n)
         }
         for name in sorted(changed):
@@ -317,8 +357,9 @@ class Daemon:
             runner = self.runners.get(binding.sensor)
             if runner is None:
                 known = ", ".join(sorted(self.runners)) or "none configured"
-                errors.append((f"bindings.{i}.sensor",
-                               f"no sensor named {binding.sensor!r} (known: {known})"))
+                errors.append(
+                    (f"bindings.{i}.sensor", f"no sensor named {binding.sensor!r} (known: {known})")
+                )
                 continue
             try:
                 selector = runner.ctx.parse_binding(binding)
@@ -347,19 +388,125 @@ class Daemon:
         await self.store.delete(block_id, actor=actor, reason=reason)
         self._mark_bindings_dirty([b.sensor for b in block.bindings])
 
+    # ------------------------------------------------------------------ reads through sensors
+
+    async def revalidate(self, block_id: str, *, wait_s: float = 0.0) -> dict[str, Any]:
+        """Ask a block's sensors to check it now; wait up to ``wait_s`` for the answers."""
+        ids = await self.store.request_revalidation(block_id, reason=RevalidationReason.MANUAL)
+        answered, timed_out = await self._dispatch_and_wait(ids, wait_s)
+        return {
+            "requested": ids,
+            "answered": answered,
+            "timed_out": timed_out,
+            "block": await self.store.get(block_id),
+        }
+
+    async def _dispatch_and_wait(
+        self, request_ids: Sequence[str], wait_s: float
+    ) -> tuple[list[str], list[str]]:
+        loop = asyncio.get_running_loop()
+        waiters = {rid: loop.create_future() for rid in request_ids}
+        self._answer_waiters.update(waiters)
+        try:
+            await self.scheduler.dispatch_once()
+            if wait_s > 0 and waiters:
+                await asyncio.wait(waiters.values(), timeout=wait_s)
+        finally:
+            for rid in request_ids:
+                self._answer_waiters.pop(rid, None)
+        answered = [rid for rid, fut in waiters.items() if fut.done()]
+        timed_out = [rid for rid, fut in waiters.items() if not fut.done()]
+        return answered, timed_out
+
+    async def search(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        fresh: bool = False,
+        session: str | None = None,
+        include_refuted: bool = False,
+        wait_s: float = 2.0,
+    ) -> dict[str, Any]:
+        """Search; with ``fresh`` (and always for high/ephemeral facts) stale results that
+        a sensor can check are revalidated first, up to ``wait_s``."""
+        kwargs: dict[str, Any] = {"limit": limit, "include_refuted": include_refuted}
+        if session is not None:
+            kwargs["session"] = session
+        hits = await self.store.search(query, **kwargs)
+        quick = (Volatility.HIGH, Volatility.EPHEMERAL)
+        to_check = [
+            h.block.id
+            for h in hits
+            if any(b.sensor in self.runners for b in h.block.bindings)
+            and h.stale
+            and (fresh or h.block.volatility in quick)
+        ]
+        checked: list[str] = []
+        timed_out: list[str] = []
+        if to_check:
+            per_block: dict[str, list[str]] = {}
+            for block_id in to_check:
+                per_block[block_id] = await self.store.request_revalidation(
+                    block_id, reason=RevalidationReason.ON_READ
+                )
+            ids = [rid for rids in per_block.values() for rid in rids]
+            _, late = await self._dispatch_and_wait(ids, wait_s)
+            late_set = set(late)
+            for block_id, rids in per_block.items():
+                (timed_out if late_set.intersection(rids) else checked).append(block_id)
+            again = {k: v for k, v in kwargs.items() if k != "session"}
+            hits = await self.store.search(query, **again)
+        return {
+            "query": query,
+            "results": [h.as_dict() for h in hits],
+            "checked": checked,
+            "timed_out": timed_out,
+        }
+
+    async def health(self) -> dict[str, Any]:
+        """The 0-100 health score with its warnings, and the counts behind it."""
+        failing = [n for n, r in self.runners.items() if r.status in ("failed", "backoff")]
+        counts = await self.store.counts()
+        fn = getattr(self.store, "health", None)
+        report: dict[str, Any] = {}
+        if fn is not None:
+            result = await fn(failing_sensors=failing, sensors_total=len(self.runners))
+            report = result.as_dict() if hasattr(result, "as_dict") else dict(result)
+        return {
+            **report,
+            "counts": counts,
+            "sensors": self.sensor_status(),
+            "dead_letters": counts.get("dead_letters", 0),
+        }
+
     # ------------------------------------------------------------------ status
 
     async def _on_applied(self, result: ApplyResult) -> None:
+        now = self.clock.time()
+        for request_id in result.answered:
+            sent = self.scheduler.sent_at.pop(request_id, None)
+            if sent is not None:
+                self.metrics.revalidation_latency.observe(max(0.0, now - sent))
+            waiter = self._answer_waiters.get(request_id)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
         for change in result.changes:
-            log.debug("block_state_changed", block_id=change.block_id, before=change.before,
-                      after=change.after)
+            log.debug(
+                "block_state_changed",
+                block_id=change.block_id,
+                before=change.before,
+                after=change.after,
+            )
 
     async def _status_line(self) -> str:
         counts = await self.store.counts()
         running = sum(1 for r in self.runners.values() if r.available)
         stale = counts["by_state"].get("stale", 0)
-        return (f"{counts['blocks']} blocks, {stale} stale, "
-                f"{running}/{len(self.runners)} sensors running")
+        return (
+            f"{counts['blocks']} blocks, {stale} stale, "
+            f"{running}/{len(self.runners)} sensors running"
+        )
 
     async def _watchdog(self) -> None:
         interval = self.notifier.watchdog_interval_s or 1.0
@@ -375,8 +522,15 @@ class Daemon:
     def sensor_status(self) -> list[dict[str, Any]]:
         out = []
         for name, runner in sorted(self.runners.items()):
-            out.append({"name": name, "kind": runner.kind, "status": runner.status,
-                        "ready": runner.ctx.is_ready, **runner.counters.as_dict()})
+            out.append(
+                {
+                    "name": name,
+                    "kind": runner.kind,
+                    "status": runner.status,
+                    "ready": runner.ctx.is_ready,
+                    **runner.counters.as_dict(),
+                }
+            )
         for name, err in sorted(self.registry.failures.items()):
             out.append({"name": name, "kind": name, "status": "load_failed", "error": str(err)})
         return out
@@ -393,10 +547,3 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
-
-
-def _pid() -> int:  # pragma: no cover - trivial
-    return os.getpid()
-
-
-_ = PluginError

@@ -53,6 +53,7 @@ class Bus:
         self.accepted = 0
         self.duplicates = 0
         self.by_source: Counter[str] = Counter()
+        self.by_outcome: Counter[tuple[str, str]] = Counter()
         self.rejected: Counter[str] = Counter()
         self._logged_kinds: set[str] = set()
 
@@ -103,6 +104,8 @@ class Bus:
                 rejected.append((str(i), reason))
         result = await self._store.apply_events(events) if events else ApplyResult()
         self._count(source, result)
+        for ev in events:
+            self.by_outcome[(ev.sensor, ev.outcome.value)] += 1
         result.rejected.extend(rejected)
         return result
 
@@ -114,7 +117,9 @@ class Bus:
             self._logged_kinds.add(key)
             log.warning("event_rejected", source=source, kind=kind, reason=reason[:500])
         with contextlib.suppress(StorageError):
-            await self._store.dead_letter(source=source, reason=f"{kind}: {reason}", payload=payload)
+            await self._store.dead_letter(
+                source=source, reason=f"{kind}: {reason}", payload=payload
+            )
 
     # ------------------------------------------------------------------ consumer
 
@@ -163,6 +168,7 @@ class Bus:
             break
         for ev in batch:
             self.by_source[ev.sensor] += 1
+            self.by_outcome[(ev.sensor, ev.outcome.value)] += 1
         self._count(None, result)
         if self._on_applied is not None:
             maybe = self._on_applied(result)

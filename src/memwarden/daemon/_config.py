@@ -200,8 +200,8 @@ def load_settings(
             settings_cls: type[BaseSettings],
             init_settings: PydanticBaseSettingsSource,
             env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,  # noqa: ARG003 - no .env files
+            file_secret_settings: PydanticBaseSettingsSource,  # noqa: ARG003 - nor secrets dirs
         ) -> tuple[PydanticBaseSettingsSource, ...]:
             sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
             if path is not None:

@@ -10,8 +10,12 @@ import structlog
 
 __all__ = ["configure_logging"]
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 _QUIET = ("aiosqlite", "asyncio", "httpx", "httpcore", "uvicorn.access", "watchdog", "aiomqtt")
 
 

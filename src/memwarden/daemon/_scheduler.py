@@ -54,6 +54,7 @@ class Scheduler:
         self.dispatched = 0
         self.unroutable = 0
         self._inflight: set[asyncio.Task[Any]] = set()
+        self.sent_at: dict[str, float] = {}  # request id -> when it went out (for latency)
         self._tasks: asyncio.TaskGroup | None = None
 
     # ------------------------------------------------------------------ ticks
@@ -68,7 +69,9 @@ class Scheduler:
             self.down_since = None
             return 0
         plan = plan_revalidations(
-            [(d.id, d.stale_at) for d in due], now=now, down_since=self.down_since,
+            [(d.id, d.stale_at) for d in due],
+            now=now,
+            down_since=self.down_since,
             cfg=self.store.policy,
         )
         changed = await self.store.mark_stale([d.id for d in due], send_at=dict(plan))
@@ -96,6 +99,11 @@ class Scheduler:
             self._spawn(self._check(runner, req))
         if sent:
             await self.store.set_revalidation_status(sent, "sent")
+            now = self.store.clock.time()
+            if len(self.sent_at) > 100_000:  # unanswered ones: forget the oldest half
+                for key in list(self.sent_at)[:50_000]:
+                    del self.sent_at[key]
+            self.sent_at.update((rid, now) for rid in sent)
         if unroutable:
             self.unroutable += len(unroutable)
             await self.store.set_revalidation_status(
@@ -114,7 +122,10 @@ class Scheduler:
     def _spawn(self, coro: Awaitable[None]) -> None:
         if self._tasks is None:
             raise MemwardenError("the scheduler is not running")
-        task = self._tasks.create_task(coro, name="scheduler.revalidate")  # type: ignore[arg-type]
+        task: asyncio.Task[None] = self._tasks.create_task(
+            coro,  # type: ignore[arg-type]
+            name="scheduler.revalidate",
+        )
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
 
@@ -129,12 +140,18 @@ class Scheduler:
         s = self.settings
         async with asyncio.TaskGroup() as tg:
             self._tasks = tg
-            tg.create_task(self._every(s.sweep_interval.total_seconds(), self.sweep_once),
-                           name="scheduler.sweep")
-            tg.create_task(self._every(s.dispatch_interval.total_seconds(), self.dispatch_once),
-                           name="scheduler.dispatch")
-            tg.create_task(self._every(s.heartbeat_interval.total_seconds(), self.heartbeat_once),
-                           name="scheduler.heartbeat")
+            tg.create_task(
+                self._every(s.sweep_interval.total_seconds(), self.sweep_once),
+                name="scheduler.sweep",
+            )
+            tg.create_task(
+                self._every(s.dispatch_interval.total_seconds(), self.dispatch_once),
+                name="scheduler.dispatch",
+            )
+            tg.create_task(
+                self._every(s.heartbeat_interval.total_seconds(), self.heartbeat_once),
+                name="scheduler.heartbeat",
+            )
             for name, interval, method in (
                 ("decay", s.decay_interval, "decay_cycle"),
                 ("heuristics", s.heuristic_interval, "heuristic_cycle"),
@@ -142,8 +159,10 @@ class Scheduler:
             ):
                 fn = getattr(self.store, method, None)
                 if fn is not None:
-                    tg.create_task(self._every(interval.total_seconds(), fn, first=False),
-                                   name=f"scheduler.{name}")
+                    tg.create_task(
+                        self._every(interval.total_seconds(), fn, first=False),
+                        name=f"scheduler.{name}",
+                    )
 
     async def _every(
         self, interval_s: float, fn: Callable[[], Awaitable[Any]], *, first: bool = True
@@ -154,7 +173,9 @@ class Scheduler:
             try:
                 await fn()
             except MemwardenError as err:
-                log.error("scheduler_tick_failed", task=getattr(fn, "__name__", "?"), error=str(err))
+                log.error(
+                    "scheduler_tick_failed", task=getattr(fn, "__name__", "?"), error=str(err)
+                )
             await asyncio.sleep(interval_s)
 
     async def wait_idle(self) -> None:

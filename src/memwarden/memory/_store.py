@@ -47,6 +47,7 @@ from memwarden.memory._model import (
     RevalidationReason,
     RevalidationRequest,
     StaleReason,
+    Tag,
     Tier,
     Title,
     ValidationEvent,
@@ -103,7 +104,7 @@ class BlockPatch(BaseModel):
 
     title: Title | None = None
     content: Content | None = None
-    tags: list[str] | None = Field(default=None, max_length=32)
+    tags: list[Tag] | None = Field(default=None, max_length=32)
     category: Category | None = None
     info_type: InfoType | None = None
     volatility: Volatility | None = None
@@ -160,6 +161,7 @@ class ApplyResult:
     changes: list[StateChange] = field(default_factory=list)
     revalidations: int = 0
     reviews: int = 0
+    answered: list[str] = field(default_factory=list)  # revalidation request ids answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,6 +367,9 @@ class Store:
         except sqlite3.Error as err:
             await self._close_connections()
             raise StorageError(f"cannot open the store at {self.path}: {err}") from err
+        except BaseException:  # a too-new schema, a cancelled open: leave no thread running
+            await self._close_connections()
+            raise
         self._writer = Writer(self._wconn, max_jobs=self._max_jobs)
         self._writer.start()
         if self._score_log_path is not None:
@@ -460,7 +465,11 @@ class Store:
 
         async def job(conn: aiosqlite.Connection) -> None:
             # One writer: the next rids are ours to hand out, so bindings can name them.
-            async with conn.execute("SELECT coalesce(max(rid), 0) FROM blocks") as cur:
+            # Never reuse a deleted block's rid: its effects (the event history) keep it.
+            async with conn.execute(
+                "SELECT max(coalesce((SELECT max(rid) FROM blocks), 0),"
+                " coalesce((SELECT max(block_rid) FROM effects), 0))"
+            ) as cur:
                 first = (await cur.fetchone() or (0,))[0] + 1
             rows = [(*row[:-1], first + i) for i, row in enumerate(block_rows)]
             await conn.executemany(_BLOCK_INSERT, rows)
@@ -490,6 +499,11 @@ class Store:
         """Edit a block. A new text keeps the old one in history, makes the block
         unverified again and demotes it from core."""
         p = validate_input(BlockPatch, patch)
+        nulls = [k for k in sorted(p.model_fields_set) if getattr(p, k) is None]
+        if nulls:  # None means "absent" only when left out; an explicit null is an error
+            raise ValidationInputError(
+                [(k, "cannot be null (leave the field out to keep its value)") for k in nulls]
+            )
         changes = p.model_dump(exclude_unset=True)
         now = self.clock.time()
         cfg = self.policy
@@ -691,13 +705,14 @@ class Store:
 
         return await self._write(job)  # type: ignore[no-any-return]
 
-    async def due_revalidations(self, *, limit: int = 200, now: float | None = None) -> list[
-        RevalidationRequest
-    ]:
+    async def due_revalidations(
+        self, *, limit: int = 200, now: float | None = None
+    ) -> list[RevalidationRequest]:
         """Pending revalidation requests whose send time has come, oldest first."""
         at = self.clock.time() if now is None else now
-        async with self._read() as conn:
-            async with conn.execute(
+        async with (
+            self._read() as conn,
+            conn.execute(
                 "SELECT r.id, r.block_id, r.sensor, r.subject, r.reason, r.created_at,"
                 " r.deadline_s, r.attempts, g.selector FROM revalidations r"
                 " JOIN blocks k ON k.id = r.block_id"
@@ -705,8 +720,9 @@ class Store:
                 " AND g.subject = r.subject"
                 " WHERE r.status = 'pending' AND r.send_at <= ? ORDER BY r.send_at LIMIT ?",
                 (at, limit),
-            ) as cur:
-                rows = await cur.fetchall()
+            ) as cur,
+        ):
+            rows = await cur.fetchall()
         out = []
         seen = set()
         for rid, block_id, sensor, subject, reason, created, deadline_s, attempts, sel in rows:
@@ -778,9 +794,10 @@ class Store:
 
     async def get_meta(self, key: str) -> str | None:
         """A small fact the daemon keeps about itself."""
-        async with self._read() as conn, conn.execute(
-            "SELECT value FROM meta WHERE key = ?", (key,)
-        ) as cur:
+        async with (
+            self._read() as conn,
+            conn.execute("SELECT value FROM meta WHERE key = ?", (key,)) as cur,
+        ):
             row = await cur.fetchone()
         return None if row is None else str(row[0])
 
@@ -1008,7 +1025,7 @@ class Store:
                         ELSE :f_stale
                     END AS freshness,
                     b.reliability,
-                    {retention_sql('b')} AS retention
+                    {retention_sql("b")} AS retention
                 FROM cand c JOIN blocks b ON b.rid = c.rid
                 WHERE b.state IN {states}
             )
@@ -1253,8 +1270,12 @@ class _EventBatch:
         """
         records = self.records
         subjects = list({p[2] for p in batch if p[8] is None})
+        routed: set[tuple[str, str, str]] = set()
         for row in await _select_in(conn, _ROUTE_SELECT, subjects):
             block_id = row[3]
+            if (row[0], row[1], block_id) in routed:  # a block bound twice to one subject
+                continue  # (two assertions on one file): the event reaches it once
+            routed.add((row[0], row[1], block_id))
             self.by_subject[(row[1], row[0])].append(block_id)
             if block_id not in records:
                 records[block_id] = evidence_record(row[2:])
@@ -1284,6 +1305,7 @@ class _EventBatch:
         reviews: list[tuple[Any, ...]] = []
         demoted: list[tuple[Any, ...]] = []
         answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
+        result.answered = [p[7] for p in batch if p[7] is not None]
         timeout_s = cfg.staleness.revalidation_timeout.total_seconds()
         for seq, p in enumerate(batch, start=first_seq):
             eid, sensor, subject, outcome, observed_at, rel, window, _, block_id = p[:9]

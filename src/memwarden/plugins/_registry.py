@@ -124,4 +124,4 @@ def validate_sensor_class(kind: str, obj: Any) -> type[Any]:
             + "; ".join(problems),
             plugin=kind,
         )
-    return obj  # type: ignore[no-any-return]
+    return obj

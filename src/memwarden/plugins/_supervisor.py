@@ -136,7 +136,9 @@ class SensorRunner:
                     attempt = 0
                 if self._crash_loop(loop.time()):
                     self.status = "failed"
-                    self.log.error("sensor_failed", reason="crash loop", restarts=self.counters.restarts)
+                    self.log.error(
+                        "sensor_failed", reason="crash loop", restarts=self.counters.restarts
+                    )
                     return
                 attempt += 1
                 self.counters.restarts += 1
@@ -266,7 +268,13 @@ class SensorRunner:
             return [self._error(request, self.counters.last_error)]
         finally:
             self._inflight.discard(subject)
-        events = [] if result is None else [result] if isinstance(result, ValidationEvent) else list(result)
+        events = (
+            []
+            if result is None
+            else [result]
+            if isinstance(result, ValidationEvent)
+            else list(result)
+        )
         out = []
         for ev in events:
             if ev.request_id is None:

@@ -1,0 +1,357 @@
+"""The HTTP API (``/v1``): FastAPI served by uvicorn inside the daemon's own loop.
+
+Loopback by default; every route but ``/healthz`` needs ``Authorization: Bearer
+<token>``, the token being created on first start in the state dir with mode 0600 and
+compared in constant time. Errors are JSON naming the field and the expectation,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import os
+import secrets
+from datetime import timedelta
+from typing import TYPE_CHECKING, Annotated, Any
+
+import structlog
+import uvicorn
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, Field
+
+from memwarden import __version__
+from memwarden.errors import MemwardenError, NotFoundError, StorageError, ValidationInputError
+from memwarden.memory import Block, NewBlock, parse_duration
+from memwarden.memory._store import BlockPatch
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+    from pathlib import Path
+
+    from memwarden.daemon._app import Daemon
+
+__all__ = ["ApiServer", "create_app", "ensure_token"]
+
+log = structlog.get_logger("memwarden.api")
+TOKEN_FILE = "token"  # noqa: S105 - a file name, not a secret
+API_FILE = "api.json"
+
+
+def ensure_token(home: Path) -> str:
+    """The API token, created on first use in ``home/token`` with mode 0600."""
+    path = home / TOKEN_FILE
+    if path.exists():
+        return path.read_text().strip()
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    return token
+
+
+def require_token(request: Request) -> str:
+    """The bearer token check, in constant time; 401 otherwise."""
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    expected: bytes = request.app.state.token
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "missing or wrong token (Authorization: Bearer <token from the state dir>)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return "api"
+
+
+Auth = Annotated[str, Depends(require_token)]
+
+
+class EventsAccepted(BaseModel):
+    """What ``POST /v1/events`` did."""
+
+    accepted: int
+    duplicates: int
+    unmatched: int
+    rejected: list[dict[str, str]]
+
+
+class SearchResult(BaseModel):
+    block: Block
+    score: float
+    stale: bool
+    warnings: list[str]
+    factors: dict[str, float]
+
+
+class SearchAnswer(BaseModel):
+    query: str
+    results: list[SearchResult]
+    checked: list[str] = Field(default_factory=list, description="Read through: revalidated.")
+    timed_out: list[str] = Field(
+        default_factory=list, description="Read through: no answer in time."
+    )
+
+
+class RevalidateAnswer(BaseModel):
+    requested: list[str]
+    answered: list[str]
+    timed_out: list[str]
+    block: Block
+
+
+def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024) -> FastAPI:
+    """The FastAPI application over a running daemon."""
+    app = FastAPI(
+        title="memwarden",
+        version=__version__,
+        description="Keeps an AI agent's memory true. DESIGN.md §7 is the contract.",
+    )
+    app.state.token = token.encode()
+
+    @app.middleware("http")
+    async def limit_body(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
+            return JSONResponse(
+                {"detail": [{"loc": ["body"], "msg": f"body larger than {max_body_bytes} bytes"}]},
+                status_code=status.HTTP_413_CONTENT_TOO_LARGE,
+            )
+        return await call_next(request)
+
+    @app.exception_handler(ValidationInputError)
+    async def _invalid(_: Request, exc: ValidationInputError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": [{"loc": f.split(".") if f else [], "msg": m} for f, m in exc.errors]},
+            status_code=422,
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(
+            {
+                "detail": [
+                    {"loc": [str(p) for p in e["loc"]], "msg": e["msg"], "type": e["type"]}
+                    for e in exc.errors()
+                ]
+            },
+            status_code=422,
+        )
+
+    @app.exception_handler(NotFoundError)
+    async def _not_found(_: Request, exc: NotFoundError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(MemwardenError)
+    async def _failed(_: Request, exc: MemwardenError) -> JSONResponse:
+        code = 503 if isinstance(exc, StorageError) else 400
+        return JSONResponse({"detail": str(exc)}, status_code=code)
+
+    @app.exception_handler(Exception)
+    async def _crashed(_: Request, exc: Exception) -> JSONResponse:
+        log.error("api_error", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+        return JSONResponse({"detail": "internal error (see the daemon log)"}, status_code=500)
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        """Liveness: open, no token."""
+        return {"status": "ok", "version": __version__}
+
+    @app.post("/v1/blocks", status_code=201, tags=["blocks"])
+    async def add_block(body: NewBlock, _: Auth) -> Block:
+        """Add a block (with bindings)."""
+        return await daemon.add_block(body, actor="api")
+
+    @app.get("/v1/blocks/{block_id}", tags=["blocks"])
+    async def get_block(block_id: str, _: Auth) -> Block:
+        return await daemon.store.get(block_id)
+
+    @app.patch("/v1/blocks/{block_id}", tags=["blocks"])
+    async def edit_block(block_id: str, body: BlockPatch, _: Auth) -> Block:
+        return await daemon.store.update(block_id, body, actor="api")
+
+    @app.delete("/v1/blocks/{block_id}", tags=["blocks"])
+    async def archive_block(
+        block_id: str, _: Auth, reason: Annotated[str, Query(max_length=500)] = "archived via API"
+    ) -> Block:
+        """Archive a block (cold storage, out of search)."""
+        return await daemon.store.archive(block_id, reason=reason, actor="api")
+
+    @app.get("/v1/blocks/{block_id}/events", tags=["blocks"])
+    async def block_events(
+        block_id: str, _: Auth, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+    ) -> list[dict[str, Any]]:
+        await daemon.store.get(block_id)
+        return [e.as_dict() for e in await daemon.store.events_for(block_id, limit=limit)]
+
+    @app.get("/v1/blocks/{block_id}/explain", tags=["blocks"])
+    async def explain(block_id: str, _: Auth) -> dict[str, Any]:
+        """Why the block has this rank, retention, reliability and state."""
+        fn = getattr(daemon.store, "explain", None)
+        if fn is None:
+            block = await daemon.store.get(block_id)
+            events = await daemon.store.events_for(block_id, limit=10)
+            return {"block": block.model_dump(mode="json"), "events": [e.as_dict() for e in events]}
+        return await fn(block_id)  # type: ignore[no-any-return]
+
+    @app.post("/v1/blocks/{block_id}/revalidate", tags=["blocks"])
+    async def revalidate(
+        block_id: str,
+        _: Auth,
+        wait: Annotated[
+            str, Query(description="How long to wait for the outcome, e.g. 2s.")
+        ] = "0s",
+    ) -> RevalidateAnswer:
+        """Ask the block's sensors to check it now; optionally wait for the outcome."""
+        try:
+            wait_s = parse_duration(wait).total_seconds()
+        except ValueError as err:
+            raise ValidationInputError([("wait", str(err))]) from None
+        result = await daemon.revalidate(block_id, wait_s=min(wait_s, 60.0))
+        return RevalidateAnswer(**result)
+
+    @app.get("/v1/search", tags=["search"])
+    async def search(
+        _: Auth,
+        q: Annotated[str, Query(max_length=1000)],
+        limit: Annotated[int, Query(ge=1, le=100)] = 10,
+        fresh: bool = False,
+        session: Annotated[str | None, Query(max_length=128)] = None,
+        include_refuted: bool = False,
+        wait: Annotated[str, Query()] = "2s",
+    ) -> SearchAnswer:
+        """Ranked results; each says whether it is stale and carries warnings."""
+        try:
+            wait_s = parse_duration(wait).total_seconds()
+        except ValueError as err:
+            raise ValidationInputError([("wait", str(err))]) from None
+        return SearchAnswer(
+            **await daemon.search(
+                q,
+                limit=limit,
+                fresh=fresh,
+                session=session,
+                include_refuted=include_refuted,
+                wait_s=min(wait_s, 30.0),
+            )
+        )
+
+    @app.get("/v1/stale", tags=["search"])
+    async def stale(_: Auth, limit: Annotated[int, Query(ge=1, le=10000)] = 100) -> list[Block]:
+        """What is stale now, and why."""
+        return await daemon.store.list_blocks({"state": "stale", "limit": limit})
+
+    @app.post("/v1/events", tags=["sensors"])
+    async def ingest(request: Request, _: Auth) -> EventsAccepted:
+        """Ingest events from remote sensors (the MQTT payload schema); answers after commit."""
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValidationInputError([("body", f"not JSON: {err}")]) from None
+        payloads = body if isinstance(body, list) else [body]
+        if len(payloads) > 10_000:
+            raise ValidationInputError([("body", "at most 10000 events per request")])
+        result = await daemon.bus.submit("remote:http", payloads)
+        return EventsAccepted(
+            accepted=result.accepted,
+            duplicates=result.duplicates,
+            unmatched=result.unmatched,
+            rejected=[{"event": i, "reason": r} for i, r in result.rejected],
+        )
+
+    @app.get("/v1/sensors", tags=["sensors"])
+    async def sensors(_: Auth) -> list[dict[str, Any]]:
+        return daemon.sensor_status()
+
+    @app.get("/v1/health", tags=["ops"])
+    async def health(_: Auth) -> dict[str, Any]:
+        """0-100 health with categorized warnings."""
+        return await daemon.health()
+
+    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
+    async def metrics(_: Auth) -> PlainTextResponse:
+        """Prometheus text format."""
+        from memwarden.daemon._metrics import render  # noqa: PLC0415
+
+        body, content_type = await render(daemon)
+        return PlainTextResponse(body, media_type=content_type)
+
+    return app
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the daemon owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+class ApiServer:
+    """Serves the API in the current loop; an async context manager."""
+
+    def __init__(
+        self,
+        daemon: Daemon,
+        *,
+        host: str,
+        port: int,
+        unix_socket: Path | None,
+        token: str,
+        max_body_bytes: int,
+    ) -> None:
+        app = create_app(daemon, token=token, max_body_bytes=max_body_bytes)
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            uds=str(unix_socket) if unix_socket else None,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+        )
+        self._server = _Server(config)
+        self.url = ""
+
+    async def serve(self) -> None:
+        await self._server.serve()
+
+    @property
+    def started(self) -> bool:
+        return bool(self._server.started)
+
+    def bound_url(self) -> str:
+        cfg = self._server.config
+        if cfg.uds:
+            return f"unix:{cfg.uds}"
+        for server in self._server.servers:
+            for sock in server.sockets:
+                host, port = sock.getsockname()[:2]
+                shown = f"[{host}]" if ":" in host else host
+                return f"http://{shown}:{port}"
+        return f"http://{cfg.host}:{cfg.port}"
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+
+
+@contextlib.asynccontextmanager
+async def api_file(home: Path, url: str) -> AsyncIterator[None]:
+    """Advertise the API URL in the state dir while it serves."""
+    path = home / API_FILE
+    path.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+_ = timedelta

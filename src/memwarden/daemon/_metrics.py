@@ -1,0 +1,105 @@
+"""``/metrics`` in the Prometheus text format, collected from the daemon at scrape time."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from prometheus_client.core import Metric
+
+    from memwarden.daemon._app import Daemon
+
+__all__ = ["DaemonMetrics", "render"]
+
+
+class DaemonMetrics:
+    """The metrics a daemon owns (one registry per daemon, so tests stay independent)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.revalidation_latency = Histogram(
+            "memwarden_revalidation_latency_seconds",
+            "From a revalidation request sent to its answer committed.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=self.registry,
+        )
+        self._snapshot: dict[str, object] = {}
+
+    def set_snapshot(self, counts: dict[str, object]) -> None:
+        self._snapshot = counts
+
+
+class _DaemonCollector(Collector):
+    def __init__(self, daemon: Daemon, counts: dict[str, object]) -> None:
+        self.daemon = daemon
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        bus = self.daemon.bus
+        events = CounterMetricFamily(
+            "memwarden_events",
+            "Validation events stored, by sensor and outcome.",
+            labels=["sensor", "outcome"],
+        )
+        for (sensor, outcome), n in sorted(bus.by_outcome.items()):
+            events.add_metric([sensor, outcome], n)
+        yield events
+        rejected = CounterMetricFamily(
+            "memwarden_events_rejected", "Inputs dead-lettered, by kind.", labels=["kind"]
+        )
+        for kind, n in sorted(bus.rejected.items()):
+            rejected.add_metric([kind], n)
+        yield rejected
+        yield CounterMetricFamily(
+            "memwarden_events_duplicate",
+            "Events received twice (stored once).",
+            value=bus.duplicates,
+        )
+        by_state = GaugeMetricFamily("memwarden_blocks", "Blocks by state.", labels=["state"])
+        states = self.counts.get("by_state", {})
+        assert isinstance(states, dict)  # noqa: S101 - built by Store.counts
+        for state in ("unverified", "fresh", "stale", "refuted", "archived"):
+            by_state.add_metric([state], float(states.get(state, 0)))
+        yield by_state
+        yield GaugeMetricFamily(
+            "memwarden_revalidation_backlog",
+            "Revalidation requests pending or sent.",
+            value=float(self.counts.get("revalidation_backlog", 0)),  # type: ignore[arg-type]
+        )
+        yield GaugeMetricFamily(
+            "memwarden_reviews_pending",
+            "Blocks waiting for a human review.",
+            value=float(self.counts.get("pending_reviews", 0)),  # type: ignore[arg-type]
+        )
+        restarts = CounterMetricFamily(
+            "memwarden_sensor_restarts", "Sensor restarts after a crash.", labels=["sensor"]
+        )
+        timeouts = CounterMetricFamily(
+            "memwarden_sensor_timeouts", "Revalidations that ran out of time.", labels=["sensor"]
+        )
+        up = GaugeMetricFamily(
+            "memwarden_sensor_up", "1 when the sensor is running.", labels=["sensor", "status"]
+        )
+        for name, runner in sorted(self.daemon.runners.items()):
+            restarts.add_metric([name], runner.counters.restarts)
+            timeouts.add_metric([name], runner.counters.timeouts)
+            up.add_metric([name, runner.status], 1.0 if runner.available else 0.0)
+        yield restarts
+        yield timeouts
+        yield up
+
+
+async def render(daemon: Daemon) -> tuple[bytes, str]:
+    """The exposition text and its content type."""
+    counts = await daemon.store.counts()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_DaemonCollector(daemon, counts))
+    body = generate_latest(registry) + generate_latest(daemon.metrics.registry)
+    return body, CONTENT_TYPE_LATEST
