@@ -18,6 +18,12 @@ from memwarden.memory import ValidationEvent
 from memwarden.memory._store import Store
 
 
+def say(line: str) -> None:
+    """One line to the parent, flushed at once (it may be killed right after)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def event_ids(batch: int, size: int) -> list[str]:
     return [f"b{batch}-e{i}" for i in range(size)]
 
@@ -25,7 +31,7 @@ def event_ids(batch: int, size: int) -> list[str]:
 async def main(path: str, size: int) -> None:
     async with Store(path) as store:
         await store.add({"content": "crash target", "bindings": [{"sensor": "fs", "path": "a"}]})
-        print("READY", flush=True)
+        say("READY")
         batch = 0
         while True:
             now = datetime.now(UTC)
@@ -41,9 +47,9 @@ async def main(path: str, size: int) -> None:
             ]
             result = await store.apply_events(events)
             if result.accepted != size:
-                print(f"ERROR accepted {result.accepted} of {size}", flush=True)
+                say(f"ERROR accepted {result.accepted} of {size}")
                 return
-            print("ACK", batch, *event_ids(batch, size), flush=True)
+            say(" ".join(["ACK", str(batch), *event_ids(batch, size)]))
             batch += 1
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 
-from memwarden.memory import new_id
-from memwarden.memory import _ids
+from memwarden.memory import _ids, new_id
 
 
 def test_version_and_variant_bits():
@@ -24,7 +24,7 @@ def test_version_and_variant_bits():
 def test_strictly_increasing_and_unique_over_100k_calls():
     """100k ids in a row sort strictly increasing (as text), hence are all unique."""
     ids = [new_id() for _ in range(100_000)]
-    assert all(a < b for a, b in zip(ids, ids[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(ids))
     assert len(set(ids)) == len(ids)
 
 
@@ -43,7 +43,7 @@ def test_increasing_when_the_clock_steps_back(monkeypatch):
     now_ns = time.time_ns()
     monkeypatch.setattr(_ids.time, "time_ns", lambda: now_ns - 60_000_000_000)
     ids = [first, *(new_id() for _ in range(10))]
-    assert all(a < b for a, b in zip(ids, ids[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(ids))
 
 
 def test_increasing_past_4096_ids_in_one_millisecond(monkeypatch):
@@ -52,4 +52,4 @@ def test_increasing_past_4096_ids_in_one_millisecond(monkeypatch):
     monkeypatch.setattr(_ids, "_last_ms", 0)  # restored afterwards: no ids from the future
     monkeypatch.setattr(_ids.time, "time_ns", lambda: frozen)
     ids = [new_id() for _ in range(10_000)]
-    assert all(a < b for a, b in zip(ids, ids[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(ids))

@@ -10,6 +10,7 @@ import pytest
 from memwarden.errors import StorageError
 from memwarden.memory import BlockState
 from memwarden.memory._schema import MIGRATIONS, SCHEMA_VERSION, split_statements
+from memwarden.memory._store import Store
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -78,7 +79,8 @@ def _build(path: Path, version: int) -> None:
             )
         if version >= 2:  # block_history exists since version 2
             conn.execute(
-                "INSERT INTO block_history VALUES ('old-block', 0, '', 'older text', '[]', ?, 'me')",
+                "INSERT INTO block_history"
+                " VALUES ('old-block', 0, '', 'older text', '[]', ?, 'me')",
                 (T0,),
             )
     finally:
@@ -149,8 +151,6 @@ async def test_newer_file_is_refused(make_store, tmp_path):
 
 async def test_refused_open_leaves_no_connection_open(tmp_path):
     """A refused open closes the connections it made (no worker thread left behind)."""
-    from memwarden.memory._store import Store  # noqa: PLC0415 - the class under test, unwrapped
-
     path = tmp_path / "future.db"
     conn = sqlite3.connect(path)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
@@ -166,5 +166,5 @@ async def test_not_a_database_is_a_storage_error(make_store, tmp_path):
     """A file that is not SQLite gives a StorageError naming the path."""
     path = tmp_path / "garbage.db"
     path.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(StorageError, match="garbage.db"):
+    with pytest.raises(StorageError, match=r"garbage\.db"):
         await make_store(path)

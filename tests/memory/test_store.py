@@ -16,7 +16,7 @@ from memwarden.memory import BlockState, ValidationEvent, from_ts
 from memwarden.memory import _store as store_module
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
     from memwarden.memory._store import Store
 
@@ -50,13 +50,6 @@ def query(store: Store, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         return conn.execute(sql, args).fetchall()
 
 
-async def yield_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Let other tasks run until ``predicate()`` holds (deadline-bounded, no timed waits)."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0)
-
-
 # ------------------------------------------------------------------ add / get
 
 
@@ -77,7 +70,11 @@ async def test_add_get_round_trip(store, clock):
     )
     got = await store.get(added.id)
     assert got == added
-    assert (got.title, got.content, got.tags) == ("API timeout", "the API timeout is 30 s", ["api", "config"])
+    assert (got.title, got.content, got.tags) == (
+        "API timeout",
+        "the API timeout is 30 s",
+        ["api", "config"],
+    )
     assert (got.category, got.info_type, got.volatility, got.tier) == (
         "procedural",
         "dynamic",
@@ -290,9 +287,7 @@ async def test_delete_missing_block(store):
 
 async def test_list_blocks_filters(store, clock):
     """list_blocks filters by effective state, tier, volatility, sensor and tag."""
-    fresh = await store.add(
-        {"content": "a", "tags": ["api"], "tier": "core", "bindings": [FS_APP]}
-    )
+    fresh = await store.add({"content": "a", "tags": ["api"], "tier": "core", "bindings": [FS_APP]})
     high = await store.add({"content": "b", "volatility": "high", "tags": ["db"]})
     low = await store.add(
         {"content": "c", "volatility": "low", "bindings": [{"sensor": "tests", "test": "t"}]}
@@ -364,7 +359,7 @@ async def test_event_reliability_wins(store, clock):
 
 
 async def test_event_validity_window_applies_to_that_observation(store, clock):
-    """An event's validity_window sets stale_at for that observation; the next one uses the block's."""
+    """An event's validity_window sets stale_at for that observation only."""
     block = await store.add({"content": "x", "bindings": [FS_APP]})
     t0 = clock.time()
     await store.apply_events([ev(at=t0, validity_window="1h")])
@@ -575,7 +570,9 @@ async def test_due_for_revalidation(store, clock):
     high = await store.add({"content": "h", "volatility": "high"})
     await store.add({"content": "m", "volatility": "medium"})
     refuted = await store.add({"content": "r", "volatility": "ephemeral", "bindings": [FS_APP]})
-    await store.apply_events([ev("", "refuted", at=clock.time(), sensor="review", block_id=refuted.id)])
+    await store.apply_events(
+        [ev("", "refuted", at=clock.time(), sensor="review", block_id=refuted.id)]
+    )
     assert await store.due_for_revalidation() == []
     clock.advance(10 * 60)  # exactly at the ephemeral stale_at: due
     assert [d.id for d in await store.due_for_revalidation()] == [eph.id]
@@ -601,13 +598,18 @@ async def test_due_for_revalidation_uses_the_blocks_due_index(store, clock):
     with raw(store) as conn:
         plan = " / ".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql))
     assert "INDEX blocks_due" in plan, plan
-    assert "SCAN blocks" not in plan and "TEMP B-TREE" not in plan, plan
+    assert "SCAN blocks" not in plan, plan
+    assert "TEMP B-TREE" not in plan, plan
 
 
 async def test_mark_stale(store, clock):
-    """mark_stale moves due blocks to stale with one revalidation per binding; returns the changed."""
+    """mark_stale: due blocks go stale, one revalidation per binding; returns the changed ones."""
     two = await store.add(
-        {"content": "a", "volatility": "high", "bindings": [FS_APP, {"sensor": "tests", "test": "t"}]}
+        {
+            "content": "a",
+            "volatility": "high",
+            "bindings": [FS_APP, {"sensor": "tests", "test": "t"}],
+        }
     )
     none = await store.add({"content": "b", "volatility": "high"})
     later = await store.add({"content": "c", "volatility": "low", "bindings": [FS_APP]})
@@ -622,7 +624,9 @@ async def test_mark_stale(store, clock):
         BlockState.UNVERIFIED,
     ]
     assert (await store.get(two.id)).stale_reasons == ["expired"]
-    rows = query(store, "SELECT block_id, sensor, subject, reason FROM revalidations ORDER BY sensor")
+    rows = query(
+        store, "SELECT block_id, sensor, subject, reason FROM revalidations ORDER BY sensor"
+    )
     assert rows == [(two.id, "fs", APP, "expired"), (two.id, "tests", "t", "expired")]
     assert await store.due_for_revalidation() == []
     assert await store.mark_stale(due) == []  # already stale: nothing changes, nothing queued
@@ -767,15 +771,29 @@ async def test_failing_job_fails_alone(store, clock, monkeypatch):
 
     holder = asyncio.create_task(store._writer.submit(hold))
     await entered.wait()  # the writer is busy: what comes next queues into one batch
+    queue = store._writer._queue
+    put = queue.put_nowait
+    all_queued = asyncio.Event()
+
+    def counting_put(item):
+        put(item)
+        if queue.qsize() == 5:
+            all_queued.set()
+
+    monkeypatch.setattr(queue, "put_nowait", counting_put)
     events = [ev(f"s{i}", at=clock.time()) for i in range(5)]
     tasks = [
         asyncio.create_task(store.apply_events(events[:3])),
-        asyncio.create_task(store.add({"content": "bad", "bindings": [{"sensor": "fs", "path": "boom"}]})),
+        asyncio.create_task(
+            store.add({"content": "bad", "bindings": [{"sensor": "fs", "path": "boom"}]})
+        ),
         asyncio.create_task(store.update("missing-block", {"content": "y"})),
-        asyncio.create_task(store.add({"content": "good", "bindings": [{"sensor": "fs", "path": "ok"}]})),
+        asyncio.create_task(
+            store.add({"content": "good", "bindings": [{"sensor": "fs", "path": "ok"}]})
+        ),
         asyncio.create_task(store.apply_events(events[3:])),
     ]
-    await yield_until(lambda: store.write_backlog == len(tasks))
+    await all_queued.wait()
     gate.set()
     await holder
     results = await asyncio.gather(*tasks, return_exceptions=True)

@@ -17,11 +17,12 @@ from rich.console import Console
 from rich.table import Table
 
 from memwarden import __version__
-from memwarden.errors import ConfigError, MemwardenError, NotFoundError, ValidationInputError
+from memwarden.errors import ConfigError, MemwardenError, ValidationInputError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from memwarden.client import AsyncClient
     from memwarden.memory import Block
     from memwarden.memory._store import Store
 
@@ -44,7 +45,9 @@ ConfigOpt = Annotated[
 DbOpt = Annotated[
     Path | None,
     typer.Option(
-        "--db", help="The SQLite database (default: <home>/memwarden.db).", envvar="MEMWARDEN_DB"
+        "--db",
+        help="Work on this database file directly instead of the running daemon.",
+        envvar="MEMWARDEN_DB",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
@@ -172,26 +175,25 @@ def sensors(json_out: JsonOpt = False) -> None:
 # ---------------------------------------------------------------------- store commands
 
 
-def _db_path(db: Path | None) -> Path:
-    if db is not None:
-        return db
-    from memwarden.daemon import load_settings  # noqa: PLC0415
-
-    try:
-        return load_settings().db_path
-    except ConfigError as e:
-        raise _fail(str(e)) from None
-
-
-def _with_store(db: Path | None, fn: Callable[[Store], Awaitable[Any]]) -> Any:
+def _call(
+    db: Path | None,
+    *,
+    api: Callable[[AsyncClient], Awaitable[Any]],
+    local: Callable[[Store], Awaitable[Any]],
+) -> Any:
+    """Run a data command against the running daemon, or a database file with ``--db``."""
+    from memwarden.client import AsyncClient  # noqa: PLC0415
     from memwarden.daemon import configure_logging  # noqa: PLC0415
     from memwarden.memory._store import Store  # noqa: PLC0415
 
     configure_logging("warning", "console", stream=sys.stderr)
 
     async def go() -> Any:
-        async with Store(_db_path(db)) as store:
-            return await fn(store)
+        if db is not None:
+            async with Store(db) as store:
+                return await local(store)
+        async with AsyncClient() as client:
+            return await api(client)
 
     try:
         return asyncio.run(go())
@@ -199,8 +201,6 @@ def _with_store(db: Path | None, fn: Callable[[Store], Awaitable[Any]]) -> Any:
         for field, message in e.errors:
             err.print(f"{field or 'input'}: {message}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    except NotFoundError as e:
-        raise _fail(str(e)) from None
     except MemwardenError as e:
         raise _fail(str(e)) from None
 
@@ -260,7 +260,7 @@ def add(
         payload["bindings"] = [json.loads(b) for b in bind or []]
     except json.JSONDecodeError as e:
         raise _fail(f"--bind: not JSON: {e}", 2) from None
-    block = _with_store(db, lambda s: s.add(payload, actor="cli"))
+    block = _call(db, api=lambda c: c.add(payload), local=lambda s: s.add(payload, actor="cli"))
     if json_out:
         _print_json(block.model_dump(mode="json"))
     else:
@@ -278,7 +278,7 @@ def get(
     json_out: JsonOpt = False,
 ) -> None:
     """Show one block."""
-    block = _with_store(db, lambda s: s.get(block_id))
+    block = _call(db, api=lambda c: c.get(block_id), local=lambda s: s.get(block_id))
     if json_out:
         _print_json(block.model_dump(mode="json"))
         return
@@ -302,29 +302,54 @@ def search(
     query: Annotated[str, typer.Argument(help="Words to look for.")],
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 10,
     refuted: Annotated[bool, typer.Option("--refuted", help="Include refuted blocks.")] = False,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Revalidate stale results before answering.")
+    ] = False,
+    session: Annotated[str | None, typer.Option(help="Session id (feeds promotion).")] = None,
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Search, ranked by relevance x freshness x reliability x retention."""
-    hits = _with_store(db, lambda s: s.search(query, limit=limit, include_refuted=refuted))
+
+    async def local(s: Store) -> Any:
+        hits = await s.search(query, limit=limit, include_refuted=refuted)
+        return {
+            "query": query,
+            "results": [h.as_dict() for h in hits],
+            "checked": [],
+            "timed_out": [],
+        }
+
+    answer = _call(
+        db,
+        api=lambda c: c.search(
+            query, limit=limit, fresh=fresh, session=session, include_refuted=refuted
+        ),
+        local=local,
+    )
     if json_out:
-        _print_json([h.as_dict() for h in hits])
+        _print_json(answer)
         return
-    if not hits:
+    if not answer["results"]:
         out.print("no results")
         return
     table = Table("score", "id", "state", "r", "text", "warnings")
-    for h in hits:
-        b = h.block
+    for h in answer["results"]:
+        b = h["block"]
         table.add_row(
-            f"{h.score:.3g}",
-            b.id[:13],
-            b.state.value,
-            f"{b.validation.reliability:.2f}",
-            (b.title or b.content)[:60],
-            "; ".join(h.warnings),
+            f"{h['score']:.3g}",
+            b["id"][:13],
+            b["state"],
+            f"{b['validation']['reliability']:.2f}",
+            (b["title"] or b["content"])[:60],
+            "; ".join(h["warnings"]),
         )
     out.print(table)
+    if answer["checked"] or answer["timed_out"]:
+        out.print(
+            f"checked now: {len(answer['checked'])}, no answer in time: {len(answer['timed_out'])}",
+            highlight=False,
+        )
 
 
 @app.command()
@@ -334,7 +359,11 @@ def stale(
     json_out: JsonOpt = False,
 ) -> None:
     """What is stale now, and why."""
-    blocks = _with_store(db, lambda s: s.list_blocks({"state": "stale", "limit": limit}))
+    blocks = _call(
+        db,
+        api=lambda c: c.stale(limit),
+        local=lambda s: s.list_blocks({"state": "stale", "limit": limit}),
+    )
     if json_out:
         _print_json(
             [
@@ -364,27 +393,167 @@ def events(
 ) -> None:
     """A block's validation history, newest first."""
 
-    async def go(s: Store) -> Any:
+    async def local(s: Store) -> Any:
         await s.get(block_id)  # a clear error for an unknown id
-        return await s.events_for(block_id, limit=limit)
+        return [r.as_dict() for r in await s.events_for(block_id, limit=limit)]
 
-    records = _with_store(db, go)
+    records = _call(db, api=lambda c: c.events(block_id, limit), local=local)
     if json_out:
-        _print_json([r.as_dict() for r in records])
+        _print_json(records)
         return
     if not records:
         out.print("no events yet")
         return
     table = Table("observed", "sensor", "outcome", "state", "reliability", "message")
-    for r in records:
-        d = r.as_dict()
+    for d in records:
         eff = d["effect"] or {}
         table.add_row(
             d["observed_at"][:19],
-            r.sensor,
-            r.outcome,
+            d["sensor"],
+            d["outcome"],
             " → ".join(eff.get("state", [])),
             " → ".join(f"{x:.2f}" for x in eff.get("reliability", [])),
-            r.message[:60],
+            d["message"][:60],
         )
     out.print(table)
+
+
+@app.command()
+def explain(
+    block_id: Annotated[str, typer.Argument(help="The block id.")],
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Why a block has its state, reliability, retention and rank."""
+
+    async def local(s: Store) -> Any:
+        fn = getattr(s, "explain", None)
+        if fn is None:
+            return {"block": (await s.get(block_id)).model_dump(mode="json")}
+        return await fn(block_id)
+
+    data = _call(db, api=lambda c: c.explain(block_id), local=local)
+    if json_out:
+        _print_json(data)
+        return
+    out.print_json(json.dumps(data, default=str))
+
+
+@app.command()
+def revalidate(
+    block_id: Annotated[str, typer.Argument(help="The block id.")],
+    wait: Annotated[str, typer.Option(help="Wait this long for the outcome (2s, 1m).")] = "5s",
+    json_out: JsonOpt = False,
+) -> None:
+    """Ask a block's sensors to check it now (needs the daemon)."""
+
+    async def local(_: Store) -> Any:
+        raise MemwardenError("revalidate needs the running daemon: its sensors do the checking")
+
+    data = _call(None, api=lambda c: c.revalidate(block_id, wait=wait), local=local)
+    if json_out:
+        _print_json(data)
+        return
+    block = data["block"]
+    out.print(
+        f"requested {len(data['requested'])}, answered {len(data['answered'])}, "
+        f"no answer in time {len(data['timed_out'])}; now {block['state']} "
+        f"(reliability {block['validation']['reliability']:.2f})",
+        highlight=False,
+    )
+
+
+@app.command()
+def health(json_out: JsonOpt = False) -> None:
+    """The daemon's 0-100 health score and its warnings."""
+
+    async def local(_: Store) -> Any:
+        raise MemwardenError("health needs the running daemon")
+
+    data = _call(None, api=lambda c: c.health(), local=local)
+    if json_out:
+        _print_json(data)
+        return
+    out.print(f"health {data.get('score', '?')}/100 ({data.get('status', '?')})", highlight=False)
+    for w in data.get("warnings", []):
+        out.print(f"  [{w['severity']}] {w['category']}: {w['message']}", highlight=False)
+    counts = data.get("counts", {})
+    out.print(f"{counts.get('blocks', 0)} blocks: {counts.get('by_state', {})}", highlight=False)
+
+
+@app.command("export")
+def export_blocks(
+    file: Annotated[Path, typer.Argument(help="JSONL file to write ('-' for stdout).")],
+    db: DbOpt = None,
+) -> None:
+    """Export every block (with bindings) as JSON lines that `import` reads back."""
+
+    async def local(s: Store) -> Any:
+        blocks: list[Any] = []
+        after = None
+        while True:
+            page = await s.list_blocks({"after": after, "limit": 1000})
+            blocks.extend(page)
+            if len(page) < 1000:
+                return blocks
+            after = page[-1].id
+
+    async def api(_: AsyncClient) -> Any:
+        raise MemwardenError("export reads the database: pass --db (or stop the daemon first)")
+
+    blocks = _call(db, api=api, local=local)
+    keys = (
+        "title",
+        "content",
+        "tags",
+        "source",
+        "category",
+        "info_type",
+        "volatility",
+        "tier",
+        "importance",
+        "bindings",
+        "signals",
+    )
+    lines = []
+    for b in blocks:
+        data = b.model_dump(mode="json")
+        row = {k: data[k] for k in keys}
+        row["reliability"] = data["validation"]["reliability"]
+        lines.append(json.dumps(row, ensure_ascii=False))
+    text = "\n".join(lines) + ("\n" if lines else "")
+    if str(file) == "-":
+        sys.stdout.write(text)
+    else:
+        file.write_text(text)
+        err.print(f"exported {len(lines)} block(s) to {file}", highlight=False)
+
+
+@app.command("import")
+def import_blocks(
+    file: Annotated[Path, typer.Argument(help="JSONL file of blocks (as `export` writes).")],
+    db: DbOpt = None,
+) -> None:
+    """Import blocks from JSON lines (with a progress bar)."""
+    from rich.progress import track  # noqa: PLC0415
+
+    rows = []
+    for n, line in enumerate(file.read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise _fail(f"{file}:{n}: not JSON: {e}", 2) from None
+
+    async def local(s: Store) -> Any:
+        for i in track(range(0, len(rows), 500), description="importing", console=err):
+            await s.add_many(rows[i : i + 500], actor="import")
+        return len(rows)
+
+    async def api(c: AsyncClient) -> Any:
+        for row in track(rows, description="importing", console=err):
+            await c.add(row)
+        return len(rows)
+
+    count = _call(db, api=api, local=local)
+    err.print(f"imported {count} block(s)", highlight=False)

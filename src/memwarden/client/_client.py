@@ -1,0 +1,353 @@
+"""Python clients for a running daemon: :class:`Client` (sync) and :class:`AsyncClient`.
+
+The URL and token are found like the CLI finds them: arguments, then ``MEMWARDEN_URL``
+/ ``MEMWARDEN_TOKEN``, then the state dir (``MEMWARDEN_HOME``), where the daemon writes
+``api.json`` and ``token``. Errors map to memwarden's own exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+import httpx
+
+from memwarden.errors import NotFoundError, TransportError, ValidationInputError
+from memwarden.memory import Block, NewBlock, ValidationEvent
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from types import TracebackType
+
+__all__ = ["AsyncClient", "Client", "DaemonNotRunningError", "resolve_endpoint"]
+
+
+class DaemonNotRunningError(TransportError):
+    """Nothing answers at the daemon's address."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    url: str
+    token: str
+    uds: str | None = None
+
+
+def resolve_endpoint(
+    url: str | None = None, token: str | None = None, home: str | Path | None = None
+) -> Endpoint:
+    """Where the daemon listens and the token to use."""
+    state = Path(home or os.environ.get("MEMWARDEN_HOME") or _default_home())
+    url = url or os.environ.get("MEMWARDEN_URL")
+    if url is None:
+        try:
+            url = json.loads((state / "api.json").read_text())["url"]
+        except (OSError, ValueError, KeyError):
+            url = "http://127.0.0.1:7077"
+    token = token or os.environ.get("MEMWARDEN_TOKEN")
+    if token is None:
+        try:
+            token = (state / "token").read_text().strip()
+        except OSError:
+            token = ""
+    assert url is not None  # noqa: S101 - set above
+    if url.startswith("unix:"):
+        return Endpoint("http://memwarden", token, uds=url.removeprefix("unix:"))
+    return Endpoint(url.rstrip("/"), token)
+
+
+def _default_home() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "memwarden"
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.is_success:
+        return
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = response.text
+    if response.status_code == 404:
+        raise NotFoundError("resource", str(detail))
+    if response.status_code == 422 and isinstance(detail, list):
+        raise ValidationInputError(
+            [
+                (".".join(str(p) for p in d.get("loc", []) if p != "body"), d.get("msg", ""))
+                for d in detail
+            ]
+        )
+    if response.status_code == 401:
+        raise TransportError(
+            "the daemon refused the token (check MEMWARDEN_TOKEN or the state dir)"
+        )
+    raise TransportError(
+        f"{response.request.method} {response.request.url.path}: {response.status_code} {detail}"
+    )
+
+
+def _body(data: Any) -> Any:
+    if hasattr(data, "model_dump"):
+        return data.model_dump(mode="json", exclude_unset=True)
+    return data
+
+
+def _unreachable(endpoint: Endpoint, err: Exception) -> DaemonNotRunningError:
+    where = f"unix:{endpoint.uds}" if endpoint.uds else endpoint.url
+    return DaemonNotRunningError(
+        f"memwarden is not running at {where} (start it with `memwarden run` or `make run`)"
+        f" [{type(err).__name__}]"
+    )
+
+
+class _Ops:
+    """The operations, shared by both clients: (method, path, params, json) and a parser."""
+
+    @staticmethod
+    def add(block: NewBlock | Mapping[str, Any]) -> tuple[str, str, Any, Any]:
+        return "POST", "/v1/blocks", None, _body(block)
+
+    @staticmethod
+    def get(block_id: str) -> tuple[str, str, Any, Any]:
+        return "GET", f"/v1/blocks/{block_id}", None, None
+
+    @staticmethod
+    def update(block_id: str, patch: Mapping[str, Any]) -> tuple[str, str, Any, Any]:
+        return "PATCH", f"/v1/blocks/{block_id}", None, _body(patch)
+
+    @staticmethod
+    def archive(block_id: str, reason: str) -> tuple[str, str, Any, Any]:
+        return "DELETE", f"/v1/blocks/{block_id}", {"reason": reason}, None
+
+    @staticmethod
+    def search(
+        query: str,
+        *,
+        limit: int,
+        fresh: bool,
+        session: str | None,
+        include_refuted: bool,
+        wait: str,
+    ) -> tuple[str, str, Any, Any]:
+        params: dict[str, Any] = {
+            "q": query,
+            "limit": limit,
+            "fresh": fresh,
+            "include_refuted": include_refuted,
+            "wait": wait,
+        }
+        if session:
+            params["session"] = session
+        return "GET", "/v1/search", params, None
+
+
+class AsyncClient:
+    """An asyncio client for the daemon's HTTP API."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        home: str | Path | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.endpoint = resolve_endpoint(url, token, home)
+        transport = httpx.AsyncHTTPTransport(uds=self.endpoint.uds) if self.endpoint.uds else None
+        self._http = httpx.AsyncClient(
+            base_url=self.endpoint.url,
+            headers={"Authorization": f"Bearer {self.endpoint.token}"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, params: Any = None, body: Any = None) -> Any:
+        try:
+            response = await self._http.request(method, path, params=params, json=body)
+        except httpx.TransportError as err:
+            raise _unreachable(self.endpoint, err) from err
+        _raise_for(response)
+        return response.json()
+
+    async def add(self, block: NewBlock | Mapping[str, Any]) -> Block:
+        return Block.model_validate(await self._call(*_Ops.add(block)))
+
+    async def get(self, block_id: str) -> Block:
+        return Block.model_validate(await self._call(*_Ops.get(block_id)))
+
+    async def update(self, block_id: str, patch: Mapping[str, Any]) -> Block:
+        return Block.model_validate(await self._call(*_Ops.update(block_id, patch)))
+
+    async def archive(self, block_id: str, reason: str = "archived via client") -> Block:
+        return Block.model_validate(await self._call(*_Ops.archive(block_id, reason)))
+
+    async def search(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        fresh: bool = False,
+        session: str | None = None,
+        include_refuted: bool = False,
+        wait: str = "2s",
+    ) -> dict[str, Any]:
+        """``{"query", "results": [{"block", "score", "stale", "warnings", "factors"}],
+        "checked", "timed_out"}``."""
+        return await self._call(  # type: ignore[no-any-return]
+            *_Ops.search(
+                query,
+                limit=limit,
+                fresh=fresh,
+                session=session,
+                include_refuted=include_refuted,
+                wait=wait,
+            )
+        )
+
+    async def stale(self, limit: int = 100) -> list[Block]:
+        data = await self._call("GET", "/v1/stale", {"limit": limit})
+        return [Block.model_validate(b) for b in data]
+
+    async def events(self, block_id: str, limit: int = 50) -> list[dict[str, Any]]:
+        return await self._call(  # type: ignore[no-any-return]
+            "GET", f"/v1/blocks/{block_id}/events", {"limit": limit}
+        )
+
+    async def explain(self, block_id: str) -> dict[str, Any]:
+        return await self._call("GET", f"/v1/blocks/{block_id}/explain")  # type: ignore[no-any-return]
+
+    async def revalidate(self, block_id: str, *, wait: str = "0s") -> dict[str, Any]:
+        return await self._call(  # type: ignore[no-any-return]
+            "POST", f"/v1/blocks/{block_id}/revalidate", {"wait": wait}
+        )
+
+    async def ingest(self, events: Sequence[ValidationEvent | Mapping[str, Any]]) -> dict[str, Any]:
+        return await self._call(  # type: ignore[no-any-return]
+            "POST", "/v1/events", None, [_body(e) for e in events]
+        )
+
+    async def sensors(self) -> list[dict[str, Any]]:
+        return await self._call("GET", "/v1/sensors")  # type: ignore[no-any-return]
+
+    async def health(self) -> dict[str, Any]:
+        return await self._call("GET", "/v1/health")  # type: ignore[no-any-return]
+
+
+class Client:
+    """A blocking client for the daemon's HTTP API (same methods as :class:`AsyncClient`)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        home: str | Path | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.endpoint = resolve_endpoint(url, token, home)
+        transport = httpx.HTTPTransport(uds=self.endpoint.uds) if self.endpoint.uds else None
+        self._http = httpx.Client(
+            base_url=self.endpoint.url,
+            headers={"Authorization": f"Bearer {self.endpoint.token}"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, params: Any = None, body: Any = None) -> Any:
+        try:
+            response = self._http.request(method, path, params=params, json=body)
+        except httpx.TransportError as err:
+            raise _unreachable(self.endpoint, err) from err
+        _raise_for(response)
+        return response.json()
+
+    def add(self, block: NewBlock | Mapping[str, Any]) -> Block:
+        return Block.model_validate(self._call(*_Ops.add(block)))
+
+    def get(self, block_id: str) -> Block:
+        return Block.model_validate(self._call(*_Ops.get(block_id)))
+
+    def update(self, block_id: str, patch: Mapping[str, Any]) -> Block:
+        return Block.model_validate(self._call(*_Ops.update(block_id, patch)))
+
+    def archive(self, block_id: str, reason: str = "archived via client") -> Block:
+        return Block.model_validate(self._call(*_Ops.archive(block_id, reason)))
+
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        fresh: bool = False,
+        session: str | None = None,
+        include_refuted: bool = False,
+        wait: str = "2s",
+    ) -> dict[str, Any]:
+        return self._call(  # type: ignore[no-any-return]
+            *_Ops.search(
+                query,
+                limit=limit,
+                fresh=fresh,
+                session=session,
+                include_refuted=include_refuted,
+                wait=wait,
+            )
+        )
+
+    def stale(self, limit: int = 100) -> list[Block]:
+        return [Block.model_validate(b) for b in self._call("GET", "/v1/stale", {"limit": limit})]
+
+    def events(self, block_id: str, limit: int = 50) -> list[dict[str, Any]]:
+        return self._call(  # type: ignore[no-any-return]
+            "GET", f"/v1/blocks/{block_id}/events", {"limit": limit}
+        )
+
+    def explain(self, block_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/blocks/{block_id}/explain")  # type: ignore[no-any-return]
+
+    def revalidate(self, block_id: str, *, wait: str = "0s") -> dict[str, Any]:
+        return self._call(  # type: ignore[no-any-return]
+            "POST", f"/v1/blocks/{block_id}/revalidate", {"wait": wait}
+        )
+
+    def ingest(self, events: Sequence[ValidationEvent | Mapping[str, Any]]) -> dict[str, Any]:
+        return self._call(  # type: ignore[no-any-return]
+            "POST", "/v1/events", None, [_body(e) for e in events]
+        )
+
+    def sensors(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/sensors")  # type: ignore[no-any-return]
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/health")  # type: ignore[no-any-return]
