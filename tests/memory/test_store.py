@@ -709,6 +709,7 @@ async def test_counts(store, clock):
     """counts() reports blocks by effective state, tier and volatility, and pending work."""
     await store.add({"content": "a", "volatility": "high"})
     await store.add({"content": "b", "tier": "core", "bindings": [FS_APP]})
+    # the second event is an hour in the future: dead-lettered, not logged
     await store.apply_events([ev(at=clock.time()), ev(at=clock.time() + 3600)])
     await store.dead_letter(source="mqtt", reason="bad json", payload=b"{")
     clock.advance(7 * H)
@@ -745,7 +746,8 @@ async def test_group_commit(store, clock):
             ).fetchone()
             visible.append(row is not None)
 
-        await asyncio.gather(*(one(i) for i in range(50)))
+        async with asyncio.timeout(10):
+            await asyncio.gather(*(one(i) for i in range(50)))
     assert visible == [True] * 50
     assert store._writer.commits - before < 50
     assert query(store, "SELECT count(*) FROM events") == [(50,)]
@@ -795,8 +797,9 @@ async def test_failing_job_fails_alone(store, clock, monkeypatch):
     ]
     await all_queued.wait()
     gate.set()
-    await holder
-    results = await asyncio.gather(*tasks, return_exceptions=True)
+    async with asyncio.timeout(10):  # a job left unsettled fails here, not at the test timeout
+        await holder
+        results = await asyncio.gather(*tasks, return_exceptions=True)
     assert results[0].accepted == 3
     assert isinstance(results[1], RuntimeError)
     assert isinstance(results[2], NotFoundError)

@@ -100,6 +100,14 @@ def run(config: ConfigOpt = None) -> None:
         raise typer.Exit(1) from None
 
 
+@app.command()
+def mcp() -> None:
+    """Serve MCP over stdio for agents (talks to the running daemon)."""
+    from memwarden.mcp import run_stdio  # noqa: PLC0415
+
+    run_stdio()
+
+
 @config_app.command("check")
 def config_check(
     file: Annotated[Path, typer.Argument(help="The TOML file to check.")],

@@ -246,6 +246,11 @@ class AsyncClient:
     async def sensors(self) -> list[dict[str, Any]]:
         return await self._call("GET", "/v1/sensors")  # type: ignore[no-any-return]
 
+    async def request_review(self, block_id: str, reason: str) -> dict[str, Any]:
+        return await self._call(  # type: ignore[no-any-return]
+            "POST", f"/v1/blocks/{block_id}/review", None, {"reason": reason}
+        )
+
     async def health(self) -> dict[str, Any]:
         return await self._call("GET", "/v1/health")  # type: ignore[no-any-return]
 
@@ -348,6 +353,11 @@ class Client:
 
     def sensors(self) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/sensors")  # type: ignore[no-any-return]
+
+    def request_review(self, block_id: str, reason: str) -> dict[str, Any]:
+        return self._call(  # type: ignore[no-any-return]
+            "POST", f"/v1/blocks/{block_id}/review", None, {"reason": reason}
+        )
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/v1/health")  # type: ignore[no-any-return]

@@ -97,6 +97,10 @@ class SearchAnswer(BaseModel):
     )
 
 
+class ReviewRequest(BaseModel):
+    reason: str = Field(min_length=1, max_length=1000)
+
+
 class RevalidateAnswer(BaseModel):
     requested: list[str]
     answered: list[str]
@@ -215,6 +219,11 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
             raise ValidationInputError([("wait", str(err))]) from None
         result = await daemon.revalidate(block_id, wait_s=min(wait_s, 60.0))
         return RevalidateAnswer(**result)
+
+    @app.post("/v1/blocks/{block_id}/review", tags=["reviews"])
+    async def ask_review(block_id: str, body: ReviewRequest, _: Auth) -> dict[str, Any]:
+        """Ask a human to confirm a block: it joins the review queue with the reason."""
+        return await daemon.store.request_review(block_id, reason=body.reason)
 
     @app.get("/v1/search", tags=["search"])
     async def search(

@@ -19,25 +19,31 @@ import structlog
 
 from memwarden.daemon._api import ApiServer, api_file, ensure_token
 from memwarden.daemon._bus import Bus
-from memwarden.daemon._config import SensorSettings, Settings, load_settings
+from memwarden.daemon._config import (
+    SensorSettings,
+    Settings,
+    load_settings,
+    validate_sensor_options,
+)
 from memwarden.daemon._metrics import DaemonMetrics
 from memwarden.daemon._notify import Notifier
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
 from memwarden.errors import (
     ConfigError,
     MemwardenError,
+    PluginError,
     PluginLoadError,
     ValidationInputError,
 )
 from memwarden.memory import Binding, NewBlock, RevalidationReason, SystemClock, Volatility
 from memwarden.memory._store import Store, validate_input
-from memwarden.plugins import BoundSubject, Registry, SensorContext, SensorRunner
+from memwarden.plugins import Backoff, BoundSubject, Registry, SensorContext, SensorRunner
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-    from memwarden.memory import Block, Clock
+    from memwarden.memory import Block, Clock, ValidationEvent
     from memwarden.memory._store import ApplyResult
 
 __all__ = ["Daemon"]
@@ -59,7 +65,11 @@ class Daemon:
         install_signal_handlers: bool = False,
     ) -> None:
         self.settings = settings
-        self.registry = registry or Registry.from_entry_points(allow=settings.plugin_allowlist)
+        self.registry = (
+            registry
+            if registry is not None
+            else Registry.from_entry_points(allow=settings.plugin_allowlist)
+        )
         self.clock: Clock = clock or SystemClock()
         self.notifier = notifier or Notifier()
         self.config_file = config_file
@@ -113,11 +123,26 @@ class Daemon:
     # ------------------------------------------------------------------ main
 
     async def run(self) -> None:
-        """Run until asked to stop. Raises on a startup failure (bad store, policy=error)."""
+        """Run until asked to stop.
+
+        Raises the error itself (not wrapped in a group) on a startup failure: a bad
+        store, a sensor whose setup fails under policy ``error`` (:class:`PluginError`
+        naming it), an unknown sensor kind or bad sensor options (:class:`ConfigError`).
+        """
+        try:
+            await self._run()
+        except BaseExceptionGroup as group:
+            single = _single_error(group)
+            if single is None:
+                raise
+            raise single from None
+
+    async def _run(self) -> None:
         s = self.settings
         s.home.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.notifier.status("starting")
         async with contextlib.AsyncExitStack() as stack:
+            stack.callback(self.notifier.close)
             store = Store(
                 s.db_path,
                 clock=self.clock,
@@ -206,22 +231,38 @@ class Daemon:
         log.info("api_listening", url=self.api.bound_url())
 
     async def _shutdown(self, background: list[asyncio.Task[Any]]) -> None:
+        """Stop taking input, let what was accepted reach the store, then cancel the rest.
+
+        In order: the API and the scheduler stop taking work; the checks in flight finish
+        (within the drain timeout, else they are cancelled) and hand their events to the
+        bus; the sensors stop and are torn down; the bus closes and commits everything it
+        queued (within the drain timeout); a last heartbeat records when we stopped.
+        """
         self.notifier.stopping()
         log.info("daemon_stopping")
         if self.api is not None:
             self.api.stop()
-        for runner in self.runners.values():
-            runner.stop()
-        with contextlib.suppress(Exception):
-            await asyncio.gather(*self._runner_tasks.values(), return_exceptions=True)
-        self.bus.close()
         drain_s = self.settings.bus.drain_timeout.total_seconds()
+        self.scheduler.stop()
         try:
             async with asyncio.timeout(drain_s):
                 await self.scheduler.wait_idle()
+        except TimeoutError:
+            cancelled = await self.scheduler.cancel_checks()
+            log.error("revalidations_cancelled", count=cancelled, timeout_s=drain_s)
+        for runner in self.runners.values():
+            runner.stop()
+        await asyncio.gather(*self._runner_tasks.values(), return_exceptions=True)
+        self.bus.close()
+        try:
+            async with asyncio.timeout(drain_s):
                 await self.bus.drain()
         except TimeoutError:
             log.error("bus_drain_timed_out", pending=self.bus.pending, timeout_s=drain_s)
+        try:
+            await self.scheduler.heartbeat_once()
+        except MemwardenError as err:
+            log.warning("heartbeat_failed", error=str(err))
         for task in background:
             task.cancel()
 
@@ -232,33 +273,58 @@ class Daemon:
     # ------------------------------------------------------------------ sensors
 
     async def _start_sensors(self, sensors: Mapping[str, SensorSettings]) -> None:
-        started = []
+        """Start the enabled sensors; raise the first startup failure (policy ``error``)."""
+        failures = await self._start_runners(self._make_runners(sensors))
+        if failures:
+            raise failures[0]
+
+    def _make_runners(self, sensors: Mapping[str, SensorSettings]) -> dict[str, SensorRunner]:
+        """Build a runner per enabled sensor; ConfigError listing every problem, if any."""
+        runners: dict[str, SensorRunner] = {}
+        problems: list[str] = []
         for name, conf in sensors.items():
             if not conf.enabled:
                 continue
-            runner = self._make_runner(name, conf)
-            self.runners[name] = runner
-            assert self._tg is not None  # noqa: S101 - run() set it
+            try:
+                runners[name] = self._make_runner(name, conf)
+            except ConfigError as err:
+                problems.extend(err.problems)
+        if problems:
+            raise ConfigError("; ".join(problems), problems=problems)
+        return runners
+
+    async def _start_runners(self, runners: Mapping[str, SensorRunner]) -> list[PluginError]:
+        """Give the runners their bindings, start them, wait for each first setup."""
+        assert self._tg is not None  # noqa: S101 - run() set it
+        self.runners.update(runners)
+        self._dirty_bindings.update(runners)
+        await self._push_bindings()  # before run() starts: its first wait sees them
+        for name, runner in runners.items():
             self._runner_tasks[name] = self._tg.create_task(
-                runner.supervise(), name=f"sensor[{name}].run"
+                runner.supervise(), name=f"sensor[{name}]"
             )
-            started.append(runner)
-            self._dirty_bindings.add(name)
-        await self._push_bindings()
-        for runner in started:
-            await runner.started()
+        failures: list[PluginError] = []
+        for runner in runners.values():
+            try:
+                await runner.started()
+            except PluginError as err:
+                failures.append(err)
+        return failures
 
     def _make_runner(self, name: str, conf: SensorSettings) -> SensorRunner:
         kind = conf.kind or name
         try:
             info = self.registry.get(kind)
         except PluginLoadError as err:
-            raise ConfigError(f"sensors.{name}: {err}") from None
+            raise ConfigError(f"sensors.{name}.kind: {err}") from None
+        config = validate_sensor_options(name, info.cls.Config, conf.options)
         try:
-            config = info.cls.Config.model_validate(conf.options)
-        except Exception as err:  # noqa: BLE001 - reported as a config problem with the path
-            raise ConfigError(f"sensors.{name}: invalid options: {err}") from None
-        sensor = info.cls(config)
+            sensor = info.cls(config)
+        except Exception as err:
+            raise PluginError(
+                f"sensor {name!r} ({kind}) could not be created: {type(err).__name__}: {err}",
+                plugin=name,
+            ) from err
         state_dir = self.settings.home / "sensors" / name
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         ctx = SensorContext(
@@ -269,6 +335,7 @@ class Daemon:
             state_dir=state_dir,
             emit=functools.partial(self._emit, name),
         )
+        restart = conf.restart
         return SensorRunner(
             name=name,
             kind=kind,
@@ -276,14 +343,23 @@ class Daemon:
             ctx=ctx,
             startup=conf.startup,
             revalidate_timeout_s=conf.revalidate_timeout.total_seconds(),
+            setup_timeout_s=conf.setup_timeout.total_seconds(),
+            teardown_timeout_s=conf.teardown_timeout.total_seconds(),
+            backoff=Backoff(
+                base_s=restart.backoff_initial.total_seconds(),
+                cap_s=restart.backoff_max.total_seconds(),
+            ),
+            crash_loop_restarts=restart.crash_loop_restarts,
+            crash_loop_window_s=restart.crash_loop_window.total_seconds(),
+            healthy_after_s=restart.healthy_after.total_seconds(),
         )
 
-    async def _emit(self, name: str, event: Any) -> None:
+    async def _emit(self, name: str, event: ValidationEvent) -> None:
+        await self.bus.put(name, event)
         runner = self.runners.get(name)
-        if runner is not None:
+        if runner is not None:  # counted once queued: what emit() returning promises
             runner.counters.events += 1
             runner.counters.last_success = self.clock.time()
-        await self.bus.put(name, event)
 
     async def _stop_sensor(self, name: str) -> None:
         runner = self.runners.pop(name, None)
@@ -295,29 +371,39 @@ class Daemon:
                 await task
 
     async def reload(self) -> None:
-        """Re-read the configuration; restart only the sensors whose settings changed."""
+        """Re-read the configuration; restart only the sensors whose settings changed.
+
+        The new ``[sensors]`` tables are checked in full before anything stops: a bad
+        reload keeps the old configuration running. Other sections need a restart.
+        """
         self.notifier.reloading()
+        old = self.settings
         try:
-            new = load_settings(self.config_file) if self.config_file else self.settings
-        except ConfigError as err:
-            log.error("reload_failed", error=str(err), problems=err.problems)
+            new = load_settings(self.config_file) if self.config_file else old
+            changed = {
+                n
+                for n in set(old.sensors) | set(new.sensors)
+                if old.sensors.get(n) != new.sensors.get(n)
+            }
+            fresh = self._make_runners({n: c for n, c in new.sensors.items() if n in changed})
+        except MemwardenError as err:
+            problems = err.problems if isinstance(err, ConfigError) else [str(err)]
+            log.error("reload_failed", error=str(err), problems=problems)
             self.notifier.status("reload failed: keeping the old configuration")
             self.notifier.ready()
             return
-        old_sensors = self.settings.sensors
-        changed = {
-            n
-            for n in set(old_sensors) | set(new.sensors)
-            if old_sensors.get(n) != new.sensors.get(n)
-        }
         for name in sorted(changed):
             await self._stop_sensor(name)
-        self.settings = new
-        to_start = {n: c for n, c in new.sensors.items() if n in changed}
-        try:
-            await self._start_sensors(to_start)
-        except MemwardenError as err:
-            log.error("reload_sensor_failed", error=str(err))
+        self.settings = old.model_copy(update={"sensors": new.sensors})
+        for failure in await self._start_runners(fresh):
+            log.error("reload_sensor_failed", sensor=failure.plugin, error=str(failure))
+        ignored = [
+            k
+            for k in type(old).model_fields
+            if k != "sensors" and getattr(old, k) != getattr(new, k)
+        ]
+        if ignored:
+            log.warning("reload_needs_restart", sections=sorted(ignored))
         self.reloads += 1
         log.info("daemon_reloaded", restarted=sorted(changed))
         self.notifier.ready(await self._status_line())
@@ -350,9 +436,14 @@ class Daemon:
         self._dirty_bindings.update(sensors)
         self._bindings_wake.set()
 
-    def check_bindings(self, bindings: Sequence[Binding]) -> None:
-        """Refuse bindings that name no configured sensor or that its model rejects."""
+    def check_bindings(self, bindings: Sequence[Binding]) -> list[Binding]:
+        """Refuse bindings that name no configured sensor or that its model rejects.
+
+        Returns them with their subject filled in from the sensor's binding model
+        (``subject_of()``) where the raw binding named none.
+        """
         errors: list[tuple[str, str]] = []
+        out: list[Binding] = []
         for i, binding in enumerate(bindings):
             runner = self.runners.get(binding.sensor)
             if runner is None:
@@ -368,17 +459,25 @@ class Daemon:
                     check(selector)
             except ValidationInputError as err:
                 errors.extend((f"bindings.{i}.{f}", m) for f, m in err.errors)
+                continue
             except ValueError as err:
                 errors.append((f"bindings.{i}", str(err)))
+                continue
+            if not binding.subject and (subject := selector.subject_of()):
+                binding = binding.model_copy(update={"subject": subject})  # noqa: PLW2901
             if not binding.subject:
                 errors.append((f"bindings.{i}", "names no subject (path, test, url, check)"))
+            out.append(binding)
         if errors:
             raise ValidationInputError(errors)
+        return out
 
     async def add_block(self, new: NewBlock | Mapping[str, Any], *, actor: str = "agent") -> Block:
         """Validate (bindings included) and store a block; its sensors learn the binding."""
         block = validate_input(NewBlock, new)
-        self.check_bindings(block.bindings)
+        bindings = self.check_bindings(block.bindings)
+        if bindings != block.bindings:
+            block = block.model_copy(update={"bindings": bindings})
         stored = await self.store.add(block, actor=actor)
         self._mark_bindings_dirty([b.sensor for b in block.bindings])
         return stored
@@ -547,3 +646,15 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+
+
+def _single_error(group: BaseExceptionGroup[BaseException]) -> MemwardenError | None:
+    """The one MemwardenError a TaskGroup wrapped (a startup failure), if that is all."""
+    while len(group.exceptions) == 1:
+        inner = group.exceptions[0]
+        if isinstance(inner, MemwardenError):
+            return inner
+        if not isinstance(inner, BaseExceptionGroup):
+            return None
+        group = inner
+    return None

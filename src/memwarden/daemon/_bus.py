@@ -157,7 +157,9 @@ class Bus:
             try:
                 result = await self._store.apply_events(batch)
             except ValidationInputError as err:
-                log.error("event_batch_invalid", error=str(err))
+                # Never dropped silently: each event is dead-lettered with the reason.
+                for ev in batch:
+                    await self.reject(ev.sensor, "store_rejected", str(err), ev.model_dump_json())
                 return
             except StorageError as err:
                 # Keep the events: they were taken from sensors but not yet committed.
@@ -171,9 +173,12 @@ class Bus:
             self.by_outcome[(ev.sensor, ev.outcome.value)] += 1
         self._count(None, result)
         if self._on_applied is not None:
-            maybe = self._on_applied(result)
-            if maybe is not None:
-                await maybe
+            try:
+                maybe = self._on_applied(result)
+                if maybe is not None:
+                    await maybe
+            except Exception as err:  # the events are committed; a listener never stops the bus
+                log.error("on_applied_failed", error=f"{type(err).__name__}: {err}", exc_info=err)
 
     def _count(self, source: str | None, result: ApplyResult) -> None:
         self.accepted += result.accepted

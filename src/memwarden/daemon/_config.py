@@ -10,12 +10,12 @@ import os
 import tomllib
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
 
-from memwarden.errors import ConfigError
+from memwarden.errors import ConfigError, PluginLoadError
 from memwarden.memory import Duration
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
@@ -23,11 +23,15 @@ from memwarden.plugins import StartupPolicy
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from pydantic_core import ErrorDetails
     from pydantic_settings import PydanticBaseSettingsSource
+
+    from memwarden.plugins import Registry
 
 __all__ = [
     "ApiSettings",
     "BusSettings",
+    "RestartSettings",
     "SchedulerSettings",
     "SensorSettings",
     "Settings",
@@ -35,9 +39,12 @@ __all__ = [
     "default_home",
     "format_problems",
     "load_settings",
+    "sensor_option_problems",
+    "validate_sensor_options",
 ]
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+M = TypeVar("M", bound=BaseModel)
 Port = Annotated[int, Field(ge=0, le=65535)]
 
 
@@ -99,6 +106,26 @@ class SchedulerSettings(BaseModel):
     heartbeat_interval: Duration = timedelta(seconds=30)
 
 
+class RestartSettings(BaseModel):
+    """``[sensors.<name>.restart]``: how a crashing sensor is restarted."""
+
+    model_config = _FROZEN
+
+    backoff_initial: Duration = Field(
+        default=timedelta(seconds=1), description="Ceiling of the first delay (full jitter)."
+    )
+    backoff_max: Duration = Field(
+        default=timedelta(seconds=60), description="The delay never exceeds this."
+    )
+    crash_loop_restarts: Annotated[int, Field(ge=0)] = Field(
+        default=5, description="More crashes than this within crash_loop_window: failed."
+    )
+    crash_loop_window: Duration = timedelta(minutes=5)
+    healthy_after: Duration = Field(
+        default=timedelta(seconds=60), description="A run this long resets the backoff."
+    )
+
+
 class SensorSettings(BaseModel):
     """``[sensors.<name>]``: one sensor instance; sensor-specific keys go to its Config."""
 
@@ -108,6 +135,9 @@ class SensorSettings(BaseModel):
     enabled: bool = True
     startup: StartupPolicy = StartupPolicy.RETRY
     revalidate_timeout: Duration = timedelta(seconds=30)
+    setup_timeout: Duration = timedelta(seconds=30)
+    teardown_timeout: Duration = timedelta(seconds=10)
+    restart: RestartSettings = Field(default_factory=RestartSettings)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -171,6 +201,42 @@ def format_problems(err: ValidationError) -> list[str]:
             msg = "unknown setting"
         out.append(f"{path}: {msg}")
     return out
+
+
+def _sensor_problem(name: str, item: ErrorDetails) -> str:
+    path = ".".join(["sensors", name, *(str(p) for p in item["loc"])])
+    msg = "unknown setting" if item["type"] == "extra_forbidden" else item["msg"]
+    return f"{path}: {msg}"
+
+
+def validate_sensor_options(name: str, model: type[M], options: Mapping[str, Any]) -> M:
+    """A sensor's own ``Config`` from its table; :class:`ConfigError` naming each key.
+
+    Problems read ``sensors.<name>.<key>: <message>`` (``unknown setting`` for a key the
+    sensor does not declare), exactly as ``memwarden config check`` prints them.
+    """
+    try:
+        return model.model_validate(dict(options))
+    except ValidationError as err:
+        problems = [_sensor_problem(name, item) for item in err.errors()]
+        raise ConfigError("; ".join(problems), problems=problems) from None
+
+
+def sensor_option_problems(settings: Settings, registry: Registry) -> list[str]:
+    """Every problem in the ``[sensors.*]`` tables: unknown kinds and bad options."""
+    problems: list[str] = []
+    for name, conf in settings.sensors.items():
+        kind = conf.kind or name
+        try:
+            info = registry.get(kind)
+        except PluginLoadError as err:
+            problems.append(f"sensors.{name}.kind: {err}")
+            continue
+        try:
+            validate_sensor_options(name, info.cls.Config, conf.options)
+        except ConfigError as err:
+            problems.extend(err.problems)
+    return problems
 
 
 def load_settings(

@@ -10,7 +10,6 @@ the binding; its outcome comes back through the bus like any other event.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -19,7 +18,7 @@ from memwarden.errors import MemwardenError
 from memwarden.memory.policy import plan_revalidations
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable, Coroutine, Mapping
 
     from memwarden.daemon._bus import Bus
     from memwarden.daemon._config import SchedulerSettings
@@ -56,6 +55,9 @@ class Scheduler:
         self._inflight: set[asyncio.Task[Any]] = set()
         self.sent_at: dict[str, float] = {}  # request id -> when it went out (for latency)
         self._tasks: asyncio.TaskGroup | None = None
+        self._loops: list[asyncio.Task[None]] = []
+        self._stopped = False
+        self._dispatching = asyncio.Lock()
 
     # ------------------------------------------------------------------ ticks
 
@@ -83,49 +85,62 @@ class Scheduler:
         return len(changed)
 
     async def dispatch_once(self) -> int:
-        """Send the revalidation requests whose time has come to their sensors."""
-        limit = self.store.policy.staleness.max_requests_per_tick
-        requests = await self.store.due_revalidations(limit=limit)
-        if not requests:
-            return 0
-        runners = self._runners()
-        sent, unroutable = [], []
-        for req in requests:
-            runner = runners.get(req.sensor)
-            if runner is None:
-                unroutable.append(req.id)
-                continue
-            sent.append(req.id)
-            self._spawn(self._check(runner, req))
-        if sent:
-            await self.store.set_revalidation_status(sent, "sent")
-            now = self.store.clock.time()
-            if len(self.sent_at) > 100_000:  # unanswered ones: forget the oldest half
-                for key in list(self.sent_at)[:50_000]:
-                    del self.sent_at[key]
-            self.sent_at.update((rid, now) for rid in sent)
-        if unroutable:
-            self.unroutable += len(unroutable)
-            await self.store.set_revalidation_status(
-                unroutable, "failed", outcome="no such sensor configured"
-            )
-        self.dispatched += len(sent)
-        return len(sent)
+        """Send the revalidation requests whose time has come to their sensors.
+
+        At most ``rules.staleness.max_requests_per_tick`` per call. Calls never overlap
+        (the dispatch loop and a read-through from the API may both ask), so a request
+        is sent once.
+        """
+        async with self._dispatching:
+            if self._stopped:
+                return 0
+            limit = self.store.policy.staleness.max_requests_per_tick
+            requests = await self.store.due_revalidations(limit=limit)
+            if not requests:
+                return 0
+            runners = self._runners()
+            sent = [r for r in requests if r.sensor in runners]
+            unroutable = [r.id for r in requests if r.sensor not in runners]
+            if sent:
+                # Marked sent before the checks start: an answer can only come after.
+                await self.store.set_revalidation_status([r.id for r in sent], "sent")
+                now = self.store.clock.time()
+                if len(self.sent_at) > 100_000:  # unanswered ones: forget the oldest half
+                    for key in list(self.sent_at)[:50_000]:
+                        del self.sent_at[key]
+                self.sent_at.update((r.id, now) for r in sent)
+                for req in sent:
+                    self._spawn(self._check(runners[req.sensor], req))
+            if unroutable:
+                self.unroutable += len(unroutable)
+                await self.store.set_revalidation_status(
+                    unroutable, "failed", outcome="no such sensor configured"
+                )
+            self.dispatched += len(sent)
+            return len(sent)
 
     async def _check(self, runner: SensorRunner, req: RevalidationRequest) -> None:
-        events = await runner.revalidate(req)
-        for ev in events:
-            await self.bus.put(runner.name, ev)
-        if not events:  # skipped: a check of the subject is still running
-            await self.store.set_revalidation_status([req.id], "pending")
+        try:
+            events = await runner.revalidate(req)
+            if events is None:
+                # A check of this subject is still running: its answer covers this one.
+                await self.store.set_revalidation_status(
+                    [req.id], "skipped", outcome="a check of the subject was already running"
+                )
+            elif not events:
+                # The sensor answered through ctx.emit (or had nothing to say): done.
+                await self.store.set_revalidation_status(
+                    [req.id], "done", outcome="no event returned"
+                )
+            for ev in events or ():
+                await self.bus.put(runner.name, ev)
+        except MemwardenError as err:  # a closed bus at shutdown, a store error: never fatal
+            log.error("revalidation_failed", request_id=req.id, sensor=runner.name, error=str(err))
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         if self._tasks is None:
             raise MemwardenError("the scheduler is not running")
-        task: asyncio.Task[None] = self._tasks.create_task(
-            coro,  # type: ignore[arg-type]
-            name="scheduler.revalidate",
-        )
+        task = self._tasks.create_task(coro, name="scheduler.revalidate")
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
 
@@ -136,22 +151,15 @@ class Scheduler:
     # ------------------------------------------------------------------ loops
 
     async def run(self) -> None:
-        """Run every loop until cancelled."""
+        """Run every loop until cancelled (or :meth:`stop`ped)."""
         s = self.settings
         async with asyncio.TaskGroup() as tg:
             self._tasks = tg
-            tg.create_task(
-                self._every(s.sweep_interval.total_seconds(), self.sweep_once),
-                name="scheduler.sweep",
-            )
-            tg.create_task(
-                self._every(s.dispatch_interval.total_seconds(), self.dispatch_once),
-                name="scheduler.dispatch",
-            )
-            tg.create_task(
-                self._every(s.heartbeat_interval.total_seconds(), self.heartbeat_once),
-                name="scheduler.heartbeat",
-            )
+            loops: list[tuple[str, float, Callable[[], Awaitable[Any]], bool]] = [
+                ("sweep", s.sweep_interval.total_seconds(), self.sweep_once, True),
+                ("dispatch", s.dispatch_interval.total_seconds(), self.dispatch_once, True),
+                ("heartbeat", s.heartbeat_interval.total_seconds(), self.heartbeat_once, True),
+            ]
             for name, interval, method in (
                 ("decay", s.decay_interval, "decay_cycle"),
                 ("heuristics", s.heuristic_interval, "heuristic_cycle"),
@@ -159,9 +167,13 @@ class Scheduler:
             ):
                 fn = getattr(self.store, method, None)
                 if fn is not None:
-                    tg.create_task(
-                        self._every(interval.total_seconds(), fn, first=False),
-                        name=f"scheduler.{name}",
+                    loops.append((name, interval.total_seconds(), fn, False))
+            for name, interval_s, fn, first in loops:
+                if not self._stopped:
+                    self._loops.append(
+                        tg.create_task(
+                            self._every(interval_s, fn, first=first), name=f"scheduler.{name}"
+                        )
                     )
 
     async def _every(
@@ -172,14 +184,30 @@ class Scheduler:
         while True:
             try:
                 await fn()
-            except MemwardenError as err:
+            except Exception as err:  # one failed tick never stops the daemon
                 log.error(
-                    "scheduler_tick_failed", task=getattr(fn, "__name__", "?"), error=str(err)
+                    "scheduler_tick_failed",
+                    task=getattr(fn, "__name__", "?"),
+                    error=f"{type(err).__name__}: {err}",
+                    exc_info=not isinstance(err, MemwardenError),
                 )
             await asyncio.sleep(interval_s)
+
+    def stop(self) -> None:
+        """Start no more sweeps, dispatches or passes; checks in flight go on."""
+        self._stopped = True
+        for task in self._loops:
+            task.cancel()
 
     async def wait_idle(self) -> None:
         """Wait for the revalidations in flight (for shutdown and tests)."""
         while self._inflight:
-            with contextlib.suppress(Exception):
-                await asyncio.gather(*list(self._inflight), return_exceptions=True)
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+
+    async def cancel_checks(self) -> int:
+        """Cancel the revalidations in flight; returns how many there were."""
+        tasks = list(self._inflight)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return len(tasks)

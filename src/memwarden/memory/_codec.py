@@ -224,6 +224,7 @@ def record_to_block(
     now: float,
     cfg: PolicyConfig,
     retention: float | None = None,
+    depends_on: list[str] | None = None,
 ) -> Block:
     """The API view of a record, with the state and reasons as of ``now``."""
     state = effective_state(rec, now)
@@ -262,6 +263,7 @@ def record_to_block(
         archive_reason=rec.archive_reason,
         version=rec.version,
         bindings=bindings,
+        depends_on=depends_on or [],
         signals=rec.signals,
     )
 

@@ -260,6 +260,11 @@ class NewBlock(BaseModel):
         default=None, description="Overrides the window the volatility implies."
     )
     bindings: list[Binding] = Field(default_factory=list, max_length=32)
+    depends_on: list[BlockId] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Blocks this one rests on: when one is refuted or goes stale, so does this.",
+    )
     signals: dict[Annotated[str, StringConstraints(max_length=64)], float] = Field(
         default_factory=dict,
         max_length=32,
@@ -311,6 +316,7 @@ class Block(BaseModel):
     archive_reason: str | None = None
     version: int
     bindings: list[Binding] = Field(default_factory=list)
+    depends_on: list[str] = Field(default_factory=list)
     signals: dict[str, float] = Field(default_factory=dict)
 
 

@@ -229,7 +229,18 @@ CREATE TABLE meta (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+_V3 = """
+-- A block may rest on others: when one of those is refuted or goes stale, its
+-- dependents go stale too (reason 'dependency') and are revalidated.
+CREATE TABLE dependencies (
+    depends_on TEXT NOT NULL,
+    block_rid INTEGER NOT NULL REFERENCES blocks(rid) ON DELETE CASCADE,
+    PRIMARY KEY (depends_on, block_rid)
+) WITHOUT ROWID;
+CREATE INDEX dependencies_block ON dependencies(block_rid);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

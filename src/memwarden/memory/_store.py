@@ -489,6 +489,7 @@ class Store:
                     "INSERT INTO audit (at, actor, action, block_id, detail) VALUES (?,?,?,?,?)",
                     audit_rows,
                 )
+            await _insert_dependencies(conn, validated, first, {r.id for r in records})
 
         await self._write(job)
         return [r.id for r in records]
@@ -701,6 +702,8 @@ class Store:
                         for b, s, subj in bindings
                     ],
                 )
+            if changed:
+                await propagate_dependencies(conn, [r.id for r in changed], now=now, cfg=cfg)
             return [r.id for r in changed]
 
         return await self._write(job)  # type: ignore[no-any-return]
@@ -792,6 +795,27 @@ class Store:
 
         return await self._write(job)  # type: ignore[no-any-return]
 
+    async def request_review(self, block_id: str, *, reason: str) -> dict[str, Any]:
+        """Put a block in the human review queue (one open item per block)."""
+        now = self.clock.time()
+
+        async def job(conn: aiosqlite.Connection) -> dict[str, Any]:
+            await self._load_record(conn, block_id)
+            await conn.execute(
+                "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at)"
+                " VALUES (?, ?, ?, ?)",
+                (new_id(), block_id, reason[:1000], now),
+            )
+            async with conn.execute(
+                "SELECT id, status, reason FROM reviews WHERE block_id = ? AND status = 'pending'",
+                (block_id,),
+            ) as cur:
+                row = await cur.fetchone()
+            assert row is not None  # noqa: S101 - inserted or already open just above
+            return {"review_id": row[0], "block_id": block_id, "status": row[1], "reason": row[2]}
+
+        return await self._write(job)  # type: ignore[no-any-return]
+
     async def get_meta(self, key: str) -> str | None:
         """A small fact the daemon keeps about itself."""
         async with (
@@ -818,8 +842,13 @@ class Store:
         async with self._read() as conn:
             rec = await self._load_record(conn, block_id)
             bindings = await self._bindings_of(conn, [block_id])
+            depends = await self._depends_of(conn, [rec.rid])
         return record_to_block(
-            rec, bindings=bindings.get(block_id, []), now=self.clock.time(), cfg=self.policy
+            rec,
+            bindings=bindings.get(block_id, []),
+            now=self.clock.time(),
+            cfg=self.policy,
+            depends_on=depends.get(rec.rid),
         )
 
     async def get_record(self, block_id: str) -> Any:
@@ -867,8 +896,15 @@ class Store:
                 rows = await cur.fetchall()
             recs = [record_from_row(r) for r in rows]
             bindings = await self._bindings_of(conn, [r.id for r in recs])
+            depends = await self._depends_of(conn, [r.rid for r in recs])
         return [
-            record_to_block(r, bindings=bindings.get(r.id, []), now=now, cfg=self.policy)
+            record_to_block(
+                r,
+                bindings=bindings.get(r.id, []),
+                now=now,
+                cfg=self.policy,
+                depends_on=depends.get(r.rid),
+            )
             for r in recs
         ]
 
@@ -1053,12 +1089,18 @@ class Store:
                 rows = await cur.fetchall()
             recs = [record_from_row(r[5:]) for r in rows]
             bindings = await self._bindings_of(conn, [r.id for r in recs])
+            depends = await self._depends_of(conn, [r.rid for r in recs])
         hits = []
         warn_below = cfg.staleness.warn_reliability
         for row, rec in zip(rows, recs, strict=True):
             relevance, freshness, reliability, retention, score = row[:5]
             block = record_to_block(
-                rec, bindings=bindings.get(rec.id, []), now=now, cfg=cfg, retention=retention
+                rec,
+                bindings=bindings.get(rec.id, []),
+                now=now,
+                cfg=cfg,
+                retention=retention,
+                depends_on=depends.get(rec.rid),
             )
             warnings = _warnings(block, now, warn_below)
             hits.append(
@@ -1142,6 +1184,20 @@ class Store:
         )
         for block_id, sensor, subject, selector in rows:
             out[block_id].append(binding_from_row(sensor, subject, selector))
+        return out
+
+    async def _depends_of(
+        self, conn: aiosqlite.Connection, rids: Sequence[int]
+    ) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = defaultdict(list)
+        if rids:
+            for rid, dep in await _select_in(
+                conn,
+                "SELECT block_rid, depends_on FROM dependencies WHERE block_rid IN ",
+                list(rids),
+                " ORDER BY depends_on",
+            ):
+                out[rid].append(dep)
         return out
 
     async def _audit(
@@ -1371,6 +1427,9 @@ class _EventBatch:
             answered,
         )
         await _executemany(conn, _REVALIDATION_INSERT, requests)
+        fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
+        if fallen:
+            result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=cfg))
         await _executemany(
             conn,
             "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at) VALUES (?,?,?,?)",
@@ -1391,6 +1450,83 @@ def _effect_row(rid: int, seq: int, eff: Effect) -> tuple[Any, ...]:
         eff.reliability_after,
         detail,
     )
+
+
+async def _insert_dependencies(
+    conn: aiosqlite.Connection, news: Sequence[NewBlock], first_rid: int, new_ids: set[str]
+) -> None:
+    """Record ``depends_on``; every target must exist (or be added in the same call)."""
+    rows = [(dep, first_rid + i) for i, n in enumerate(news) for dep in dict.fromkeys(n.depends_on)]
+    if not rows:
+        return
+    targets = list({dep for dep, _ in rows} - new_ids)
+    found = {r[0] for r in await _select_in(conn, "SELECT id FROM blocks WHERE id IN ", targets)}
+    missing = [
+        (f"{i}.depends_on.{j}" if len(news) > 1 else f"depends_on.{j}", f"no block {dep!r}")
+        for i, n in enumerate(news)
+        for j, dep in enumerate(n.depends_on)
+        if dep not in found and dep not in new_ids
+    ]
+    if missing:
+        raise ValidationInputError(missing)
+    await conn.executemany(
+        "INSERT OR IGNORE INTO dependencies (depends_on, block_rid) VALUES (?, ?)", rows
+    )
+
+
+async def propagate_dependencies(
+    conn: aiosqlite.Connection,
+    roots: Iterable[str],
+    *,
+    now: float,
+    cfg: PolicyConfig,
+    max_depth: int = 16,
+) -> list[StateChange]:
+    """Dependents of refuted or stale blocks go stale (reason ``dependency``), transitively,
+    each with one revalidation request per binding. Returns their state changes."""
+    changes: list[StateChange] = []
+    frontier = list(dict.fromkeys(roots))
+    seen = set(frontier)
+    timeout_s = cfg.staleness.revalidation_timeout.total_seconds()
+    for _ in range(max_depth):
+        if not frontier:
+            break
+        rows = await _select_in(
+            conn,
+            "SELECT "
+            + ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
+            + " FROM dependencies d JOIN blocks k ON k.rid = d.block_rid WHERE d.depends_on IN ",
+            frontier,
+        )
+        staled = []
+        for row in rows:
+            rec = evidence_record(row)
+            if rec.id in seen:
+                continue
+            seen.add(rec.id)
+            before = rec.state
+            if mark_stale(rec, now, StaleReason.DEPENDENCY):
+                staled.append(rec)
+                changes.append(StateChange(rec.id, before, rec.state, rec.reliability, now, ""))
+        if not staled:
+            break
+        await conn.executemany(_EVIDENCE_UPDATE, [evidence_row(r) for r in staled])
+        bindings = await _select_in(
+            conn,
+            "SELECT k.id, g.sensor, g.subject FROM bindings g"
+            " JOIN blocks k ON k.rid = g.block_rid WHERE g.block_rid IN ",
+            [r.rid for r in staled],
+        )
+        await _executemany(
+            conn,
+            _REVALIDATION_INSERT,
+            [
+                (new_id(), b, sensor, subject, "dependency", now, now, timeout_s)
+                for b, sensor, subject in bindings
+            ],
+        )
+        frontier = [r.id for r in staled]
+    return changes
 
 
 async def _executemany(conn: aiosqlite.Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:

@@ -148,14 +148,23 @@ class SensorContext:
         return list(self._bindings)
 
     async def wait_bindings_changed(self) -> list[BoundSubject]:
-        """Wait until the bindings change; returns the new list."""
+        """Wait until the bindings change; returns the new list.
+
+        The first call in each ``run`` (the first run and every restart) returns at once
+        with the current bindings, so ``while True: reconcile(await
+        ctx.wait_bindings_changed())`` sees every binding exactly when it matters.
+        """
         await self._changed.wait()
         self._changed.clear()
         return self.bindings
 
     def set_bindings(self, bindings: list[BoundSubject]) -> None:
         """Daemon side: replace the bindings and wake the sensor."""
-        self._bindings = bindings
+        self._bindings = list(bindings)
+        self._changed.set()
+
+    def touch_bindings(self) -> None:
+        """Daemon side: make the next :meth:`wait_bindings_changed` return at once."""
         self._changed.set()
 
     def parse_binding(self, binding: Binding) -> BaseBinding:

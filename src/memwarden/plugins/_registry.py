@@ -72,6 +72,16 @@ class Registry:
 
     def _load_entry_point(self, ep: EntryPoint) -> None:
         dist = ep.dist
+        if ep.name in self.plugins:
+            kept = self.plugins[ep.name]
+            if kept.entry_point != ep.value:
+                log.error(
+                    "plugin_conflict",
+                    plugin=ep.name,
+                    kept=f"{kept.distribution} ({kept.entry_point})",
+                    ignored=f"{dist.metadata['Name'] if dist is not None else '?'} ({ep.value})",
+                )
+            return
         try:
             loaded = ep.load()
             sensor_cls = validate_sensor_class(ep.name, loaded)
@@ -86,6 +96,7 @@ class Registry:
                 plugin=ep.name,
             )
             self.failures[ep.name] = failure
+
             log.error("plugin_load_failed", plugin=ep.name, error=str(failure))
             return
         self.plugins[ep.name] = PluginInfo(

@@ -61,7 +61,12 @@ class SensorCounters:
 
 
 class SensorRunner:
-    """Supervises one sensor instance."""
+    """Supervises one sensor instance.
+
+    ``status`` is one of ``starting``, ``running``, ``backoff`` (waiting to set up or
+    restart), ``failed`` (crash loop, or setup failed under policy ``error``),
+    ``disabled`` (setup failed under policy ``ignore``) and ``stopped``.
+    """
 
     def __init__(
         self,
@@ -99,6 +104,7 @@ class SensorRunner:
         self._crashes: deque[float] = deque()
         self._inflight: set[str] = set()
         self._set_up = False
+        self._ran_once = False  # the startup policy governs only the first start
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -124,8 +130,12 @@ class SensorRunner:
                     if self.status in ("failed", "disabled"):
                         return
                     attempt += 1
+                    if self._ran_once and self._crash_loop(loop.time()):
+                        self._fail("crash loop")
+                        return
                     await self._pause(self.backoff.delay(attempt))
                     continue
+                self._ran_once = True
                 self.status = "running"
                 self._settle_start()
                 began = loop.time()
@@ -135,10 +145,7 @@ class SensorRunner:
                 if loop.time() - began >= self.healthy_after_s:
                     attempt = 0
                 if self._crash_loop(loop.time()):
-                    self.status = "failed"
-                    self.log.error(
-                        "sensor_failed", reason="crash loop", restarts=self.counters.restarts
-                    )
+                    self._fail("crash loop")
                     return
                 attempt += 1
                 self.counters.restarts += 1
@@ -153,6 +160,10 @@ class SensorRunner:
             if self.status not in ("failed", "disabled"):
                 self.status = "stopped"
 
+    def _fail(self, reason: str) -> None:
+        self.status = "failed"
+        self.log.error("sensor_failed", reason=reason, restarts=self.counters.restarts)
+
     async def _setup(self, attempt: int) -> bool:
         if self._set_up:
             return True
@@ -164,6 +175,10 @@ class SensorRunner:
             self.counters.last_error = f"setup: {type(err).__name__}: {err}"
             await self._teardown(force=True)
             self.log.error("sensor_setup_failed", error=self.counters.last_error, attempt=attempt)
+            if self._ran_once:
+                # A restart that cannot set up is one more crash, whatever the policy.
+                self.status = "backoff"
+                return False
             if self.startup == StartupPolicy.ERROR:
                 self.status = "failed"
                 if not self._started.done():
@@ -186,8 +201,14 @@ class SensorRunner:
 
     async def _run_once(self) -> bool:
         """Run the sensor; True if it crashed, False if it finished or we are stopping."""
-        run = asyncio.ensure_future(self.sensor.run(self.ctx))
-        stop = asyncio.ensure_future(self._stop.wait())
+        # Whatever the last run consumed, a new run sees its bindings on the first wait.
+        self.ctx.touch_bindings()
+        run = asyncio.get_running_loop().create_task(
+            self.sensor.run(self.ctx), name=f"sensor[{self.name}].run"
+        )
+        stop = asyncio.get_running_loop().create_task(
+            self._stop.wait(), name=f"sensor[{self.name}].stop"
+        )
         try:
             await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -196,10 +217,8 @@ class SensorRunner:
                 run.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await run
-        if self._stop.is_set() and not run.done():
-            return False
-        if run.cancelled():
-            return False
+        if self._stop.is_set() or run.cancelled():
+            return False  # stopping: whatever the cancelled run raised is not a crash
         err = run.exception()
         if err is None:
             self.log.info("sensor_run_finished")
@@ -239,16 +258,20 @@ class SensorRunner:
     def busy(self, subject: str) -> bool:
         return subject in self._inflight
 
-    async def revalidate(self, request: RevalidationRequest) -> list[ValidationEvent]:
-        """Check one subject under the request's deadline; always returns events.
+    async def revalidate(self, request: RevalidationRequest) -> list[ValidationEvent] | None:
+        """Check one subject under the request's deadline; the events to apply.
 
-        A timeout or a crash becomes an ``error`` event (never a refutation). Returns an
-        empty list when a check of the same subject is still running (skipped, counted).
+        The deadline is the longer of the request's and the sensor's configured
+        ``revalidate_timeout`` (never silently shortened). A timeout or a crash becomes an
+        ``error`` event (never a refutation). Returns ``None`` when a check of the same
+        subject is still running: this one is skipped (and counted), not overlapped. An
+        empty list means the sensor answered through ``ctx.emit`` instead.
         """
         subject = request.subject
         if subject in self._inflight:
             self.counters.skipped += 1
-            return []
+            self.log.info("revalidate_skipped", subject=subject, request_id=request.id)
+            return None
         if not self.available:
             return [self._error(request, f"sensor {self.name!r} is {self.status}")]
         timeout_s = max(request.timeout.total_seconds(), self.revalidate_timeout_s)
@@ -268,18 +291,16 @@ class SensorRunner:
             return [self._error(request, self.counters.last_error)]
         finally:
             self._inflight.discard(subject)
-        events = (
-            []
-            if result is None
-            else [result]
-            if isinstance(result, ValidationEvent)
-            else list(result)
-        )
-        out = []
-        for ev in events:
-            if ev.request_id is None:
-                ev = ev.model_copy(update={"request_id": request.id})  # noqa: PLW2901
-            out.append(ev)
+        if result is None:
+            events: list[ValidationEvent] = []
+        elif isinstance(result, ValidationEvent):
+            events = [result]
+        else:
+            events = list(result)
+        out = [
+            ev if ev.request_id is not None else ev.model_copy(update={"request_id": request.id})
+            for ev in events
+        ]
         if out:
             self.counters.last_success = self.ctx.clock.time()
         return out

@@ -1,0 +1,248 @@
+"""``memwarden mcp``: an MCP server over stdio for agents, talking to the running daemon.
+
+Every answer says not only what memory holds but how sure it is and how fresh: state,
+reliability, the age of the last validation, and warnings. ``memory_search`` with
+``fresh=true`` (and always for high/ephemeral facts) checks stale facts before answering.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from pydantic import Field
+
+from memwarden import __version__
+from memwarden.client import AsyncClient
+from memwarden.errors import MemwardenError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["build_server", "context_line", "render_context"]
+
+INSTRUCTIONS = """\
+memwarden is a memory whose facts are checked against the world by sensors (files,
+tests, processes, HTTP APIs, human reviewers). Search it before relying on what you
+think you know; every result carries its state (fresh, stale, unverified, refuted),
+its reliability (0-1) and how long ago it was validated. Treat stale or low-reliability
+(< 0.7) facts as hints to verify, not truths. Store durable facts with memory_add and
+bind them to a sensor when one can check them (e.g. a config file path)."""
+
+
+def _ago(iso: str | None, now: datetime) -> str:
+    if not iso:
+        return "never validated"
+    seconds = (now - datetime.fromisoformat(iso)).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"validated {seconds / size:.0f}{unit} ago"
+    return f"validated {max(0, seconds):.0f}s ago"
+
+
+def context_line(result: dict[str, Any], now: datetime | None = None) -> str:
+    """One compact line: ``[semantic · fs · validated 2h ago · r=0.95] content``."""
+    at = now or datetime.now(UTC)
+    block = result.get("block", result)
+    validation = block["validation"]
+    sensor = validation.get("validated_by") or (
+        block["bindings"][0]["sensor"] if block.get("bindings") else "unbound"
+    )
+    reliability = validation["reliability"]
+    tags = [
+        block["category"],
+        sensor,
+        _ago(validation.get("validated_at"), at),
+        f"r={reliability:.2f}",
+    ]
+    state = block["state"]
+    if state != "fresh":
+        reasons = ", ".join(block.get("stale_reasons") or [])
+        tags.insert(0, state.upper() + (f" ({reasons})" if reasons else ""))
+    if reliability < 0.7:
+        tags.append("LOW RELIABILITY")
+    text = (block.get("title") + ": " if block.get("title") else "") + block["content"]
+    return f"[{' · '.join(tags)}] {' '.join(text.split())[:500]}"
+
+
+def render_context(answer: dict[str, Any], now: datetime | None = None) -> str:
+    lines = [context_line(r, now) for r in answer.get("results", [])]
+    return "\n".join(lines) if lines else "(no relevant memory)"
+
+
+def _compact(result: dict[str, Any], now: datetime) -> dict[str, Any]:
+    block = result["block"]
+    v = block["validation"]
+    return {
+        "id": block["id"],
+        "title": block["title"],
+        "content": block["content"],
+        "state": block["state"],
+        "stale": result.get("stale", block["state"] == "stale"),
+        "reliability": v["reliability"],
+        "validated": _ago(v.get("validated_at"), now),
+        "validated_by": v.get("validated_by"),
+        "info_type": block["info_type"],
+        "volatility": block["volatility"],
+        "warnings": result.get("warnings", []),
+        "score": result.get("score"),
+        "line": context_line(result, now),
+    }
+
+
+def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCPServer[Any]:
+    """The MCP server; ``client_factory`` makes the daemon client (tests pass their own)."""
+    server: MCPServer[Any] = MCPServer(
+        name="memwarden", version=__version__, instructions=INSTRUCTIONS
+    )
+
+    async def call(fn: Callable[[AsyncClient], Any]) -> Any:
+        async with client_factory() as client:
+            try:
+                return await fn(client)
+            except MemwardenError as err:
+                return {"error": str(err)}
+
+    @server.tool(
+        description=(
+            "Search memory. Returns the most relevant facts, ranked by relevance x freshness "
+            "x reliability, each with its state (fresh/stale/unverified/refuted), reliability, "
+            "when it was last validated and warnings. Set fresh=true to have stale facts "
+            "re-checked by their sensors before the answer (slower, up to a few seconds)."
+        )
+    )
+    async def memory_search(
+        query: Annotated[str, Field(description="Words to look for (plain text).")],
+        limit: Annotated[int, Field(ge=1, le=50, description="How many results.")] = 5,
+        fresh: Annotated[bool, Field(description="Re-check stale facts first.")] = False,
+        session: Annotated[str | None, Field(description="Your conversation id.")] = None,
+    ) -> dict[str, Any]:
+        answer = await call(lambda c: c.search(query, limit=limit, fresh=fresh, session=session))
+        if "error" in answer:
+            return answer  # type: ignore[no-any-return]
+        now = datetime.now(UTC)
+        return {
+            "results": [_compact(r, now) for r in answer["results"]],
+            "checked": answer.get("checked", []),
+            "timed_out": answer.get("timed_out", []),
+        }
+
+    @server.tool(
+        description=(
+            "Store a fact. Say how it behaves: info_type static (principles, decisions), "
+            "semi_static (configuration), dynamic (code status, runtime state) or ephemeral "
+            "(seconds-to-minutes state). Bind it to a sensor that can check it, e.g. "
+            '{"sensor": "fs", "path": "config/app.yaml", "key": "/http/timeout", "equals": 30} '
+            'or {"sensor": "tests", "test": "tests/test_api.py::test_timeout"}.'
+        )
+    )
+    async def memory_add(
+        content: Annotated[str, Field(description="The fact, one self-contained statement.")],
+        title: Annotated[str, Field(description="A short title.")] = "",
+        info_type: Annotated[
+            Literal["static", "semi_static", "dynamic", "ephemeral"],
+            Field(description="How the knowledge behaves; sets how fast it expires."),
+        ] = "semi_static",
+        tags: Annotated[list[str], Field(description="Topic tags.")] = [],  # noqa: B006 - read-only default for the schema
+        bindings: Annotated[
+            list[dict[str, Any]], Field(description="Sensor bindings that can check this fact.")
+        ] = [],  # noqa: B006 - read-only default for the schema
+        source: Annotated[str, Field(description="Who says so: agent or user.")] = "agent",
+    ) -> dict[str, Any]:
+        payload = {
+            "content": content,
+            "title": title,
+            "info_type": info_type,
+            "tags": tags,
+            "bindings": bindings,
+            "source": source,
+        }
+        block = await call(lambda c: c.add(payload))
+        if isinstance(block, dict):
+            return block
+        return {
+            "id": block.id,
+            "state": block.state.value,
+            "reliability": block.validation.reliability,
+        }
+
+    @server.tool(description="Read one fact by id, with its validation and bindings.")
+    async def memory_get(
+        id: Annotated[str, Field(description="The fact's id.")],  # noqa: A002 - the name agents expect
+    ) -> dict[str, Any]:
+        block = await call(lambda c: c.get(id))
+        if isinstance(block, dict):
+            return block
+        data: dict[str, Any] = block.model_dump(mode="json")
+        data["line"] = context_line(data)
+        return data
+
+    @server.tool(
+        description=(
+            "Explain a fact: why it is in its state, its reliability history, retention, rank "
+            "factors, promotion scores, and the sensor events that decided them."
+        )
+    )
+    async def memory_explain(
+        id: Annotated[str, Field(description="The fact's id.")],  # noqa: A002 - the name agents expect
+    ) -> dict[str, Any]:
+        return await call(lambda c: c.explain(id))  # type: ignore[no-any-return]
+
+    @server.tool(
+        description=(
+            "Ask the fact's sensors to check it now. With wait_seconds > 0 the answer comes back "
+            "after the check (or says it timed out)."
+        )
+    )
+    async def memory_revalidate(
+        id: Annotated[str, Field(description="The fact's id.")],  # noqa: A002 - the name agents expect
+        wait_seconds: Annotated[float, Field(ge=0, le=60)] = 5.0,
+    ) -> dict[str, Any]:
+        data = await call(lambda c: c.revalidate(id, wait=f"{wait_seconds}s"))
+        if "error" in data:
+            return data  # type: ignore[no-any-return]
+        return {
+            "answered": len(data["answered"]) > 0 or not data["requested"],
+            "timed_out": data["timed_out"],
+            "requested": data["requested"],
+            "fact": context_line(data["block"]),
+        }
+
+    @server.tool(
+        description=(
+            "Ask a human to confirm a fact no sensor can check (a decision, a preference). "
+            "The fact goes to the review queue with your reason."
+        )
+    )
+    async def memory_review(
+        id: Annotated[str, Field(description="The fact's id.")],  # noqa: A002 - the name agents expect
+        reason: Annotated[str, Field(description="Why a person should look at it.")],
+    ) -> dict[str, Any]:
+        return await call(lambda c: c.request_review(id, reason))  # type: ignore[no-any-return]
+
+    @server.tool(
+        description="Memory health: a 0-100 score and warnings (stale share, failing sensors)."
+    )
+    async def memory_health() -> dict[str, Any]:
+        data: dict[str, Any] = await call(lambda c: c.health())
+        return {k: data[k] for k in ("score", "status", "warnings", "counts", "error") if k in data}
+
+    @server.resource(
+        "memwarden://context/{query}",
+        name="context",
+        description="The most relevant facts for a query, one line each, marked when stale.",
+        mime_type="text/plain",
+    )
+    async def context(query: str) -> str:
+        answer = await call(lambda c: c.search(query, limit=10))
+        if "error" in answer:
+            return f"(memwarden unavailable: {answer['error']})"
+        return render_context(answer)
+
+    return server
+
+
+def run_stdio() -> None:
+    """Serve MCP over stdio until the client goes away."""
+    build_server().run("stdio")
