@@ -95,6 +95,9 @@ class SearchAnswer(BaseModel):
     timed_out: list[str] = Field(
         default_factory=list, description="Read through: no answer in time."
     )
+    observations: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Read through: what each checked block's sensor saw."
+    )
 
 
 class ReviewRequest(BaseModel):

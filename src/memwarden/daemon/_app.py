@@ -556,11 +556,22 @@ class Daemon:
                 (timed_out if late_set.intersection(rids) else checked).append(block_id)
             again = {k: v for k, v in kwargs.items() if k != "session"}
             hits = await self.store.search(query, **again)
+        observations = {}
+        for block_id in checked:
+            for ev in await self.store.events_for(block_id, limit=1):
+                observations[block_id] = {
+                    "sensor": ev.sensor,
+                    "outcome": ev.outcome,
+                    "observed": ev.observed,
+                    "message": ev.message,
+                    "state": ev.state_after,
+                }
         return {
             "query": query,
             "results": [h.as_dict() for h in hits],
             "checked": checked,
             "timed_out": timed_out,
+            "observations": observations,
         }
 
     async def health(self) -> dict[str, Any]:

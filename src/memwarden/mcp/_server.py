@@ -7,8 +7,10 @@ reliability, the age of the last validation, and warnings. ``memory_search`` wit
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
+from urllib.parse import unquote
 
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
@@ -126,6 +128,7 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
             "results": [_compact(r, now) for r in answer["results"]],
             "checked": answer.get("checked", []),
             "timed_out": answer.get("timed_out", []),
+            "observations": answer.get("observations", {}),
         }
 
     @server.tool(
@@ -235,7 +238,8 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         mime_type="text/plain",
     )
     async def context(query: str) -> str:
-        answer = await call(lambda c: c.search(query, limit=10))
+        text = unquote(query)
+        answer = await call(lambda c: c.search(text, limit=10))
         if "error" in answer:
             return f"(memwarden unavailable: {answer['error']})"
         return render_context(answer)
@@ -244,5 +248,7 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
 
 
 def run_stdio() -> None:
-    """Serve MCP over stdio until the client goes away."""
+    """Serve MCP over stdio until the client goes away (logs go to stderr, quietly)."""
+    for name in ("httpx", "httpcore", "mcp"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     build_server().run("stdio")

@@ -359,7 +359,7 @@ def _archive_reason_sql() -> str:
     """Twin of the text of ``policy.archive_reason``."""
     return (
         "printf('retention %.3f < %s (untouched %.1fd, half-life %.3gd%s)',"
-        " retention, :archive_below_text, (:now - {last_touched_sql('')}) / {_DAY},"
+        f" retention, :archive_below_text, (:now - {last_touched_sql('')}) / {_DAY},"
         f" {effective_half_life_sql('')} / {_DAY},"
         f" CASE WHEN {stale_sql('')} THEN ', stale' ELSE '' END)"
     )

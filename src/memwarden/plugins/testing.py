@@ -1,0 +1,386 @@
+"""Test helpers for sensor authors: run a sensor the way the daemon does, and look.
+
+:class:`SensorHarness` builds a sensor from its class, its config and its bindings, runs
+it under the real :class:`~memwarden.plugins.SensorRunner` (so setup policies, restarts
+with backoff, deadlines and skipped checks all apply) against a temporary store on a
+fake clock, and records every event the sensor emits::
+
+    from memwarden.plugins.testing import FakeClock, SensorHarness
+
+    async def test_confirms(tmp_path):
+        async with SensorHarness(
+            MySensor,
+            config={"allow": ["APP_*"]},
+            bindings=[{"var": "APP_MODE", "equals": "prod"}],
+            clock=FakeClock(),
+            tmp_path=tmp_path,
+        ) as h:
+            await h.wait_ready()
+            [event] = await h.wait_for_events(1)
+            assert event.outcome == "confirmed"
+            [answer] = await h.revalidate("APP_MODE")
+
+Waiting is event-driven and bounded by a deadline: no sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+import structlog
+from pydantic import ValidationError
+
+from memwarden.errors import ConfigError, PluginError, ValidationInputError
+from memwarden.memory import (
+    Binding,
+    FakeClock,
+    RevalidationReason,
+    RevalidationRequest,
+    ValidationEvent,
+    from_ts,
+)
+from memwarden.memory._store import Store
+from memwarden.plugins._contract import BoundSubject, SensorContext, StartupPolicy
+from memwarden.plugins._registry import validate_sensor_class
+from memwarden.plugins._supervisor import Backoff, SensorCounters, SensorRunner
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from types import TracebackType
+
+    from memwarden.memory import Block, Clock
+
+__all__ = ["FakeClock", "SensorHarness"]
+
+
+class SensorHarness:
+    """Run one sensor against a temporary store and collect what it emits.
+
+    ``config`` is the sensor's ``[sensors.<name>]`` table (validated by its ``Config``);
+    ``bindings`` are raw bindings without ``sensor`` (the harness fills it in), each
+    stored on a block of its own. ``startup`` defaults to ``error`` so a failing setup
+    fails the ``async with``; the restart backoff defaults to milliseconds.
+    """
+
+    def __init__(
+        self,
+        sensor_cls: type[Any],
+        *,
+        config: Mapping[str, Any] | None = None,
+        bindings: Iterable[Mapping[str, Any] | Binding] = (),
+        name: str | None = None,
+        clock: Clock | None = None,
+        tmp_path: str | Path | None = None,
+        startup: StartupPolicy | str = StartupPolicy.ERROR,
+        revalidate_timeout_s: float = 5.0,
+        setup_timeout_s: float = 5.0,
+        teardown_timeout_s: float = 5.0,
+        backoff: Backoff | None = None,
+        crash_loop_restarts: int = 5,
+        crash_loop_window_s: float = 300.0,
+        healthy_after_s: float = 60.0,
+    ) -> None:
+        self.name = name or str(getattr(sensor_cls, "kind", "") or "sensor")
+        self.sensor_cls = validate_sensor_class(self.name, sensor_cls)
+        self.clock: Clock = clock if clock is not None else FakeClock()
+        self.emitted: list[ValidationEvent] = []
+        """Every event the sensor handed to ``ctx.emit``, in order."""
+        self.rejected: list[tuple[ValidationEvent, str]] = []
+        """Events the daemon would dead-letter, with the reason (wrong ``sensor`` ...)."""
+        self._config = dict(config or {})
+        self._initial = list(bindings)
+        self._tmp_path = Path(tmp_path) if tmp_path is not None else None
+        self._runner_kwargs: dict[str, Any] = {
+            "startup": StartupPolicy(startup),
+            "revalidate_timeout_s": revalidate_timeout_s,
+            "setup_timeout_s": setup_timeout_s,
+            "teardown_timeout_s": teardown_timeout_s,
+            "backoff": backoff or Backoff(base_s=0.001, cap_s=0.01),
+            "crash_loop_restarts": crash_loop_restarts,
+            "crash_loop_window_s": crash_loop_window_s,
+            "healthy_after_s": healthy_after_s,
+        }
+        self._stack = contextlib.AsyncExitStack()
+        self._store: Store | None = None
+        self._runner: SensorRunner | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._blocks: dict[Binding, str] = {}
+        self._news = asyncio.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stack.aclose()
+
+    async def _start(self) -> None:
+        try:
+            config = self.sensor_cls.Config.model_validate(self._config)
+        except ValidationError as err:
+            problems = [
+                ".".join(["sensors", self.name, *(str(p) for p in e["loc"])])
+                + (": unknown setting" if e["type"] == "extra_forbidden" else f": {e['msg']}")
+                for e in err.errors()
+            ]
+            raise ConfigError("; ".join(problems), problems=problems) from None
+        if self._tmp_path is None:
+            self._tmp_path = Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
+        root = self._tmp_path
+        state_dir = root / "sensors" / self.name
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self._store = await self._stack.enter_async_context(
+            Store(root / "harness.db", clock=self.clock)
+        )
+        ctx = SensorContext(
+            name=self.name,
+            binding_model=self.sensor_cls.Binding,
+            clock=self.clock,
+            log=structlog.get_logger("memwarden.sensor").bind(sensor=self.name),
+            state_dir=state_dir,
+            emit=self._emit,
+        )
+        self._runner = SensorRunner(
+            name=self.name,
+            kind=self.name,
+            sensor=self.sensor_cls(config),
+            ctx=ctx,
+            **self._runner_kwargs,
+        )
+        await self.set_bindings(self._initial)
+        self._task = asyncio.get_running_loop().create_task(
+            self._runner.supervise(), name=f"sensor[{self.name}]"
+        )
+        self._task.add_done_callback(lambda _: self._news.set())
+        self._stack.push_async_callback(self._stop)
+        await self._runner.started()
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            self._runner.stop()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    # ------------------------------------------------------------------ what tests look at
+
+    @property
+    def runner(self) -> SensorRunner:
+        """The supervisor running the sensor."""
+        if self._runner is None:
+            raise RuntimeError("use the harness as `async with SensorHarness(...) as h`")
+        return self._runner
+
+    @property
+    def ctx(self) -> SensorContext:
+        """The context the sensor was given."""
+        return self.runner.ctx
+
+    @property
+    def sensor(self) -> Any:
+        """The sensor instance."""
+        return self.runner.sensor
+
+    @property
+    def store(self) -> Store:
+        """The temporary store the emitted events are applied to."""
+        if self._store is None:
+            raise RuntimeError("use the harness as `async with SensorHarness(...) as h`")
+        return self._store
+
+    @property
+    def status(self) -> str:
+        """``running``, ``backoff``, ``failed``, ``disabled`` ... (see SensorRunner)."""
+        return self.runner.status
+
+    @property
+    def counters(self) -> SensorCounters:
+        """Restarts, timeouts, skipped checks, errors ... as the daemon counts them."""
+        return self.runner.counters
+
+    @property
+    def bindings(self) -> list[BoundSubject]:
+        """The bindings the sensor holds now."""
+        return self.ctx.bindings
+
+    async def block(self, subject: str) -> Block:
+        """The block bound to ``subject``, as the store sees it now."""
+        return await self.store.get(self._bound(subject).block_id)
+
+    # ------------------------------------------------------------------ waiting
+
+    async def wait_ready(self, *, timeout_s: float = 5.0) -> None:
+        """Wait until the sensor calls ``ctx.ready()``; fail fast if it stopped."""
+        ready = asyncio.get_running_loop().create_task(self.ctx.wait_ready())
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not ready.done():
+                    self._check_alive("ready")
+                    self._news.clear()
+                    news = asyncio.get_running_loop().create_task(self._news.wait())
+                    try:
+                        await asyncio.wait({ready, news}, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        news.cancel()
+        except TimeoutError:
+            raise TimeoutError(
+                f"sensor {self.name!r} did not call ctx.ready() within {timeout_s:g}s "
+                f"(status {self.status}, last error {self.counters.last_error})"
+            ) from None
+        finally:
+            ready.cancel()
+
+    async def wait_for_events(self, n: int, *, timeout_s: float = 5.0) -> list[ValidationEvent]:
+        """Wait until at least ``n`` events were emitted in total; returns the first ``n``."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while len(self.emitted) < n:
+                    self._check_alive(f"{n} events")
+                    self._news.clear()
+                    await self._news.wait()
+        except TimeoutError:
+            raise TimeoutError(
+                f"sensor {self.name!r} emitted {len(self.emitted)} of {n} events within "
+                f"{timeout_s:g}s (status {self.status}, last error {self.counters.last_error})"
+            ) from None
+        return self.emitted[:n]
+
+    def _check_alive(self, waiting_for: str) -> None:
+        if self._task is not None and self._task.done():
+            raise PluginError(
+                f"sensor {self.name!r} stopped ({self.status}) while waiting for "
+                f"{waiting_for}: {self.counters.last_error}",
+                plugin=self.name,
+            )
+
+    # ------------------------------------------------------------------ acting
+
+    async def revalidate(
+        self,
+        subject: str,
+        *,
+        reason: RevalidationReason | str = RevalidationReason.MANUAL,
+        timeout_s: float | None = None,
+        attempts: int = 0,
+    ) -> list[ValidationEvent]:
+        """Ask the sensor to check ``subject`` now, as the scheduler would.
+
+        Returns the events to apply: the sensor's answer, an ``error`` event on a timeout
+        or a crash, ``[]`` when skipped (a check of the subject is still running) or when
+        the sensor answered through ``ctx.emit``. They are applied to the store too.
+        """
+        bound = self._bound(subject)
+        now = self.clock.time()
+        timeout = self.runner.revalidate_timeout_s if timeout_s is None else timeout_s
+        request = RevalidationRequest(
+            block_id=bound.block_id,
+            sensor=self.name,
+            subject=bound.subject,
+            binding=bound.binding,
+            reason=RevalidationReason(reason),
+            created_at=from_ts(now),
+            deadline=from_ts(now + timeout),
+            attempts=attempts,
+        )
+        events = await self.runner.revalidate(request) or []
+        for event in events:
+            await self._apply(event)
+        return events
+
+    async def set_bindings(
+        self, bindings: Iterable[Mapping[str, Any] | Binding]
+    ) -> list[BoundSubject]:
+        """Replace the sensor's bindings (validated as the daemon does) and wake it.
+
+        Raises :class:`ValidationInputError` naming the binding and the field for one the
+        sensor's ``Binding`` model or its ``validate_binding`` hook refuses.
+        """
+        runner = self.runner
+        parsed: list[tuple[Binding, Any]] = []
+        errors: list[tuple[str, str]] = []
+        for i, raw in enumerate(bindings):
+            try:
+                binding, selector = self._parse(raw, runner)
+            except ValidationInputError as err:
+                errors.extend(
+                    (f"bindings.{i}.{f}" if f else f"bindings.{i}", m) for f, m in err.errors
+                )
+                continue
+            parsed.append((binding, selector))
+        if errors:
+            raise ValidationInputError(errors)
+        keep = {b for b, _ in parsed}
+        for binding in [b for b in self._blocks if b not in keep]:
+            await self.store.delete(self._blocks.pop(binding), actor="harness")
+        bound = []
+        for binding, selector in parsed:
+            if binding not in self._blocks:
+                block = await self.store.add(
+                    {"content": f"bound to {self.name}: {binding.subject}", "bindings": [binding]},
+                    actor="harness",
+                )
+                self._blocks[binding] = block.id
+            bound.append(BoundSubject(self._blocks[binding], binding, selector))
+        self.ctx.set_bindings(bound)
+        return bound
+
+    def _parse(self, raw: Mapping[str, Any] | Binding, runner: SensorRunner) -> tuple[Binding, Any]:
+        data = raw.model_dump() if isinstance(raw, Binding) else dict(raw)
+        data.setdefault("sensor", self.name)
+        try:
+            binding = Binding.model_validate(data)
+        except ValidationError as err:
+            raise ValidationInputError(
+                [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in err.errors()]
+            ) from None
+        selector = runner.ctx.parse_binding(binding)
+        check = getattr(runner.sensor, "validate_binding", None)
+        if check is not None:
+            try:
+                check(selector)
+            except ValueError as err:
+                raise ValidationInputError([("", str(err))]) from None
+        if not binding.subject and (subject := selector.subject_of()):
+            binding = binding.model_copy(update={"subject": subject})
+        if not binding.subject:
+            raise ValidationInputError([("", "names no subject (path, test, url, check)")])
+        return binding, selector
+
+    def _bound(self, subject: str) -> BoundSubject:
+        for bound in self.ctx.bindings:
+            if bound.subject == subject:
+                return bound
+        known = ", ".join(repr(b.subject) for b in self.ctx.bindings) or "none"
+        raise LookupError(f"no binding for subject {subject!r} (bound: {known})")
+
+    # ------------------------------------------------------------------ the emit path
+
+    async def _emit(self, event: ValidationEvent) -> None:
+        if await self._apply(event):
+            self.emitted.append(event)
+            self._news.set()
+
+    async def _apply(self, event: ValidationEvent) -> bool:
+        """What the bus does: refuse an event naming another sensor, store the rest."""
+        if event.sensor != self.name:
+            reason = f"event says sensor {event.sensor!r} but came from {self.name!r}"
+            self.rejected.append((event, reason))
+            return False
+        result = await self.store.apply_events([event])
+        for _, reason in result.rejected:
+            self.rejected.append((event, reason))
+        return True
