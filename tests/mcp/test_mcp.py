@@ -38,7 +38,7 @@ async def mcp_session(daemon: Daemon) -> AsyncIterator[ClientSession]:
         args=["mcp"],
         env={"MEMWARDEN_HOME": str(daemon.settings.home), "PATH": os.environ.get("PATH", "")},
     )
-    with Path(os.devnull).open("w") as devnull:
+    with Path(os.devnull).open("w") as devnull:  # noqa: ASYNC230 - opening /dev/null never blocks
         async with (
             stdio_client(params, errlog=devnull) as (read, write),
             ClientSession(read, write) as session,
@@ -59,7 +59,8 @@ async def test_lists_every_tool_with_a_described_schema(daemon):
         tools = {t.name: t for t in (await session.list_tools()).tools}
     assert set(tools) == TOOLS
     for tool in tools.values():
-        assert tool.description and len(tool.description) > 30
+        assert tool.description
+        assert len(tool.description) > 30
         assert tool.input_schema["type"] == "object"
     search = tools["memory_search"].input_schema
     assert search["required"] == ["query"]
@@ -90,9 +91,10 @@ async def test_every_tool_answers(daemon):
         assert [r["id"] for r in found["results"]] == [block_id]
         checked = await call(session, "memory_revalidate", {"id": block_id, "wait_seconds": 10})
         assert checked["answered"] is True
-        assert "r=0.90" in checked["fact"] or "r=0.9" in checked["fact"]
+        assert "r=0.90" in checked["fact"]
         explained = await call(session, "memory_explain", {"id": block_id})
-        assert explained and "error" not in explained
+        assert explained
+        assert "error" not in explained
         review = await call(
             session, "memory_review", {"id": block_id, "reason": "confirm with ops"}
         )
