@@ -28,7 +28,7 @@ from memwarden.memory.policy import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from memwarden.memory._store import Store
+    from memwarden.memory._store import ApplyResult, Store
 
 M = 60.0
 H = 3600.0
@@ -92,6 +92,13 @@ def _event(block_id: str, outcome: str, at: float, sensor: str = "human") -> Val
     return ValidationEvent(
         sensor=sensor, block_id=block_id, outcome=outcome, observed_at=from_ts(at)
     )
+
+
+async def _apply(store: Store, event: ValidationEvent) -> ApplyResult:
+    """Apply one event and check it reached its block (not rejected, not unmatched)."""
+    result = await store.apply_events([event])
+    assert (result.accepted, result.rejected, result.unmatched) == (1, [], 0)
+    return result
 
 
 # ------------------------------------------------------------------ retention in SQL
@@ -258,7 +265,7 @@ async def test_seed_000_lifecycle_through_search(make_store, tmp_path, clock):
             assert (await cur.fetchone())[0] == 11
         async with conn.execute("SELECT count(*), sum(count) FROM sessions") as cur:
             assert tuple(await cur.fetchone()) == (5, 11)
-    [line] = [r for r in read_score_log(tmp_path / "scores.jsonl")]
+    [line] = read_score_log(tmp_path / "scores.jsonl")
     assert line["event"] == "core_promotion"
     assert line["block_id"] == block.id
     assert line["breakdown"] == {"access_count": 11.0, "stability": 0.8679, "sessions": 5.0}
@@ -305,7 +312,7 @@ async def test_seed_000_hard_refutation_demotes_core(store, clock):
         await store.record_access([block.id], session=session)
     assert (await store.get(block.id)).stability > 0.6
     clock.advance(H)
-    result = await store.apply_events([_event(block.id, "refuted", clock.time(), "review")])
+    result = await _apply(store, _event(block.id, "refuted", clock.time(), "review"))
     assert result.changes[0].after == "refuted"
     after = await store.get(block.id)
     assert after.tier == "long_term"
@@ -331,7 +338,7 @@ async def test_decay_cycle_archives_old_unvalidated_blocks_only(store, clock):
         {"content": "the kumquat repo is on GitLab", "importance": 0.5, "validity_window": "365d"}
     )
     clock.advance(H)
-    await store.apply_events([_event(vouched.id, "confirmed", clock.time(), "tests")])
+    await _apply(store, _event(vouched.id, "confirmed", clock.time(), "tests"))
     clock.advance(100 * D)
     before = await store.get_record(old.id)
     expected_reason = archive_reason(before, clock.time(), CFG)
@@ -476,7 +483,7 @@ async def test_consolidation_promotes_the_gradual_python_preference(make_store, 
     await _read_on(store, clock, python.id, 2)
     await store.update(python.id, {"signals": {"user_initiated_mentions": 3}})
     clock.set(T0 + D + 7 * H)
-    await store.apply_events([_event(python.id, "confirmed", clock.time())])
+    await _apply(store, _event(python.id, "confirmed", clock.time()))
     clock.set(T0 + D + 8 * H)
     day2 = await store.consolidate()
     assert day2.promoted == []
@@ -487,7 +494,7 @@ async def test_consolidation_promotes_the_gradual_python_preference(make_store, 
         python.id, {"signals": {"user_initiated_mentions": 4, "user_confirmations": 1}}
     )
     clock.set(T0 + 2 * D + 7 * H + 30 * M)
-    await store.apply_events([_event(python.id, "confirmed", clock.time())])
+    await _apply(store, _event(python.id, "confirmed", clock.time()))
     clock.set(T0 + 2 * D + 8 * H)
     day3 = await store.consolidate()
 
@@ -540,7 +547,7 @@ async def test_explain_has_every_section(store, clock):
     promotion scores and blockers and the events behind them, all JSON-serializable."""
     block = await store.add({"content": "I work as a nurse in Leeds", "source": "user"})
     clock.advance(H)
-    await store.apply_events([_event(block.id, "confirmed", clock.time(), "tests")])
+    await _apply(store, _event(block.id, "confirmed", clock.time(), "tests"))
     clock.advance(H)
     await store.record_access([block.id], session="s1")
     clock.advance(8 * D)  # past the 7-day window

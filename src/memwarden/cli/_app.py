@@ -113,9 +113,11 @@ def config_check(
     file: Annotated[Path, typer.Argument(help="The TOML file to check.")],
 ) -> None:
     """Check a configuration file; print every problem with its path."""
-    from memwarden.daemon import load_settings  # noqa: PLC0415
+    from memwarden.daemon import configure_logging, load_settings  # noqa: PLC0415
+    from memwarden.daemon._config import sensor_option_problems  # noqa: PLC0415
     from memwarden.plugins import Registry  # noqa: PLC0415
 
+    configure_logging("warning", "console", stream=sys.stderr)  # stdout is the report
     try:
         settings = load_settings(file)
     except ConfigError as e:
@@ -123,23 +125,7 @@ def config_check(
             out.print(problem, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     registry = Registry.from_entry_points(allow=settings.plugin_allowlist)
-    problems = []
-    for name, conf in settings.sensors.items():
-        kind = conf.kind or name
-        try:
-            info = registry.get(kind)
-        except MemwardenError as e:
-            problems.append(f"sensors.{name}.kind: {e}")
-            continue
-        from pydantic import ValidationError  # noqa: PLC0415
-
-        try:
-            info.cls.Config.model_validate(conf.options)
-        except ValidationError as e:
-            for item in e.errors():
-                loc = ".".join(str(p) for p in item["loc"])
-                msg = "unknown setting" if item["type"] == "extra_forbidden" else item["msg"]
-                problems.append(f"sensors.{name}.{loc}: {msg}")
+    problems = sensor_option_problems(settings, registry)
     if problems:
         for problem in problems:
             out.print(problem, highlight=False, soft_wrap=True)
@@ -150,26 +136,28 @@ def config_check(
 @app.command()
 def sensors(json_out: JsonOpt = False) -> None:
     """List the sensor plugins installed, with their distribution and version."""
-    from memwarden.daemon import load_settings  # noqa: PLC0415
-    from memwarden.plugins import Registry  # noqa: PLC0415
+    from memwarden.daemon import configure_logging, load_settings  # noqa: PLC0415
+    from memwarden.plugins import PluginInfo, Registry  # noqa: PLC0415
 
+    configure_logging("error", "console", stream=sys.stderr)  # failures are in the listing
     try:
         allow = load_settings().plugin_allowlist
     except ConfigError:
         allow = None
     registry = Registry.from_entry_points(allow=allow)
+    listed = [(p, "ok") for p in registry.plugins.values()] + [
+        (registry.failed_origins.get(k) or PluginInfo(k, type(None)), str(e))
+        for k, e in registry.failures.items()
+    ]
     rows = [
         {
             "kind": p.kind,
             "distribution": p.distribution,
             "version": p.version,
             "entry_point": p.entry_point,
-            "status": "ok",
+            "status": status,
         }
-        for p in registry.plugins.values()
-    ] + [
-        {"kind": k, "distribution": "", "version": "", "entry_point": "", "status": str(e)}
-        for k, e in registry.failures.items()
+        for p, status in listed
     ]
     if json_out:
         _print_json(rows)

@@ -7,6 +7,7 @@ distribution, so they are found exactly like third-party ones.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
@@ -45,6 +46,8 @@ class Registry:
 
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
     failures: dict[str, PluginLoadError] = field(default_factory=dict)
+    # Where each failed plugin came from (its class is missing), to list it like the rest.
+    failed_origins: dict[str, PluginInfo] = field(default_factory=dict)
 
     @classmethod
     def from_entry_points(
@@ -82,11 +85,19 @@ class Registry:
                     ignored=f"{dist.metadata['Name'] if dist is not None else '?'} ({ep.value})",
                 )
             return
+        origin = PluginInfo(
+            kind=ep.name,
+            cls=type(None),
+            distribution=dist.metadata["Name"] if dist is not None else "",
+            version=dist.version if dist is not None else "",
+            entry_point=ep.value,
+        )
         try:
             loaded = ep.load()
             sensor_cls = validate_sensor_class(ep.name, loaded)
         except PluginLoadError as err:
             self.failures[ep.name] = err
+            self.failed_origins[ep.name] = origin
             log.error("plugin_load_failed", plugin=ep.name, error=str(err))
             return
         except Exception as err:  # noqa: BLE001 - any import failure is reported, not fatal
@@ -96,16 +107,10 @@ class Registry:
                 plugin=ep.name,
             )
             self.failures[ep.name] = failure
-
+            self.failed_origins[ep.name] = origin
             log.error("plugin_load_failed", plugin=ep.name, error=str(failure))
             return
-        self.plugins[ep.name] = PluginInfo(
-            kind=ep.name,
-            cls=sensor_cls,
-            distribution=dist.metadata["Name"] if dist is not None else "",
-            version=dist.version if dist is not None else "",
-            entry_point=ep.value,
-        )
+        self.plugins[ep.name] = dataclasses.replace(origin, cls=sensor_cls)
 
     def get(self, kind: str) -> PluginInfo:
         if kind in self.plugins:

@@ -1,0 +1,378 @@
+"""The human review queue: list, show and decide review items, and find what to escalate.
+
+Each function takes a :class:`~memwarden.memory._store.Store` (which exposes the main
+ones as thin methods). An item is one ``reviews`` row: a block, the reason it needs a
+human, and — when shown — the evidence (the block's last events). The rules already
+queue items for a hard refutation no bound sensor can settle and for repeated check
+errors; the review sensor queues the others (:func:`escalation_candidates`).
+
+A decision is an event like any other: ``sensor="review"`` (the review sensor's name),
+``block_id`` = the item's block, ``confirmed`` or ``refuted``, the reviewer's comment as
+its message and the reviewer in its observed value. An edit first replaces the block's
+content through :meth:`Store.update` (the old version stays in ``block_history``,
+replaced by the reviewer), then confirms the new text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import weakref
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from memwarden.errors import NotFoundError, ValidationInputError
+from memwarden.memory._clock import from_ts
+from memwarden.memory._model import MAX_CONTENT_CHARS, Outcome, ValidationEvent
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+
+    from memwarden.memory._store import ApplyResult, Store
+
+__all__ = [
+    "REVIEW_RELIABILITY",
+    "Decision",
+    "Review",
+    "decide_review",
+    "escalation_candidates",
+    "get_review",
+    "list_reviews",
+    "queue_review",
+]
+
+REVIEW_RELIABILITY = 0.95  # DESIGN.md §1: human review
+MAX_COMMENT_CHARS = 4096  # an event message holds at most this much
+_STATUSES = ("pending", "decided", "all")
+_COLUMNS = "id, block_id, reason, status, created_at, decided_at, decided_by, decision, comment"
+
+# One decision at a time per store in this process: the check that an item is still
+# pending, the event and the closing of the item are three writer jobs.
+_locks: weakref.WeakKeyDictionary[Store, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+class Decision(StrEnum):
+    """What a reviewer decided."""
+
+    CONFIRM = "confirm"
+    REJECT = "reject"
+    EDIT = "edit"
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    """One item of the review queue."""
+
+    id: str
+    block_id: str
+    reason: str
+    status: str
+    created_at: float
+    decided_at: float | None = None
+    decided_by: str | None = None
+    decision: str | None = None
+    comment: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["created_at"] = from_ts(self.created_at).isoformat()
+        d["decided_at"] = None if self.decided_at is None else from_ts(self.decided_at).isoformat()
+        return d
+
+
+def _ops(store: Store) -> Any:
+    # Review operations are the store's own, kept in a module of their own; they use its
+    # writer and its reader pool like the methods in _store.py do.
+    return store._write, store._read  # noqa: SLF001
+
+
+async def _fetch(store: Store, review_id: str) -> Review:
+    _, read = _ops(store)
+    async with (
+        read() as conn,
+        conn.execute(f"SELECT {_COLUMNS} FROM reviews WHERE id = ?", (review_id,)) as cur,
+    ):
+        row = await cur.fetchone()
+    if row is None:
+        raise NotFoundError("review", review_id)
+    return Review(*row)
+
+
+async def queue_review(store: Store, block_id: str, *, reason: str) -> Review:
+    """Put a block in the queue with a reason; the open item if it already has one."""
+    answer = await store.request_review(block_id, reason=reason)
+    return await _fetch(store, answer["review_id"])
+
+
+async def list_reviews(
+    store: Store, *, status: str = "pending", limit: int = 100
+) -> list[dict[str, Any]]:
+    """Items with ``status`` (``pending``, ``decided`` or ``all``), oldest pending first
+    (newest first for decided ones), each with a summary of its block."""
+    if status not in _STATUSES:
+        raise ValidationInputError([("status", f"{status!r} is not one of {', '.join(_STATUSES)}")])
+    if not 1 <= limit <= 10_000:
+        raise ValidationInputError([("limit", f"{limit} is not between 1 and 10000")])
+    where = "" if status == "all" else "WHERE r.status = ?"
+    order = "r.created_at, r.id" if status == "pending" else "r.created_at DESC, r.id DESC"
+    args: list[Any] = [] if status == "all" else [status]
+    _, read = _ops(store)
+    sql = (
+        f"SELECT {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))},"
+        " k.title, k.content, k.state, k.reliability"
+        f" FROM reviews r LEFT JOIN blocks k ON k.id = r.block_id {where}"
+        f" ORDER BY {order} LIMIT ?"
+    )
+    async with read() as conn, conn.execute(sql, [*args, limit]) as cur:
+        rows = await cur.fetchall()
+    out = []
+    for row in rows:
+        item = Review(*row[:9]).as_dict()
+        title, content, state, reliability = row[9:]
+        item["block"] = (
+            None
+            if state is None
+            else {
+                "id": row[1],
+                "title": title,
+                "content": content[:200],
+                "state": state,
+                "reliability": reliability,
+            }
+        )
+        out.append(item)
+    return out
+
+
+async def get_review(store: Store, review_id: str, *, events: int = 10) -> dict[str, Any]:
+    """One item with its block (None once deleted) and the block's last ``events``."""
+    review = await _fetch(store, review_id)
+    try:
+        block = await store.get(review.block_id)
+    except NotFoundError:
+        return {"review": review.as_dict(), "block": None, "events": []}
+    history = await store.events_for(review.block_id, limit=events)
+    return {
+        "review": review.as_dict(),
+        "block": block.model_dump(mode="json"),
+        "events": [e.as_dict() for e in history],
+    }
+
+
+def _check_decision(
+    decision: Decision | str, reviewer: str, comment: str, new_content: str | None
+) -> Decision:
+    errors: list[tuple[str, str]] = []
+    try:
+        choice = Decision(decision)
+    except ValueError:
+        choice = Decision.CONFIRM
+        errors.append(("decision", f"{decision!r} is not one of confirm, reject, edit"))
+    if not reviewer.strip():
+        errors.append(("decided_by", "a decision needs the reviewer's name"))
+    elif len(reviewer) > 128:
+        errors.append(("decided_by", "is longer than 128 characters"))
+    if len(comment) > MAX_COMMENT_CHARS:
+        errors.append(("comment", f"is longer than {MAX_COMMENT_CHARS} characters"))
+    if choice == Decision.EDIT:
+        if not new_content:
+            errors.append(("content", "an edit needs the new content"))
+        elif len(new_content) > MAX_CONTENT_CHARS:
+            errors.append(("content", f"is longer than {MAX_CONTENT_CHARS} characters"))
+    elif new_content is not None:
+        errors.append(("content", "only an edit takes new content"))
+    if errors:
+        raise ValidationInputError(errors)
+    return choice
+
+
+async def decide_review(
+    store: Store,
+    review_id: str,
+    decision: Decision | str,
+    *,
+    reviewer: str,
+    comment: str = "",
+    new_content: str | None = None,
+    sensor: str = "review",
+    apply: Callable[[Sequence[ValidationEvent]], Awaitable[ApplyResult]] | None = None,
+) -> dict[str, Any]:
+    """Decide an item: confirm, reject, or edit (``new_content`` supersedes the old text).
+
+    The decision becomes an event from ``sensor`` applied with ``apply`` (the daemon's
+    bus; :meth:`Store.apply_events` by default) while the item is still open — so a
+    rejection of a block not bound to the review sensor does not queue it again — and
+    then closes the item with the reviewer, the decision and the comment. Revalidation
+    requests the review sensor holds for the block are answered by it. Raises
+    :class:`ValidationInputError` for an item already decided.
+    """
+    choice = _check_decision(decision, reviewer, comment, new_content)
+    reviewer = reviewer.strip()
+    lock = _locks.setdefault(store, asyncio.Lock())
+    async with lock:
+        review = await _fetch(store, review_id)
+        if review.status != "pending":
+            raise ValidationInputError(
+                [
+                    (
+                        "id",
+                        f"review {review_id} is already decided ({review.decision} by "
+                        f"{review.decided_by})",
+                    )
+                ]
+            )
+        if choice == Decision.EDIT:
+            assert new_content is not None  # noqa: S101 - checked by _check_decision
+            await store.update(review.block_id, {"content": new_content}, actor=reviewer)
+        request_id = await _open_request(store, review.block_id, sensor)
+        event = ValidationEvent(
+            sensor=sensor,
+            subject=review.block_id,
+            block_id=review.block_id,
+            outcome=Outcome.REFUTED if choice == Decision.REJECT else Outcome.CONFIRMED,
+            observed_at=from_ts(store.clock.time()),
+            observed={"decision": choice.value, "decided_by": reviewer},
+            reliability=REVIEW_RELIABILITY,
+            message=comment,
+            request_id=request_id,
+        )
+        result = await (apply or store.apply_events)([event])
+        decided = await _close(store, review, choice, reviewer, comment, sensor, event)
+    try:
+        block: dict[str, Any] | None = (await store.get(review.block_id)).model_dump(mode="json")
+    except NotFoundError:
+        block = None
+    return {
+        "review": decided.as_dict(),
+        "block": block,
+        "event": {
+            "event_id": event.event_id,
+            "outcome": event.outcome.value,
+            "applied": result.accepted > 0 and result.unmatched == 0,
+        },
+    }
+
+
+async def _open_request(store: Store, block_id: str, sensor: str) -> str | None:
+    """The newest open revalidation request the review sensor holds for the block."""
+    _, read = _ops(store)
+    async with (
+        read() as conn,
+        conn.execute(
+            "SELECT id FROM revalidations WHERE block_id = ? AND sensor = ?"
+            " AND status IN ('pending', 'sent') ORDER BY created_at DESC LIMIT 1",
+            (block_id, sensor),
+        ) as cur,
+    ):
+        row = await cur.fetchone()
+    return None if row is None else str(row[0])
+
+
+async def _close(  # noqa: PLR0917 - a private step of decide_review, called once
+    store: Store,
+    review: Review,
+    choice: Decision,
+    reviewer: str,
+    comment: str,
+    sensor: str,
+    event: ValidationEvent,
+) -> Review:
+    write, _ = _ops(store)
+    now = store.clock.time()
+
+    async def job(conn: Any) -> None:
+        cur = await conn.execute(
+            "UPDATE reviews SET status = 'decided', decided_at = ?, decided_by = ?,"
+            " decision = ?, comment = ? WHERE id = ? AND status = 'pending'",
+            (now, reviewer, choice.value, comment, review.id),
+        )
+        if cur.rowcount == 0:  # another process decided it between our check and now
+            return
+        await conn.execute(
+            "UPDATE revalidations SET status = 'done', finished_at = ?, outcome = ?"
+            " WHERE block_id = ? AND sensor = ? AND status IN ('pending', 'sent')",
+            (now, event.outcome.value, review.block_id, sensor),
+        )
+        await conn.execute(
+            "INSERT INTO audit (at, actor, action, block_id, detail) VALUES (?, ?, ?, ?, ?)",
+            (
+                now,
+                reviewer,
+                "review",
+                review.block_id,
+                json.dumps(
+                    {
+                        "review_id": review.id,
+                        "decision": choice.value,
+                        "comment": comment,
+                        "event_id": event.event_id,
+                    }
+                ),
+            ),
+        )
+
+    await write(job)
+    return await _fetch(store, review.id)
+
+
+async def escalation_candidates(
+    store: Store,
+    *,
+    block_ids: Sequence[str],
+    below: float,
+    now: float,
+    unbound_low_volatility: bool = True,
+    limit: int = 500,
+) -> list[tuple[str, str]]:
+    """Blocks a human should look at, with the reason, that have no open item yet.
+
+    - of ``block_ids`` (the blocks bound to the review sensor): those whose reliability
+      is below ``below``, and those past their validity window;
+    - with ``unbound_low_volatility``: low-volatility blocks bound to no sensor at all
+      that are past their window (the human review cycle of DESIGN.md §1) or below
+      ``below``; nothing else can ever check them.
+    """
+    _, read = _ops(store)
+    found: dict[str, str] = {}
+    async with read() as conn:
+        ids = list(dict.fromkeys(block_ids))
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            async with conn.execute(
+                "SELECT k.id, k.reliability, k.stale_at, k.state FROM blocks k"
+                f" WHERE k.id IN ({marks}) AND k.state <> 'archived'"
+                " AND NOT EXISTS (SELECT 1 FROM reviews r WHERE r.block_id = k.id"
+                " AND r.status = 'pending')",
+                chunk,
+            ) as cur:
+                for block_id, reliability, stale_at, state in await cur.fetchall():
+                    reason = _reason(reliability, stale_at, state, below, now)
+                    if reason:
+                        found[block_id] = reason
+        if unbound_low_volatility and len(found) < limit:
+            async with conn.execute(
+                "SELECT k.id, k.reliability, k.stale_at, k.state FROM blocks k"
+                " WHERE k.volatility = 'low' AND k.state <> 'archived'"
+                " AND (k.reliability < ? OR k.stale_at <= ?)"
+                " AND NOT EXISTS (SELECT 1 FROM bindings g WHERE g.block_rid = k.rid)"
+                " AND NOT EXISTS (SELECT 1 FROM reviews r WHERE r.block_id = k.id"
+                " AND r.status = 'pending') ORDER BY k.stale_at LIMIT ?",
+                (below, now, limit - len(found)),
+            ) as cur:
+                for block_id, reliability, stale_at, state in await cur.fetchall():
+                    reason = _reason(reliability, stale_at, state, below, now)
+                    if reason:
+                        found[block_id] = f"{reason}; no sensor can check it"
+    return list(found.items())[:limit]
+
+
+def _reason(
+    reliability: float, stale_at: float | None, state: str, below: float, now: float
+) -> str | None:
+    if reliability < below:
+        return f"reliability {reliability:.2f} is below {below:.2f}"
+    if state != "refuted" and stale_at is not None and stale_at <= now:
+        return f"validity window ran out at {from_ts(stale_at).isoformat()}"
+    return None
