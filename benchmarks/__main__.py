@@ -1,4 +1,4 @@
-"""``python -m benchmarks [names...] [--quick] [--scale X] [--out DIR] [--strict]``."""
+"""``python -m benchmarks [names...] [--quick | --scale X] [--out DIR] [--strict]``."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from pathlib import Path
 
 import structlog
 
-# Importing the modules registers their benchmarks, in this order.
+# Importing the modules registers their benchmarks.
 from benchmarks import _ingest, _search, _sweep  # noqa: F401
 from benchmarks._harness import (
     BENCHMARKS,
+    RESULT_NAMES,
     machine_info,
     print_table,
     run_benchmarks,
@@ -24,6 +25,7 @@ from benchmarks._harness import (
 
 QUICK_SCALE = 0.01
 SCALE_ENV = "MEMWARDEN_BENCH_SCALE"
+DEFAULT_OUT = Path(".bench")
 
 
 def _scale(args: argparse.Namespace) -> float:
@@ -41,37 +43,61 @@ def _scale(args: argparse.Namespace) -> float:
     return 1.0
 
 
+def _selected(parser: argparse.ArgumentParser, names: list[str]) -> list[str]:
+    """Benchmarks to run, from benchmark or result names (``search_mid`` runs ``search``)."""
+    by_result = {r: bench for bench, results in RESULT_NAMES.items() for r in results}
+    wanted = set()
+    for name in names:
+        bench = name if name in BENCHMARKS else by_result.get(name)
+        if bench is None:
+            choices = ", ".join([*BENCHMARKS, *(r for r in by_result if r not in BENCHMARKS)])
+            parser.error(f"unknown benchmark {name!r} (choose from {choices})")
+        wanted.add(bench)
+    return [b for b in BENCHMARKS if b in wanted] if wanted else list(BENCHMARKS)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="Benchmark the memwarden store against raw SQLite.",
+        description="Benchmark the memwarden store against raw SQLite doing the same work.",
     )
-    parser.add_argument("names", nargs="*", help=f"benchmarks to run (default: all of {', '.join(BENCHMARKS)})")
-    parser.add_argument("--quick", action="store_true", help=f"sizes x {QUICK_SCALE} (smoke test)")
+    parser.add_argument("names", nargs="*", help="benchmarks to run (default: all; see --list)")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"sizes x {QUICK_SCALE:g}: a smoke run of seconds"
+    )
     parser.add_argument("--scale", type=float, help=f"size factor (default: ${SCALE_ENV} or 1)")
-    parser.add_argument("--out", type=Path, default=Path(".bench"), help="where results.json goes")
-    parser.add_argument("--workdir", type=Path, help="where the scratch databases go (default: a temp dir)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help=f"where results.json and machine.json go (default: {DEFAULT_OUT}, or"
+        f" {DEFAULT_OUT}/scale-X when not at full size)",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, help="where the scratch databases go (default: a temp dir)"
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     args = parser.parse_args(argv)
 
     if args.list:
-        print("\n".join(BENCHMARKS))
+        for bench in BENCHMARKS:
+            results = RESULT_NAMES[bench]
+            print(bench if results == (bench,) else f"{bench}: {', '.join(results)}")
         return 0
-    unknown = [n for n in args.names if n not in BENCHMARKS]
-    if unknown:
-        parser.error(f"unknown benchmark(s) {', '.join(unknown)} (choose from {', '.join(BENCHMARKS)})")
-    names = list(dict.fromkeys(args.names)) or list(BENCHMARKS)
+    names = _selected(parser, args.names)
     scale = _scale(args)
     if not 0 < scale <= 10:
-        parser.error(f"--scale: {scale} is not between 0 (exclusive) and 10")
+        parser.error(f"--scale: {scale:g} is not in (0, 10]")
+    # Scaled-down figures never overwrite full-size ones unless asked to.
+    out = args.out or (DEFAULT_OUT if scale == 1 else DEFAULT_OUT / f"scale-{scale:g}")
 
     # The store logs its lifecycle; only warnings belong in a benchmark run.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     machine = machine_info(scale=scale)
     print(
-        f"memwarden benchmarks: {', '.join(names)} at scale {scale:g} on {machine['nproc']} CPU(s)"
-        f" ({machine['cpu_model']}), Python {machine['python']}, SQLite {machine['sqlite']}",
+        f"memwarden benchmarks: {', '.join(names)} at scale {scale:g} on {machine['nproc']}"
+        f" CPU(s) ({machine['cpu_model']}), Python {machine['python']},"
+        f" SQLite {machine['sqlite']}",
         file=sys.stderr,
         flush=True,
     )
@@ -83,10 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="memwarden-bench-") as tmp:
             results = run_benchmarks(names, scale=scale, workdir=Path(tmp))
     machine["wall_s"] = round(time.perf_counter() - started, 1)
-    print()
+    print(file=sys.stderr)
     print_table(results)
-    path = write_results(results, args.out, machine)
-    print(f"wrote {path} and {args.out / 'machine.json'} ({machine['wall_s']} s)")
+    path = write_results(results, out, machine)
+    print(f"wrote {path} and {out / 'machine.json'} in {machine['wall_s']} s")
     if args.strict and not all(r.ok for r in results):
         return 1
     return 0

@@ -28,27 +28,41 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BENCHMARKS",
+    "RESULT_NAMES",
     "Context",
     "Result",
     "benchmark",
     "machine_info",
-    "thread_cpu_s",
     "percentiles_ms",
     "print_table",
     "run_benchmarks",
+    "thread_cpu_s",
     "write_results",
 ]
 
 BENCHMARKS: dict[str, Callable[[Context], Awaitable[list[Result]]]] = {}
+RESULT_NAMES: dict[str, tuple[str, ...]] = {}
+_POSITIONS: dict[str, int] = {}
 
 
-def benchmark(name: str) -> Callable[[Any], Any]:
-    """Register ``fn`` under ``name`` (the order of registration is the run order)."""
+def benchmark(
+    name: str, *, position: int, results: tuple[str, ...] | None = None
+) -> Callable[[Any], Any]:
+    """Register ``fn`` under ``name``; a full run goes by ``position``, smallest first.
+
+    ``results`` names the figures it reports (default: just ``name``); each of those
+    names also selects the benchmark on the command line.
+    """
 
     def register(fn: Callable[[Context], Awaitable[list[Result]]]) -> Any:
         if name in BENCHMARKS:
             raise ValueError(f"benchmark {name!r} is registered twice")
+        _POSITIONS[name] = position
+        RESULT_NAMES[name] = results or (name,)
         BENCHMARKS[name] = fn
+        ordered = sorted(BENCHMARKS.items(), key=lambda item: _POSITIONS[item[0]])
+        BENCHMARKS.clear()
+        BENCHMARKS.update(ordered)
         return fn
 
     return register
@@ -126,8 +140,13 @@ def run_benchmarks(names: Sequence[str], *, scale: float, workdir: Path) -> list
         ctx.progress(f"start (scale {scale:g})")
         gc.collect()
         out = asyncio.run(BENCHMARKS[name](ctx))
+        expected = set(RESULT_NAMES[name])
+        if {r.name for r in out} != expected:
+            raise RuntimeError(f"{name} reported {[r.name for r in out]}, not {sorted(expected)}")
+        measured_at = datetime.now(UTC).isoformat(timespec="seconds")
         for r in out:
             r.extra.setdefault("scale", scale)
+            r.extra.setdefault("measured_at", measured_at)
         ctx.progress("done")
         results.extend(out)
     return results
@@ -174,7 +193,7 @@ def print_table(results: Sequence[Result]) -> None:
         extras = {
             k: (round(v, 3) if isinstance(v, float) else v)
             for k, v in r.extra.items()
-            if k not in ("scale", "plan", "store_plan")
+            if k not in ("scale", "measured_at", "plan", "store_plan")
         }
         print(f"  {r.name}: {json.dumps(extras, separators=(', ', '='))}")
     missed = [r.name for r in results if not r.ok]
@@ -220,18 +239,12 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _git_commit() -> str | None:
+def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=5,
-        )
+        out = subprocess.run(["git", *args], capture_output=True, text=True, check=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return out.stdout.strip()
 
 
 def _version(dist: str) -> str | None:
@@ -257,6 +270,8 @@ def machine_info(*, scale: float) -> dict[str, Any]:
         "memwarden": _version("memwarden"),
         "platform": platform.platform(),
         "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "git_commit": _git_commit(),
+        "git_commit": _git("rev-parse", "--short", "HEAD") or None,
+        # Uncommitted changes under src/ mean the figures are for a working tree.
+        "src_dirty": bool(_git("status", "--porcelain", "--", "src")),
         "scale": scale,
     }

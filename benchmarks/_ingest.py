@@ -134,6 +134,7 @@ def _precompute(
 
 def _raw_apply(
     path: Path,
+    *,
     events: list[ValidationEvent],
     rid_of: dict[str, int],
     effects: list[tuple[Any, ...]],
@@ -193,8 +194,10 @@ def _digest(path: Path) -> str:
     for sql in (
         f"SELECT {', '.join(EVIDENCE_COLUMNS)} FROM blocks ORDER BY rid",
         "SELECT seq, event_id, sensor, subject, outcome, observed_at FROM events ORDER BY seq",
-        "SELECT block_rid, event_seq, state_before, state_after, reliability_before,"
-        " reliability_after FROM effects ORDER BY event_seq, block_rid",
+        (
+            "SELECT block_rid, event_seq, state_before, state_after, reliability_before,"
+            " reliability_after FROM effects ORDER BY event_seq, block_rid"
+        ),
     ):
         for row in conn.execute(sql):
             h.update(repr(row).encode())
@@ -202,21 +205,22 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
-@benchmark("ingest")
+@benchmark("ingest", position=1)
 async def ingest(ctx: Context) -> list[Result]:
     n_blocks = ctx.n(100_000, 200)
     n_events = ctx.n(200_000, 400)
     store_path = ctx.workdir / "ingest-store.db"
     raw_path = ctx.workdir / "ingest-raw.db"
     for p in (store_path, raw_path):
-        p.unlink(missing_ok=True)
+        _sqlite.remove(p)
 
     clock = FakeClock(T0)
     ctx.progress(f"preloading {n_blocks:,} bound blocks through Store.add_many")
     t = time.perf_counter()
     await _preload(store_path, n_blocks, clock)
     preload_s = time.perf_counter() - t
-    shutil.copyfile(store_path, raw_path)  # the store closed cleanly: no WAL left behind
+    _sqlite.checkpoint(store_path)
+    shutil.copyfile(store_path, raw_path)
 
     ctx.progress(f"building {n_events:,} ValidationEvents")
     events = _make_events(n_blocks, n_events)
@@ -244,9 +248,7 @@ async def ingest(ctx: Context) -> list[Result]:
         sql_cpu_after = thread_cpu_s(sql_tid)
         commits = getattr(writer, "commits", 0) - commits_before
     sql_cpu_s = (
-        None
-        if sql_cpu_before is None or sql_cpu_after is None
-        else sql_cpu_after - sql_cpu_before
+        None if sql_cpu_before is None or sql_cpu_after is None else sql_cpu_after - sql_cpu_before
     )
     accepted = sum(r.accepted for r in results)
     unmatched = sum(r.unmatched for r in results)
@@ -255,7 +257,9 @@ async def ingest(ctx: Context) -> list[Result]:
     assert unmatched == 0, unmatched
 
     ctx.progress("raw sqlite3: one transaction of executemany")
-    raw = _raw_apply(raw_path, events, rid_of, effects, updates, now)
+    raw = _raw_apply(
+        raw_path, events=events, rid_of=rid_of, effects=effects, updates=updates, now=now
+    )
     raw_s = raw["baseline_s"]
 
     same = _digest(store_path) == _digest(raw_path)
@@ -264,8 +268,7 @@ async def ingest(ctx: Context) -> list[Result]:
     baseline = n_events / raw_s
     ratio = value / baseline
     for p in (store_path, raw_path):
-        for suffix in ("", "-wal", "-shm"):
-            p.with_name(p.name + suffix).unlink(missing_ok=True)
+        _sqlite.remove(p)
     return [
         Result(
             name="ingest",

@@ -81,9 +81,7 @@ class Corpus:
         )
 
 
-def _queries(
-    corpus: Corpus, texts: list[str], n: int
-) -> tuple[list[list[str]], list[list[str]]]:
+def _queries(corpus: Corpus, texts: list[str], n: int) -> tuple[list[list[str]], list[list[str]]]:
     rng = corpus.rng
     lo, hi = COMMON_RANKS
     common = [rng.sample(corpus.words[lo - 1 : hi], rng.randint(2, 3)) for _ in range(n)]
@@ -136,13 +134,12 @@ def _total_matches(raw: Any, queries: list[list[str]]) -> float:
     return total / min(50, len(queries))
 
 
-@benchmark("search")
+@benchmark("search", position=3, results=("search_common", "search_mid"))
 async def search(ctx: Context) -> list[Result]:
     n_blocks = ctx.n(100_000, 1000)
     n_queries = ctx.n(500, 10)
     path = ctx.workdir / "search.db"
-    for suffix in ("", "-wal", "-shm"):
-        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    _sqlite.remove(path)
     corpus = Corpus(random.Random(SEED))
     ctx.progress(f"preloading {n_blocks:,} Zipf blocks through Store.add_many")
     texts: list[str] = []
@@ -190,6 +187,5 @@ async def search(ctx: Context) -> list[Result]:
                 )
             )
     raw.close()
-    for suffix in ("", "-wal", "-shm"):
-        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    _sqlite.remove(path)
     return results

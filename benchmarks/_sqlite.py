@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-__all__ = ["connect", "create_schema", "query_plan", "traced_sql"]
+__all__ = ["checkpoint", "connect", "create_schema", "query_plan", "remove", "traced_sql"]
 
 # The store's PRAGMAs (Store._configure), so the baseline pays for the same settings.
 _PRAGMAS = (
@@ -31,6 +31,19 @@ def connect(path: Path) -> sqlite3.Connection:
     for pragma in _PRAGMAS:
         conn.execute(pragma)
     return conn
+
+
+def checkpoint(path: Path) -> None:
+    """Fold the WAL into the database file, so the file alone is the whole database."""
+    conn = connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
+def remove(path: Path) -> None:
+    """Delete a database with its WAL and shared-memory files."""
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
 
 
 def create_schema(conn: sqlite3.Connection) -> None:

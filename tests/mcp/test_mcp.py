@@ -12,7 +12,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from memwarden.mcp import context_line
-from tests.mcp.conftest import WorldSensor
+from tests.support import WorldSensor
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

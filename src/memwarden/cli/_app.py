@@ -553,3 +553,60 @@ def import_blocks(
 
     count = _call(db, api=api, local=local)
     err.print(f"imported {count} block(s)", highlight=False)
+
+
+# ---------------------------------------------------------------------- backup
+
+
+@app.command()
+def backup(
+    dest: Annotated[
+        Path,
+        typer.Argument(help="The copy to write: a file, or a directory for a timestamped one."),
+    ],
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            "--db",
+            help="The live database (default: from the settings, <home>/memwarden.db).",
+            envvar="MEMWARDEN_DB",
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace DEST if it exists.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Copy the database while the daemon keeps running, then check the copy's integrity."""
+    from rich.progress import Progress  # noqa: PLC0415
+
+    from memwarden.memory._backup import backup_database  # noqa: PLC0415
+
+    if db is None:
+        from memwarden.daemon import load_settings  # noqa: PLC0415
+
+        try:
+            db = load_settings().db_path
+        except ConfigError as e:
+            for problem in e.problems:
+                err.print(problem, highlight=False, soft_wrap=True)
+            raise _fail(str(e)) from None
+    with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task("backing up", total=None)
+        try:
+            result = backup_database(
+                db,
+                dest,
+                force=force,
+                progress=lambda done, total: bar.update(task, completed=done, total=total),
+            )
+        except MemwardenError as e:
+            raise _fail(str(e)) from None
+    if json_out:
+        _print_json(result.as_dict())
+        return
+    out.print(
+        f"backed up {result.source} to {result.path}: {result.size_bytes:,} bytes "
+        f"({result.size_bytes / 2**20:.1f} MiB, {result.pages} pages), "
+        f"integrity {result.integrity}, {result.elapsed_s:.1f} s",
+        highlight=False,
+        soft_wrap=True,
+    )

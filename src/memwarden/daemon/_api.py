@@ -21,7 +21,9 @@ import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memwarden import __version__
 from memwarden.errors import MemwardenError, NotFoundError, StorageError, ValidationInputError
@@ -71,6 +73,12 @@ def require_token(request: Request) -> str:
 Auth = Annotated[str, Depends(require_token)]
 
 
+class ErrorMessage(BaseModel):
+    """An error: a sentence, or a list of ``{loc, msg, type}`` for input errors."""
+
+    detail: str | list[dict[str, Any]]
+
+
 class EventsAccepted(BaseModel):
     """What ``POST /v1/events`` did."""
 
@@ -117,6 +125,14 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
         title="memwarden",
         version=__version__,
         description="Keeps an AI agent's memory true. DESIGN.md §7 is the contract.",
+        responses={
+            400: {"model": ErrorMessage, "description": "The request could not be used."},
+            401: {"model": ErrorMessage, "description": "Missing or wrong token."},
+            404: {"model": ErrorMessage, "description": "No such block."},
+            413: {"model": ErrorMessage, "description": "Body too large."},
+            422: {"model": ErrorMessage, "description": "Invalid input: each field named."},
+            503: {"model": ErrorMessage, "description": "The store is unavailable."},
+        },
     )
     app.state.token = token.encode()
 
@@ -135,7 +151,12 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
     @app.exception_handler(ValidationInputError)
     async def _invalid(_: Request, exc: ValidationInputError) -> JSONResponse:
         return JSONResponse(
-            {"detail": [{"loc": f.split(".") if f else [], "msg": m} for f, m in exc.errors]},
+            {
+                "detail": [
+                    {"loc": f.split(".") if f else [], "msg": m, "type": "value_error"}
+                    for f, m in exc.errors
+                ]
+            },
             status_code=422,
         )
 
@@ -150,6 +171,19 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
             },
             status_code=422,
         )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # name every method the path has, not just one route's
+            methods = {
+                m
+                for route in app.routes
+                if isinstance(route, APIRoute) and route.path_regex.match(request.url.path)
+                for m in route.methods or ()
+            }
+            headers["Allow"] = ", ".join(sorted(methods))
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(NotFoundError)
     async def _not_found(_: Request, exc: NotFoundError) -> JSONResponse:

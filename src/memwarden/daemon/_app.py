@@ -37,7 +37,14 @@ from memwarden.errors import (
 )
 from memwarden.memory import Binding, NewBlock, RevalidationReason, SystemClock, Volatility
 from memwarden.memory._store import Store, validate_input
-from memwarden.plugins import Backoff, BoundSubject, Registry, SensorContext, SensorRunner
+from memwarden.plugins import (
+    Backoff,
+    BoundSubject,
+    Registry,
+    SensorContext,
+    SensorRunner,
+    StartupPolicy,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -75,6 +82,7 @@ class Daemon:
         self.config_file = config_file
         self._signals = install_signal_handlers
         self.runners: dict[str, SensorRunner] = {}
+        self.unavailable: dict[str, str] = {}  # configured sensors whose plugin failed to load
         self._runner_tasks: dict[str, asyncio.Task[None]] = {}
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
@@ -254,6 +262,7 @@ class Daemon:
             runner.stop()
         await asyncio.gather(*self._runner_tasks.values(), return_exceptions=True)
         self.bus.close()
+        log.info("bus_draining", pending=self.bus.pending)
         try:
             async with asyncio.timeout(drain_s):
                 await self.bus.drain()
@@ -279,11 +288,24 @@ class Daemon:
             raise failures[0]
 
     def _make_runners(self, sensors: Mapping[str, SensorSettings]) -> dict[str, SensorRunner]:
-        """Build a runner per enabled sensor; ConfigError listing every problem, if any."""
+        """Build a runner per enabled sensor.
+
+        Raises ConfigError listing every problem (unknown kind, bad options). A sensor
+        whose plugin is installed but failed to import follows its startup policy: under
+        ``error`` a PluginLoadError naming it, otherwise it is left out and reported.
+        """
         runners: dict[str, SensorRunner] = {}
         problems: list[str] = []
+        unavailable: dict[str, str] = {}
         for name, conf in sensors.items():
             if not conf.enabled:
+                continue
+            kind = conf.kind or name
+            failure = self.registry.failures.get(kind)
+            if failure is not None and kind not in self.registry.plugins:
+                if conf.startup == StartupPolicy.ERROR:
+                    raise PluginLoadError(f"sensor {name!r}: {failure}", plugin=name)
+                unavailable[name] = str(failure)
                 continue
             try:
                 runners[name] = self._make_runner(name, conf)
@@ -291,6 +313,9 @@ class Daemon:
                 problems.extend(err.problems)
         if problems:
             raise ConfigError("; ".join(problems), problems=problems)
+        for name, error in unavailable.items():
+            log.error("sensor_unavailable", sensor=name, error=error)
+        self.unavailable.update(unavailable)
         return runners
 
     async def _start_runners(self, runners: Mapping[str, SensorRunner]) -> list[PluginError]:
@@ -641,8 +666,13 @@ class Daemon:
                     **runner.counters.as_dict(),
                 }
             )
-        for name, err in sorted(self.registry.failures.items()):
-            out.append({"name": name, "kind": name, "status": "load_failed", "error": str(err)})
+        for name, error in sorted(self.unavailable.items()):
+            if name not in self.runners:
+                out.append({"name": name, "status": "load_failed", "error": error})
+        listed = {row["name"] for row in out}
+        for kind, err in sorted(self.registry.failures.items()):
+            if kind not in listed:
+                out.append({"name": kind, "kind": kind, "status": "load_failed", "error": str(err)})
         return out
 
     # ------------------------------------------------------------------ signals

@@ -100,9 +100,18 @@ Duration = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "string", "pattern": r"^\s*(\d+(\.\d+)?(ms|s|m|h|d|w))+\s*$"},
-                {"type": "string", "pattern": r"^P"},
-                {"type": "number", "minimum": 0},
+                {
+                    "type": "string",
+                    "pattern": r"^\s*([0-9]+(\.[0-9]+)?([mM][sS]|[sSmMhHdDwW]))+\s*$",
+                },
+                {
+                    "type": "string",
+                    "pattern": r"^\s*[pP](?=[0-9tT])([0-9]+([.,][0-9]+)?[wW])?"
+                    r"([0-9]+([.,][0-9]+)?[dD])?"
+                    r"([tT](?=[0-9])([0-9]+([.,][0-9]+)?[hH])?([0-9]+([.,][0-9]+)?[mM])?"
+                    r"([0-9]+([.,][0-9]+)?[sS])?)?\s*$",
+                },
+                {"type": "number", "minimum": 0, "maximum": _MAX_SECONDS},
             ],
             "description": "A duration: 30s, 5m, 6h, 7d, ISO 8601 (PT6H) or seconds.",
         }

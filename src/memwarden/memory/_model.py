@@ -181,7 +181,9 @@ SensorName = Annotated[
     StringConstraints(pattern=r"^[a-z][a-z0-9_.-]{0,63}$"),
 ]
 Subject = Annotated[str, StringConstraints(max_length=2048), AfterValidator(_utf8_clean)]
-Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+# Numbers are strict: JSON true/false or "0.5" is a type error, not a silent 1.0/0.5.
+Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False, strict=True)]
+Signal = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 BlockId = Annotated[
     str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
 ]
@@ -265,7 +267,7 @@ class NewBlock(BaseModel):
         max_length=32,
         description="Blocks this one rests on: when one is refuted or goes stale, so does this.",
     )
-    signals: dict[Annotated[str, StringConstraints(max_length=64)], float] = Field(
+    signals: dict[Annotated[str, StringConstraints(max_length=64)], Signal] = Field(
         default_factory=dict,
         max_length=32,
         description="Engagement signals for promotion (user_confirmations, ...).",
@@ -355,7 +357,7 @@ class ValidationEvent(BaseModel):
     agent: Annotated[str, StringConstraints(max_length=128)] | None = Field(
         default=None, description="The remote agent that sent the event (MQTT)."
     )
-    seq: Annotated[int, Field(ge=0)] | None = Field(
+    seq: Annotated[int, Field(ge=0, strict=True)] | None = Field(
         default=None, description="Per agent-run sequence number, for gap detection."
     )
 

@@ -213,15 +213,8 @@ async def decide_review(
     async with lock:
         review = await _fetch(store, review_id)
         if review.status != "pending":
-            raise ValidationInputError(
-                [
-                    (
-                        "id",
-                        f"review {review_id} is already decided ({review.decision} by "
-                        f"{review.decided_by})",
-                    )
-                ]
-            )
+            already = f"already decided ({review.decision} by {review.decided_by})"
+            raise ValidationInputError([("id", f"review {review_id} is {already}")])
         if choice == Decision.EDIT:
             assert new_content is not None  # noqa: S101 - checked by _check_decision
             await store.update(review.block_id, {"content": new_content}, actor=reviewer)
@@ -332,6 +325,9 @@ async def escalation_candidates(
     - with ``unbound_low_volatility``: low-volatility blocks bound to no sensor at all
       that are past their window (the human review cycle of DESIGN.md §1) or below
       ``below``; nothing else can ever check them.
+
+    Refuted blocks are left out: a refutation is a verdict (the rules already queue the
+    ones no bound sensor can settle), and a human's rejection must not come back.
     """
     _, read = _ops(store)
     found: dict[str, str] = {}
@@ -341,38 +337,36 @@ async def escalation_candidates(
             chunk = ids[i : i + 500]
             marks = ",".join("?" * len(chunk))
             async with conn.execute(
-                "SELECT k.id, k.reliability, k.stale_at, k.state FROM blocks k"
-                f" WHERE k.id IN ({marks}) AND k.state <> 'archived'"
+                "SELECT k.id, k.reliability, k.stale_at FROM blocks k"
+                f" WHERE k.id IN ({marks}) AND k.state NOT IN ('archived', 'refuted')"
                 " AND NOT EXISTS (SELECT 1 FROM reviews r WHERE r.block_id = k.id"
                 " AND r.status = 'pending')",
                 chunk,
             ) as cur:
-                for block_id, reliability, stale_at, state in await cur.fetchall():
-                    reason = _reason(reliability, stale_at, state, below, now)
+                for block_id, reliability, stale_at in await cur.fetchall():
+                    reason = _reason(reliability, stale_at, below, now)
                     if reason:
                         found[block_id] = reason
         if unbound_low_volatility and len(found) < limit:
             async with conn.execute(
-                "SELECT k.id, k.reliability, k.stale_at, k.state FROM blocks k"
-                " WHERE k.volatility = 'low' AND k.state <> 'archived'"
+                "SELECT k.id, k.reliability, k.stale_at FROM blocks k"
+                " WHERE k.volatility = 'low' AND k.state NOT IN ('archived', 'refuted')"
                 " AND (k.reliability < ? OR k.stale_at <= ?)"
                 " AND NOT EXISTS (SELECT 1 FROM bindings g WHERE g.block_rid = k.rid)"
                 " AND NOT EXISTS (SELECT 1 FROM reviews r WHERE r.block_id = k.id"
                 " AND r.status = 'pending') ORDER BY k.stale_at LIMIT ?",
                 (below, now, limit - len(found)),
             ) as cur:
-                for block_id, reliability, stale_at, state in await cur.fetchall():
-                    reason = _reason(reliability, stale_at, state, below, now)
+                for block_id, reliability, stale_at in await cur.fetchall():
+                    reason = _reason(reliability, stale_at, below, now)
                     if reason:
                         found[block_id] = f"{reason}; no sensor can check it"
     return list(found.items())[:limit]
 
 
-def _reason(
-    reliability: float, stale_at: float | None, state: str, below: float, now: float
-) -> str | None:
+def _reason(reliability: float, stale_at: float | None, below: float, now: float) -> str | None:
     if reliability < below:
         return f"reliability {reliability:.2f} is below {below:.2f}"
-    if state != "refuted" and stale_at is not None and stale_at <= now:
+    if stale_at is not None and stale_at <= now:
         return f"validity window ran out at {from_ts(stale_at).isoformat()}"
     return None

@@ -46,6 +46,7 @@ from memwarden.memory._model import (
     Outcome,
     RevalidationReason,
     RevalidationRequest,
+    Signal,
     StaleReason,
     Tag,
     Tier,
@@ -108,9 +109,9 @@ class BlockPatch(BaseModel):
     category: Category | None = None
     info_type: InfoType | None = None
     volatility: Volatility | None = None
-    importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    importance: float | None = Field(default=None, ge=0.0, le=1.0, strict=True)
     validity_window: Duration | None = None
-    signals: dict[str, float] | None = None
+    signals: dict[str, Signal] | None = None
 
 
 class BlockFilter(BaseModel):

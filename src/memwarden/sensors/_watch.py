@@ -18,7 +18,7 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -220,35 +220,40 @@ class Watcher:
         """The directories watched now, and whether each is recursive."""
         return {path: rec for path, (_, rec, _) in self._watches.items()}
 
-    def schedule(self, path: str, *, recursive: bool = False) -> bool:
+    def schedule(
+        self, path: str, *, recursive: bool = False, alive: set[ObservedWatch] | None = None
+    ) -> Literal["kept", "added", "missing"]:
         """Watch a directory (blocking: run it in a thread for recursive trees).
 
-        Returns False when the directory is gone. Watching the same path again with
-        the same mode keeps the watch unless the directory was replaced (moved away
-        and created anew), which is detected by its inode.
+        Watching the same path again in the same mode keeps the watch (``kept``) unless
+        the directory was replaced (moved away and created anew, told by its inode) or
+        its emitter thread stopped; then it is watched anew (``added``). ``missing``:
+        the directory is gone (and no longer watched). ``alive`` is
+        :meth:`alive_watches`, when the caller schedules many paths at once.
         """
         observer = self._observer
         if observer is None:
-            return False
+            return "missing"
         try:
             st = os.stat(path)
         except OSError:
             self.unschedule(path)
-            return False
+            return "missing"
         ident = (st.st_dev, st.st_ino)
         current = self._watches.get(path)
         if current is not None:
-            if current[1] == recursive and current[2] == ident and current[0] in self._alive():
-                return True
+            live = alive if alive is not None else self.alive_watches()
+            if current[1] == recursive and current[2] == ident and current[0] in live:
+                return "kept"
             self.unschedule(path)
         try:
             watch = observer.schedule(
                 self._handler, path, recursive=recursive, event_filter=WATCHED_EVENTS
             )
         except OSError:
-            return False
+            return "missing"
         self._watches[path] = (watch, recursive, ident)
-        return True
+        return "added"
 
     def unschedule(self, path: str) -> None:
         current = self._watches.pop(path, None)
@@ -259,10 +264,11 @@ class Watcher:
 
     def dead_watches(self) -> list[str]:
         """Watched directories whose emitter thread stopped (deleted, or an error)."""
-        alive = self._alive()
+        alive = self.alive_watches()
         return [p for p, (w, _, _) in self._watches.items() if w not in alive]
 
-    def _alive(self) -> set[ObservedWatch]:
+    def alive_watches(self) -> set[ObservedWatch]:
+        """The watches whose emitter thread is running."""
         observer = self._observer
         if observer is None:
             return set()
@@ -275,7 +281,7 @@ class Watcher:
         self.events_seen += 1
         try:
             changes = list(self._accept(event))
-        except Exception:  # noqa: BLE001 - a filter bug must not kill the observer
+        except Exception:
             logging.getLogger("memwarden.sensors").exception("watch_filter_failed")
             self.report_overflow()  # we may have dropped something: make the consumer rescan
             return

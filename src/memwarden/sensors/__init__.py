@@ -1,0 +1,14 @@
+"""The built-in sensors, registered through the ``memwarden.sensors`` entry points like
+any third-party plugin: ``fs`` (files and assertions about them) and ``code_test`` (a
+project's test suite). See ``docs/SENSORS.md``.
+"""
+
+from __future__ import annotations
+
+from memwarden.sensors.fs import FsBinding, FsConfig, FsSensor
+
+__all__ = [
+    "FsBinding",
+    "FsConfig",
+    "FsSensor",
+]

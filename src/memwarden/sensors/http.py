@@ -1,0 +1,509 @@
+"""The HTTP API sensor: does the endpoint still answer what the block says?
+
+A binding names a URL and what to expect of its answer::
+
+    {"sensor": "http", "url": "http://127.0.0.1:8080/version",
+     "status": [200], "key": "/version", "equals": "1.2", "max_latency_ms": 500}
+
+(``key`` is a JSON pointer, with ``equals`` or ``matches`` (a regex); ``body_regex``;
+``header`` with ``name`` and ``value`` or ``regex``; ``interval``). Its host must be in
+the sensor's ``allowed_hosts`` — refused when the block is added, and never fetched
+otherwise — and nothing in a binding can widen what the config allows.
+
+One pooled ``httpx.AsyncClient`` per sensor (opened in ``setup``, closed in
+``teardown``); TLS verified unless the config says ``verify = false``; a whole-answer
+deadline of ``timeout_s``; at most ``max_bytes`` read (streamed, abandoned past it:
+``error``); redirects are not followed (a 3xx is a status like any other). ETag and
+Last-Modified are remembered per URL, so an unchanged answer costs a 304 and is judged
+again from what was read before. A transport failure (refused, reset, TLS, timeout) is
+an ``error``, never a refutation, and the next try backs off; so is a 5xx unless
+``server_error = "refute"``. Confirmations carry reliability 0.95.
+
+Events are addressed to the bound block (``block_id``): two blocks may expect different
+things of one URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import ssl
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path  # noqa: TC003 - pydantic reads HttpConfig's field types at runtime
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from urllib.parse import urlsplit
+
+import httpx
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from memwarden import __version__
+from memwarden.memory import Duration, Outcome
+from memwarden.plugins import BaseBinding, BaseSensorConfig
+
+if TYPE_CHECKING:
+    from memwarden.memory import RevalidationRequest, ValidationEvent
+    from memwarden.plugins import BoundSubject, SensorContext
+
+__all__ = [
+    "HeaderExpectation",
+    "HttpBinding",
+    "HttpConfig",
+    "HttpSensor",
+    "host_allowed",
+    "resolve_pointer",
+]
+
+_MISSING = object()
+
+
+def _compiles(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as err:
+            raise ValueError(f"{value!r} is not a regular expression ({err})") from None
+    return value
+
+
+class HeaderExpectation(BaseModel):
+    """A response header, equal to ``value`` or matching ``regex`` (or just present)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    value: str | None = None
+    regex: str | None = None
+
+    _check_regex = field_validator("regex")(_compiles)
+
+    @model_validator(mode="after")
+    def _one(self) -> HeaderExpectation:
+        if self.value is not None and self.regex is not None:
+            raise ValueError("set value or regex, not both")
+        return self
+
+
+class HttpBinding(BaseBinding):
+    """What a block expects of one URL."""
+
+    url: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
+    status: Annotated[list[Annotated[int, Field(ge=100, le=599)]], Field(min_length=1)] = Field(
+        default_factory=lambda: [200]
+    )
+    key: str | None = Field(default=None, description="A JSON pointer (RFC 6901): /a/b/0.")
+    equals: JsonValue = None
+    matches: str | None = None
+    body_regex: str | None = None
+    header: HeaderExpectation | None = None
+    max_latency_ms: Annotated[float, Field(gt=0)] | None = None
+    interval: Duration | None = Field(default=None, description="Default: the sensor's.")
+
+    _check_regexes = field_validator("matches", "body_regex")(_compiles)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} is not an http:// or https:// URL with a host")
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _pointer(cls, value: str | None) -> str | None:
+        if value is not None and value and not value.startswith("/"):
+            raise ValueError(f"{value!r} is not a JSON pointer (it starts with /, like /a/0)")
+        return value
+
+    @model_validator(mode="after")
+    def _key_expectations(self) -> HttpBinding:
+        has_equals = "equals" in self.model_fields_set
+        if (has_equals or self.matches is not None) and self.key is None:
+            raise ValueError("equals and matches need a key (a JSON pointer)")
+        if has_equals and self.matches is not None:
+            raise ValueError("set equals or matches, not both")
+        return self
+
+    @property
+    def host(self) -> str:
+        return (urlsplit(self.url).hostname or "").lower()
+
+
+class HttpConfig(BaseSensorConfig):
+    """``[sensors.http]``: what the sensor may reach and how it asks."""
+
+    allowed_hosts: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
+        default_factory=lambda: ["127.0.0.1", "localhost", "::1"],
+        description="Hosts a binding may name: exact, or *.example.com for subdomains.",
+    )
+    interval: Duration = Field(default=timedelta(minutes=5), description="Between checks.")
+    jitter: Annotated[float, Field(ge=0.0, le=0.5)] = 0.1
+    timeout_s: Annotated[float, Field(gt=0.0, le=600.0)] = 10.0
+    max_bytes: Annotated[int, Field(ge=1, le=1024 * 1024 * 1024)] = 1024 * 1024
+    verify: bool = True
+    ca_file: Path | None = Field(default=None, description="Trust this CA bundle instead.")
+    server_error: Literal["error", "refute"] = "error"
+    backoff_max: Duration = Field(
+        default=timedelta(minutes=30), description="Longest wait after repeated failures."
+    )
+    max_connections: Annotated[int, Field(ge=1, le=1000)] = 10
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Sent with every request (an API token ...)."
+    )
+    reliability: Annotated[float, Field(ge=0.0, le=1.0)] = 0.95
+
+
+def host_allowed(host: str, allowed: list[str]) -> bool:
+    """Whether ``host`` is one of ``allowed`` (``*.example.com`` covers its subdomains)."""
+    host = host.lower().strip("[]").rstrip(".")
+    for entry in allowed:
+        pattern = entry.lower().strip("[]").rstrip(".")
+        if pattern.startswith("*."):
+            if host.endswith(pattern[1:]) and host != pattern[2:]:
+                return True
+        elif host == pattern:
+            return True
+    return False
+
+
+def resolve_pointer(doc: Any, pointer: str) -> Any:
+    """The value at a JSON pointer (RFC 6901), or ``_MISSING``."""
+    if pointer == "":
+        return doc
+    node = doc
+    for raw in pointer[1:].split("/"):
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return _MISSING
+    return node
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: ``true`` is not ``1``, ``30`` is ``30.0``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """What a URL answered (a 304 hands back the remembered one)."""
+
+    status: int
+    headers: httpx.Headers
+    body: bytes
+    encoding: str
+    latency_ms: float
+    not_modified: bool = False
+
+
+class _FetchError(Exception):
+    def __init__(self, message: str, *, transport: bool) -> None:
+        super().__init__(message)
+        self.transport = transport  # the next try backs off
+
+
+@dataclass(frozen=True, slots=True)
+class _Remembered:
+    answer: _Answer
+    etag: str | None
+    last_modified: str | None
+
+
+class HttpSensor:
+    """Checks what HTTP endpoints answer against the blocks bound to them."""
+
+    kind: ClassVar[str] = "http"
+    Config: ClassVar[type[HttpConfig]] = HttpConfig
+    Binding: ClassVar[type[HttpBinding]] = HttpBinding
+
+    def __init__(self, config: HttpConfig) -> None:
+        self.config = config
+        self._client: httpx.AsyncClient | None = None
+        self._ctx: SensorContext | None = None
+        self._remembered: dict[str, _Remembered] = {}
+        self.fetches = 0
+        self.not_modified = 0
+
+    def validate_binding(self, selector: HttpBinding) -> None:
+        """Refuse a URL whose host the config does not allow."""
+        if not host_allowed(selector.host, self.config.allowed_hosts):
+            allowed = ", ".join(self.config.allowed_hosts) or "none"
+            raise ValueError(
+                f"url: host {selector.host!r} is not in the http sensor's allowed_hosts ({allowed})"
+            )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def setup(self, ctx: SensorContext) -> None:
+        verify: ssl.SSLContext | bool = self.config.verify
+        if self.config.verify and self.config.ca_file is not None:
+            verify = ssl.create_default_context(cafile=str(self.config.ca_file))
+        self._client = httpx.AsyncClient(
+            verify=verify,
+            timeout=httpx.Timeout(self.config.timeout_s),
+            limits=httpx.Limits(
+                max_connections=self.config.max_connections,
+                max_keepalive_connections=self.config.max_connections,
+            ),
+            follow_redirects=False,
+            trust_env=False,  # no proxy or CA from the environment: the config decides
+            headers={"User-Agent": f"memwarden/{__version__}", **self.config.headers},
+        )
+        self._ctx = ctx
+
+    async def run(self, ctx: SensorContext) -> None:
+        ctx.ready()
+        tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
+        async with asyncio.TaskGroup() as tg:
+            while True:
+                bound = {_key(b): b for b in await ctx.wait_bindings_changed()}
+                for key in set(tasks) - set(bound):
+                    tasks.pop(key).cancel()
+                for key in sorted(set(bound) - set(tasks)):
+                    tasks[key] = tg.create_task(
+                        self._every(ctx, bound[key]),
+                        name=f"sensor[{ctx.name}].check[{bound[key].subject}]",
+                    )
+
+    async def revalidate(self, request: RevalidationRequest) -> ValidationEvent:
+        """Check the binding now."""
+        ctx = self._context()
+        selector = HttpBinding.model_validate(request.binding.selector)
+        event, _ = await self._observe(
+            ctx, selector, block_id=request.block_id, request_id=request.id
+        )
+        return event
+
+    async def teardown(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+        self._ctx = None
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _context(self) -> SensorContext:
+        if self._ctx is None or self._client is None:
+            raise RuntimeError("the http sensor is not set up")
+        return self._ctx
+
+    async def _every(self, ctx: SensorContext, bound: BoundSubject) -> None:
+        selector = bound.selector
+        if not isinstance(selector, HttpBinding):
+            raise TypeError(f"not an http binding: {type(selector).__name__}")
+        interval_s = (selector.interval or self.config.interval).total_seconds()
+        jitter = self.config.jitter
+        failures = 0
+        await asyncio.sleep(random.uniform(0.0, jitter * interval_s))  # noqa: S311 - spreading
+        while True:
+            event, failed = await self._observe(ctx, selector, block_id=bound.block_id)
+            await ctx.emit(event)
+            failures = failures + 1 if failed else 0
+            await asyncio.sleep(self._delay(interval_s, failures))
+
+    def _delay(self, interval_s: float, failures: int) -> float:
+        """The interval (± jitter); after failures, doubling up to ``backoff_max``."""
+        if failures == 0:
+            j = self.config.jitter
+            return interval_s * random.uniform(1.0 - j, 1.0 + j)  # noqa: S311
+        cap = max(interval_s, self.config.backoff_max.total_seconds())
+        ceiling = min(cap, interval_s * 2.0 ** min(failures, 32))
+        return random.uniform(ceiling / 2.0, ceiling)  # noqa: S311 - equal jitter
+
+    # ------------------------------------------------------------------ one check
+
+    async def _observe(
+        self,
+        ctx: SensorContext,
+        selector: HttpBinding,
+        *,
+        block_id: str,
+        request_id: str | None = None,
+    ) -> tuple[ValidationEvent, bool]:
+        """One event for the block, and whether it was a failure to back off from."""
+        failed = False
+        observed: dict[str, Any] = {}
+        if not host_allowed(selector.host, self.config.allowed_hosts):
+            outcome, message = Outcome.ERROR, f"host {selector.host!r} is not allowed"
+        else:
+            try:
+                answer = await self._fetch(selector.url)
+            except _FetchError as err:
+                outcome, message, failed = Outcome.ERROR, str(err), err.transport
+            else:
+                outcome, message, observed = self._judge(selector, answer)
+                failed = outcome == Outcome.ERROR
+        event = ctx.event(
+            selector.url,
+            outcome,
+            observed=observed or None,
+            message=message,
+            reliability=self.config.reliability if outcome == Outcome.CONFIRMED else None,
+            request_id=request_id,
+            block_id=block_id,
+        )
+        return event, failed
+
+    async def _fetch(self, url: str) -> _Answer:
+        client = self._client
+        if client is None:
+            raise _FetchError("the http sensor is not set up", transport=False)
+        remembered = self._remembered.get(url)
+        headers = {}
+        if remembered is not None:
+            if remembered.etag:
+                headers["If-None-Match"] = remembered.etag
+            if remembered.last_modified:
+                headers["If-Modified-Since"] = remembered.last_modified
+        cap = self.config.max_bytes
+        began = time.perf_counter()
+        self.fetches += 1
+        try:
+            async with (
+                asyncio.timeout(self.config.timeout_s),
+                client.stream("GET", url, headers=headers) as response,
+            ):
+                if response.status_code == 304 and remembered is not None:
+                    self.not_modified += 1
+                    latency_ms = (time.perf_counter() - began) * 1000.0
+                    return _Answer(
+                        remembered.answer.status,
+                        remembered.answer.headers,
+                        remembered.answer.body,
+                        remembered.answer.encoding,
+                        latency_ms,
+                        not_modified=True,
+                    )
+                length = response.headers.get("content-length", "")
+                if length.isdigit() and int(length) > cap:
+                    raise _FetchError(f"response larger than {cap} bytes", transport=False)
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > cap:
+                        raise _FetchError(f"response larger than {cap} bytes", transport=False)
+                encoding = response.encoding or "utf-8"
+        except TimeoutError:
+            raise _FetchError(
+                f"no complete answer within {self.config.timeout_s:g}s", transport=True
+            ) from None
+        except httpx.HTTPError as err:
+            raise _FetchError(
+                f"request failed: {type(err).__name__}: {err or 'no detail'}", transport=True
+            ) from None
+        latency_ms = (time.perf_counter() - began) * 1000.0
+        answer = _Answer(response.status_code, response.headers, bytes(body), encoding, latency_ms)
+        etag = response.headers.get("etag")
+        last_modified = response.headers.get("last-modified")
+        if response.status_code == 200 and (etag or last_modified):
+            self._remembered[url] = _Remembered(answer, etag, last_modified)
+        else:
+            self._remembered.pop(url, None)
+        return answer
+
+    def _judge(self, selector: HttpBinding, answer: _Answer) -> tuple[Outcome, str, dict[str, Any]]:
+        """The outcome, a message and the observed value: the first expectation unmet wins."""
+        observed: dict[str, Any] = {
+            "status": answer.status,
+            "latency_ms": round(answer.latency_ms, 1),
+        }
+        if answer.not_modified:
+            observed["not_modified"] = True
+        if answer.status not in selector.status:
+            message = f"status {answer.status}, expected {_codes(selector.status)}"
+            if answer.status >= 500 and self.config.server_error == "error":
+                return Outcome.ERROR, f"server error: {message}", observed
+            return Outcome.REFUTED, message, observed
+        if selector.max_latency_ms is not None and answer.latency_ms > selector.max_latency_ms:
+            message = f"answered in {answer.latency_ms:.0f} ms, over {selector.max_latency_ms:g} ms"
+            return Outcome.REFUTED, message, observed
+        verdict = _judge_content(selector, answer, observed)
+        if verdict is not None:
+            return Outcome.REFUTED, verdict, observed
+        shown = (
+            f"; {selector.key} = {_short(observed['value'])}" if selector.key is not None else ""
+        )
+        return Outcome.CONFIRMED, f"status {answer.status}{shown}", observed
+
+
+def _key(bound: BoundSubject) -> tuple[str, str]:
+    return bound.block_id, bound.binding.model_dump_json()
+
+
+def _codes(codes: list[int]) -> str:
+    return " or ".join(str(c) for c in codes)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _judge_content(selector: HttpBinding, answer: _Answer, observed: dict[str, Any]) -> str | None:
+    """Why the headers or the body fail the binding, or None."""
+    if selector.header is not None:
+        verdict = _judge_header(selector.header, answer.headers, observed)
+        if verdict is not None:
+            return verdict
+    text = answer.body.decode(answer.encoding, "replace")
+    if selector.body_regex is not None and not re.search(selector.body_regex, text):
+        return f"body does not match {selector.body_regex!r}"
+    if selector.key is not None:
+        return _judge_key(selector, text, observed)
+    return None
+
+
+def _judge_header(
+    expect: HeaderExpectation, headers: httpx.Headers, observed: dict[str, Any]
+) -> str | None:
+    value = headers.get(expect.name)
+    observed["header"] = value
+    if value is None:
+        return f"no {expect.name} header"
+    if expect.value is not None and value != expect.value:
+        return f"header {expect.name} is {value!r}, expected {expect.value!r}"
+    if expect.regex is not None and not re.search(expect.regex, value):
+        return f"header {expect.name} {value!r} does not match {expect.regex!r}"
+    return None
+
+
+def _judge_key(selector: HttpBinding, text: str, observed: dict[str, Any]) -> str | None:
+    assert selector.key is not None  # noqa: S101 - the caller checked
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return "body is not JSON"
+    value = resolve_pointer(doc, selector.key)
+    if value is _MISSING:
+        return f"no {selector.key} in the body"
+    observed["value"] = value
+    if "equals" in selector.model_fields_set and not _same(value, selector.equals):
+        return f"{selector.key} is {_short(value)}, expected {_short(selector.equals)}"
+    if selector.matches is not None:
+        subject = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if not re.search(selector.matches, subject):
+            return f"{selector.key} is {_short(value)}, which does not match {selector.matches!r}"
+    return None

@@ -1,0 +1,637 @@
+"""The runtime sensor: is the process running, the port listening, the disk not full?
+
+Every check is *named in the config*; a binding only names it::
+
+    [sensors.runtime.checks.db-port]
+    type = "tcp_port"
+    host = "127.0.0.1"
+    port = 5432
+
+    [sensors.runtime.checks.db-nagios]
+    type = "nagios"
+    command = ["/usr/lib/nagios/plugins/check_tcp", "-H", "127.0.0.1", "-p", "5432"]
+
+and a block binds ``{"sensor": "runtime", "check": "db-port"}`` (the subject is the
+check's name; an unknown name is refused when the block is added). Built-in types:
+``process`` (by ``name``, ``cmdline`` substring or ``pid_file``), ``tcp_port``
+(``connect`` to it, or look for a ``listening`` socket), ``disk_free``, ``memory``,
+``load``, ``file_age`` and ``nagios`` — any Nagios/Icinga/Monitoring Plugins command
+(a list, never a shell): exit 0 confirms, 1 (WARNING) is ``warning`` (a refutation by
+default, soft by construction since the rules harden only repeated ones), 2 refutes,
+3 and anything else is an error; the perfdata after ``|`` becomes the observed value.
+A check that outlives its ``timeout_s`` is an error, and a command's whole process
+group is killed.
+
+Each check bound to at least one block runs every ``interval`` (with jitter); every
+result is emitted (confirmations at reliability 0.9), so a state change shows at the
+next run and a refutation that holds becomes hard after the rules' count. A run that
+is due while a revalidation of the same check is still running is skipped and
+counted, never overlapped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+import psutil
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from memwarden.memory import Duration, Outcome
+from memwarden.plugins import BaseBinding, BaseSensorConfig
+
+if TYPE_CHECKING:
+    from memwarden.memory import RevalidationRequest, ValidationEvent
+    from memwarden.plugins import BoundSubject, SensorContext
+
+__all__ = [
+    "DiskFreeCheck",
+    "FileAgeCheck",
+    "LoadCheck",
+    "MemoryCheck",
+    "NagiosCheck",
+    "ProcessCheck",
+    "RuntimeBinding",
+    "RuntimeConfig",
+    "RuntimeSensor",
+    "TcpPortCheck",
+    "parse_perfdata",
+]
+
+CheckName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
+Seconds = Annotated[float, Field(gt=0.0, le=3600.0, allow_inf_nan=False)]
+Percent = Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False)]
+NAGIOS_STATUS = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
+_ANY_ADDRESS = ("0.0.0.0", "::", "*", "")  # noqa: S104 - compared against, never bound
+
+
+class _Check(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    interval: Duration | None = Field(default=None, description="Default: the sensor's.")
+    timeout_s: Seconds | None = Field(default=None, description="Default: the sensor's.")
+
+
+class ProcessCheck(_Check):
+    """A process is running: by exact ``name``, a ``cmdline`` substring or a ``pid_file``."""
+
+    type: Literal["process"]
+    name: str | None = None
+    cmdline: str | None = None
+    pid_file: Path | None = None
+    min_count: Annotated[int, Field(ge=1)] = 1
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> ProcessCheck:
+        given = [k for k in ("name", "cmdline", "pid_file") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("set exactly one of name, cmdline, pid_file")
+        return self
+
+
+class TcpPortCheck(_Check):
+    """A TCP port is listening: ``connect`` to it, or find a ``listening`` socket."""
+
+    type: Literal["tcp_port"]
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)]
+    method: Literal["connect", "listening"] = "connect"
+
+
+class DiskFreeCheck(_Check):
+    """The filesystem holding ``path`` has at least this much free space."""
+
+    type: Literal["disk_free"]
+    path: Path
+    min_free_bytes: Annotated[int, Field(ge=0)] | None = None
+    min_free_percent: Percent | None = None
+
+    @model_validator(mode="after")
+    def _a_bound(self) -> DiskFreeCheck:
+        if self.min_free_bytes is None and self.min_free_percent is None:
+            raise ValueError("set min_free_bytes or min_free_percent")
+        return self
+
+
+class MemoryCheck(_Check):
+    """Memory use is below a bound."""
+
+    type: Literal["memory"]
+    max_used_percent: Percent | None = None
+    min_available_bytes: Annotated[int, Field(ge=0)] | None = None
+
+    @model_validator(mode="after")
+    def _a_bound(self) -> MemoryCheck:
+        if self.max_used_percent is None and self.min_available_bytes is None:
+            raise ValueError("set max_used_percent or min_available_bytes")
+        return self
+
+
+class LoadCheck(_Check):
+    """The load average is below a bound (per CPU with ``per_cpu``)."""
+
+    type: Literal["load"]
+    max_load1: Annotated[float, Field(ge=0.0)] | None = None
+    max_load5: Annotated[float, Field(ge=0.0)] | None = None
+    max_load15: Annotated[float, Field(ge=0.0)] | None = None
+    per_cpu: bool = False
+
+    @model_validator(mode="after")
+    def _a_bound(self) -> LoadCheck:
+        if self.max_load1 is None and self.max_load5 is None and self.max_load15 is None:
+            raise ValueError("set max_load1, max_load5 or max_load15")
+        return self
+
+
+class FileAgeCheck(_Check):
+    """A file exists and was modified within ``max_age``."""
+
+    type: Literal["file_age"]
+    path: Path
+    max_age: Duration
+
+
+class NagiosCheck(_Check):
+    """A Nagios-compatible plugin: a command line (a list, never a shell)."""
+
+    type: Literal["nagios"]
+    command: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1)]], Field(min_length=1, max_length=256)
+    ]
+    warning: Literal["soft_refute", "confirm", "error"] = Field(
+        default="soft_refute", description="What exit code 1 (WARNING) means."
+    )
+
+
+Check = Annotated[
+    ProcessCheck
+    | TcpPortCheck
+    | DiskFreeCheck
+    | MemoryCheck
+    | LoadCheck
+    | FileAgeCheck
+    | NagiosCheck,
+    Field(discriminator="type"),
+]
+
+
+class RuntimeConfig(BaseSensorConfig):
+    """``[sensors.runtime]``: the checks by name, and their defaults."""
+
+    checks: dict[CheckName, Check] = Field(default_factory=dict)
+    interval: Duration = Field(default=timedelta(seconds=60), description="Between runs.")
+    jitter: Annotated[float, Field(ge=0.0, le=0.5)] = Field(
+        default=0.1, description="Each wait is the interval times 1 ± this, at random."
+    )
+    timeout_s: Seconds = 10.0
+    reliability: Annotated[float, Field(ge=0.0, le=1.0)] = 0.9
+    max_output_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 64 * 1024
+
+
+class RuntimeBinding(BaseBinding):
+    """``{"sensor": "runtime", "check": "db-port"}``: a check named in the config."""
+
+    check: CheckName
+
+    def subject_of(self) -> str:
+        return self.check
+
+
+@dataclass(slots=True)
+class _Result:
+    outcome: Outcome
+    message: str
+    observed: dict[str, Any] = field(default_factory=dict)
+
+
+class RuntimeSensor:
+    """Runs the configured checks for the blocks bound to them."""
+
+    kind: ClassVar[str] = "runtime"
+    Config: ClassVar[type[RuntimeConfig]] = RuntimeConfig
+    Binding: ClassVar[type[RuntimeBinding]] = RuntimeBinding
+
+    def __init__(self, config: RuntimeConfig) -> None:
+        self.config = config
+        self._ctx: SensorContext | None = None
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.skipped = 0  # runs skipped because a check of the same name was still running
+
+    def validate_binding(self, selector: RuntimeBinding) -> None:
+        """Refuse a binding to a check the config does not name."""
+        if selector.check not in self.config.checks:
+            known = ", ".join(sorted(self.config.checks)) or "none configured"
+            raise ValueError(f"check: no runtime check named {selector.check!r} (known: {known})")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def setup(self, ctx: SensorContext) -> None:
+        self._ctx = ctx
+
+    async def run(self, ctx: SensorContext) -> None:
+        ctx.ready()
+        tasks: dict[str, asyncio.Task[None]] = {}
+        async with asyncio.TaskGroup() as tg:
+            while True:
+                bound = await ctx.wait_bindings_changed()
+                wanted = self._wanted(bound)
+                for name in set(tasks) - wanted:
+                    tasks.pop(name).cancel()
+                for name in sorted(wanted - set(tasks)):
+                    tasks[name] = tg.create_task(
+                        self._every(ctx, name), name=f"sensor[{ctx.name}].check[{name}]"
+                    )
+                for name in sorted({b.subject for b in bound} - wanted - set(tasks)):
+                    # Bound before the config dropped the check: say so, never guess.
+                    await ctx.emit(
+                        ctx.event(name, Outcome.ERROR, message=f"no runtime check named {name!r}")
+                    )
+
+    def _wanted(self, bound: list[BoundSubject]) -> set[str]:
+        names = set()
+        for b in bound:
+            check = getattr(b.selector, "check", b.subject)
+            if check in self.config.checks:
+                names.add(check)
+        return names
+
+    async def revalidate(self, request: RevalidationRequest) -> ValidationEvent:
+        """Run the check now (after a run of it in progress, never alongside)."""
+        ctx = self._context()
+        name = str(request.binding.selector.get("check", request.subject))
+        if name not in self.config.checks:
+            return ctx.event(
+                request.subject,
+                Outcome.ERROR,
+                message=f"no runtime check named {name!r}",
+                request_id=request.id,
+            )
+        async with self._lock(name):
+            return await self._observe(ctx, name, request_id=request.id)
+
+    async def teardown(self) -> None:
+        self._ctx = None
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _context(self) -> SensorContext:
+        if self._ctx is None:
+            raise RuntimeError("the runtime sensor is not set up")
+        return self._ctx
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    def _interval_s(self, name: str) -> float:
+        check = self.config.checks[name]
+        return (check.interval or self.config.interval).total_seconds()
+
+    async def _every(self, ctx: SensorContext, name: str) -> None:
+        interval_s = self._interval_s(name)
+        jitter = self.config.jitter
+        await asyncio.sleep(random.uniform(0.0, jitter * interval_s))  # noqa: S311 - spreading
+        while True:
+            lock = self._lock(name)
+            if lock.locked():
+                self.skipped += 1
+                ctx.log.info("check_skipped", check=name, reason="still running")
+            else:
+                async with lock:
+                    event = await self._observe(ctx, name)
+                await ctx.emit(event)
+            await asyncio.sleep(interval_s * random.uniform(1.0 - jitter, 1.0 + jitter))  # noqa: S311
+
+    async def _observe(
+        self, ctx: SensorContext, name: str, *, request_id: str | None = None
+    ) -> ValidationEvent:
+        check = self.config.checks[name]
+        timeout_s = check.timeout_s or self.config.timeout_s
+        try:
+            if isinstance(check, NagiosCheck):
+                result = await run_nagios(
+                    check.command,
+                    timeout_s=timeout_s,
+                    warning=check.warning,
+                    max_output_bytes=self.config.max_output_bytes,
+                )
+            else:
+                async with asyncio.timeout(timeout_s):
+                    result = await _builtin(check)
+        except TimeoutError:
+            result = _Result(Outcome.ERROR, f"check timed out after {timeout_s:g}s")
+        except Exception as err:  # noqa: BLE001 - a failing check is an error outcome
+            result = _Result(Outcome.ERROR, f"{type(err).__name__}: {err}")
+        confirmed = result.outcome == Outcome.CONFIRMED
+        return ctx.event(
+            name,
+            result.outcome,
+            observed=result.observed or None,
+            message=result.message,
+            reliability=self.config.reliability if confirmed else None,
+            request_id=request_id,
+        )
+
+
+# ---------------------------------------------------------------------- built-in checks
+
+
+async def _builtin(check: _Check) -> _Result:
+    if isinstance(check, TcpPortCheck) and check.method == "connect":
+        return await _tcp_connect(check)
+    return await asyncio.to_thread(_blocking_check, check)
+
+
+def _blocking_check(check: _Check) -> _Result:
+    """The psutil checks (they may block on /proc or a slow filesystem: run in a thread)."""
+    if isinstance(check, ProcessCheck):
+        return _process(check)
+    if isinstance(check, TcpPortCheck):
+        return _tcp_listening(check)
+    if isinstance(check, DiskFreeCheck):
+        return _disk_free(check)
+    if isinstance(check, MemoryCheck):
+        return _memory(check)
+    if isinstance(check, LoadCheck):
+        return _load(check)
+    if isinstance(check, FileAgeCheck):
+        return _file_age(check)
+    raise TypeError(f"not a built-in check: {type(check).__name__}")
+
+
+def _verdict(ok: bool, message: str, observed: dict[str, Any]) -> _Result:  # noqa: FBT001
+    return _Result(Outcome.CONFIRMED if ok else Outcome.REFUTED, message, observed)
+
+
+def _process(check: ProcessCheck) -> _Result:
+    if check.pid_file is not None:
+        return _process_by_pid_file(check.pid_file)
+    me = os.getpid()
+    pids = []
+    for proc in psutil.process_iter(["name", "cmdline", "status"]):
+        info = proc.info
+        if proc.pid == me or info.get("status") == psutil.STATUS_ZOMBIE:
+            continue
+        by_name = check.name is not None and info.get("name") == check.name
+        by_cmdline = check.cmdline is not None and check.cmdline in " ".join(
+            info.get("cmdline") or ()
+        )
+        if by_name or by_cmdline:
+            pids.append(proc.pid)
+    what = f"name {check.name!r}" if check.name is not None else f"cmdline {check.cmdline!r}"
+    n = len(pids)
+    return _verdict(
+        n >= check.min_count,
+        f"{n} process{'es' if n != 1 else ''} with {what} (at least {check.min_count} expected)",
+        {"count": n, "pids": sorted(pids)[:32]},
+    )
+
+
+def _process_by_pid_file(path: Path) -> _Result:
+    try:
+        text = path.read_text(errors="replace").strip()
+    except FileNotFoundError:
+        return _Result(Outcome.REFUTED, f"pid file {path} does not exist", {"running": False})
+    try:
+        pid = int(text.split()[0])
+    except (ValueError, IndexError):
+        return _Result(Outcome.ERROR, f"pid file {path} holds no pid: {text[:40]!r}")
+    try:
+        proc = psutil.Process(pid)
+        running = proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        running = False
+    except psutil.AccessDenied:
+        running = True  # it exists; we may just not look at it
+    return _verdict(
+        running,
+        f"process {pid} (from {path}) is {'running' if running else 'not running'}",
+        {"pid": pid, "running": running},
+    )
+
+
+async def _tcp_connect(check: TcpPortCheck) -> _Result:
+    where = f"{check.host}:{check.port}"
+    try:
+        _, writer = await asyncio.open_connection(check.host, check.port)
+    except ConnectionRefusedError:
+        return _Result(Outcome.REFUTED, f"nothing listens on {where} (refused)", {"open": False})
+    except OSError as err:
+        return _Result(Outcome.ERROR, f"could not reach {where}: {err}")
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return _Result(Outcome.CONFIRMED, f"{where} accepts connections", {"open": True})
+
+
+def _tcp_listening(check: TcpPortCheck) -> _Result:
+    where = f"{check.host}:{check.port}"
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied as err:
+        return _Result(Outcome.ERROR, f"cannot list sockets: {err}")
+    found = any(
+        c.status == psutil.CONN_LISTEN
+        and c.laddr
+        and c.laddr.port == check.port
+        and (check.host in _ANY_ADDRESS or c.laddr.ip in (check.host, *_ANY_ADDRESS))
+        for c in conns
+    )
+    message = f"{'a' if found else 'no'} socket listens on {where}"
+    return _verdict(found, message, {"listening": found})
+
+
+def _disk_free(check: DiskFreeCheck) -> _Result:
+    usage = psutil.disk_usage(str(check.path))
+    free_percent = 100.0 * usage.free / usage.total if usage.total else 0.0
+    ok = (check.min_free_bytes is None or usage.free >= check.min_free_bytes) and (
+        check.min_free_percent is None or free_percent >= check.min_free_percent
+    )
+    wanted = " and ".join(
+        w
+        for w in (
+            f"{check.min_free_bytes} bytes" if check.min_free_bytes is not None else "",
+            f"{check.min_free_percent:g}%" if check.min_free_percent is not None else "",
+        )
+        if w
+    )
+    return _verdict(
+        ok,
+        f"{usage.free} bytes ({free_percent:.1f}%) free on {check.path}; at least {wanted} wanted",
+        {"free_bytes": usage.free, "free_percent": round(free_percent, 2), "total": usage.total},
+    )
+
+
+def _memory(check: MemoryCheck) -> _Result:
+    vm = psutil.virtual_memory()
+    ok = (check.max_used_percent is None or vm.percent <= check.max_used_percent) and (
+        check.min_available_bytes is None or vm.available >= check.min_available_bytes
+    )
+    return _verdict(
+        ok,
+        f"memory {vm.percent:.1f}% used, {vm.available} bytes available",
+        {"used_percent": vm.percent, "available_bytes": vm.available},
+    )
+
+
+def _load(check: LoadCheck) -> _Result:
+    loads = psutil.getloadavg()
+    cpus = (psutil.cpu_count() or 1) if check.per_cpu else 1
+    values = [round(x / cpus, 3) for x in loads]
+    bounds = (check.max_load1, check.max_load5, check.max_load15)
+    over = [
+        f"load{m} {v:g} > {b:g}"
+        for m, v, b in zip((1, 5, 15), values, bounds, strict=True)
+        if b is not None and v > b
+    ]
+    observed = {"load1": values[0], "load5": values[1], "load15": values[2], "cpus": cpus}
+    if over:
+        return _Result(Outcome.REFUTED, "; ".join(over), observed)
+    return _Result(Outcome.CONFIRMED, "load " + " ".join(f"{v:g}" for v in values), observed)
+
+
+def _file_age(check: FileAgeCheck) -> _Result:
+    try:
+        mtime = check.path.stat().st_mtime
+    except FileNotFoundError:
+        return _Result(Outcome.REFUTED, f"{check.path} does not exist", {"exists": False})
+    age_s = max(0.0, time.time() - mtime)  # file times are the OS's: compare with its clock
+    limit_s = check.max_age.total_seconds()
+    return _verdict(
+        age_s <= limit_s,
+        f"{check.path} was modified {age_s:.0f}s ago (at most {limit_s:g}s allowed)",
+        {"exists": True, "age_s": round(age_s, 3)},
+    )
+
+
+# ---------------------------------------------------------------------- Nagios plugins
+
+_PERF_ITEM = re.compile(r"""(?:'((?:[^']|'')+)'|([^\s'=]+))=(\S*)""")
+_PERF_VALUE = re.compile(r"(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|U)(\D*)")
+
+
+def _number(text: str) -> int | float | str:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text  # a range such as 1:10 or @~:5
+
+
+def parse_perfdata(text: str) -> dict[str, dict[str, Any]]:
+    """Nagios perfdata (``'label'=value[UOM];[warn];[crit];[min];[max]`` ...) as a dict.
+
+    ``{"label": {"value": 1.5, "uom": "s", "warn": ..., "crit": ..., "min": ..., "max":
+    ...}}``; absent fields are left out, ``U`` (unknown) becomes ``None``, thresholds that
+    are ranges stay strings. Malformed items are skipped.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for m in _PERF_ITEM.finditer(text):
+        label = m.group(1).replace("''", "'") if m.group(1) is not None else m.group(2)
+        parts = m.group(3).split(";")
+        value = _PERF_VALUE.fullmatch(parts[0])
+        if value is None:
+            continue
+        raw, uom = value.groups()
+        entry: dict[str, Any] = {"value": None if raw == "U" else _number(raw), "uom": uom}
+        for key, part in zip(("warn", "crit", "min", "max"), parts[1:5], strict=False):
+            if part:
+                entry[key] = _number(part)
+        out[label] = entry
+    return out
+
+
+def parse_plugin_output(text: str) -> tuple[str, dict[str, dict[str, Any]]]:
+    """The status line and the perfdata of a plugin's output (long output included)."""
+    lines = text.splitlines()
+    if not lines:
+        return "", {}
+    status, _, perf = lines[0].partition("|")
+    rest = "\n".join(lines[1:])
+    if "|" in rest:
+        perf += " " + rest.split("|", 1)[1]
+    return status.strip(), parse_perfdata(perf)
+
+
+async def _read_capped(stream: asyncio.StreamReader | None, cap: int) -> bytes:
+    """Read to EOF, keeping only the first ``cap`` bytes (a chatty plugin costs nothing)."""
+    if stream is None:
+        return b""
+    kept = bytearray()
+    while chunk := await stream.read(65536):
+        if len(kept) < cap:
+            kept += chunk[: cap - len(kept)]
+    return bytes(kept)
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the group id is its pid
+
+
+async def run_nagios(
+    command: list[str],
+    *,
+    timeout_s: float,
+    warning: str = "soft_refute",
+    max_output_bytes: int = 64 * 1024,
+) -> _Result:
+    """Run a Nagios-compatible plugin in its own session and map its exit code."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as err:
+        return _Result(Outcome.ERROR, f"could not start {command[0]}: {err}", {"exit_code": None})
+    try:
+        async with asyncio.timeout(timeout_s):
+            out, err_out = await asyncio.gather(
+                _read_capped(proc.stdout, max_output_bytes),
+                _read_capped(proc.stderr, max_output_bytes),
+            )
+            code = await proc.wait()
+    except TimeoutError:
+        _kill_group(proc)
+        await proc.wait()
+        return _Result(
+            Outcome.ERROR,
+            f"{Path(command[0]).name} timed out after {timeout_s:g}s (process group killed)",
+            {"exit_code": None, "timed_out": True},
+        )
+    finally:
+        if proc.returncode is None:  # cancelled: leave nothing running behind us
+            _kill_group(proc)
+    status, perfdata = parse_plugin_output(out.decode("utf-8", "replace"))
+    if not status:
+        status = err_out.decode("utf-8", "replace").strip().split("\n", 1)[0]
+    name = NAGIOS_STATUS.get(code, "UNKNOWN")
+    observed: dict[str, Any] = {"exit_code": code, "status": name, "perfdata": perfdata}
+    message = status or f"{Path(command[0]).name} exited with {code}"
+    if code == 0:
+        outcome = Outcome.CONFIRMED
+    elif code == 1:
+        outcome = {"confirm": Outcome.CONFIRMED, "error": Outcome.ERROR}.get(
+            warning, Outcome.REFUTED
+        )
+    elif code == 2:
+        outcome = Outcome.REFUTED
+    else:
+        outcome = Outcome.ERROR
+        if code < 0:
+            message = f"{Path(command[0]).name} was killed by signal {-code}"
+    return _Result(outcome, message[:1000], observed)

@@ -1,0 +1,60 @@
+"""The benchmark suite runs end to end at a tiny scale (figures are not checked)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIGURES = {"ingest", "sweep", "search_common", "search_mid"}
+
+
+def _run(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # A fixed command: this interpreter running the repository's own benchmarks package.
+    return subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(150)
+def test_quick_run_writes_every_figure(tmp_path):
+    """`python -m benchmarks --quick` writes a numeric result for every benchmark."""
+    proc = _run(tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert isinstance(results, list)
+    assert {r["name"] for r in results} == FIGURES
+    for r in results:
+        for key in ("value", "baseline", "ratio"):
+            assert isinstance(r[key], float | int), (r["name"], key, r[key])
+            assert math.isfinite(r[key]), (r["name"], key, r[key])
+        assert isinstance(r["ok"], bool)
+        assert r["unit"]
+        assert r["target"]
+    ingest = next(r for r in results if r["name"] == "ingest")
+    assert ingest["same_end_state"] is True  # the baseline did the store's work
+    machine = json.loads((tmp_path / "machine.json").read_text())
+    assert {"cpu_count", "python", "sqlite", "platform"} <= machine.keys()
+    assert "MISSED" in proc.stdout or "all targets met" in proc.stdout
+
+
+@pytest.mark.timeout(150)
+def test_subset_run_merges_by_name(tmp_path):
+    """Running one benchmark replaces its figure and keeps the others in results.json."""
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps([{"name": "ingest", "value": -1}, {"name": "other", "value": 1}]))
+    proc = _run(tmp_path, "search_mid")  # a figure name selects its benchmark
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    names = [r["name"] for r in json.loads(path.read_text())]
+    assert names == ["ingest", "other", "search_common", "search_mid"]
+    assert json.loads(path.read_text())[0]["value"] == -1
