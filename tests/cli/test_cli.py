@@ -1,0 +1,146 @@
+"""The CLI end to end: against the running daemon, and offline on a database file."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from typer.testing import CliRunner
+
+from memwarden.cli import app
+
+if TYPE_CHECKING:
+    from tests.api.conftest import LiveDaemon
+
+
+@pytest.fixture
+def cli(live_daemon: LiveDaemon, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMWARDEN_HOME", str(live_daemon.home))
+    monkeypatch.delenv("MEMWARDEN_URL", raising=False)
+    monkeypatch.delenv("MEMWARDEN_TOKEN", raising=False)
+    runner = CliRunner()
+
+    def run(*args: str, code: int = 0) -> Any:
+        result = runner.invoke(app, list(args))
+        assert result.exit_code == code, result.output
+        return result
+
+    return run
+
+
+def _json(result: Any) -> Any:
+    return json.loads(result.stdout)
+
+
+def test_add_search_get_explain_revalidate_against_the_daemon(cli):
+    """A fact added with the CLI is found, shown, explained and revalidated via the API."""
+    added = _json(
+        cli(
+            "add",
+            "The deploy window is 02:00 UTC",
+            "--title",
+            "deploy window",
+            "-t",
+            "ops",
+            "--info-type",
+            "static",
+            "--json",
+        )
+    )
+    block_id = added["id"]
+    assert added["volatility"] == "low"
+    found = _json(cli("search", "deploy window", "--json"))
+    assert [r["block"]["id"] for r in found["results"]] == [block_id]
+    assert "unverified: no sensor has confirmed it yet" in found["results"][0]["warnings"]
+    shown = cli("get", block_id)
+    assert "deploy window" in shown.stdout
+    assert "state unverified" in shown.stdout
+    explained = _json(cli("explain", block_id, "--json"))
+    assert explained
+    revalidated = _json(cli("revalidate", block_id, "--wait", "0s", "--json"))
+    assert revalidated["requested"] == []  # no bindings: nothing to ask
+    table = cli("search", "deploy")
+    assert "deploy window" in table.stdout
+
+
+def test_events_stale_and_health(cli):
+    """events lists a block's history; stale and health answer in both formats."""
+    block = _json(cli("add", "The queue holds 100 jobs", "--json"))
+    assert _json(cli("events", block["id"], "--json")) == []
+    assert "no events yet" in cli("events", block["id"]).stdout
+    assert isinstance(_json(cli("stale", "--json")), list)
+    health = _json(cli("health", "--json"))
+    assert 0 <= health["score"] <= 100
+    assert "health" in cli("health").stdout
+
+
+def test_bad_input_is_one_clear_line_per_field(cli):
+    """Invalid input prints the field and the expectation and exits 2, with no traceback."""
+    result = cli("add", "x", "--reliability", "1.5", code=2)
+    assert "reliability" in result.output
+    assert "Traceback" not in result.output
+    result = cli("add", "x", "--bind", '{"sensor": "nope", "path": "a"}', code=2)
+    assert "bindings.0.sensor" in result.output
+    result = cli("add", "x", "--bind", "not json", code=2)
+    assert "--bind" in result.output
+
+
+def test_unknown_block_is_an_error_naming_it(cli):
+    """get of a missing id says so in one line and exits 1."""
+    result = cli("get", "no-such-id", code=1)
+    assert "not found" in result.output
+
+
+def test_a_daemon_that_is_not_running_gives_one_clear_line(tmp_path, monkeypatch):
+    """Without a daemon, the CLI says how to start it instead of printing a traceback."""
+    monkeypatch.setenv("MEMWARDEN_HOME", str(tmp_path))
+    monkeypatch.setenv("MEMWARDEN_URL", "http://127.0.0.1:9")  # discard port: nothing listens
+    result = CliRunner().invoke(app, ["search", "anything"])
+    assert result.exit_code == 1
+    assert "memwarden is not running" in result.output
+    assert "memwarden run" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_offline_on_a_database_file_with_export_and_import(tmp_path):
+    """--db works without a daemon; export writes JSONL that import reads back."""
+    runner = CliRunner()
+    db = str(tmp_path / "a.db")
+    for text in ("alpha fact one", "beta fact two"):
+        assert runner.invoke(app, ["add", text, "--db", db]).exit_code == 0
+    dump = tmp_path / "dump.jsonl"
+    result = runner.invoke(app, ["export", str(dump), "--db", db])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in dump.read_text().splitlines()]
+    assert sorted(x["content"] for x in lines) == ["alpha fact one", "beta fact two"]
+    other = str(tmp_path / "b.db")
+    result = runner.invoke(app, ["import", str(dump), "--db", other])
+    assert result.exit_code == 0, result.output
+    found = json.loads(runner.invoke(app, ["search", "beta", "--db", other, "--json"]).stdout)
+    assert [r["block"]["content"] for r in found["results"]] == ["beta fact two"]
+
+
+def test_config_check_lists_every_problem_with_its_path(tmp_path):
+    """config check prints each problem as path: message and exits 1; a good file is ok."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[scheduler]\nsweep_interval = "5 minutes"\n[api]\nport = "x"\n[bogus]\na = 1\n')
+    result = CliRunner().invoke(app, ["config", "check", str(bad)])
+    assert result.exit_code == 1
+    assert "scheduler.sweep_interval: '5 minutes' is not a duration" in result.stdout
+    assert "api.port:" in result.stdout
+    assert "bogus: unknown setting" in result.stdout
+    good = tmp_path / "good.toml"
+    good.write_text("[api]\nport = 8080\n")
+    result = CliRunner().invoke(app, ["config", "check", str(good)])
+    assert result.exit_code == 0, result.stdout
+    assert "ok" in result.stdout
+
+
+def test_version_and_sensors_listing():
+    """--version prints the version; sensors lists installed plugins as JSON."""
+    runner = CliRunner()
+    assert "memwarden" in runner.invoke(app, ["--version"]).stdout
+    listing = runner.invoke(app, ["sensors", "--json"])
+    assert listing.exit_code == 0, listing.output
+    assert isinstance(json.loads(listing.stdout), list)
