@@ -4,6 +4,8 @@
 set -euo pipefail
 need=()
 command -v sqlite3 >/dev/null 2>&1 || true   # the Python module is enough; the CLI is optional
+# The runtime sensor's tests run real Nagios plugins (check_tcp, check_procs, check_disk).
+[ -x /usr/lib/nagios/plugins/check_tcp ] || need+=(monitoring-plugins-basic)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "${CI:-}" = "true" ] && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"

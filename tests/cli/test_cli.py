@@ -144,3 +144,35 @@ def test_version_and_sensors_listing():
     listing = runner.invoke(app, ["sensors", "--json"])
     assert listing.exit_code == 0, listing.output
     assert isinstance(json.loads(listing.stdout), list)
+
+
+def test_tail_prints_events_as_they_are_committed(cli, live_daemon):
+    """tail shows committed events with what they did, and stops after --count."""
+    import httpx  # noqa: PLC0415 - only this test posts directly
+
+    block = _json(cli("add", "tail watches this fact", "--json"))
+    response = httpx.post(
+        f"{live_daemon.url}/v1/events",
+        headers=live_daemon.auth,
+        json=[
+            {
+                "sensor": "review",
+                "block_id": block["id"],
+                "outcome": "confirmed",
+                "observed_at": "2026-01-01T00:00:00Z",
+                "message": "looked at it",
+            }
+        ],
+    )
+    assert response.json()["accepted"] == 1
+    latest = httpx.get(
+        f"{live_daemon.url}/v1/events", headers=live_daemon.auth, params={"after": 0, "limit": 1000}
+    ).json()
+    seq = latest[-1]["seq"]
+    lines = cli("tail", "--since", str(seq - 1), "--count", "1", "--json").stdout.splitlines()
+    [event] = [json.loads(x) for x in lines]
+    assert event["seq"] == seq
+    assert event["effects"][0]["block_id"] == block["id"]
+    assert event["effects"][0]["state"][1] in ("fresh", "stale")
+    human = cli("tail", "--since", str(seq - 1), "--count", "1").stdout
+    assert "review" in human

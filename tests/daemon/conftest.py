@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import logging
 import os
 import shutil
 import socket
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import structlog
 
 from memwarden.daemon import Daemon, Notifier, load_settings
 from memwarden.plugins import Registry
@@ -286,3 +288,21 @@ def write_config(path: Path, body: str) -> Path:
 def config_file(tmp_path: Path) -> Callable[[str], Path]:
     """``config_file(toml)``: write a TOML config in ``tmp_path`` (rewrite it to reload)."""
     return lambda body: write_config(tmp_path / "memwarden.toml", body)
+
+
+# ---------------------------------------------------------------------- logging
+
+
+@pytest.fixture
+def isolated_logging() -> Iterator[None]:
+    """Restore structlog's configuration and the root logger after a test that configures
+    them (``memwarden`` commands call ``configure_logging``)."""
+    saved = structlog.get_config()
+    processors = list(saved["processors"])
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    saved["processors"][:] = processors  # the same list object: loggers bound earlier use it
+    structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -57,10 +57,22 @@ _AF_MAX = 46
 _FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10, "AF_NETLINK": 16, "AF_PACKET": 17}
 _PR_CAPBSET_DROP = 24
 # systemd allows these whatever the filter says (systemd.exec(5), SystemCallFilter=).
-_ALWAYS = (
-    "execve exit exit_group getrlimit rt_sigreturn sigreturn clock_gettime clock_getres "
-    "clock_nanosleep gettimeofday nanosleep time"
-).split()
+_ALWAYS = frozenset(
+    {
+        "execve",
+        "exit",
+        "exit_group",
+        "getrlimit",
+        "rt_sigreturn",
+        "sigreturn",
+        "clock_gettime",
+        "clock_getres",
+        "clock_nanosleep",
+        "gettimeofday",
+        "nanosleep",
+        "time",
+    }
+)
 
 
 class _ArgCmp(ctypes.Structure):
@@ -96,7 +108,7 @@ def service_settings(unit: Path) -> dict[str, list[str]]:
 def syscall_groups() -> dict[str, list[str]]:
     """systemd's syscall groups, as this system's ``systemd-analyze`` defines them."""
     text = subprocess.run(
-        ["systemd-analyze", "syscall-filter"],  # noqa: S607 - the tool on PATH is the point
+        ["systemd-analyze", "syscall-filter"],
         capture_output=True,
         text=True,
         check=True,
@@ -129,7 +141,7 @@ def allowed_syscalls(filters: list[str], groups: dict[str, list[str]]) -> set[st
             allowed -= _expand(value[1:].split(), groups)
         else:
             allowed |= _expand(value.split(), groups)
-    return allowed | set(_ALWAYS)
+    return allowed | _ALWAYS
 
 
 class _Filter:

@@ -6,6 +6,7 @@ Data commands print human-readable tables by default and JSON with ``--json``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from datetime import UTC, datetime
@@ -475,6 +476,53 @@ def health(json_out: JsonOpt = False) -> None:
         out.print(f"  [{w['severity']}] {w['category']}: {w['message']}", highlight=False)
     counts = data.get("counts", {})
     out.print(f"{counts.get('blocks', 0)} blocks: {counts.get('by_state', {})}", highlight=False)
+
+
+@app.command()
+def tail(
+    since: Annotated[int, typer.Option(help="Start after this event seq (0: from now).")] = 0,
+    count: Annotated[int, typer.Option(help="Stop after this many events (0: follow).")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Follow validation events live, as sensors report them."""
+
+    async def api(c: AsyncClient) -> int:
+        after = since
+        if after == 0:
+            latest = await c.follow(0, wait="0s", limit=1000)
+            while len(latest) == 1000:
+                latest = await c.follow(latest[-1]["seq"], wait="0s", limit=1000)
+            after = latest[-1]["seq"] if latest else 0
+        shown = 0
+        while True:
+            for ev in await c.follow(after, wait="10s"):
+                after = ev["seq"]
+                shown += 1
+                if json_out:
+                    sys.stdout.write(json.dumps(ev) + "\n")
+                    sys.stdout.flush()
+                else:
+                    changes = (
+                        ", ".join(
+                            f"{e['block_id'][:13] if e['block_id'] else '?'} "
+                            f"{e['state'][0]}→{e['state'][1]}"
+                            for e in ev["effects"]
+                        )
+                        or "no block"
+                    )
+                    out.print(
+                        f"{ev['observed_at'][:19]} {ev['sensor']:<10} {ev['outcome']:<9} "
+                        f"{ev['subject'][:40]:<40} {changes}",
+                        highlight=False,
+                    )
+                if count and shown >= count:
+                    return shown
+
+    async def local(_: Store) -> int:
+        raise MemwardenError("tail follows the running daemon")
+
+    with contextlib.suppress(KeyboardInterrupt):
+        _call(None, api=api, local=local)
 
 
 @app.command("export")

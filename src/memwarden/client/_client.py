@@ -251,6 +251,14 @@ class AsyncClient:
             "POST", f"/v1/blocks/{block_id}/review", None, {"reason": reason}
         )
 
+    async def follow(
+        self, after: int = 0, *, wait: str = "10s", limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Events after ``after`` (long-polls up to ``wait`` when there are none yet)."""
+        return await self._call(  # type: ignore[no-any-return]
+            "GET", "/v1/events", {"after": after, "wait": wait, "limit": limit}
+        )
+
     async def health(self) -> dict[str, Any]:
         return await self._call("GET", "/v1/health")  # type: ignore[no-any-return]
 
@@ -357,6 +365,14 @@ class Client:
     def request_review(self, block_id: str, reason: str) -> dict[str, Any]:
         return self._call(  # type: ignore[no-any-return]
             "POST", f"/v1/blocks/{block_id}/review", None, {"reason": reason}
+        )
+
+    def follow(
+        self, after: int = 0, *, wait: str = "10s", limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Events after ``after`` (long-polls up to ``wait`` when there are none yet)."""
+        return self._call(  # type: ignore[no-any-return]
+            "GET", "/v1/events", {"after": after, "wait": wait, "limit": limit}
         )
 
     def health(self) -> dict[str, Any]:

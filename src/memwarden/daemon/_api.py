@@ -293,6 +293,24 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
         """What is stale now, and why."""
         return await daemon.store.list_blocks({"state": "stale", "limit": limit})
 
+    @app.get("/v1/events", tags=["sensors"])
+    async def follow_events(
+        _: Auth,
+        after: Annotated[int, Query(ge=0, description="Return events after this seq.")] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        wait: Annotated[str, Query(description="Long-poll up to this long: 10s.")] = "0s",
+    ) -> list[dict[str, Any]]:
+        """The event log after ``after``; with ``wait``, hold the request until there is some."""
+        try:
+            wait_s = min(parse_duration(wait).total_seconds(), 60.0)
+        except ValueError as err:
+            raise ValidationInputError([("wait", str(err))]) from None
+        events = await daemon.store.events_after(after, limit=limit)
+        if not events and wait_s > 0:
+            await daemon.wait_for_events(wait_s)
+            events = await daemon.store.events_after(after, limit=limit)
+        return events
+
     @app.post("/v1/events", tags=["sensors"])
     async def ingest(request: Request, _: Auth) -> EventsAccepted:
         """Ingest events from remote sensors (the MQTT payload schema); answers after commit."""

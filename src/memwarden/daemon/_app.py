@@ -97,6 +97,7 @@ class Daemon:
         self.metrics = DaemonMetrics()
         self.api: ApiServer | None = None
         self._answer_waiters: dict[str, asyncio.Future[None]] = {}
+        self._applied = asyncio.Condition()
 
     # ------------------------------------------------------------------ accessors
 
@@ -367,7 +368,9 @@ class Daemon:
             sensor=sensor,
             ctx=ctx,
             startup=conf.startup,
-            revalidate_timeout_s=conf.revalidate_timeout.total_seconds(),
+            revalidate_timeout_s=(
+                None if conf.revalidate_timeout is None else conf.revalidate_timeout.total_seconds()
+            ),
             setup_timeout_s=conf.setup_timeout.total_seconds(),
             teardown_timeout_s=conf.teardown_timeout.total_seconds(),
             backoff=Backoff(
@@ -617,7 +620,15 @@ class Daemon:
 
     # ------------------------------------------------------------------ status
 
+    async def wait_for_events(self, timeout_s: float) -> None:
+        """Wait until the next batch of events is committed, or the timeout (for ``tail``)."""
+        async with self._applied:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._applied.wait(), timeout=timeout_s)
+
     async def _on_applied(self, result: ApplyResult) -> None:
+        async with self._applied:
+            self._applied.notify_all()
         now = self.clock.time()
         for request_id in result.answered:
             sent = self.scheduler.sent_at.pop(request_id, None)

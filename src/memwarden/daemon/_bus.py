@@ -104,6 +104,10 @@ class Bus:
                 rejected.append((str(i), reason))
         result = await self._store.apply_events(events) if events else ApplyResult()
         self._count(source, result)
+        if self._on_applied is not None and events:
+            maybe = self._on_applied(result)
+            if maybe is not None:
+                await maybe
         for ev in events:
             self.by_outcome[(ev.sensor, ev.outcome.value)] += 1
         result.rejected.extend(rejected)

@@ -7,12 +7,22 @@ value and what was expected: ``sensors.api.interval: '5 minutes' is not a durati
 from __future__ import annotations
 
 import os
+import re
+import socket
 import tomllib
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
 
 from memwarden.errors import ConfigError, PluginLoadError
@@ -29,8 +39,10 @@ if TYPE_CHECKING:
     from memwarden.plugins import Registry
 
 __all__ = [
+    "AgentSettings",
     "ApiSettings",
     "BusSettings",
+    "MqttSettings",
     "RestartSettings",
     "SchedulerSettings",
     "SensorSettings",
@@ -134,15 +146,164 @@ class SensorSettings(BaseModel):
     kind: str | None = Field(default=None, description="The plugin; default: the table name.")
     enabled: bool = True
     startup: StartupPolicy = StartupPolicy.RETRY
-    revalidate_timeout: Duration = timedelta(seconds=30)
+    revalidate_timeout: Duration | None = Field(
+        default=None,
+        description="How long one check may take; default: rules.staleness.revalidation_timeout.",
+    )
     setup_timeout: Duration = timedelta(seconds=30)
     teardown_timeout: Duration = timedelta(seconds=10)
     restart: RestartSettings = Field(default_factory=RestartSettings)
+    remote: bool = Field(
+        default=False,
+        description="Runs on another host (`memwarden agent`) and talks over MQTT: not run here.",
+    )
 
     @property
     def options(self) -> dict[str, Any]:
         """The sensor-specific keys, validated later by the sensor's own Config model."""
         return dict(self.model_extra or {})
+
+
+_TOPIC_LEVEL = re.compile(r"[^/+#\x00]+")
+_AGENT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _hostname_id() -> str:
+    """This host's name, reduced to what a topic level and a client id may hold."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname() or "localhost")
+    return name[:64] or "localhost"
+
+
+class MqttSettings(BaseModel):
+    """``[mqtt]``: the broker remote sensors talk through (disabled unless present)."""
+
+    model_config = _FROZEN
+
+    url: str = Field(
+        default="mqtt://127.0.0.1:1883",
+        description="mqtt://host:port, or mqtts://host:port for TLS.",
+    )
+    username: str | None = None
+    password: SecretStr | None = None
+    client_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="Stable client id (persistent session). Default: memwarden-<hostname> "
+        "for the daemon, memwarden-agent-<agent id> for an agent.",
+    )
+    prefix: str = "memwarden/v1"
+    ca_file: Path | None = Field(default=None, description="CA bundle for mqtts://.")
+    cert_file: Path | None = Field(default=None, description="Client certificate (mqtts://).")
+    key_file: Path | None = Field(default=None, description="Client key (mqtts://).")
+    tls_insecure: bool = Field(default=False, description="Skip the host name check (tests).")
+    keepalive_s: Annotated[int, Field(ge=5, le=3600)] = 30
+    connect_timeout: Duration = timedelta(seconds=10)
+    backoff_initial: Duration = Field(
+        default=timedelta(milliseconds=500), description="Ceiling of the first reconnect delay."
+    )
+    backoff_max: Duration = Field(
+        default=timedelta(seconds=30), description="A reconnect delay never exceeds this."
+    )
+    max_payload_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 64 * 1024
+    max_future_skew: Duration = Field(
+        default=timedelta(minutes=5),
+        description="An event observed further ahead of our clock is dead-lettered.",
+    )
+    outbox_max: Annotated[int, Field(ge=1)] = Field(
+        default=10_000, description="Messages kept while disconnected; the oldest go first."
+    )
+    batch_max: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=1000, description="Events committed (then acknowledged) together."
+    )
+    inflight_max: Annotated[int, Field(ge=1, le=65_535)] = Field(
+        default=1000, description="Our own QoS 1 publishes waiting for their PUBACK."
+    )
+    resend_gaps: bool = Field(
+        default=True, description="Ask an agent to re-send the events a sequence gap lost."
+    )
+    remote_answer_grace: Duration = Field(
+        default=timedelta(seconds=10),
+        description="A remote revalidation unanswered this long after its deadline "
+        "becomes an error event.",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        from urllib.parse import urlsplit  # noqa: PLC0415 - only here
+
+        try:
+            parts = urlsplit(value)
+            _ = parts.port  # raises on a port that is not a number or out of range
+        except ValueError as err:
+            raise ValueError(f"{value!r} is not a broker URL ({err})") from None
+        if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
+            raise ValueError(f"{value!r} is not a broker URL (use mqtt://host:1883 or mqtts://...)")
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError(f"{value!r}: a broker URL has no path, query or fragment")
+        if parts.username or parts.password:
+            raise ValueError(f"{value!r}: put credentials in username/password, not the URL")
+        return value
+
+    @field_validator("prefix")
+    @classmethod
+    def _check_prefix(cls, value: str) -> str:
+        levels = value.split("/")
+        if not value or any(not _TOPIC_LEVEL.fullmatch(level) for level in levels):
+            raise ValueError(
+                f"{value!r} is not a topic prefix (levels separated by /, no empty level, "
+                "no + or #)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> MqttSettings:
+        if (self.key_file is None) != (self.cert_file is None):
+            raise ValueError("cert_file and key_file go together")
+        return self
+
+    @property
+    def host(self) -> str:
+        from urllib.parse import urlsplit  # noqa: PLC0415 - only here
+
+        return urlsplit(self.url).hostname or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        from urllib.parse import urlsplit  # noqa: PLC0415 - only here
+
+        parts = urlsplit(self.url)
+        return parts.port or (8883 if parts.scheme == "mqtts" else 1883)
+
+    @property
+    def tls(self) -> bool:
+        return self.url.startswith("mqtts:")
+
+
+class AgentSettings(BaseModel):
+    """``[agent]``: ``memwarden agent`` (remote mode) on a host without a store."""
+
+    model_config = _FROZEN
+
+    id: str = Field(
+        default_factory=_hostname_id, description="Names this agent in topics; default: hostname."
+    )
+    state_dir: Path | None = Field(default=None, description="Default: <home>/agent")
+    queue_max: Annotated[int, Field(ge=1)] = Field(
+        default=100_000, description="Events kept while the broker is away; the oldest go first."
+    )
+    history_max: Annotated[int, Field(ge=0)] = Field(
+        default=10_000, description="Sent events kept to answer a re-send request."
+    )
+    heartbeat_interval: Duration = timedelta(seconds=10)
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        if not _AGENT_ID.fullmatch(value):
+            raise ValueError(f"{value!r} is not an agent id ([A-Za-z0-9_.-], 1-64 characters)")
+        return value
 
 
 class Settings(BaseSettings):
@@ -168,12 +329,14 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     rules: PolicyConfig = Field(default_factory=PolicyConfig)
     sensors: dict[str, SensorSettings] = Field(default_factory=dict)
+    mqtt: MqttSettings | None = Field(
+        default=None, description="The MQTT bridge for remote sensors; off unless configured."
+    )
+    agent: AgentSettings = Field(default_factory=AgentSettings)
 
     @field_validator("sensors")
     @classmethod
     def _sensor_names(cls, value: dict[str, SensorSettings]) -> dict[str, SensorSettings]:
-        import re  # noqa: PLC0415 - only here
-
         for name in value:
             if not re.fullmatch(r"[a-z][a-z0-9_.-]{0,63}", name):
                 msg = f"sensor name {name!r} must match [a-z][a-z0-9_.-]* (at most 64 characters)"
@@ -226,6 +389,8 @@ def sensor_option_problems(settings: Settings, registry: Registry) -> list[str]:
     """Every problem in the ``[sensors.*]`` tables: unknown kinds and bad options."""
     problems: list[str] = []
     for name, conf in settings.sensors.items():
+        if conf.remote:  # checked by the agent that runs it, not here
+            continue
         kind = conf.kind or name
         try:
             info = registry.get(kind)

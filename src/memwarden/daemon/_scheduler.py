@@ -10,7 +10,7 @@ the binding; its outcome comes back through the bus like any other event.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -18,7 +18,7 @@ from memwarden.errors import MemwardenError
 from memwarden.memory.policy import plan_revalidations
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine, Mapping
+    from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
 
     from memwarden.daemon._bus import Bus
     from memwarden.daemon._config import SchedulerSettings
@@ -26,10 +26,22 @@ if TYPE_CHECKING:
     from memwarden.memory._store import Store
     from memwarden.plugins import SensorRunner
 
-__all__ = ["Scheduler"]
+__all__ = ["RemoteRoute", "Scheduler"]
 
 log = structlog.get_logger("memwarden.scheduler")
 ALIVE_KEY = "last_alive_at"
+
+
+class RemoteRoute(Protocol):
+    """Where requests for sensors that run elsewhere go (the MQTT bridge)."""
+
+    def sensors(self) -> Collection[str]:
+        """The remote sensors' names."""
+        ...
+
+    async def send(self, request: RevalidationRequest) -> None:
+        """Hand a request over; its answer comes back through the bus as an event."""
+        ...
 
 
 class Scheduler:
@@ -43,10 +55,12 @@ class Scheduler:
         runners: Callable[[], Mapping[str, SensorRunner]],
         settings: SchedulerSettings,
         down_since: float | None = None,
+        remote: RemoteRoute | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
         self._runners = runners
+        self._remote = remote
         self.settings = settings
         self.down_since = down_since
         self.swept = 0
@@ -99,25 +113,33 @@ class Scheduler:
             if not requests:
                 return 0
             runners = self._runners()
+            route = self._remote
+            remote_names = route.sensors() if route is not None else ()
             sent = [r for r in requests if r.sensor in runners]
-            unroutable = [r.id for r in requests if r.sensor not in runners]
-            if sent:
+            remote = [r for r in requests if r.sensor not in runners and r.sensor in remote_names]
+            unroutable = [
+                r.id for r in requests if r.sensor not in runners and r.sensor not in remote_names
+            ]
+            if sent or remote:
                 # Marked sent before the checks start: an answer can only come after.
-                await self.store.set_revalidation_status([r.id for r in sent], "sent")
+                await self.store.set_revalidation_status([r.id for r in sent + remote], "sent")
                 now = self.store.clock.time()
                 if len(self.sent_at) > 100_000:  # unanswered ones: forget the oldest half
                     for key in list(self.sent_at)[:50_000]:
                         del self.sent_at[key]
-                self.sent_at.update((r.id, now) for r in sent)
+                self.sent_at.update((r.id, now) for r in sent + remote)
                 for req in sent:
                     self._spawn(self._check(runners[req.sensor], req))
+                if route is not None:
+                    for req in remote:  # over MQTT: the answer comes back as an event
+                        await route.send(req)
             if unroutable:
                 self.unroutable += len(unroutable)
                 await self.store.set_revalidation_status(
                     unroutable, "failed", outcome="no such sensor configured"
                 )
-            self.dispatched += len(sent)
-            return len(sent)
+            self.dispatched += len(sent) + len(remote)
+            return len(sent) + len(remote)
 
     async def _check(self, runner: SensorRunner, req: RevalidationRequest) -> None:
         try:

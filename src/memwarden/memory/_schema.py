@@ -240,7 +240,23 @@ CREATE TABLE dependencies (
 CREATE INDEX dependencies_block ON dependencies(block_rid);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+_V4 = """
+-- What the MQTT bridge must publish while the broker is away (state changes,
+-- revalidation requests, bindings): bounded, the oldest dropped first (and counted).
+CREATE TABLE outbox (
+    id INTEGER PRIMARY KEY,
+    created_at REAL NOT NULL,
+    topic TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    qos INTEGER NOT NULL DEFAULT 1,
+    retain INTEGER NOT NULL DEFAULT 0
+);
+-- Where each remote agent run got to (gap detection after a restart); only the
+-- events that came from an agent are in it.
+CREATE INDEX events_agent_seq ON events(agent, agent_seq) WHERE agent IS NOT NULL;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

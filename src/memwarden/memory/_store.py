@@ -17,7 +17,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memwarden.errors import NotFoundError, StorageError, ValidationInputError
-from memwarden.memory import _maintenance
+from memwarden.memory import _maintenance, _outbox
 from memwarden.memory._clock import Clock, SystemClock, from_ts
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
@@ -935,6 +935,44 @@ class Store:
             rows = await cur.fetchall()
         return [(r[0], binding_from_row(r[1], r[2], r[3])) for r in rows]
 
+    async def events_after(self, seq: int, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The event log after ``seq`` (oldest first), each with the blocks it changed."""
+        async with self._read() as conn:
+            async with conn.execute(
+                "SELECT seq, event_id, sensor, subject, outcome, observed_at, received_at,"
+                " message, observed FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+                (seq, limit),
+            ) as cur:
+                rows = list(await cur.fetchall())
+            effects: dict[int, list[dict[str, Any]]] = defaultdict(list)
+            if rows:
+                async with conn.execute(
+                    "SELECT f.event_seq, k.id, f.state_before, f.state_after,"
+                    " f.reliability_before, f.reliability_after FROM effects f"
+                    " LEFT JOIN blocks k ON k.rid = f.block_rid"
+                    " WHERE f.event_seq BETWEEN ? AND ?",
+                    (rows[0][0], rows[-1][0]),
+                ) as cur:
+                    for ev_seq, block_id, sb, sa, rb, ra in await cur.fetchall():
+                        effects[ev_seq].append(
+                            {"block_id": block_id, "state": [sb, sa], "reliability": [rb, ra]}
+                        )
+        return [
+            {
+                "seq": r[0],
+                "event_id": r[1],
+                "sensor": r[2],
+                "subject": r[3],
+                "outcome": r[4],
+                "observed_at": from_ts(r[5]).isoformat(),
+                "received_at": from_ts(r[6]).isoformat(),
+                "message": r[7],
+                "observed": json.loads(r[8]) if r[8] is not None else None,
+                "effects": effects.get(r[0], []),
+            }
+            for r in rows
+        ]
+
     async def events_for(self, block_id: str, *, limit: int = 50) -> list[EventRecord]:
         """A block's validation history, newest first."""
         async with (
@@ -1208,6 +1246,32 @@ class Store:
             "INSERT INTO audit (at, actor, action, block_id, detail) VALUES (?, ?, ?, ?, ?)",
             (self.clock.time(), actor, action, block_id, json.dumps(detail, default=str)),
         )
+
+    # ------------------------------------------------------------------ MQTT outbox
+    # Implemented in _outbox.py; these methods are its public face.
+
+    async def outbox_put(
+        self, messages: Sequence[tuple[str, bytes, int, bool]], *, max_rows: int
+    ) -> int:
+        """Keep ``(topic, payload, qos, retain)`` messages to publish later; returns how many
+        of the oldest were dropped to stay within ``max_rows``."""
+        return await _outbox.put(self, messages, max_rows=max_rows)
+
+    async def outbox_peek(self, *, limit: int = 500) -> list[_outbox.OutboxMessage]:
+        """The oldest messages waiting to be published."""
+        return await _outbox.peek(self, limit=limit)
+
+    async def outbox_delete(self, ids: Sequence[int]) -> None:
+        """Forget messages that were published."""
+        await _outbox.delete(self, ids)
+
+    async def outbox_stats(self) -> _outbox.OutboxStats:
+        """How many messages wait, and how many were ever dropped because the outbox was full."""
+        return await _outbox.stats(self)
+
+    async def agent_high_water(self, agents: Sequence[str]) -> dict[str, int]:
+        """The highest ``seq`` stored for each remote agent run (absent when none)."""
+        return await _outbox.agent_high_water(self, agents)
 
 
 def _apply_patch(rec: BlockRecord, changes: dict[str, Any], now: float, cfg: PolicyConfig) -> bool:

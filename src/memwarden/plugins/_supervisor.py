@@ -76,7 +76,7 @@ class SensorRunner:
         sensor: Sensor,
         ctx: SensorContext,
         startup: StartupPolicy = StartupPolicy.RETRY,
-        revalidate_timeout_s: float = 30.0,
+        revalidate_timeout_s: float | None = None,
         setup_timeout_s: float = 30.0,
         teardown_timeout_s: float = 10.0,
         backoff: Backoff | None = None,
@@ -259,13 +259,14 @@ class SensorRunner:
         return subject in self._inflight
 
     async def revalidate(self, request: RevalidationRequest) -> list[ValidationEvent] | None:
-        """Check one subject under the request's deadline; the events to apply.
+        """Check one subject under its deadline; the events to apply.
 
-        The deadline is the longer of the request's and the sensor's configured
-        ``revalidate_timeout`` (never silently shortened). A timeout or a crash becomes an
-        ``error`` event (never a refutation). Returns ``None`` when a check of the same
-        subject is still running: this one is skipped (and counted), not overlapped. An
-        empty list means the sensor answered through ``ctx.emit`` instead.
+        The deadline is the sensor's configured ``revalidate_timeout_s`` if it has one,
+        else the request's own (``rules.staleness.revalidation_timeout``); nothing else
+        shortens it. A timeout or a crash becomes an ``error`` event (never a
+        refutation). Returns ``None`` when a check of the same subject is still running:
+        this one is skipped (and counted), not overlapped. An empty list means the
+        sensor answered through ``ctx.emit`` instead.
         """
         subject = request.subject
         if subject in self._inflight:
@@ -274,7 +275,11 @@ class SensorRunner:
             return None
         if not self.available:
             return [self._error(request, f"sensor {self.name!r} is {self.status}")]
-        timeout_s = max(request.timeout.total_seconds(), self.revalidate_timeout_s)
+        timeout_s = (
+            self.revalidate_timeout_s
+            if self.revalidate_timeout_s is not None
+            else request.timeout.total_seconds()
+        )
         self._inflight.add(subject)
         self.counters.revalidations += 1
         try:

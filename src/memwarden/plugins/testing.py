@@ -76,7 +76,7 @@ class SensorHarness:
         clock: Clock | None = None,
         tmp_path: str | Path | None = None,
         startup: StartupPolicy | str = StartupPolicy.ERROR,
-        revalidate_timeout_s: float = 5.0,
+        revalidate_timeout_s: float | None = 5.0,
         setup_timeout_s: float = 5.0,
         teardown_timeout_s: float = 5.0,
         backoff: Backoff | None = None,
@@ -274,7 +274,6 @@ class SensorHarness:
         subject: str,
         *,
         reason: RevalidationReason | str = RevalidationReason.MANUAL,
-        timeout_s: float | None = None,
         attempts: int = 0,
     ) -> list[ValidationEvent]:
         """Ask the sensor to check ``subject`` now, as the scheduler would.
@@ -285,7 +284,7 @@ class SensorHarness:
         """
         bound = self._bound(subject)
         now = self.clock.time()
-        timeout = self.runner.revalidate_timeout_s if timeout_s is None else timeout_s
+        timeout = self.runner.revalidate_timeout_s or 30.0  # the deadline the check gets
         request = RevalidationRequest(
             block_id=bound.block_id,
             sensor=self.name,

@@ -145,7 +145,7 @@ class Look:
     matches: tuple[str, ...] = ()
 
 
-def look_at(path: str, roots: Sequence[str], max_file_bytes: int) -> Look:
+def look_at(path: str, roots: Sequence[str], max_file_bytes: int) -> Look:  # noqa: PLR0911 - one return per kind of path
     """Look at one path; follows a symlink only when its target stays inside a root."""
     try:
         os.lstat(path)
@@ -218,7 +218,9 @@ class Verdict:
 def observed_of(look: Look, *, base: str = "") -> Any:
     """What to report as ``observed`` for a change: the new hash, or ``missing``."""
     if look.matches:
-        shown = [m[len(base) + 1 :] if base and m.startswith(base + "/") else m for m in look.matches]
+        shown = [
+            m[len(base) + 1 :] if base and m.startswith(base + "/") else m for m in look.matches
+        ]
         return {"matches": len(look.matches), "first": shown[:_SHOWN_MATCHES]}
     if look.content is not None:
         return {"sha256": look.fingerprint, "bytes": look.size}

@@ -60,6 +60,8 @@ def parse_junit(path: Path, project_root: Path) -> Report:
     except (SafeET.ParseError, DefusedXmlException, OSError, ValueError) as err:
         raise JUnitError(f"malformed JUnit report: {type(err).__name__}: {err}") from None
     root = tree.getroot()
+    if root is None:
+        raise JUnitError("malformed JUnit report: no root element")
     if root.tag not in ("testsuites", "testsuite"):
         raise JUnitError(f"not a JUnit report: the root element is <{root.tag}>")
     report = Report()
@@ -94,7 +96,9 @@ def _add_case(report: Report, case: Element, project_root: Path) -> None:
         if outcome in ("error", "failed"):
             report.file_errors[_norm(path)] = message or "collection failure"
         return
-    report.add(_test_id(classname, name, file_attr, project_root), TestResult(outcome, message, time_s))
+    report.add(
+        _test_id(classname, name, file_attr, project_root), TestResult(outcome, message, time_s)
+    )
 
 
 def _test_id(classname: str, name: str, file_attr: str | None, project_root: Path) -> str:

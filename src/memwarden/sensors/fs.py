@@ -208,7 +208,7 @@ class FsSensor:
     async def setup(self, ctx: SensorContext) -> None:
         self._ctx = ctx
         for root in self.roots:
-            if not os.path.isdir(root):
+            if not await asyncio.to_thread(os.path.isdir, root):
                 raise FileNotFoundError(f"fs: root {root!r} is not a directory")
         self._state_path = ctx.state_dir / STATE_FILE
         self._load_state()
@@ -223,7 +223,9 @@ class FsSensor:
                 ctx.ready()
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(self._follow_bindings(ctx), name=f"sensor[{ctx.name}].bindings")
-                    tg.create_task(self._follow_changes(watcher), name=f"sensor[{ctx.name}].changes")
+                    tg.create_task(
+                        self._follow_changes(watcher), name=f"sensor[{ctx.name}].changes"
+                    )
                     tg.create_task(self._flush_state(), name=f"sensor[{ctx.name}].state")
         finally:
             self._watcher = None
@@ -482,7 +484,9 @@ class FsSensor:
 
     # ------------------------------------------------------------------ checking
 
-    async def _check_and_emit(self, keys: set[str], *, new: set[str] | frozenset[str] = frozenset()) -> None:
+    async def _check_and_emit(
+        self, keys: set[str], *, new: set[str] | frozenset[str] = frozenset()
+    ) -> None:
         ctx = self._require_ctx()
         keys = {k for k in keys if k in self._by_key}
         if not keys:
@@ -500,7 +504,7 @@ class FsSensor:
                 for key in sorted(keys)
             ]
             results = await asyncio.to_thread(self._check_sync, work)
-            events = []
+            events: list[ValidationEvent] = []
             for key, fingerprint, verdicts in results:
                 self._remember(key, fingerprint, [b.id for b in self._by_key.get(key, [])])
                 events.extend(self._event(b, v) for b, v in verdicts)
@@ -547,7 +551,7 @@ class FsSensor:
             out.append((key, look.fingerprint, verdicts))
         return out
 
-    def _judge(self, b: _Bound, look: fc.Look, *, changed: bool) -> fc.Verdict:
+    def _judge(self, b: _Bound, look: fc.Look, *, changed: bool) -> fc.Verdict:  # noqa: PLR0911 - a decision table
         sel = b.selector
         if look.problem is not None:
             return fc.Verdict("error", message=look.problem)
@@ -606,7 +610,7 @@ class FsSensor:
         return fc.Verdict("refuted", observed, f"/{b.selector.regex}/ matches {observed!r}")
 
     @staticmethod
-    def _judge_key(sel: FsBinding, content: bytes, path: str) -> fc.Verdict:
+    def _judge_key(sel: FsBinding, content: bytes, path: str) -> fc.Verdict:  # noqa: PLR0911 - one return per outcome
         fmt = fc.format_of(path, sel.format)
         if fmt is None:
             return fc.Verdict(
@@ -657,9 +661,7 @@ class FsSensor:
         except FileNotFoundError:
             return
         except (OSError, ValueError) as err:
-            self._require_ctx().log.warning(
-                "fs_state_unreadable", path=str(path), error=str(err)
-            )
+            self._require_ctx().log.warning("fs_state_unreadable", path=str(path), error=str(err))
             return
         if not isinstance(data, dict) or data.get("version") != _STATE_VERSION:
             return

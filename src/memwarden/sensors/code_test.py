@@ -1,0 +1,587 @@
+"""The code-test sensor (``code_test``): runs a project's tests and reports per test id.
+
+The command comes only from the config (default ``python -m pytest``) and runs without
+a shell, in its own process group, under a timeout that kills the whole group, with an
+explicit environment and captured, capped output. The sensor adds ``--junitxml`` (into a
+private temp dir), ``--rootdir`` and the selection; the JUnit report is parsed with
+defusedxml. A passing test is ``confirmed`` (reliability 1.0), a failing or erroring one
+``refuted`` with the failure message; a skipped one changes nothing.
+
+Runs are triggered by revalidation requests (only the tests asked for, batched into one
+run when several arrive together), by changes under ``source_dirs`` (debounced) and by
+an optional schedule. At most one run at a time; what arrives during a run queues
+exactly one more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field, field_validator, model_validator
+
+from memwarden.memory import Outcome
+from memwarden.plugins import BaseBinding, BaseSensorConfig
+from memwarden.sensors import _fscheck as fc
+from memwarden.sensors._junit import JUnitError, Report, TestResult, parse_junit
+from memwarden.sensors._proc import ProcResult, run_command
+from memwarden.sensors._watch import Change, Watcher, event_paths
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from watchdog.events import FileSystemEvent
+
+    from memwarden.memory import RevalidationRequest, ValidationEvent
+    from memwarden.plugins import SensorContext
+
+__all__ = ["DEFAULT_IGNORE", "CodeTestBinding", "CodeTestConfig", "CodeTestSensor"]
+
+DEFAULT_IGNORE = (
+    ".git",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    ".venv",
+    "node_modules",
+    "*.pyc",
+    ".coverage*",
+)
+PASSED_THROUGH_ENV = ("PATH", "HOME", "LANG")
+_NOT_FOUND = re.compile(r"^ERROR: not found: (.+?)\s*$", re.MULTILINE)
+_SHOWN_FAILURES = 5
+
+
+class CodeTestConfig(BaseSensorConfig):
+    """The ``[sensors.<name>]`` table of a code_test sensor."""
+
+    project_root: Path = Field(description="Where the command runs; test ids are relative to it.")
+    command: list[str] = Field(
+        default_factory=lambda: [sys.executable, "-m", "pytest"],
+        min_length=1,
+        description="The test command and its fixed arguments (pytest-compatible).",
+    )
+    source_dirs: list[str] = Field(
+        default_factory=list, description="Directories (under project_root) whose changes rerun."
+    )
+    ignore: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE))
+    debounce_ms: int = Field(default=200, ge=0, le=600_000)
+    schedule_interval_s: float | None = Field(default=None, gt=0.0)
+    timeout_s: float = Field(default=600.0, gt=0.0)
+    kill_grace_s: float = Field(default=2.0, ge=0.0, le=60.0)
+    max_output_bytes: int = Field(default=1_000_000, ge=1024)
+    env: dict[str, str] = Field(default_factory=dict)
+    batch_window_ms: int = Field(default=20, ge=0, le=10_000)
+    reliability: float = Field(default=1.0, ge=0.0, le=1.0)
+
+    @field_validator("project_root")
+    @classmethod
+    def _absolute(cls, root: Path) -> Path:
+        return root.expanduser().resolve()
+
+    @field_validator("source_dirs")
+    @classmethod
+    def _relative(cls, dirs: list[str]) -> list[str]:
+        for d in dirs:
+            if Path(d).is_absolute() or ".." in Path(d).parts:
+                raise ValueError(f"{d!r} must be a directory under project_root (relative)")
+        return dirs
+
+
+def _check_selection(value: str, what: str) -> str:
+    if not value.strip() or value != value.strip():
+        raise ValueError(f"{what}: {value!r} is empty or has surrounding spaces")
+    if value.startswith("-"):
+        raise ValueError(f"{what}: {value!r} starts with '-' (it would be read as an option)")
+    if "\0" in value or "\n" in value:
+        raise ValueError(f"{what}: contains a NUL or newline")
+    return value
+
+
+class CodeTestBinding(BaseBinding):
+    """Exactly one of: ``test`` (an exact id), ``prefix`` (a file, class or directory),
+    ``keyword`` (a pytest ``-k`` expression)."""
+
+    test: str | None = Field(default=None, max_length=2048)
+    prefix: str | None = Field(default=None, max_length=2048)
+    keyword: str | None = Field(default=None, max_length=1024)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> CodeTestBinding:
+        given = [n for n in ("test", "prefix", "keyword") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of test (an id such as tests/test_api.py::test_timeout), "
+                f"prefix (a file or class) or keyword (a -k expression); got {given or 'none'}"
+            )
+        for name in ("test", "prefix"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            _check_selection(value, name)
+            path = Path(value.split("::", 1)[0])
+            if path.is_absolute() or ".." in path.parts:
+                raise ValueError(f"{name}: {value!r} must be relative to the project root")
+        if self.test is not None and "::" not in self.test:
+            raise ValueError(
+                f"test: {self.test!r} is not a test id (path::name); use prefix for a file"
+            )
+        if self.keyword is not None:
+            _check_selection(self.keyword, "keyword")
+        return self
+
+    def subject_of(self) -> str | None:
+        if self.test is not None:
+            return self.test
+        if self.prefix is not None:
+            return self.prefix
+        return f"k:{self.keyword}"
+
+    @property
+    def selection(self) -> str:
+        return self.subject_of() or ""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    outcome: Outcome
+    observed: Any = None
+    message: str = ""
+
+
+@dataclass(slots=True)
+class _Request:
+    request: RevalidationRequest
+    selector: CodeTestBinding
+    future: asyncio.Future[ValidationEvent | None]
+    abandoned: bool = False  # the caller stopped waiting (deadline): emit the answer instead
+
+
+class CodeTestSensor:
+    """Runs the configured test command; see the module docstring."""
+
+    kind: ClassVar[str] = "code_test"
+    Config: ClassVar[type[BaseSensorConfig]] = CodeTestConfig
+    Binding: ClassVar[type[BaseBinding]] = CodeTestBinding
+
+    def __init__(self, config: CodeTestConfig) -> None:
+        self.config = config
+        self.root = config.project_root
+        self._ctx: SensorContext | None = None
+        self._env: dict[str, str] = {}
+        self._requests: list[_Request] = []
+        self._full_pending = False
+        self._wake = asyncio.Event()
+        self._running = False
+        self._accepting = False
+        self.runs = 0  # invocations of the command
+        self.last_pid: int | None = None
+        self.last_result: ProcResult | None = None
+
+    # ------------------------------------------------------------------ contract
+
+    async def setup(self, ctx: SensorContext) -> None:
+        self._ctx = ctx
+        self._env = self._build_env()
+        if not self.root.is_dir():
+            raise FileNotFoundError(
+                f"code_test: project_root {str(self.root)!r} is not a directory"
+            )
+        exe = self.config.command[0]
+        found = await asyncio.to_thread(self._find_command, exe)
+        if found is None:
+            raise FileNotFoundError(
+                f"code_test: test command {exe!r} not found or not executable "
+                f"(command = {self.config.command!r})"
+            )
+        for d in self.config.source_dirs:
+            if not (self.root / d).is_dir():
+                raise FileNotFoundError(f"code_test: source dir {str(self.root / d)!r} is missing")
+
+    async def run(self, ctx: SensorContext) -> None:
+        self._ctx = ctx
+        self._accepting = True
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                watcher = None
+                if self.config.source_dirs:
+                    watcher = await stack.enter_async_context(
+                        Watcher(self._accept, debounce_ms=self.config.debounce_ms, name=ctx.name)
+                    )
+                    for d in self.config.source_dirs:
+                        await asyncio.to_thread(
+                            watcher.schedule, str(self.root / d), recursive=True
+                        )
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(self._runner(), name=f"sensor[{ctx.name}].runner")
+                    tg.create_task(self._follow_bindings(ctx), name=f"sensor[{ctx.name}].bindings")
+                    if watcher is not None:
+                        tg.create_task(
+                            self._follow_sources(watcher), name=f"sensor[{ctx.name}].src"
+                        )
+                    if self.config.schedule_interval_s is not None:
+                        tg.create_task(self._schedule(), name=f"sensor[{ctx.name}].schedule")
+                    ctx.ready()
+        finally:
+            self._accepting = False
+            for req in self._requests:
+                if not req.future.done():
+                    req.future.set_result(
+                        self._event_for_request(req, _error("the sensor stopped"))
+                    )
+            self._requests = []
+
+    async def revalidate(self, request: RevalidationRequest) -> ValidationEvent | None:
+        ctx = self._require_ctx()
+        try:
+            selector = CodeTestBinding.model_validate(request.binding.selector)
+        except ValueError as err:
+            return ctx.event(
+                request.subject, Outcome.ERROR, message=str(err)[:1000], block_id=request.block_id
+            )
+        if not self._accepting:
+            return ctx.event(
+                request.subject,
+                Outcome.ERROR,
+                message="the code_test sensor is not running",
+                block_id=request.block_id,
+            )
+        future: asyncio.Future[ValidationEvent | None] = asyncio.get_running_loop().create_future()
+        req = _Request(request, selector, future)
+        self._requests.append(req)
+        self._wake.set()
+        try:
+            return await asyncio.shield(future)  # a caller that gives up leaves the run alone
+        except asyncio.CancelledError:
+            req.abandoned = True
+            raise
+
+    async def teardown(self) -> None:
+        # Runs (and their process groups) end with ``run``'s cancellation; nothing is held.
+        self._accepting = False
+
+    def validate_binding(self, selector: BaseBinding) -> None:
+        """Nothing beyond the model: a binding names tests, never a command."""
+
+    # ------------------------------------------------------------------ triggers
+
+    def request_run(self) -> None:
+        """Run every bound selection soon (a source change, the schedule)."""
+        self._full_pending = True
+        self._wake.set()
+
+    async def _follow_bindings(self, ctx: SensorContext) -> None:
+        # New bindings are not run at once: the first check comes from a revalidation
+        # request, a source change or the schedule.
+        while True:
+            await ctx.wait_bindings_changed()
+
+    def _accept(self, event: FileSystemEvent) -> list[Change]:
+        """Observer thread: a change under a source dir that no ignore pattern covers."""
+        for path in event_paths(event):
+            parts = Path(os.path.relpath(path, self.root)).parts
+            if not any(_ignored(part, self.config.ignore) for part in parts):
+                return [("s", "")]
+        return []
+
+    async def _follow_sources(self, watcher: Watcher) -> None:
+        while True:
+            batch = await watcher.next_batch()
+            if batch:
+                self._require_ctx().log.debug("code_test_sources_changed", overflow=batch.overflow)
+                self.request_run()
+
+    async def _schedule(self) -> None:
+        interval = self.config.schedule_interval_s or 0.0
+        while True:
+            await asyncio.sleep(interval)
+            self.request_run()
+
+    # ------------------------------------------------------------------ running
+
+    async def _runner(self) -> None:
+        """The only place that runs the command: one run at a time."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            full, self._full_pending = self._full_pending, False
+            if not full and self.config.batch_window_ms:
+                # Requests dispatched together arrive within a few loop turns: gather them.
+                await asyncio.sleep(self.config.batch_window_ms / 1000)
+            requests, self._requests = self._requests, []
+            if not full and not requests:
+                continue
+            await self._run_batch(requests, full=full)
+            if self._full_pending or self._requests:
+                self._wake.set()
+
+    async def _run_batch(self, requests: list[_Request], *, full: bool) -> None:
+        ctx = self._require_ctx()
+        bound = [bs for bs in ctx.bindings if isinstance(bs.selector, CodeTestBinding)]
+        selectors: dict[str, CodeTestBinding] = {}
+        if full:
+            for bs in bound:
+                sel = bs.selector
+                assert isinstance(sel, CodeTestBinding)  # noqa: S101 - filtered above
+                selectors.setdefault(sel.selection, sel)
+        for req in requests:
+            selectors.setdefault(req.selector.selection, req.selector)
+        if not selectors:
+            return
+        self._running = True
+        try:
+            verdicts = await self._execute(list(selectors.values()))
+        finally:
+            self._running = False
+        answered: set[tuple[str, str]] = set()
+        for req in requests:
+            verdict = verdicts.get(req.selector.selection)
+            event = self._event_for_request(req, verdict) if verdict is not None else None
+            answered.add((req.request.block_id, req.request.subject))
+            if req.abandoned:
+                if event is not None:
+                    await ctx.emit(event)  # the caller gave up; the result still counts
+            elif not req.future.done():
+                req.future.set_result(event)
+        if not full:
+            return
+        for bs in bound:
+            sel = bs.selector
+            assert isinstance(sel, CodeTestBinding)  # noqa: S101 - filtered above
+            verdict = verdicts.get(sel.selection)
+            if verdict is None or (bs.block_id, bs.subject) in answered:
+                continue
+            await ctx.emit(self._event(bs.subject, bs.block_id, verdict))
+
+    async def _execute(self, selectors: Sequence[CodeTestBinding]) -> dict[str, Verdict | None]:
+        """Run the command for these selections; a verdict per selection (None: skipped)."""
+        out: dict[str, Verdict | None] = {}
+        paths = [s for s in selectors if s.keyword is None]
+        if paths:
+            out.update(await self._run_paths(paths))
+        for sel in selectors:
+            if sel.keyword is not None:
+                report = await self._invoke(["-k", sel.keyword])
+                if isinstance(report, Verdict):
+                    out[sel.selection] = report
+                elif isinstance(report, _NotFound):
+                    out[sel.selection] = _error("pytest found nothing to run")
+                else:
+                    out[sel.selection] = _aggregate(list(report.tests.items()), report, None)
+        return out
+
+    async def _run_paths(self, selectors: Sequence[CodeTestBinding]) -> dict[str, Verdict | None]:
+        out: dict[str, Verdict | None] = {}
+        remaining = list(selectors)
+        for _ in range(2):  # a second time without the ids pytest could not find
+            args = sorted({s.selection for s in remaining})
+            report = await self._invoke(["--", *args])
+            if isinstance(report, _NotFound):
+                missing = report.missing
+                for s in remaining:
+                    if s.selection in missing:
+                        out[s.selection] = _error(f"not found: {s.selection} (no such test)")
+                remaining = [s for s in remaining if s.selection not in missing]
+                if not remaining:
+                    return out
+                continue
+            if isinstance(report, Verdict):
+                out.update((s.selection, report) for s in remaining)
+                return out
+            for s in remaining:
+                out[s.selection] = _judge(s, report)
+            return out
+        out.update((s.selection, _error("tests not found")) for s in remaining)
+        return out
+
+    async def _invoke(self, selection: list[str]) -> Report | Verdict | _NotFound:
+        """One run of the command; its report, or the error verdict for all it covered."""
+        ctx = self._require_ctx()
+        tmp = Path(tempfile.mkdtemp(prefix="memwarden-junit-"))  # 0700, ours alone
+        report_path = tmp / "report.xml"
+        argv = [
+            *self.config.command,
+            f"--junitxml={report_path}",
+            "-o",
+            "junit_family=xunit1",
+            f"--rootdir={self.root}",
+            "--continue-on-collection-errors",
+            *selection,
+        ]
+        self.runs += 1
+        ctx.log.info("code_test_run_started", selection=selection[:20], run=self.runs)
+        try:
+            result = await run_command(
+                argv,
+                cwd=self.root,
+                env=self._env,
+                timeout_s=self.config.timeout_s,
+                max_output_bytes=self.config.max_output_bytes,
+                kill_grace_s=self.config.kill_grace_s,
+                on_start=self._started,
+            )
+            self.last_result = result
+            if result.timed_out:
+                ctx.log.warning("code_test_timed_out", timeout_s=self.config.timeout_s)
+                return _error(
+                    f"the test run timed out after {self.config.timeout_s:g}s "
+                    "(its process group was killed)"
+                )
+            try:
+                report = await asyncio.to_thread(parse_junit, report_path, self.root)
+            except JUnitError as err:
+                missing = self._not_found(result)
+                if missing:
+                    return _NotFound(missing)
+                ctx.log.warning("code_test_report_unusable", error=str(err), rc=result.returncode)
+                return _error(
+                    f"{err} (exit code {result.returncode}); output ends:\n{result.tail(800)}"
+                )
+            if not report.tests and not report.file_errors:
+                missing = self._not_found(result)
+                if missing:
+                    return _NotFound(missing)
+            ctx.log.info(
+                "code_test_run_finished",
+                rc=result.returncode,
+                tests=len(report.tests),
+                file_errors=len(report.file_errors),
+            )
+            return report
+        finally:
+            await asyncio.to_thread(shutil.rmtree, tmp, ignore_errors=True)
+
+    def _find_command(self, exe: str) -> str | None:
+        if os.sep in exe:
+            path = Path(exe)
+            return exe if path.is_file() and os.access(path, os.X_OK) else None
+        return shutil.which(exe, path=self._env.get("PATH", os.defpath))
+
+    def _started(self, pid: int) -> None:
+        self.last_pid = pid
+
+    def _not_found(self, result: ProcResult) -> set[str]:
+        text = result.output.decode("utf-8", "replace")
+        out = set()
+        for raw in _NOT_FOUND.findall(text):
+            path, sep, rest = raw.partition("::")
+            rel = os.path.relpath(path, self.root) if Path(path).is_absolute() else path
+            out.add(rel.replace(os.sep, "/") + sep + rest)
+        return out
+
+    def _build_env(self) -> dict[str, str]:
+        """Only PATH, HOME and LANG pass through from the daemon; the rest is the config's."""
+        env = {k: v for k in PASSED_THROUGH_ENV if (v := os.environ.get(k)) is not None}
+        env.update(self.config.env)
+        return env
+
+    # ------------------------------------------------------------------ events
+
+    def _event(self, subject: str, block_id: str, verdict: Verdict) -> ValidationEvent:
+        return self._require_ctx().event(
+            subject,
+            verdict.outcome,
+            observed=verdict.observed,
+            message=verdict.message,
+            reliability=self.config.reliability,
+            block_id=block_id,
+        )
+
+    def _event_for_request(self, req: _Request, verdict: Verdict | None) -> ValidationEvent | None:
+        if verdict is None:
+            return None
+        return self._event(req.request.subject, req.request.block_id, verdict)
+
+    def _require_ctx(self) -> SensorContext:
+        if self._ctx is None:
+            raise RuntimeError("code_test sensor used before setup()")
+        return self._ctx
+
+
+@dataclass(frozen=True, slots=True)
+class _NotFound:
+    missing: set[str]
+
+
+def _error(message: str) -> Verdict:
+    return Verdict(Outcome.ERROR, message=message[:4000])
+
+
+def _ignored(name: str, ignore: Iterable[str]) -> bool:
+    return any(
+        name == pat or (fc.is_glob(pat) and fc.glob_regex(pat).match(name) is not None)
+        for pat in ignore
+    )
+
+
+def _covers(selection: str, test_id: str) -> bool:
+    if test_id == selection:
+        return True
+    return test_id.startswith((selection + "::", selection + "[", selection.rstrip("/") + "/"))
+
+
+def _judge(sel: CodeTestBinding, report: Report) -> Verdict | None:
+    selection = sel.selection
+    matched = [(tid, r) for tid, r in report.tests.items() if _covers(selection, tid)]
+    file_error = next(
+        (
+            (path, msg)
+            for path, msg in report.file_errors.items()
+            if _covers(path, selection) or _covers(selection, path)
+        ),
+        None,
+    )
+    return _aggregate(matched, report, file_error, exact=sel.test is not None)
+
+
+def _aggregate(  # noqa: PLR0911 - one return per outcome
+    matched: list[tuple[str, TestResult]],
+    report: Report,
+    file_error: tuple[str, str] | None,
+    *,
+    exact: bool = False,
+) -> Verdict | None:
+    """One verdict for a selection: any failure refutes; a pass confirms; skips say nothing."""
+    failed = [(tid, r) for tid, r in matched if r.outcome in ("failed", "error")]
+    passed = sum(1 for _, r in matched if r.outcome == "passed")
+    skipped = sum(1 for _, r in matched if r.outcome == "skipped")
+    counts = {"passed": passed, "failed": len(failed), "skipped": skipped}
+    if file_error is not None and not matched:
+        path, message = file_error
+        return Verdict(
+            Outcome.REFUTED, {"collection_error": path}, f"{path}: collection failed: {message}"
+        )
+    if failed:
+        if exact and len(matched) == 1:
+            tid, r = failed[0]
+            return Verdict(Outcome.REFUTED, r.outcome, r.message or f"{tid} {r.outcome}")
+        lines = [
+            f"{tid}: {r.message.splitlines()[0] if r.message else r.outcome}" for tid, r in failed
+        ]
+        shown = "\n".join(lines[:_SHOWN_FAILURES])
+        more = (
+            f"\n… and {len(lines) - _SHOWN_FAILURES} more" if len(lines) > _SHOWN_FAILURES else ""
+        )
+        return Verdict(
+            Outcome.REFUTED, counts, f"{len(failed)} of {len(matched)} failed:\n{shown}{more}"
+        )
+    if passed:
+        if exact and len(matched) == 1:
+            return Verdict(Outcome.CONFIRMED, "passed")
+        return Verdict(Outcome.CONFIRMED, counts)
+    if skipped:
+        return None  # a skipped test tells nothing about the fact
+    if not report.tests and report.file_errors:
+        path, message = next(iter(report.file_errors.items()))
+        return Verdict(Outcome.ERROR, None, f"{path}: collection failed: {message}")
+    return _error("no test matched this selection (not collected?)")

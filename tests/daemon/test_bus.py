@@ -1,0 +1,165 @@
+"""The bus: validated at the boundary, bounded per source, bad events dead-lettered."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import mw_test_sensors
+import pytest
+import structlog
+
+from memwarden.daemon import Bus
+from memwarden.errors import StorageError, ValidationInputError
+from memwarden.memory import Outcome, ValidationEvent
+from memwarden.memory._store import Store
+
+
+def _event(sensor: str, subject: str = "s", **fields) -> ValidationEvent:
+    return ValidationEvent(
+        sensor=sensor,
+        subject=subject,
+        outcome=Outcome.CONFIRMED,
+        observed_at=datetime.now(UTC),
+        **fields,
+    )
+
+
+async def _dead_letters(store):
+    return (await store.counts())["dead_letters"]
+
+
+async def test_event_naming_another_sensor_is_dead_lettered(
+    running_daemon, make_settings, eventually
+):
+    """An event whose sensor field is not its source is counted and dead-lettered with the
+    reason, never applied, and the sensor that sent it keeps running."""
+
+    class Impostor(mw_test_sensors.EchoSensor):
+        async def run(self, ctx):
+            ctx.ready()
+            while True:
+                for bound in await ctx.wait_bindings_changed():
+                    await ctx.emit(_event("echo", bound.subject))  # claims to be echo
+
+    settings = make_settings(sensors={"impostor": {}, "echo": {}})
+    sensors = {"impostor": Impostor, "echo": mw_test_sensors.EchoSensor}
+    with structlog.testing.capture_logs() as logs:
+        daemon = (await running_daemon(settings, sensors=sensors)).daemon
+        block = await daemon.add_block(
+            {"content": "x", "bindings": [{"sensor": "impostor", "path": "p"}]}
+        )
+        await eventually(lambda: daemon.bus.rejected["sensor_mismatch"] == 1)
+    assert await _dead_letters(daemon.store) == 1
+    assert await daemon.store.events_for(block.id) == []
+    assert (await daemon.store.get(block.id)).state == "unverified"
+    assert daemon.runners["impostor"].status == "running"
+    [rejected] = [e for e in logs if e["event"] == "event_rejected"]
+    assert rejected["reason"] == "event says sensor 'echo' but came from 'impostor'"
+
+
+async def test_submit_validates_raw_payloads(running_daemon, make_settings):
+    """submit() validates raw dicts: the good ones are committed, each bad one is rejected
+    with its field and reason and dead-lettered."""
+    daemon = (await running_daemon(make_settings(sensors={"echo": {}}))).daemon
+    block = await daemon.add_block({"content": "x", "bindings": [{"sensor": "echo", "path": "p"}]})
+    good = {
+        "sensor": "echo",
+        "subject": "p",
+        "outcome": "confirmed",
+        "observed_at": datetime.now(UTC).isoformat(),
+    }
+    bad = {"sensor": "echo", "subject": "p", "outcome": "maybe"}
+    result = await daemon.bus.submit("remote:http", [good, bad, "not an event"])
+    assert result.accepted == 1
+    reasons = dict(result.rejected)
+    assert reasons["1"].startswith("outcome: Input should be 'confirmed'")
+    assert "observed_at: Field required" in reasons["1"]
+    assert reasons["2"].startswith("event: Input should be a valid dictionary")
+    assert daemon.bus.rejected["invalid_event"] == 2
+    assert await _dead_letters(daemon.store) == 2
+    assert any(e.sensor == "echo" for e in await daemon.store.events_for(block.id))
+
+
+async def test_queue_per_source_applies_back_pressure(tmp_path):
+    """A full queue makes only its own source wait; another source's put goes through."""
+    async with Store(tmp_path / "bus.db") as store:
+        bus = Bus(store, queue_per_source=2)
+        await bus.put("a", _event("a"))
+        await bus.put("a", _event("a"))
+        third = asyncio.get_running_loop().create_task(bus.put("a", _event("a")))
+        for _ in range(10):
+            await asyncio.sleep(0)  # let it run as far as it can: it must block
+        assert not third.done()
+        await bus.put("b", _event("b"))  # not held up by a's full queue
+        consumer = asyncio.get_running_loop().create_task(bus.run())
+        try:
+            await asyncio.wait_for(third, timeout=5)  # the consumer frees a's queue
+            await asyncio.wait_for(bus.drain(), timeout=5)
+        finally:
+            consumer.cancel()
+            await asyncio.gather(consumer, return_exceptions=True)
+        assert bus.by_source == {"a": 3, "b": 1}
+        assert (await store.counts())["events"] == 4
+
+
+async def test_closed_bus_refuses_new_events(tmp_path):
+    """After close() a put is refused with a clear error; what was queued still drains."""
+    async with Store(tmp_path / "bus.db") as store:
+        bus = Bus(store)
+        await bus.put("a", _event("a"))
+        bus.close()
+        with pytest.raises(StorageError, match="the bus is closed"):
+            await bus.put("a", _event("a"))
+        consumer = asyncio.get_running_loop().create_task(bus.run())
+        try:
+            await asyncio.wait_for(bus.drain(), timeout=5)
+        finally:
+            consumer.cancel()
+            await asyncio.gather(consumer, return_exceptions=True)
+        assert (await store.counts())["events"] == 1
+
+
+async def test_batch_the_store_refuses_is_dead_lettered_not_dropped(tmp_path, monkeypatch):
+    """If the store refuses a batch, each event is dead-lettered with the reason."""
+    async with Store(tmp_path / "bus.db") as store:
+
+        async def refuse(events):
+            raise ValidationInputError([("events.0.subject", "too long")])
+
+        monkeypatch.setattr(store, "apply_events", refuse)
+        bus = Bus(store)
+        consumer = asyncio.get_running_loop().create_task(bus.run())
+        try:
+            await bus.put("a", _event("a"))
+            await bus.put("a", _event("a"))
+            await asyncio.wait_for(bus.drain(), timeout=5)
+        finally:
+            consumer.cancel()
+            await asyncio.gather(consumer, return_exceptions=True)
+        assert bus.rejected["store_rejected"] == 2
+        assert await _dead_letters(store) == 2
+
+
+async def test_failing_listener_does_not_stop_the_bus(tmp_path):
+    """An on_applied callback that raises is logged; later events still flow."""
+    seen = []
+
+    def listener(result):
+        seen.append(result.accepted)
+        raise RuntimeError("listener bug")
+
+    async with Store(tmp_path / "bus.db") as store:
+        bus = Bus(store, on_applied=listener)
+        consumer = asyncio.get_running_loop().create_task(bus.run())
+        try:
+            with structlog.testing.capture_logs() as logs:
+                await bus.put("a", _event("a"))
+                await asyncio.wait_for(bus.drain(), timeout=5)
+                await bus.put("a", _event("a"))
+                await asyncio.wait_for(bus.drain(), timeout=5)
+        finally:
+            consumer.cancel()
+            await asyncio.gather(consumer, return_exceptions=True)
+        assert seen == [1, 1]
+        assert [e["event"] for e in logs].count("on_applied_failed") == 2

@@ -1,0 +1,147 @@
+"""The scheduler: no staleness storm after downtime, rate-limited dispatch, honest skips."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import timedelta
+
+from memwarden.daemon._scheduler import ALIVE_KEY
+from memwarden.memory import FakeClock
+from memwarden.memory._store import Store
+
+SLOW_LOOPS = {"sweep_interval": "1h", "dispatch_interval": "1h", "heartbeat_interval": "1h"}
+
+
+def _rows(db, sql, *args):
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+async def test_no_staleness_storm_after_downtime(running_daemon, make_settings, eventually):
+    """After a long downtime, 500 overdue checks are spread over the spread window and one
+    dispatch tick sends at most max_requests_per_tick of them."""
+    clock = FakeClock()
+    settings = make_settings(
+        sensors={"silent": {}},
+        scheduler=SLOW_LOOPS,  # only the first tick of each loop runs; the test drives the rest
+        rules={"staleness": {"spread_window": "10m", "max_requests_per_tick": 100}},
+    )
+    async with Store(settings.db_path, clock=clock) as store:
+        await store.add_many(
+            [
+                {
+                    "content": f"fact {i}",
+                    "validity_window": "1m",
+                    "bindings": [{"sensor": "silent", "path": f"file-{i}"}],
+                }
+                for i in range(500)
+            ]
+        )
+        await store.set_meta(ALIVE_KEY, repr(clock.time()))
+    clock.advance(timedelta(days=1))  # down far longer than every window
+    restarted_at = clock.time()
+
+    daemon = (await running_daemon(settings, clock=clock)).daemon
+    scheduler = daemon.scheduler
+    assert scheduler.down_since == restarted_at - 86400 or scheduler.down_since is None
+    await eventually(lambda: scheduler.swept == 500)
+    send_at = sorted(r[0] for r in _rows(settings.db_path, "SELECT send_at FROM revalidations"))
+    assert len(send_at) == 500
+    spread = 600.0
+    assert send_at[0] == restarted_at
+    assert restarted_at + 0.99 * spread <= send_at[-1] < restarted_at + spread
+    per_minute = [
+        sum(1 for t in send_at if restarted_at + m * 60 <= t < restarted_at + (m + 1) * 60)
+        for m in range(10)
+    ]
+    assert per_minute == [50] * 10  # evenly spread: no burst anywhere in the window
+    await scheduler.wait_idle()
+    assert scheduler.dispatched <= 1  # at restart only what is due now (the first) may go out
+
+    clock.advance(timedelta(minutes=10))  # the whole window has come due
+    sent = await scheduler.dispatch_once()
+    assert sent == 100  # max_requests_per_tick, not 500
+    await scheduler.wait_idle()
+
+    async def answered():
+        return (await daemon.store.counts())["by_state"].get("fresh", 0) >= 100
+
+    await eventually(answered)
+    assert await scheduler.dispatch_once() == 100  # the next tick sends the next hundred
+
+
+async def test_check_of_a_busy_subject_is_skipped(running_daemon, make_settings, eventually):
+    """A check of a subject whose previous check still runs is skipped and counted, never
+    overlapped; the running one still answers at its deadline."""
+    settings = make_settings(sensors={"hang": {"revalidate_timeout": "200ms"}}, scheduler=SLOW_LOOPS)
+    daemon = (await running_daemon(settings)).daemon
+    blocks = [
+        await daemon.add_block(
+            {"content": f"b{i}", "bindings": [{"sensor": "hang", "path": "same/file", "key": str(i)}]}
+        )
+        for i in range(2)
+    ]
+    for block in blocks:
+        await daemon.store.request_revalidation(block.id)
+    assert await daemon.scheduler.dispatch_once() == 2
+    hang = daemon.runners["hang"]
+    await eventually(lambda: hang.counters.skipped == 1)
+    assert hang.counters.revalidations == 1  # one check ran; the other was not started
+    await daemon.scheduler.wait_idle()
+    assert hang.counters.timeouts == 1
+
+    def statuses():
+        sql = "SELECT status, outcome FROM revalidations ORDER BY status"
+        rows = _rows(settings.db_path, sql)
+        return rows if rows[0][0] == "done" else None  # the timeout's error event answered
+
+    rows = await eventually(statuses)
+    assert rows[1] == ("skipped", "a check of the subject was already running")
+
+
+async def test_answer_through_emit_is_not_resent(running_daemon, make_settings, eventually):
+    """A sensor that answers through ctx.emit (returning None) is asked once, not every tick."""
+    settings = make_settings(sensors={"silent": {}}, scheduler=SLOW_LOOPS)
+    daemon = (await running_daemon(settings)).daemon
+    block = await daemon.add_block({"content": "x", "bindings": [{"sensor": "silent", "path": "p"}]})
+    result = await daemon.revalidate(block.id, wait_s=5)
+    assert result["answered"] == result["requested"]
+    await daemon.scheduler.wait_idle()
+    assert await daemon.scheduler.dispatch_once() == 0
+    assert daemon.runners["silent"].counters.revalidations == 1
+    assert (await daemon.store.get(block.id)).state == "fresh"
+
+
+async def test_request_for_an_unconfigured_sensor_fails(running_daemon, make_settings):
+    """A request whose sensor is not configured is marked failed and counted, not retried."""
+    settings = make_settings(sensors={"silent": {}}, scheduler=SLOW_LOOPS)
+    daemon = (await running_daemon(settings)).daemon
+    block = await daemon.store.add(  # straight into the store, as an import would
+        {"content": "x", "bindings": [{"sensor": "retired", "path": "p"}]}
+    )
+    await daemon.store.request_revalidation(block.id)
+    assert await daemon.scheduler.dispatch_once() == 0
+    assert daemon.scheduler.unroutable == 1
+    assert _rows(settings.db_path, "SELECT status, outcome FROM revalidations") == [
+        ("failed", "no such sensor configured")
+    ]
+
+
+async def test_expired_blocks_are_revalidated_while_running(
+    running_daemon, make_settings, eventually
+):
+    """In normal running a block whose window ran out is swept, checked and fresh again."""
+    clock = FakeClock()
+    settings = make_settings(sensors={"silent": {}})
+    daemon = (await running_daemon(settings, clock=clock)).daemon
+    block = await daemon.add_block(
+        {"content": "x", "validity_window": "1m", "bindings": [{"sensor": "silent", "path": "p"}]}
+    )
+    clock.advance(120)
+
+    async def fresh_again():
+        b = await daemon.store.get(block.id)
+        return b.state == "fresh" and b.validation.validated_by == "silent"
+
+    await eventually(fresh_again)
+    assert daemon.scheduler.swept == 1
