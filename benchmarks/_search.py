@@ -98,40 +98,41 @@ def _match(words: list[str]) -> str:
     return " ".join(f'"{w}"' for w in words)
 
 
+def _parametrized(statement: str, match: str) -> str | None:
+    """The store's expanded ranking statement with its MATCH literal back as ``?``."""
+    literal = "MATCH '" + match.replace("'", "''") + "'"
+    if statement.count(literal) != 1:
+        return None
+    return statement.replace(literal, "MATCH ?")
+
+
 async def _time_set(
-    store: Store, raw: Any, queries: list[list[str]]
-) -> tuple[list[int], list[int], float, float]:
-    store_ns: list[int] = []
-    raw_ns: list[int] = []
+    store: Store, raw: Any, queries: list[list[str]], store_sql: str | None
+) -> tuple[dict[str, list[int]], float]:
+    """Per side, the latency samples; and the store's hits per query."""
+    samples: dict[str, list[int]] = {"store": [], "raw": [], "store_sql": []}
+    sides = ["store", "raw"] + (["store_sql"] if store_sql else [])
     hits = 0
-    matches = 0
     for i, words in enumerate([*queries[:WARMUP], *queries]):
         text, match = " ".join(words), _match(words)
-        for side in ("store", "raw") if i % 2 == 0 else ("raw", "store"):
+        for side in sides if i % 2 == 0 else reversed(sides):
+            t0 = time.perf_counter_ns()
             if side == "store":
-                t0 = time.perf_counter_ns()
                 got: list[Any] = await store.search(text, limit=10)
-                dt = time.perf_counter_ns() - t0
-                if i >= WARMUP:
-                    store_ns.append(dt)
-                    hits += len(got)
-            else:
-                t0 = time.perf_counter_ns()
+            elif side == "raw":
                 got = raw.execute(RAW_SQL, (match,)).fetchall()
-                dt = time.perf_counter_ns() - t0
-                if i >= WARMUP:
-                    raw_ns.append(dt)
-                    matches += len(got)
-    return store_ns, raw_ns, hits / len(queries), matches / len(queries)
+            else:
+                got = raw.execute(store_sql, (match,)).fetchall()
+            dt = time.perf_counter_ns() - t0
+            if i >= WARMUP:
+                samples[side].append(dt)
+                hits += len(got) if side == "store" else 0
+    return samples, hits / len(queries)
 
 
-def _total_matches(raw: Any, queries: list[list[str]]) -> float:
-    total = 0
-    for words in queries[:50]:
-        total += raw.execute(
-            "SELECT count(*) FROM blocks_fts WHERE blocks_fts MATCH ?", (_match(words),)
-        ).fetchone()[0]
-    return total / min(50, len(queries))
+def _avg_matches(raw: Any, queries: list[list[str]]) -> float:
+    count = "SELECT count(*) FROM blocks_fts WHERE blocks_fts MATCH ?"
+    return sum(raw.execute(count, (_match(w),)).fetchone()[0] for w in queries) / len(queries)
 
 
 @benchmark("search", position=3, results=("search_common", "search_mid"))
@@ -157,10 +158,20 @@ async def search(ctx: Context) -> list[Result]:
     raw.execute("PRAGMA query_only = ON")
     async with Store(path, clock=FakeClock(T0 + 3600.0)) as store:
         for name, queries in (("search_common", common), ("search_mid", mid)):
-            plan = _sqlite.query_plan(raw, RAW_SQL, (_match(queries[0]),))
+            # The ranking statement the store runs, its plan, and the same statement run
+            # raw: what SQLite itself costs the store, apart from the Python around it.
+            first = queries[0]
+            statements = await _sqlite.traced_reads(
+                store, lambda q=first: store.search(" ".join(q), limit=10)
+            )
+            ranked = next((st for st in statements if st.lstrip().startswith("WITH")), "")
+            store_sql = _parametrized(ranked, _match(first)) if ranked else None
+            store_plan = _sqlite.query_plan(raw, ranked, ()) if ranked else "?"
+            plan = _sqlite.query_plan(raw, RAW_SQL, (_match(first),))
             ctx.progress(f"{name}: {len(queries)} queries each (+{WARMUP} warm-up), interleaved")
-            store_ns, raw_ns, hits, top = await _time_set(store, raw, queries)
-            s, r = percentiles_ms(store_ns), percentiles_ms(raw_ns)
+            samples, hits = await _time_set(store, raw, queries, store_sql)
+            s, r = percentiles_ms(samples["store"]), percentiles_ms(samples["raw"])
+            sql = percentiles_ms(samples["store_sql"]) if samples["store_sql"] else None
             ratio = s["p95"] / r["p95"]
             results.append(
                 Result(
@@ -176,12 +187,14 @@ async def search(ctx: Context) -> list[Result]:
                         "p99": s["p99"],
                         "baseline_p50": r["p50"],
                         "baseline_p99": r["p99"],
+                        "store_sql_p50": sql["p50"] if sql else None,
+                        "store_sql_p95": sql["p95"] if sql else None,
                         "queries": len(queries),
                         "blocks": n_blocks,
-                        "avg_matches": _total_matches(raw, queries),
-                        "avg_hits_store": hits,
-                        "avg_hits_raw": top,
+                        "avg_matches": _avg_matches(raw, queries),
+                        "avg_hits": hits,
                         "plan": plan,
+                        "store_plan": store_plan,
                         "preload_s": preload_s,
                     },
                 )

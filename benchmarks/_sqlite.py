@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 from memwarden.memory._schema import MIGRATIONS, SCHEMA_VERSION, split_statements
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Awaitable, Callable, Sequence
     from pathlib import Path
 
-__all__ = ["checkpoint", "connect", "create_schema", "query_plan", "remove", "traced_sql"]
+__all__ = ["checkpoint", "connect", "create_schema", "query_plan", "remove", "traced_reads"]
 
 # The store's PRAGMAs (Store._configure), so the baseline pays for the same settings.
 _PRAGMAS = (
@@ -67,10 +67,19 @@ def query_plan(conn: sqlite3.Connection, sql: str, params: Sequence[Any] | dict[
     return "\n".join(lines)
 
 
-def traced_sql(statements: list[str]) -> Any:
-    """A trace callback that collects the statements a connection runs."""
+async def traced_reads(store: Any, call: Callable[[], Awaitable[Any]]) -> list[str]:
+    """The SELECT/WITH statements the store's reader connections run during ``call()``.
 
-    def trace(statement: str) -> None:
-        statements.append(statement)
-
-    return trace
+    Uses private attributes of the store; an empty list if it changes shape. The
+    statements come expanded (parameters inlined), ready for ``EXPLAIN QUERY PLAN``.
+    """
+    statements: list[str] = []
+    readers = list(getattr(store, "_all_readers", []))
+    for reader in readers:
+        await reader.set_trace_callback(statements.append)
+    try:
+        await call()
+    finally:
+        for reader in readers:
+            await reader.set_trace_callback(None)
+    return [s for s in statements if s.lstrip().upper().startswith(("SELECT", "WITH"))]

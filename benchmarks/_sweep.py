@@ -148,15 +148,10 @@ async def sweep(ctx: Context) -> list[Result]:
     store_samples: list[int] = []
     raw_samples: list[int] = []
     async with Store(path, clock=FakeClock(NOW)) as store:
-        # The store's own statement, as its reader connections ran it, and its plan
-        # (private attributes: skipped if the store changes shape).
-        statements: list[str] = []
-        readers = list(getattr(store, "_all_readers", []))
-        for reader in readers:
-            await reader.set_trace_callback(_sqlite.traced_sql(statements))
-        await store.due_for_revalidation(limit=LIMIT, now=NOW)
-        for reader in readers:
-            await reader.set_trace_callback(None)
+        # The statement the store ran, and its plan.
+        statements = await _sqlite.traced_reads(
+            store, lambda: store.due_for_revalidation(limit=LIMIT, now=NOW)
+        )
         store_sql = next((s for s in statements if "FROM blocks" in s), "")
         store_plan = _sqlite.query_plan(raw, store_sql, ()) if store_sql else "?"
         if store_plan != plan:

@@ -16,7 +16,7 @@ FIGURES = {"ingest", "sweep", "search_common", "search_mid"}
 
 def _run(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
     # A fixed command: this interpreter running the repository's own benchmarks package.
-    return subprocess.run(  # noqa: S603
+    return subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), *args],
         cwd=ROOT,
         capture_output=True,

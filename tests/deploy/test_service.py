@@ -77,28 +77,63 @@ def test_execstart_daemon_notifies_ready_watchdog_reload_and_stop(
     _stop(proc, notify_socket)
 
 
-def test_daemon_serves_under_the_units_seccomp_rules(
-    spawn, notify_socket, memwarden_bin, service_config, tmp_path: Path
+def _project(root: Path) -> Path:
+    """A tiny project for the fs and code_test sensors to check."""
+    root.mkdir()
+    (root / "app.json").write_text('{"http": {"timeout": 30}}')
+    (root / "test_sample.py").write_text("def test_ok():\n    assert 6 * 7 == 42\n")
+    return root
+
+
+def test_daemon_with_sensors_serves_under_the_units_seccomp_rules(
+    spawn, notify_socket, memwarden_bin, tmp_path: Path
 ):
     """Under the unit's SystemCallFilter=, MemoryDenyWriteExecute=, RestrictAddressFamilies=
-    and RestrictNamespaces= (emulated with libseccomp), the daemon starts, stores and finds a
-    block over its HTTP API, reloads, and stops cleanly."""
+    and RestrictNamespaces= (emulated with libseccomp), the daemon starts an fs and a code_test
+    sensor, confirms a file fact and a test fact (running pytest) over its HTTP API, reloads,
+    and stops cleanly."""
     need_tool("systemd-analyze")  # the syscall groups come from systemd's own tables
-    argv = exec_start(SYSTEM_UNIT, binary=memwarden_bin, config=service_config)
+    project = _project(tmp_path / "project")
+    config = tmp_path / "memwarden.toml"
+    config.write_text(
+        f'home = "{tmp_path / "state"}"\n'
+        'log_format = "json"\n'
+        "[api]\nport = 0\n"
+        f'[sensors.files]\nkind = "fs"\nroots = ["{project}"]\n'
+        f'[sensors.tests]\nkind = "code_test"\nproject_root = "{project}"\n'
+        f'command = ["{sys.executable}", "-m", "pytest", "-p", "no:cacheprovider"]\n'
+    )
+    argv = exec_start(SYSTEM_UNIT, binary=memwarden_bin, config=config)
     sandboxed = [sys.executable, str(SANDBOX), str(SYSTEM_UNIT), "--", *argv]
     proc = _start(spawn, notify_socket, sandboxed)
-    notify_socket.expect(lambda m: m.get("READY") == "1", timeout_s=START_S, proc=proc)
+    ready = notify_socket.expect(lambda m: m.get("READY") == "1", timeout_s=START_S, proc=proc)
+    assert "2/2 sensors running" in ready["STATUS"]
 
     state = tmp_path / "state"
     url = json.loads((state / "api.json").read_text())["url"]
     token = (state / "token").read_text().strip()
     assert (state / "token").stat().st_mode & 0o777 == 0o600
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as client:
-        added = client.post("/v1/blocks", json={"content": "the sandbox lets the daemon work"})
-        assert added.status_code == 201, added.text
-        found = client.get("/v1/search", params={"q": "sandbox"})
+    facts = {
+        "timeout is 30 s": {
+            "sensor": "files",
+            "path": "app.json",
+            "key": "/http/timeout",
+            "equals": 30,
+        },
+        "the sample test passes": {"sensor": "tests", "test": "test_sample.py::test_ok"},
+    }
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
+        for content, binding in facts.items():
+            added = client.post("/v1/blocks", json={"content": content, "bindings": [binding]})
+            assert added.status_code == 201, added.text
+            block_id = added.json()["id"]
+            checked = client.post(f"/v1/blocks/{block_id}/revalidate", params={"wait": "20s"})
+            assert checked.status_code == 200, checked.text
+            assert checked.json()["block"]["state"] == "fresh", checked.json()
+        found = client.get("/v1/search", params={"q": "sample test"})
         assert found.status_code == 200, found.text
-        assert [h["block"]["id"] for h in found.json()["results"]] == [added.json()["id"]]
+        assert found.json()["results"][0]["block"]["content"] == "the sample test passes"
 
     proc.send_signal(signal.SIGHUP)
     notify_socket.expect(lambda m: "RELOADING" in m, timeout_s=10, proc=proc)

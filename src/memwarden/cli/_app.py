@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from memwarden import __version__
+from memwarden.cli._review import review_app
 from memwarden.errors import ConfigError, MemwardenError, ValidationInputError
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Work with the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+app.add_typer(review_app, name="review")
 
 out = Console()
 err = Console(stderr=True)
@@ -131,7 +133,7 @@ def config_check(
         for problem in problems:
             out.print(problem, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-    out.print(f"{file}: ok ({len(settings.sensors)} sensor(s))", highlight=False)
+    out.print(f"{file}: ok ({len(settings.sensors)} sensor(s))", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -480,15 +482,17 @@ def health(json_out: JsonOpt = False) -> None:
 
 @app.command()
 def tail(
-    since: Annotated[int, typer.Option(help="Start after this event seq (0: from now).")] = 0,
+    since: Annotated[
+        int | None, typer.Option(help="Start after this event seq (0: from the start).")
+    ] = None,
     count: Annotated[int, typer.Option(help="Stop after this many events (0: follow).")] = 0,
     json_out: JsonOpt = False,
 ) -> None:
     """Follow validation events live, as sensors report them."""
 
     async def api(c: AsyncClient) -> int:
-        after = since
-        if after == 0:
+        after = since or 0
+        if since is None:  # from now: skip what is already in the log
             latest = await c.follow(0, wait="0s", limit=1000)
             while len(latest) == 1000:
                 latest = await c.follow(latest[-1]["seq"], wait="0s", limit=1000)

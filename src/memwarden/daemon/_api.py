@@ -9,12 +9,13 @@ never a traceback.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import json
 import os
 import secrets
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import structlog
 import uvicorn
@@ -27,7 +28,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memwarden import __version__
 from memwarden.errors import MemwardenError, NotFoundError, StorageError, ValidationInputError
-from memwarden.memory import Block, NewBlock, parse_duration
+from memwarden.memory import Block, NewBlock, _reviews, parse_duration
+from memwarden.memory._model import MAX_CONTENT_CHARS
 from memwarden.memory._store import BlockPatch
 
 if TYPE_CHECKING:
@@ -110,6 +112,17 @@ class SearchAnswer(BaseModel):
 
 class ReviewRequest(BaseModel):
     reason: str = Field(min_length=1, max_length=1000)
+
+
+class ReviewDecision(BaseModel):
+    """A person's decision on a review item."""
+
+    decision: Literal["confirm", "reject", "edit"]
+    decided_by: str = Field(min_length=1, max_length=128, description="Who decides (recorded).")
+    comment: str = Field(default="", max_length=4096)
+    content: str | None = Field(
+        default=None, min_length=1, max_length=MAX_CONTENT_CHARS, description="For an edit."
+    )
 
 
 class RevalidateAnswer(BaseModel):
@@ -261,6 +274,39 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
     async def ask_review(block_id: str, body: ReviewRequest, _: Auth) -> dict[str, Any]:
         """Ask a human to confirm a block: it joins the review queue with the reason."""
         return await daemon.store.request_review(block_id, reason=body.reason)
+
+    @app.get("/v1/reviews", tags=["reviews"])
+    async def reviews(
+        _: Auth,
+        status: Literal["pending", "decided", "all"] = "pending",
+        limit: Annotated[int, Query(ge=1, le=10000)] = 100,
+    ) -> list[dict[str, Any]]:
+        """The human review queue: each item with its block and the reason."""
+        return await daemon.store.list_reviews(status=status, limit=limit)
+
+    @app.get("/v1/reviews/{review_id}", tags=["reviews"])
+    async def review(
+        review_id: str, _: Auth, events: Annotated[int, Query(ge=0, le=1000)] = 10
+    ) -> dict[str, Any]:
+        """One item: the block, the reason and the evidence (the block's last events)."""
+        return await daemon.store.get_review(review_id, events=events)
+
+    @app.post("/v1/reviews/{review_id}/decision", tags=["reviews"])
+    async def decide_review(review_id: str, body: ReviewDecision, _: Auth) -> dict[str, Any]:
+        """Confirm, reject or edit: an event from the review sensor, with who decided."""
+        sensor = next(
+            (n for n, r in sorted(daemon.runners.items()) if r.kind == "review"), "review"
+        )
+        return await _reviews.decide_review(
+            daemon.store,
+            review_id,
+            body.decision,
+            reviewer=body.decided_by,
+            comment=body.comment,
+            new_content=body.content,
+            sensor=sensor,
+            apply=functools.partial(daemon.bus.submit, sensor),  # committed before closing
+        )
 
     @app.get("/v1/search", tags=["search"])
     async def search(

@@ -351,6 +351,9 @@ class Daemon:
                 f"sensor {name!r} ({kind}) could not be created: {type(err).__name__}: {err}",
                 plugin=name,
             ) from err
+        use_store = getattr(sensor, "use_store", None)
+        if callable(use_store):  # a built-in that keeps its state in the store (review queue)
+            use_store(self.store)
         state_dir = self.settings.home / "sensors" / name
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         ctx = SensorContext(

@@ -17,7 +17,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memwarden.errors import NotFoundError, StorageError, ValidationInputError
-from memwarden.memory import _maintenance, _outbox
+from memwarden.memory import _maintenance, _outbox, _reviews
 from memwarden.memory._clock import Clock, SystemClock, from_ts
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
@@ -1272,6 +1272,40 @@ class Store:
     async def agent_high_water(self, agents: Sequence[str]) -> dict[str, int]:
         """The highest ``seq`` stored for each remote agent run (absent when none)."""
         return await _outbox.agent_high_water(self, agents)
+
+    # ------------------------------------------------------------------ human review queue
+    # Implemented in _reviews.py; these methods are its public face.
+
+    async def list_reviews(
+        self, *, status: str = "pending", limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Review items (``pending``, ``decided`` or ``all``), each with its block's summary."""
+        return await _reviews.list_reviews(self, status=status, limit=limit)
+
+    async def get_review(self, review_id: str, *, events: int = 10) -> dict[str, Any]:
+        """One review item with its block and the block's last events (the evidence)."""
+        return await _reviews.get_review(self, review_id, events=events)
+
+    async def decide_review(
+        self,
+        review_id: str,
+        decision: str,
+        *,
+        reviewer: str,
+        comment: str = "",
+        new_content: str | None = None,
+        sensor: str = "review",
+    ) -> dict[str, Any]:
+        """Confirm, reject or edit (``new_content``) a review item, recording who decided."""
+        return await _reviews.decide_review(
+            self,
+            review_id,
+            decision,
+            reviewer=reviewer,
+            comment=comment,
+            new_content=new_content,
+            sensor=sensor,
+        )
 
 
 def _apply_patch(rec: BlockRecord, changes: dict[str, Any], now: float, cfg: PolicyConfig) -> bool:

@@ -65,9 +65,6 @@ __all__ = [
     "resolve_pointer",
 ]
 
-_MISSING = object()
-
-
 def _compiles(value: str | None) -> str | None:
     if value is not None:
         try:
@@ -179,7 +176,7 @@ def host_allowed(host: str, allowed: list[str]) -> bool:
 
 
 def resolve_pointer(doc: Any, pointer: str) -> Any:
-    """The value at a JSON pointer (RFC 6901), or ``_MISSING``."""
+    """The value at a JSON pointer (RFC 6901); ``LookupError`` when there is none."""
     if pointer == "":
         return doc
     node = doc
@@ -190,7 +187,7 @@ def resolve_pointer(doc: Any, pointer: str) -> Any:
         elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
             node = node[int(token)]
         else:
-            return _MISSING
+            raise LookupError(pointer)
     return node
 
 
@@ -496,8 +493,9 @@ def _judge_key(selector: HttpBinding, text: str, observed: dict[str, Any]) -> st
         doc = json.loads(text)
     except ValueError:
         return "body is not JSON"
-    value = resolve_pointer(doc, selector.key)
-    if value is _MISSING:
+    try:
+        value = resolve_pointer(doc, selector.key)
+    except LookupError:
         return f"no {selector.key} in the body"
     observed["value"] = value
     if "equals" in selector.model_fields_set and not _same(value, selector.equals):

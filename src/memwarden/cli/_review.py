@@ -1,0 +1,236 @@
+"""``memwarden review``: the human review queue — list, show, confirm, reject, edit.
+
+Every command works against the running daemon (its ``/v1/reviews`` routes) or, with
+``--db``, on a database file directly. A decision records who decided (``--by``,
+default ``$USER``) and an optional ``--comment``.
+"""
+
+from __future__ import annotations
+
+import getpass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from memwarden.client import AsyncClient
+    from memwarden.memory._store import Store
+
+__all__ = ["review_app"]
+
+review_app = typer.Typer(
+    help="The human review queue: blocks waiting for a person to confirm, reject or edit.",
+    no_args_is_help=True,
+)
+
+# The same options as the other data commands (cli/_app.py, which imports this module).
+DbOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--db",
+        help="Work on this database file directly instead of the running daemon.",
+        envvar="MEMWARDEN_DB",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+IdArg = Annotated[str, typer.Argument(help="The review item's id (from `review list`).")]
+ByOpt = Annotated[
+    str | None,
+    typer.Option("--by", envvar="USER", help="Who decides (recorded). Default: $USER."),
+]
+CommentOpt = Annotated[str, typer.Option("--comment", "-m", help="Why (kept with the decision).")]
+
+
+def _cli() -> ModuleType:
+    from memwarden.cli import _app  # noqa: PLC0415 - _app imports this module at its top
+
+    return _app
+
+
+def _call(db: Path | None, *, api: Any, local: Any) -> Any:
+    return _cli()._call(db, api=api, local=local)  # noqa: SLF001 - the CLI's own helper
+
+
+def _reviewer(by: str | None) -> str:
+    if by and by.strip():
+        return by.strip()
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        raise _cli()._fail("who decides? pass --by NAME (or set $USER)", 2) from None  # noqa: SLF001
+
+
+# ---------------------------------------------------------------------- reading
+
+
+@review_app.command("list")
+def list_items(
+    status: Annotated[
+        str, typer.Option(help="pending, decided or all.", case_sensitive=False)
+    ] = "pending",
+    limit: Annotated[int, typer.Option(min=1, max=10000)] = 100,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """What waits for a person (oldest first), with the reason."""
+
+    async def api(c: AsyncClient) -> Any:
+        return await c._call("GET", "/v1/reviews", {"status": status, "limit": limit})  # noqa: SLF001 - no client method yet
+
+    async def local(s: Store) -> Any:
+        return await s.list_reviews(status=status, limit=limit)
+
+    items = _call(db, api=api, local=local)
+    cli = _cli()
+    if json_out:
+        cli._print_json(items)  # noqa: SLF001
+        return
+    if not items:
+        cli.out.print("no reviews pending" if status == "pending" else "no reviews")
+        return
+    table = Table("id", "block", "state", "r", "reason", "created", "decided")
+    for item in items:
+        block = item["block"] or {}
+        table.add_row(
+            item["id"],
+            (block.get("title") or block.get("content") or "(deleted)")[:50],
+            block.get("state", ""),
+            f"{block['reliability']:.2f}" if block else "",
+            item["reason"][:60],
+            item["created_at"][:19],
+            f"{item['decision']} by {item['decided_by']}" if item["decision"] else "",
+        )
+    cli.out.print(table)
+
+
+@review_app.command()
+def show(
+    review_id: IdArg,
+    events: Annotated[int, typer.Option(min=0, max=1000, help="How many events.")] = 10,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """One item: the block, the reason, and the evidence (its last events)."""
+
+    async def api(c: AsyncClient) -> Any:
+        return await c._call("GET", f"/v1/reviews/{review_id}", {"events": events})  # noqa: SLF001 - no client method yet
+
+    async def local(s: Store) -> Any:
+        return await s.get_review(review_id, events=events)
+
+    data = _call(db, api=api, local=local)
+    cli = _cli()
+    if json_out:
+        cli._print_json(data)  # noqa: SLF001
+        return
+    review, block = data["review"], data["block"]
+    out = cli.out
+    out.print(f"[bold]review {review['id']}[/bold] ({review['status']})", highlight=False)
+    out.print(f"reason: {review['reason']}", highlight=False, soft_wrap=True)
+    if review["decision"]:
+        out.print(
+            f"decided: {review['decision']} by {review['decided_by']} at "
+            f"{review['decided_at'][:19]}"
+            + (f" — {review['comment']}" if review["comment"] else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+    if block is None:
+        out.print("the block was deleted")
+        return
+    v = block["validation"]
+    out.print(f"\n[bold]{block['title'] or block['id']}[/bold]", highlight=False)
+    out.print(block["content"], highlight=False, soft_wrap=True)
+    out.print(
+        f"state {block['state']} · reliability {v['reliability']:.2f} · validated "
+        f"{(v['validated_at'] or 'never')[:19]}"
+        + (f" by {v['validated_by']}" if v["validated_by"] else ""),
+        highlight=False,
+    )
+    if data["events"]:
+        table = Table("observed", "sensor", "outcome", "message")
+        for e in data["events"]:
+            table.add_row(e["observed_at"][:19], e["sensor"], e["outcome"], e["message"][:70])
+        out.print(table)
+
+
+# ---------------------------------------------------------------------- deciding
+
+
+def _decide(
+    review_id: str,
+    decision: str,
+    *,
+    by: str | None,
+    comment: str,
+    content: str | None,
+    db: Path | None,
+    json_out: bool,
+) -> None:
+    reviewer = _reviewer(by)
+    body: dict[str, Any] = {"decision": decision, "decided_by": reviewer, "comment": comment}
+    if content is not None:
+        body["content"] = content
+
+    async def api(c: AsyncClient) -> Any:
+        return await c._call("POST", f"/v1/reviews/{review_id}/decision", None, body)  # noqa: SLF001 - no client method yet
+
+    async def local(s: Store) -> Any:
+        return await s.decide_review(
+            review_id, decision, reviewer=reviewer, comment=comment, new_content=content
+        )
+
+    data = _call(db, api=api, local=local)
+    cli = _cli()
+    if json_out:
+        cli._print_json(data)  # noqa: SLF001
+        return
+    block = data["block"]
+    done = {"confirm": "confirmed", "reject": "rejected", "edit": "edited and confirmed"}[decision]
+    now = (
+        "the block is gone"
+        if block is None
+        else f"now {block['state']} (reliability {block['validation']['reliability']:.2f})"
+    )
+    cli.out.print(f"{done} {data['review']['block_id']} as {reviewer}: {now}", highlight=False)
+
+
+@review_app.command()
+def confirm(
+    review_id: IdArg,
+    by: ByOpt = None,
+    comment: CommentOpt = "",
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The block is true: confirm it (reliability 0.95)."""
+    _decide(review_id, "confirm", by=by, comment=comment, content=None, db=db, json_out=json_out)
+
+
+@review_app.command()
+def reject(
+    review_id: IdArg,
+    by: ByOpt = None,
+    comment: CommentOpt = "",
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The block is false: refute it (a human's refutation is hard at once)."""
+    _decide(review_id, "reject", by=by, comment=comment, content=None, db=db, json_out=json_out)
+
+
+@review_app.command()
+def edit(
+    review_id: IdArg,
+    content: Annotated[str, typer.Option("--content", help="The corrected text.")],
+    by: ByOpt = None,
+    comment: CommentOpt = "",
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Replace the block's text (the old version stays in its history) and confirm it."""
+    _decide(review_id, "edit", by=by, comment=comment, content=content, db=db, json_out=json_out)

@@ -1,0 +1,151 @@
+"""Configuration: file > defaults, env over file, every problem reported with its path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from memwarden.cli import app
+from memwarden.daemon import load_settings
+from memwarden.errors import ConfigError
+
+ONLY_EXAMPLE = {"MEMWARDEN_PLUGINS": "envvar"}  # the installed example plugin, nothing else
+
+
+@pytest.fixture
+def cli(isolated_logging):
+    """``cli(*args, env=...)``: run ``memwarden`` in-process; returns the click Result."""
+    runner = CliRunner()
+    return lambda *args, env=None: runner.invoke(app, list(args), env=env or ONLY_EXAMPLE)
+
+
+def test_config_check_prints_every_problem(cli, config_file):
+    """`config check` lists each problem as `path: message` and exits 1."""
+    path = config_file(
+        """
+        bogus = 1
+        [api]
+        port = "http"
+        [bus]
+        queue_per_source = 0
+        [scheduler]
+        sweep_interval = "5 minutes"
+        """
+    )
+    result = cli("config", "check", str(path))
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert "bogus: unknown setting" in lines
+    assert "api.port: Input should be a valid integer, unable to parse string as an integer" in lines
+    assert "bus.queue_per_source: Input should be greater than or equal to 1" in lines
+    assert any(line.startswith("scheduler.sweep_interval: '5 minutes' is not a duration (use 30s") for line in lines)
+    assert "Traceback" not in result.output
+
+
+def test_config_check_checks_each_sensors_own_options(cli, config_file):
+    """A sensor's table is checked by its plugin's Config model, and unknown kinds are named."""
+    path = config_file(
+        """
+        [sensors.envvar]
+        intervall_s = 5
+        reliability = 2
+        [sensors.mystery]
+        """
+    )
+    result = cli("config", "check", str(path))
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert "sensors.envvar.intervall_s: unknown setting" in lines
+    assert "sensors.envvar.reliability: Input should be less than or equal to 1" in lines
+    assert lines[-1].startswith("sensors.mystery.kind: no sensor plugin named 'mystery' (known: envvar)")
+
+
+def test_config_check_accepts_a_valid_file(cli, config_file):
+    """A valid file exits 0 and says how many sensors it configures."""
+    path = config_file(
+        """
+        log_level = "debug"
+        [sensors.envvar]
+        allow = ["APP_*"]
+        startup = "error"
+        revalidate_timeout = "5s"
+        [sensors.envvar.restart]
+        backoff_max = "30s"
+        """
+    )
+    result = cli("config", "check", str(path))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"{path}: ok (1 sensor(s))"
+
+
+def test_config_check_missing_or_broken_file(cli, tmp_path, config_file):
+    """A missing file and a file that is not TOML are reported, not raised."""
+    result = cli("config", "check", str(tmp_path / "nope.toml"))
+    assert result.exit_code == 1
+    assert "no such configuration file" in result.stdout
+    result = cli("config", "check", str(config_file("[api\n")))
+    assert result.exit_code == 1
+    assert "not valid TOML" in result.stdout
+
+
+def test_run_with_a_bad_file_exits_1_with_the_problems(cli, config_file):
+    """`memwarden run` with an invalid file prints the problems and exits 1 before starting."""
+    result = cli("run", "--config", str(config_file("[bus]\nbatch_max = -1\n")))
+    assert result.exit_code == 1
+    assert "bus.batch_max: Input should be greater than or equal to 1" in result.stderr
+
+
+def test_environment_overrides_the_file(config_file, tmp_path):
+    """MEMWARDEN_API__PORT (nested with __) wins over the file; the file over the defaults."""
+    path = config_file("[api]\nport = 7000\nhost = '127.0.0.2'\n")
+    settings = load_settings(path, env={"MEMWARDEN_API__PORT": "9999", "MEMWARDEN_HOME": str(tmp_path)})
+    assert settings.api.port == 9999
+    assert settings.api.host == "127.0.0.2"
+    assert settings.home == tmp_path
+    assert load_settings(path, env={}, api={"port": 1234}).api.port == 1234  # arguments win
+
+
+def test_environment_values_are_validated(config_file):
+    """A bad value from the environment is reported with its path like one from the file."""
+    with pytest.raises(ConfigError) as err:
+        load_settings(None, env={"MEMWARDEN_API__PORT": "99999"})
+    assert err.value.problems == ["api.port: Input should be less than or equal to 65535"]
+
+
+def test_no_file_at_all_works(tmp_path):
+    """Without a file the defaults apply; home follows XDG_STATE_HOME."""
+    settings = load_settings(None, env={"XDG_STATE_HOME": str(tmp_path)})
+    assert settings.home == tmp_path / "memwarden"
+    assert settings.db_path == tmp_path / "memwarden" / "memwarden.db"
+    assert settings.sensors == {}
+    assert settings.api.host == "127.0.0.1"  # loopback by default
+
+
+def test_plugin_allowlist_comes_from_the_environment():
+    """MEMWARDEN_PLUGINS is a comma-separated allowlist of plugins to load."""
+    settings = load_settings(None, env={"MEMWARDEN_PLUGINS": "fs, envvar,"})
+    assert settings.plugin_allowlist == ["fs", "envvar"]
+    assert load_settings(None, env={}).plugin_allowlist is None
+
+
+def test_sensor_names_are_checked():
+    """A sensor table name that could not be a sensor id is refused with the rule."""
+    with pytest.raises(ConfigError) as err:
+        load_settings(None, env={}, sensors={"My Sensor": {}})
+    assert "sensor name 'My Sensor' must match" in err.value.problems[0]
+
+
+def test_sensor_settings_split_options_from_supervision():
+    """Supervision keys are the daemon's; every other key goes to the sensor's Config."""
+    settings = load_settings(
+        None,
+        env={},
+        sensors={"x": {"startup": "ignore", "restart": {"crash_loop_restarts": 2}, "path": "/srv"}},
+    )
+    x = settings.sensors["x"]
+    assert x.options == {"path": "/srv"}
+    assert x.restart.crash_loop_restarts == 2
+    assert x.revalidate_timeout is None  # the rules' revalidation_timeout applies
+    assert Path(str(settings.home))  # a path, resolved
