@@ -6,6 +6,8 @@ need=()
 command -v sqlite3 >/dev/null 2>&1 || true   # the Python module is enough; the CLI is optional
 # The runtime sensor's tests run real Nagios plugins (check_tcp, check_procs, check_disk).
 [ -x /usr/lib/nagios/plugins/check_tcp ] || need+=(monitoring-plugins-basic)
+# The review page is tested in a real headless Chromium (Playwright drives the system one).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "${CI:-}" = "true" ] && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"

@@ -7,6 +7,7 @@ event is polled with a deadline (``eventually``).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import textwrap
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +26,13 @@ if TYPE_CHECKING:
 async def eventually(
     predicate: Callable[[], Any], *, timeout_s: float = 10.0, interval_s: float = 0.005
 ) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``."""
+    """Poll ``predicate`` (sync or async) until it returns something truthy, or fail."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
         value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if loop.time() > deadline:

@@ -20,13 +20,19 @@ from memwarden.sensors.fs import STATE_FILE
 from tests.sensors.conftest import Watch, eventually, outcomes
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
     from pathlib import Path
+    from typing import Any
 
 STRUCTURED = {
     "json": ("app.json", '{"http": {"timeout": 30}}', '{"http": {"timeout": 31}}'),
     "toml": ("app.toml", "[http]\ntimeout = 30\n", "[http]\ntimeout = 31\n"),
     "yaml": ("app.yaml", "http:\n  timeout: 30\n", "http:\n  timeout: 31\n"),
 }
+
+
+async def _is(value: Awaitable[str], want: str) -> bool:
+    return await value == want
 
 
 def _write(path: Path, text: str) -> None:
@@ -387,3 +393,57 @@ def test_json_pointer_and_strict_equality():
     assert fc.same_json(30, 30.0)
     assert not fc.same_json(True, 1)
     assert not fc.same_json({"a": 1}, {"a": True})
+
+
+# ---------------------------------------------------------------------- in the daemon
+
+
+async def test_in_the_daemon_a_write_reaches_the_store_and_outside_paths_are_refused(
+    fs_root, tmp_path
+):
+    """Through the daemon: add_block refuses a path outside the roots; a write refutes."""
+    from memwarden.daemon import Daemon, load_settings  # noqa: PLC0415 - daemon-level test
+    from memwarden.plugins import Registry  # noqa: PLC0415
+    from memwarden.sensors import FsSensor  # noqa: PLC0415
+
+    (fs_root / "app.json").write_text('{"http": {"timeout": 30}}')
+    settings = load_settings(
+        None,
+        env={},
+        home=tmp_path / "home",
+        api={"enabled": False},
+        sensors={"fs": {"roots": [str(fs_root)], "debounce_ms": 10, "startup": "error"}},
+    )
+    daemon = Daemon(settings, registry=Registry.from_classes({"fs": FsSensor}))
+    task = asyncio.create_task(daemon.run())
+    try:
+        await asyncio.wait_for(daemon.ready(), 20)
+        with pytest.raises(ValidationInputError) as err:
+            await daemon.add_block(
+                {"content": "x", "bindings": [{"sensor": "fs", "path": "/etc/hostname"}]}
+            )
+        assert err.value.errors[0][0].startswith("bindings.0")
+        assert "outside the allowed roots" in str(err.value)
+
+        block = await daemon.add_block(
+            {
+                "content": "The API timeout is 30 s",
+                "bindings": [
+                    {"sensor": "fs", "path": "app.json", "key": "/http/timeout", "equals": 30}
+                ],
+            }
+        )
+
+        async def state() -> str:
+            return str((await daemon.store.get(block.id)).state)
+
+        async def refutations() -> list[Any]:
+            return [e for e in await daemon.store.events_for(block.id) if e.outcome == "refuted"]
+
+        await eventually(lambda: _is(state(), "fresh"))
+        (fs_root / "app.json").write_text('{"http": {"timeout": 45}}')
+        [refuted] = await eventually(refutations)
+        assert refuted.observed == 45
+    finally:
+        daemon.request_stop()
+        await asyncio.wait_for(task, 20)

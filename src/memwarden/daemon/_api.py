@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memwarden import __version__
+from memwarden.daemon._web import ReviewSessions, review_router
 from memwarden.errors import MemwardenError, NotFoundError, StorageError, ValidationInputError
 from memwarden.memory import Block, NewBlock, _reviews, parse_duration
 from memwarden.memory._model import MAX_CONTENT_CHARS
@@ -108,6 +109,10 @@ class SearchAnswer(BaseModel):
     observations: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Read through: what each checked block's sensor saw."
     )
+
+
+class ReviewLinkRequest(BaseModel):
+    reviewer: str = Field(min_length=1, max_length=128, description="Who will sign in.")
 
 
 class ReviewRequest(BaseModel):
@@ -211,6 +216,17 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
     async def _crashed(_: Request, exc: Exception) -> JSONResponse:
         log.error("api_error", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
         return JSONResponse({"detail": "internal error (see the daemon log)"}, status_code=500)
+
+    sessions = ReviewSessions()
+    app.state.review_sessions = sessions
+    app.include_router(review_router(daemon, sessions))
+
+    @app.post("/v1/review-links", tags=["reviews"])
+    async def review_link(body: ReviewLinkRequest, request: Request, _: Auth) -> dict[str, str]:
+        """A one-time sign-in link to the review page for a named reviewer (10 minutes)."""
+        token = sessions.new_link(body.reviewer)
+        base = str(request.base_url).rstrip("/")
+        return {"url": f"{base}/review/login?token={token}", "reviewer": body.reviewer}
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:

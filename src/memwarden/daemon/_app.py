@@ -26,6 +26,7 @@ from memwarden.daemon._config import (
     validate_sensor_options,
 )
 from memwarden.daemon._metrics import DaemonMetrics
+from memwarden.daemon._mqtt import MqttBridge
 from memwarden.daemon._notify import Notifier
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
 from memwarden.errors import (
@@ -98,6 +99,7 @@ class Daemon:
         self.api: ApiServer | None = None
         self._answer_waiters: dict[str, asyncio.Future[None]] = {}
         self._applied = asyncio.Condition()
+        self.mqtt: MqttBridge | None = None  # the MQTT bridge, when [mqtt] is configured
 
     # ------------------------------------------------------------------ accessors
 
@@ -169,12 +171,24 @@ class Daemon:
                 batch_max=s.bus.batch_max,
                 on_applied=self._on_applied,
             )
+            if s.mqtt is not None:  # closed after the TaskGroup, before the store
+                self.mqtt = await stack.enter_async_context(
+                    MqttBridge(
+                        s.mqtt,
+                        store=store,
+                        bus=self._bus,
+                        remote_sensors=self.remote_sensors,
+                        clock=self.clock,
+                        drain_timeout_s=s.bus.drain_timeout.total_seconds(),
+                    )
+                )
             self._scheduler = Scheduler(
                 store=store,
                 bus=self._bus,
                 runners=lambda: self.runners,
                 settings=s.scheduler,
                 down_since=down_since,
+                remote=self.mqtt,
             )
             if self._signals:
                 self._install_signals()
@@ -299,7 +313,7 @@ class Daemon:
         problems: list[str] = []
         unavailable: dict[str, str] = {}
         for name, conf in sensors.items():
-            if not conf.enabled:
+            if not conf.enabled or conf.remote:  # a remote sensor runs in `memwarden agent`
                 continue
             kind = conf.kind or name
             failure = self.registry.failures.get(kind)
@@ -452,6 +466,8 @@ class Daemon:
         for name in sorted(dirty):
             runner = self.runners.get(name)
             if runner is None:
+                if self.mqtt is not None and name in self.remote_sensors():
+                    await self.mqtt.publish_bindings(name)  # its agent learns them (retained)
                 continue
             bound = []
             for block_id, binding in await self.store.bindings_for_sensor(name):
@@ -475,8 +491,15 @@ class Daemon:
         """
         errors: list[tuple[str, str]] = []
         out: list[Binding] = []
+        remote = self.remote_sensors()
         for i, binding in enumerate(bindings):
             runner = self.runners.get(binding.sensor)
+            if runner is None and binding.sensor in remote:
+                # Its plugin runs on the agent's host: the selector is checked there.
+                if not binding.subject:
+                    errors.append((f"bindings.{i}", "names no subject (path, test, url, check)"))
+                out.append(binding)
+                continue
             if runner is None:
                 known = ", ".join(sorted(self.runners)) or "none configured"
                 errors.append(
@@ -565,10 +588,11 @@ class Daemon:
             kwargs["session"] = session
         hits = await self.store.search(query, **kwargs)
         quick = (Volatility.HIGH, Volatility.EPHEMERAL)
+        remote = self.remote_sensors()
         to_check = [
             h.block.id
             for h in hits
-            if any(b.sensor in self.runners for b in h.block.bindings)
+            if any(b.sensor in self.runners or b.sensor in remote for b in h.block.bindings)
             and h.stale
             and (fresh or h.block.volatility in quick)
         ]
@@ -619,6 +643,7 @@ class Daemon:
             "counts": counts,
             "sensors": self.sensor_status(),
             "dead_letters": counts.get("dead_letters", 0),
+            **({"mqtt": await self.mqtt.health()} if self.mqtt is not None else {}),
         }
 
     # ------------------------------------------------------------------ status
@@ -647,6 +672,8 @@ class Daemon:
                 before=change.before,
                 after=change.after,
             )
+        if self.mqtt is not None:
+            await self.mqtt.on_applied(result)  # state changes out, answered requests off
 
     async def _status_line(self) -> str:
         counts = await self.store.counts()
@@ -668,6 +695,10 @@ class Daemon:
                     self.notifier.status(await self._status_line())
             await asyncio.sleep(interval)
 
+    def remote_sensors(self) -> dict[str, SensorSettings]:
+        """The enabled sensors that run on another host (``remote = true``), by name."""
+        return {n: c for n, c in self.settings.sensors.items() if c.remote and c.enabled}
+
     def sensor_status(self) -> list[dict[str, Any]]:
         out = []
         for name, runner in sorted(self.runners.items()):
@@ -680,6 +711,8 @@ class Daemon:
                     **runner.counters.as_dict(),
                 }
             )
+        if self.mqtt is not None:
+            out.extend(self.mqtt.sensor_status())  # remote sensors: as their agents report
         for name, error in sorted(self.unavailable.items()):
             if name not in self.runners:
                 out.append({"name": name, "status": "load_failed", "error": error})

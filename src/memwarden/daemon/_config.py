@@ -50,6 +50,7 @@ __all__ = [
     "StoreSettings",
     "default_home",
     "format_problems",
+    "hostname_id",
     "load_settings",
     "sensor_option_problems",
     "validate_sensor_options",
@@ -168,7 +169,7 @@ _TOPIC_LEVEL = re.compile(r"[^/+#\x00]+")
 _AGENT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
-def _hostname_id() -> str:
+def hostname_id() -> str:
     """This host's name, reduced to what a topic level and a client id may hold."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname() or "localhost")
     return name[:64] or "localhost"
@@ -287,7 +288,7 @@ class AgentSettings(BaseModel):
     model_config = _FROZEN
 
     id: str = Field(
-        default_factory=_hostname_id, description="Names this agent in topics; default: hostname."
+        default_factory=hostname_id, description="Names this agent in topics; default: hostname."
     )
     state_dir: Path | None = Field(default=None, description="Default: <home>/agent")
     queue_max: Annotated[int, Field(ge=1)] = Field(

@@ -94,6 +94,8 @@ class _DaemonCollector(Collector):
         yield restarts
         yield timeouts
         yield up
+        if self.daemon.mqtt is not None:  # memwarden_mqtt_gaps_total{agent} and friends
+            yield from self.daemon.mqtt.metrics()
 
 
 async def render(daemon: Daemon) -> tuple[bytes, str]:

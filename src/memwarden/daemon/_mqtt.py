@@ -1,0 +1,1055 @@
+"""The MQTT bridge: remote sensors' events in, state changes and revalidation requests out.
+
+Topics, under a prefix (``memwarden/v1`` by default; see ``docs/MQTT.md``)::
+
+    events/<sensor>            in   a ValidationEvent (JSON, QoS 1) from a remote sensor
+    agents/<agent>/status      in   an agent's birth / last will (retained JSON)
+    agents/<agent>/heartbeat   in   an agent's last published sequence number (QoS 1)
+    agents/<agent>/resend      out  {"agent", "from_seq", "to_seq"}: re-send a gap
+    revalidate/<sensor>        out  a RevalidationRequest for a remote sensor (QoS 1)
+    bindings/<sensor>          out  [{"block_id", "binding"}] a remote sensor owns (retained)
+    blocks/<id>/state          out  a block's state change (QoS 1, not retained)
+    status                     out  ``online`` / ``offline`` (birth and last will, retained)
+
+**Ack after commit.** The subscription is QoS 1 in a persistent session (MQTT 3.1.1,
+``clean_session=False``, a stable client id): the broker keeps what arrives while we
+are away. A message is acknowledged (PUBACK) only after :meth:`Bus.submit` returned,
+that is after its transaction committed; if we die first, the broker redelivers it on
+the next connection and the event's ``event_id`` stores it once.
+
+**Loss you can see.** A broker may still drop messages (a full queue, a crash before
+it saved them). Every agent numbers its events (``agent`` = ``<agent id>/<run>``,
+``seq`` = 1, 2, ...); a jump, or a heartbeat announcing a higher number than we have,
+is a gap: counted per agent, logged, shown in health and ``/metrics``, and the agent
+is asked to re-send it from its history.
+
+**Nothing we publish is lost to a disconnect**: while the broker is away (and for
+anything still waiting for its PUBACK when the connection drops) messages go to a
+bounded outbox table in the store, flushed first on reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import json
+import math
+import re
+import ssl
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Self
+
+import aiomqtt
+import structlog
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from pydantic import ValidationError
+
+from memwarden.daemon._config import hostname_id
+from memwarden.errors import ConfigError, StorageError, ValidationInputError
+from memwarden.memory import Outcome, ValidationEvent, from_ts
+from memwarden.plugins import Backoff
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+    from types import TracebackType
+
+    from prometheus_client.core import Metric
+
+    from memwarden.daemon._bus import Bus
+    from memwarden.daemon._config import MqttSettings, SensorSettings
+    from memwarden.memory import Clock, RevalidationRequest
+    from memwarden.memory._store import ApplyResult, Store
+
+__all__ = [
+    "GapTracker",
+    "MqttBridge",
+    "Topics",
+    "keep_connected",
+    "make_client",
+    "manual_acks",
+    "split_agent",
+    "tls_context",
+]
+
+log = structlog.get_logger("memwarden.mqtt")
+
+_AGENT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_SOURCE = "remote:mqtt"
+
+
+# ---------------------------------------------------------------------- shared pieces
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """The topic names under one prefix (the same on the daemon's and the agent's side)."""
+
+    prefix: str
+
+    def events(self, sensor: str = "+") -> str:
+        return f"{self.prefix}/events/{sensor}"
+
+    def revalidate(self, sensor: str = "+") -> str:
+        return f"{self.prefix}/revalidate/{sensor}"
+
+    def bindings(self, sensor: str = "+") -> str:
+        return f"{self.prefix}/bindings/{sensor}"
+
+    def block_state(self, block_id: str = "+") -> str:
+        return f"{self.prefix}/blocks/{block_id}/state"
+
+    @property
+    def status(self) -> str:
+        return f"{self.prefix}/status"
+
+    def agent_status(self, agent_id: str = "+") -> str:
+        return f"{self.prefix}/agents/{agent_id}/status"
+
+    def agent_heartbeat(self, agent_id: str = "+") -> str:
+        return f"{self.prefix}/agents/{agent_id}/heartbeat"
+
+    def agent_resend(self, agent_id: str = "+") -> str:
+        return f"{self.prefix}/agents/{agent_id}/resend"
+
+    def relative(self, topic: str) -> list[str] | None:
+        """The levels after the prefix (None for a topic outside it)."""
+        head = self.prefix + "/"
+        return topic[len(head) :].split("/") if topic.startswith(head) else None
+
+
+def split_agent(agent: str) -> tuple[str, str]:
+    """``"<agent id>/<run>"`` -> ``(agent id, run)``; a bare id has an empty run."""
+    agent_id, sep, run = agent.rpartition("/")
+    return (agent_id, run) if sep else (agent, "")
+
+
+def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
+    """The TLS context for ``mqtts://`` (None for ``mqtt://``); ConfigError on bad files."""
+    if not settings.tls:
+        return None
+    try:
+        ctx = ssl.create_default_context(
+            cafile=str(settings.ca_file) if settings.ca_file is not None else None
+        )
+        if settings.cert_file is not None:
+            ctx.load_cert_chain(settings.cert_file, settings.key_file)
+    except (OSError, ssl.SSLError) as err:
+        raise ConfigError(f"mqtt: cannot load the TLS files: {err}") from err
+    if settings.tls_insecure:
+        ctx.check_hostname = False
+    return ctx
+
+
+def make_client(
+    settings: MqttSettings,
+    *,
+    client_id: str,
+    will: aiomqtt.Will | None,
+    tls: ssl.SSLContext | None,
+) -> aiomqtt.Client:
+    """An aiomqtt client for one connection: MQTT 3.1.1, persistent session, QoS 1 window."""
+    password = settings.password.get_secret_value() if settings.password is not None else None
+    client = aiomqtt.Client(
+        settings.host,
+        settings.port,
+        username=settings.username,
+        password=password,
+        identifier=client_id,
+        protocol=aiomqtt.ProtocolVersion.V311,
+        clean_session=False,  # the broker keeps our subscriptions and queues while we are away
+        will=will,
+        keepalive=settings.keepalive_s,
+        timeout=settings.connect_timeout.total_seconds(),
+        tls_context=tls,
+        max_inflight_messages=settings.inflight_max,
+    )
+    # aiomqtt warns once per call beyond this many unanswered calls; our window is larger.
+    client.pending_calls_threshold = settings.inflight_max + 16
+    return client
+
+
+def manual_acks(client: aiomqtt.Client) -> Callable[[aiomqtt.Message], None]:
+    """Turn off automatic PUBACKs on ``client``; returns the function that sends one.
+
+    aiomqtt acknowledges a QoS 1 message as soon as it is received and offers no
+    delayed acknowledgement. paho-mqtt 2, which it wraps, does: ``manual_ack_set(True)``
+    before connecting, then ``ack(mid, qos)`` per message. This is the one place we
+    reach through aiomqtt to its paho client (``client._client``); call it before
+    ``async with client`` and only ack messages of that same connection (message ids
+    are per connection). paho runs in the event loop's thread here, so ``ack`` is safe
+    to call from a coroutine.
+    """
+    paho = client._client  # noqa: SLF001 - see the docstring: the only private access
+    paho.manual_ack_set(on=True)
+
+    def ack(message: aiomqtt.Message) -> None:
+        paho.ack(message.mid, message.qos)
+
+    return ack
+
+
+def _describe(err: BaseException) -> str:
+    while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
+        err = err.exceptions[0]
+    return f"{type(err).__name__}: {err}"
+
+
+def _is_mqtt_error(err: BaseException) -> bool:
+    if isinstance(err, BaseExceptionGroup):
+        return all(_is_mqtt_error(e) for e in err.exceptions)
+    return isinstance(err, aiomqtt.MqttError | OSError)
+
+
+async def keep_connected(
+    session: Callable[[], Awaitable[None]],
+    *,
+    stopping: asyncio.Event,
+    backoff: Backoff,
+    healthy_after_s: float = 30.0,
+    what: str = "mqtt",
+) -> None:
+    """Run ``session`` (one connection) again and again until ``stopping`` is set.
+
+    Between attempts: capped full-jitter backoff, reset after a session that lasted
+    ``healthy_after_s``. A lost connection is a warning; anything else an error with
+    its traceback. Either way we try again; cancellation always propagates.
+    """
+    loop = asyncio.get_running_loop()
+    attempt = 0
+    while not stopping.is_set():
+        began = loop.time()
+        try:
+            await session()
+        except Exception as err:  # a broken connection never stops the process
+            if _is_mqtt_error(err):
+                log.warning("mqtt_disconnected", client=what, error=_describe(err))
+            else:
+                log.error("mqtt_session_failed", client=what, error=_describe(err), exc_info=err)
+        if stopping.is_set():
+            return
+        if loop.time() - began >= healthy_after_s:
+            attempt = 0
+        attempt += 1
+        delay = backoff.delay(attempt)
+        log.info("mqtt_reconnecting", client=what, attempt=attempt, delay_s=round(delay, 3))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), timeout=delay)
+
+
+# ---------------------------------------------------------------------- gap detection
+
+
+@dataclass(slots=True)
+class _Run:
+    high: int = 0  # the highest sequence number seen (or announced) so far
+    missing: list[list[int]] = field(default_factory=list)  # sorted [from, to], inclusive
+
+
+@dataclass(slots=True)
+class AgentGaps:
+    """What gap detection knows about one agent (all its runs)."""
+
+    run: str = ""
+    last_seq: int = 0
+    gaps: int = 0  # events found missing (ever)
+    recovered: int = 0  # of those, arrived later (a re-send, a late redelivery)
+    resends: int = 0  # re-send requests sent
+    missing: int = 0  # missing now
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "last_seq": self.last_seq,
+            "gaps": self.gaps,
+            "recovered": self.recovered,
+            "missing": self.missing,
+            "resends": self.resends,
+        }
+
+
+class GapTracker:
+    """Per agent run, which sequence numbers never arrived.
+
+    Pure bookkeeping (no I/O): the bridge tells it what it saw and what an agent
+    announced; it answers with the new gaps to ask for.
+    """
+
+    def __init__(self, *, max_runs: int = 1024, max_ranges: int = 1024) -> None:
+        self._runs: collections.OrderedDict[str, _Run] = collections.OrderedDict()
+        self.agents: dict[str, AgentGaps] = {}
+        self._max_runs = max_runs
+        self._max_ranges = max_ranges
+
+    def known(self, agent: str) -> bool:
+        return agent in self._runs
+
+    def begin(self, agent: str, high_water: int = 0) -> None:
+        """Start following a run whose events up to ``high_water`` are already stored."""
+        if agent in self._runs:
+            return
+        self._runs[agent] = _Run(high=high_water)
+        while len(self._runs) > self._max_runs:
+            old, run = self._runs.popitem(last=False)
+            self._stats(old).missing -= sum(b - a + 1 for a, b in run.missing)
+        stats = self._stats(agent)
+        stats.run = split_agent(agent)[1]
+        stats.last_seq = max(stats.last_seq, high_water) if stats.run else high_water
+
+    def seen(self, agent: str, seq: int) -> tuple[int, int] | None:
+        """An event numbered ``seq`` arrived; returns the gap it reveals, if any."""
+        run = self._runs.get(agent)
+        if run is None:
+            self.begin(agent)
+            run = self._runs[agent]
+        stats = self._stats(agent)
+        if seq > run.high:
+            gap = (run.high + 1, seq - 1) if seq > run.high + 1 else None
+            if gap is not None:
+                self._add(agent, run, gap)
+            run.high = seq
+            stats.last_seq = seq
+            return gap
+        if self._remove(run, seq):
+            stats.recovered += 1
+            stats.missing -= 1
+        return None
+
+    def announced(self, agent: str, seq: int) -> tuple[int, int] | None:
+        """The agent says it published up to ``seq``; what we lack up to there is a gap."""
+        run = self._runs.get(agent)
+        if run is None:
+            self.begin(agent)
+            run = self._runs[agent]
+        if seq <= run.high:
+            return None
+        gap = (run.high + 1, seq)
+        self._add(agent, run, gap)
+        run.high = seq
+        return gap
+
+    def missing_ranges(self, agent: str) -> list[tuple[int, int]]:
+        run = self._runs.get(agent)
+        return [] if run is None else [(a, b) for a, b in run.missing]
+
+    def _stats(self, agent: str) -> AgentGaps:
+        agent_id = split_agent(agent)[0]
+        stats = self.agents.get(agent_id)
+        if stats is None:
+            stats = self.agents[agent_id] = AgentGaps()
+        return stats
+
+    def _add(self, agent: str, run: _Run, gap: tuple[int, int]) -> None:
+        n = gap[1] - gap[0] + 1
+        stats = self._stats(agent)
+        stats.gaps += n
+        stats.missing += n
+        run.missing.append([gap[0], gap[1]])
+        if len(run.missing) > self._max_ranges:  # give up on the oldest (still counted)
+            a, b = run.missing.pop(0)
+            stats.missing -= b - a + 1
+
+    @staticmethod
+    def _remove(run: _Run, seq: int) -> bool:
+        for i, (a, b) in enumerate(run.missing):
+            if a <= seq <= b:
+                pieces = [[a, seq - 1]] if a < seq else []
+                if seq < b:
+                    pieces.append([seq + 1, b])
+                run.missing[i : i + 1] = pieces
+                return True
+        return False
+
+
+# ---------------------------------------------------------------------- the bridge
+
+
+class _Rejected(Exception):  # noqa: N818 - a control-flow signal, not an error we report
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class _Out:
+    topic: str
+    payload: bytes
+    qos: int = 1
+    retain: bool = False
+
+
+@dataclass(slots=True)
+class _Agent:
+    """What an agent last said about itself."""
+
+    status: str = "unknown"
+    agent: str = ""
+    sensors: list[str] = field(default_factory=list)
+    heartbeat_s: float | None = None
+    since: float = 0.0
+    last_heartbeat: float | None = None
+    reason: str = ""
+
+
+class MqttBridge:
+    """Connects the daemon to an MQTT broker; an async context manager.
+
+    Entering starts one background task (``mqtt.bridge``) that owns a TaskGroup and
+    keeps a connection up (reconnecting with capped full-jitter backoff); it does not
+    wait for the broker: ``await bridge.connected()`` does. Leaving stops taking
+    events, publishes what is queued (within ``drain_timeout_s``), says ``offline``,
+    disconnects cleanly and keeps whatever could not be sent in the outbox.
+    """
+
+    def __init__(
+        self,
+        settings: MqttSettings,
+        *,
+        store: Store,
+        bus: Bus,
+        remote_sensors: Callable[[], Mapping[str, SensorSettings]],
+        clock: Clock,
+        drain_timeout_s: float = 5.0,
+        live_max: int = 10_000,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.bus = bus
+        self.clock = clock
+        self.topics = Topics(settings.prefix)
+        self.client_id = settings.client_id or f"memwarden-{hostname_id()}"
+        self._remote = remote_sensors
+        self._tls = tls_context(settings)
+        self._drain_s = drain_timeout_s
+        self._backoff = Backoff(
+            base_s=settings.backoff_initial.total_seconds(),
+            cap_s=settings.backoff_max.total_seconds(),
+        )
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+        self._connected = asyncio.Event()
+        self._disconnected = asyncio.Event()
+        self._disconnected.set()
+        # What we publish: the live queue while connected, the outbox otherwise.
+        self._live: collections.deque[_Out] = collections.deque()
+        self._live_max = live_max
+        self._inflight: dict[int, _Out] = {}
+        self._keys = itertools.count()
+        self._wake = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._outbox_pending = True  # whatever a previous run left is flushed first
+        # Remote revalidation requests waiting for their answer: id -> (deadline, request).
+        self._awaiting: dict[str, tuple[float, RevalidationRequest]] = {}
+        self._deadline_wake = asyncio.Event()
+        self.gaps = GapTracker()
+        self.agents: dict[str, _Agent] = {}
+        self._resend_queue: list[tuple[str, int, int]] = []
+        # Counters (health and /metrics).
+        self.connections = 0
+        self.received = 0
+        self.accepted = 0
+        self.duplicates = 0
+        self.rejected: Counter[str] = Counter()
+        self.by_sensor: Counter[str] = Counter()
+        self.published = 0
+        self.outbox_dropped = 0
+        self.expired_requests = 0
+        self._logged_rejects: set[str] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Self:
+        self._task = asyncio.get_running_loop().create_task(self._main(), name="mqtt.bridge")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop: drain and disconnect cleanly if connected, then keep the rest in the outbox."""
+        self._stopping.set()
+        task, self._task = self._task, None
+        if task is not None:
+            try:
+                async with asyncio.timeout(self._drain_s + 2.0):
+                    await asyncio.shield(task)
+            except TimeoutError:
+                task.cancel()
+            except Exception as err:  # noqa: BLE001 - logged; closing goes on
+                log.error("mqtt_bridge_failed", error=_describe(err))
+            await asyncio.gather(task, return_exceptions=True)
+        await self._spill()
+
+    async def connected(self) -> None:
+        """Wait until the bridge is connected and subscribed."""
+        await self._connected.wait()
+
+    async def disconnected(self) -> None:
+        """Wait until the bridge is not connected."""
+        await self._disconnected.wait()
+
+    @property
+    def is_connected(self) -> bool:
+        return self._connected.is_set()
+
+    async def _main(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            deadlines = tg.create_task(self._deadlines(), name="mqtt.bridge.deadlines")
+            await keep_connected(self._session, stopping=self._stopping, backoff=self._backoff)
+            deadlines.cancel()
+
+    async def _session(self) -> None:
+        """One connection: subscribe, say online, then receive and publish until it ends."""
+        will = aiomqtt.Will(self.topics.status, b"offline", qos=1, retain=True)
+        client = make_client(self.settings, client_id=self.client_id, will=will, tls=self._tls)
+        ack = manual_acks(client)  # before connecting: queued messages arrive at once
+        async with client:
+            try:
+                await client.subscribe(
+                    [
+                        (self.topics.events(), 1),
+                        (self.topics.agent_status(), 1),
+                        (self.topics.agent_heartbeat(), 1),
+                    ]
+                )
+                await client.publish(self.topics.status, b"online", qos=1, retain=True)
+                self.connections += 1
+                self._disconnected.clear()
+                self._connected.set()
+                log.info(
+                    "mqtt_connected",
+                    url=self.settings.url,
+                    client_id=self.client_id,
+                    connections=self.connections,
+                )
+                for name in sorted(self._remote()):
+                    await self.publish_bindings(name)
+                async with asyncio.TaskGroup() as tg:
+                    receiver = tg.create_task(
+                        self._receive(client, ack), name="mqtt.bridge.receive"
+                    )
+                    publisher = tg.create_task(self._publisher(client), name="mqtt.bridge.publish")
+                    await self._stopping.wait()
+                    receiver.cancel()  # unacknowledged messages come back next time
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self._drain_s):
+                            await self._drained()
+                    publisher.cancel()
+                await client.publish(
+                    self.topics.status, b"offline", qos=1, retain=True, timeout=self._drain_s
+                )
+            finally:
+                self._connected.clear()
+                self._disconnected.set()
+                await self._spill()
+
+    # ------------------------------------------------------------------ receiving
+
+    async def _receive(
+        self, client: aiomqtt.Client, ack: Callable[[aiomqtt.Message], None]
+    ) -> None:
+        messages = client.messages
+        batch_max = self.settings.batch_max
+        while True:
+            batch = [await anext(messages)]
+            while len(messages) and len(batch) < batch_max:
+                batch.append(await anext(messages))
+            await self._handle(batch)
+            for message in batch:  # only now: everything in the batch is committed
+                ack(message)
+            self.received += len(batch)
+
+    async def _handle(self, batch: Sequence[aiomqtt.Message]) -> None:
+        events: list[ValidationEvent] = []
+        for message in batch:
+            levels = self.topics.relative(message.topic.value)
+            payload = message.payload if isinstance(message.payload, bytes) else b""
+            match levels:
+                case ["events", sensor]:
+                    event = await self._parse_event(sensor, payload)
+                    if event is not None:
+                        events.append(event)
+                case ["agents", agent_id, "status"]:
+                    self._agent_status(agent_id, payload)
+                case ["agents", agent_id, "heartbeat"]:
+                    await self._heartbeat(agent_id, payload)
+                case _:
+                    pass
+        if events:
+            await self._commit(events)
+        await self._send_resends()
+
+    async def _parse_event(self, sensor: str, payload: bytes) -> ValidationEvent | None:
+        """The event in a message, or None when it was dead-lettered."""
+        try:
+            event = await self._check_event(sensor, payload)
+        except _Rejected as bad:
+            shown = payload if len(payload) <= self.settings.max_payload_bytes else payload[:4096]
+            await self._reject(f"mqtt:{sensor}", bad.kind, bad.reason, shown)
+            return None
+        self.by_sensor[sensor] += 1
+        return event
+
+    async def _check_event(self, sensor: str, payload: bytes) -> ValidationEvent:
+        limit = self.settings.max_payload_bytes
+        if len(payload) > limit:
+            raise _Rejected("too_large", f"{len(payload)} bytes (at most {limit})")
+        try:
+            data = json.loads(payload)
+        except ValueError as err:  # not UTF-8 or not JSON
+            raise _Rejected("not_json", str(err)) from None
+        if not isinstance(data, dict):
+            raise _Rejected("invalid_event", "not a JSON object")
+        # Received is received, whatever else is wrong with it: not a gap to re-send.
+        await self._note_seq(data.get("agent"), data.get("seq"))
+        remote = self._remote()
+        if sensor not in remote:
+            known = ", ".join(sorted(remote)) or "none"
+            raise _Rejected(
+                "unknown_sensor", f"{sensor!r} is not a remote sensor configured here ({known})"
+            )
+        try:
+            event = ValidationEvent.model_validate(data)
+        except ValidationError as err:
+            raise _Rejected(
+                "invalid_event",
+                "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc']) or 'event'}: {e['msg']}"
+                    for e in err.errors()
+                ),
+            ) from None
+        if event.sensor != sensor:
+            raise _Rejected(
+                "sensor_mismatch",
+                f"event says sensor {event.sensor!r} but came on {self.topics.events(sensor)}",
+            )
+        ahead = event.observed_at.timestamp() - self.clock.time()
+        if ahead > self.settings.max_future_skew.total_seconds():
+            raise _Rejected(
+                "future_timestamp",
+                f"observed_at {event.observed_at.isoformat()} is {ahead:.0f}s ahead of our clock",
+            )
+        return event
+
+    async def _reject(self, source: str, kind: str, reason: str, payload: bytes) -> None:
+        """Dead-letter (and count) a bad message; it is still acknowledged: no redelivery loop."""
+        self.rejected[kind] += 1
+        await self.bus.reject(source, kind, reason, payload)
+
+    async def _commit(self, events: list[ValidationEvent]) -> None:
+        """Store the events; returns only once committed (retrying while the store fails)."""
+        delay = 0.05
+        while True:
+            try:
+                result = await self.bus.submit(_SOURCE, events)
+            except ValidationInputError as err:  # the store refused the batch: find the culprit
+                if len(events) == 1:
+                    payload = events[0].model_dump_json().encode()
+                    await self._reject(
+                        f"mqtt:{events[0].sensor}", "store_rejected", str(err), payload
+                    )
+                    return
+                for event in events:
+                    await self._commit([event])
+                return
+            except StorageError as err:  # not stored: keep them unacknowledged and retry
+                log.error("mqtt_commit_failed", error=str(err), events=len(events), retry_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            self.accepted += result.accepted
+            self.duplicates += result.duplicates
+            return
+
+    # ------------------------------------------------------------------ gaps and agents
+
+    async def _note_seq(self, agent: Any, seq: Any) -> None:
+        if not isinstance(agent, str) or not agent or isinstance(seq, bool):
+            return
+        if not isinstance(seq, int) or seq < 0:
+            return
+        await self._follow(agent)
+        gap = self.gaps.seen(agent, seq)
+        if gap is not None:
+            self._gap(agent, gap, "sequence jump")
+
+    async def _follow(self, agent: str) -> None:
+        """First time we hear of a run: start from what the event log already holds."""
+        if not self.gaps.known(agent):
+            high = (await self.store.agent_high_water([agent])).get(agent, 0)
+            self.gaps.begin(agent, high)
+
+    def _gap(self, agent: str, gap: tuple[int, int], why: str) -> None:
+        agent_id = split_agent(agent)[0]
+        log.warning(
+            "mqtt_gap_detected",
+            agent=agent,
+            from_seq=gap[0],
+            to_seq=gap[1],
+            missing=gap[1] - gap[0] + 1,
+            why=why,
+        )
+        if self.settings.resend_gaps and _AGENT_ID.fullmatch(agent_id):
+            self._resend_queue.append((agent, gap[0], gap[1]))
+
+    async def _send_resends(self) -> None:
+        queued, self._resend_queue = self._resend_queue, []
+        for agent, first, last in queued:
+            agent_id = split_agent(agent)[0]
+            self.gaps.agents[agent_id].resends += 1
+            body = {"agent": agent, "from_seq": first, "to_seq": last}
+            await self.publish(self.topics.agent_resend(agent_id), json.dumps(body).encode())
+
+    def _agent_status(self, agent_id: str, payload: bytes) -> None:
+        now = self.clock.time()
+        if not payload:  # a retained status was cleared
+            self.agents.pop(agent_id, None)
+            return
+        try:
+            data = json.loads(payload)
+            status = str(data["status"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("mqtt_agent_status_invalid", agent=agent_id, payload=payload[:200])
+            return
+        info = self.agents.setdefault(agent_id, _Agent())
+        info.status = status
+        info.since = now
+        info.agent = str(data.get("agent") or info.agent)
+        sensors = data.get("sensors")
+        if isinstance(sensors, list):
+            info.sensors = [str(s) for s in sensors]
+        beat = data.get("heartbeat_s")
+        if isinstance(beat, int | float) and beat > 0:
+            info.heartbeat_s = float(beat)
+        info.reason = str(data.get("reason") or "")
+        if status == "online":
+            info.last_heartbeat = now
+        (log.info if status == "online" else log.warning)(
+            "mqtt_agent_status",
+            agent=agent_id,
+            status=status,
+            sensors=info.sensors,
+            reason=info.reason,
+        )
+
+    async def _heartbeat(self, agent_id: str, payload: bytes) -> None:
+        try:
+            data = json.loads(payload)
+            agent = str(data["agent"])
+            seq = data.get("seq")
+        except (ValueError, KeyError, TypeError):
+            log.warning("mqtt_heartbeat_invalid", agent=agent_id, payload=payload[:200])
+            return
+        info = self.agents.setdefault(agent_id, _Agent())
+        info.last_heartbeat = self.clock.time()
+        info.agent = agent
+        if info.status != "online":
+            info.status = "online"
+            info.reason = "heartbeat"
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+            await self._follow(agent)
+            gap = self.gaps.announced(agent, seq)
+            if gap is not None:
+                self._gap(agent, gap, "heartbeat is ahead")
+
+    # ------------------------------------------------------------------ publishing
+
+    async def publish(
+        self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False
+    ) -> None:
+        """Publish now if connected (in order, QoS 1), else keep it in the outbox."""
+        message = _Out(topic, payload, qos, retain)
+        if self._connected.is_set() and len(self._live) < self._live_max:
+            self._live.append(message)
+            self._wake.set()
+            return
+        await self._to_outbox([message])
+
+    async def _to_outbox(self, messages: Sequence[_Out]) -> None:
+        if not messages:
+            return
+        dropped = await self.store.outbox_put(
+            [(m.topic, m.payload, m.qos, m.retain) for m in messages],
+            max_rows=self.settings.outbox_max,
+        )
+        if dropped:
+            self.outbox_dropped += dropped
+            log.warning("mqtt_outbox_full", dropped=dropped, max_rows=self.settings.outbox_max)
+        self._outbox_pending = True
+        self._wake.set()
+
+    async def _spill(self) -> None:
+        """Whatever was not acknowledged by the broker goes to the outbox (in order)."""
+        keep = [self._inflight[k] for k in sorted(self._inflight)] + list(self._live)
+        self._inflight.clear()
+        self._live.clear()
+        if keep:
+            try:
+                await self._to_outbox(keep)
+            except StorageError as err:
+                log.error("mqtt_outbox_failed", error=str(err), lost=len(keep))
+
+    async def _publisher(self, client: aiomqtt.Client) -> None:
+        window = asyncio.Semaphore(self.settings.inflight_max)
+        async with asyncio.TaskGroup() as tg:
+            while True:
+                if self._outbox_pending:
+                    await self._flush_outbox(client, window)
+                while self._live:
+                    await window.acquire()
+                    if not self._live:
+                        window.release()
+                        break
+                    message = self._live.popleft()
+                    key = next(self._keys)
+                    self._inflight[key] = message
+                    tg.create_task(
+                        self._send(client, key, message, window), name="mqtt.bridge.send"
+                    )
+                if not self._live and not self._outbox_pending:
+                    self._wake.clear()
+                    await self._wake.wait()
+
+    async def _send(
+        self, client: aiomqtt.Client, key: int, message: _Out, window: asyncio.Semaphore
+    ) -> None:
+        try:
+            await self._publish_one(client, message)
+        finally:
+            window.release()
+        self._inflight.pop(key, None)
+        self._progress.set()
+
+    async def _publish_one(self, client: aiomqtt.Client, message: _Out) -> None:
+        """Publish and wait for the PUBACK (cancelled when the connection drops)."""
+        await client.publish(
+            message.topic, message.payload, qos=message.qos, retain=message.retain, timeout=math.inf
+        )
+        self.published += 1
+
+    async def _flush_outbox(self, client: aiomqtt.Client, window: asyncio.Semaphore) -> None:
+        """Publish the outbox, oldest first; a row leaves it once its PUBACK arrived."""
+        while True:
+            self._outbox_pending = False  # set again by any put from here on
+            rows = await self.store.outbox_peek(limit=500)
+            if not rows:
+                self._progress.set()
+                return
+
+            async def one(message: _Out) -> None:
+                async with window:
+                    await self._publish_one(client, message)
+
+            await asyncio.gather(*(one(_Out(r.topic, r.payload, r.qos, r.retain)) for r in rows))
+            await self.store.outbox_delete([r.id for r in rows])
+            log.info("mqtt_outbox_flushed", messages=len(rows))
+            self._outbox_pending = True
+
+    async def _drained(self) -> None:
+        while self._live or self._inflight or self._outbox_pending:
+            self._progress.clear()
+            await self._progress.wait()
+
+    # ------------------------------------------------------------------ daemon side
+
+    def sensors(self) -> list[str]:
+        """The remote sensors (configured with ``remote = true``)."""
+        return sorted(self._remote())
+
+    async def send(self, request: RevalidationRequest) -> None:
+        """Route a revalidation request to a remote sensor; an unanswered one becomes an
+        ``error`` event after its deadline (plus ``remote_answer_grace``)."""
+        conf = self._remote().get(request.sensor)
+        timeout_s = request.timeout.total_seconds()
+        if conf is not None and conf.revalidate_timeout is not None:
+            timeout_s = max(timeout_s, conf.revalidate_timeout.total_seconds())
+        deadline = (
+            request.created_at.timestamp()
+            + timeout_s
+            + self.settings.remote_answer_grace.total_seconds()
+        )
+        self._awaiting[request.id] = (deadline, request)
+        self._deadline_wake.set()
+        await self.publish(
+            self.topics.revalidate(request.sensor), request.model_dump_json().encode()
+        )
+
+    async def publish_bindings(self, sensor: str) -> None:
+        """Publish (retained) the bindings a remote sensor owns, for its agent."""
+        rows = await self.store.bindings_for_sensor(sensor)
+        body = [{"block_id": b, "binding": binding.model_dump(mode="json")} for b, binding in rows]
+        await self.publish(self.topics.bindings(sensor), json.dumps(body).encode(), retain=True)
+
+    async def on_applied(self, result: ApplyResult) -> None:
+        """After a commit: forget answered requests, publish the state changes."""
+        for request_id in result.answered:
+            self._awaiting.pop(request_id, None)
+        for change in result.changes:
+            body = {
+                "block_id": change.block_id,
+                "state": change.after,
+                "before": change.before,
+                "reliability": change.reliability,
+                "observed_at": from_ts(change.observed_at).isoformat(),
+                "event_id": change.event_id,
+            }
+            await self.publish(self.topics.block_state(change.block_id), json.dumps(body).encode())
+
+    async def expire_overdue(self) -> int:
+        """Answer remote requests whose deadline passed with an ``error`` event."""
+        now = self.clock.time()
+        due = [rid for rid, (deadline, _) in self._awaiting.items() if deadline <= now]
+        events = []
+        for rid in due:
+            _, request = self._awaiting.pop(rid)
+            events.append(
+                ValidationEvent(
+                    sensor=request.sensor,
+                    subject=request.subject,
+                    outcome=Outcome.ERROR,
+                    observed_at=from_ts(now),
+                    request_id=request.id,
+                    message=f"remote sensor {request.sensor!r} did not answer in time "
+                    "(is its agent running?)",
+                )
+            )
+        if events:
+            self.expired_requests += len(events)
+            log.warning("mqtt_revalidations_unanswered", count=len(events))
+            await self._commit(events)
+        return len(events)
+
+    async def _deadlines(self) -> None:
+        while True:
+            await self.expire_overdue()
+            now = self.clock.time()
+            nearest = min((d for d, _ in self._awaiting.values()), default=None)
+            # At most a second: an injected clock may jump forward without waking us.
+            wait_s = 1.0 if nearest is None else min(1.0, max(0.0, nearest - now))
+            self._deadline_wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._deadline_wake.wait(), timeout=wait_s)
+
+    # ------------------------------------------------------------------ status
+
+    def _agent_for(self, sensor: str) -> tuple[str, _Agent] | None:
+        found: tuple[str, _Agent] | None = None
+        for agent_id, info in sorted(self.agents.items()):
+            if sensor in info.sensors:
+                if info.status == "online":
+                    return agent_id, info
+                found = found or (agent_id, info)
+        return found
+
+    def sensor_status(self) -> list[dict[str, Any]]:
+        """One row per remote sensor, as ``GET /v1/sensors`` lists sensors."""
+        now = self.clock.time()
+        out = []
+        for name, conf in sorted(self._remote().items()):
+            owner = self._agent_for(name)
+            status, reason, agent_id = "unavailable", "no agent has announced it", None
+            if owner is not None:
+                agent_id, info = owner
+                status, reason = "unavailable", info.reason or info.status
+                if info.status == "online":
+                    status, reason = "running", ""
+                    beat = info.heartbeat_s
+                    last = info.last_heartbeat
+                    if beat is not None and last is not None and now - last > 3 * beat:
+                        status, reason = "unavailable", f"no heartbeat for {now - last:.0f}s"
+            out.append(
+                {
+                    "name": name,
+                    "kind": conf.kind or name,
+                    "status": status,
+                    "ready": status == "running",
+                    "remote": True,
+                    "agent": agent_id,
+                    "reason": reason,
+                    "events": self.by_sensor[name],
+                }
+            )
+        return out
+
+    async def health(self) -> dict[str, Any]:
+        """The bridge's part of ``daemon.health()``."""
+        try:
+            outbox = await self.store.outbox_stats()
+            queued, dropped = outbox.queued, outbox.dropped
+        except StorageError:
+            queued, dropped = -1, self.outbox_dropped
+        agents = {
+            agent_id: {
+                **stats.as_dict(),
+                "status": self.agents[agent_id].status if agent_id in self.agents else "unknown",
+            }
+            for agent_id, stats in sorted(self.gaps.agents.items())
+        }
+        for agent_id, info in sorted(self.agents.items()):
+            agents.setdefault(agent_id, {**AgentGaps().as_dict(), "status": info.status})
+        return {
+            "connected": self.is_connected,
+            "url": self.settings.url,
+            "client_id": self.client_id,
+            "connections": self.connections,
+            "received": self.received,
+            "accepted": self.accepted,
+            "duplicates": self.duplicates,
+            "rejected": dict(self.rejected),
+            "published": self.published,
+            "outbox": {"queued": queued, "dropped": dropped},
+            "unanswered_requests": self.expired_requests,
+            "gaps_total": sum(s.gaps for s in self.gaps.agents.values()),
+            "missing": sum(s.missing for s in self.gaps.agents.values()),
+            "agents": agents,
+        }
+
+    def metrics(self) -> Iterator[Metric]:
+        """The bridge's Prometheus families (``/metrics``)."""
+        gaps = CounterMetricFamily(
+            "memwarden_mqtt_gaps",
+            "Remote events found missing (sequence gaps), by agent.",
+            labels=["agent"],
+        )
+        recovered = CounterMetricFamily(
+            "memwarden_mqtt_gaps_recovered",
+            "Missing remote events that arrived later (re-sent), by agent.",
+            labels=["agent"],
+        )
+        missing = GaugeMetricFamily(
+            "memwarden_mqtt_missing", "Remote events missing now, by agent.", labels=["agent"]
+        )
+        for agent_id, stats in sorted(self.gaps.agents.items()):
+            gaps.add_metric([agent_id], stats.gaps)
+            recovered.add_metric([agent_id], stats.recovered)
+            missing.add_metric([agent_id], stats.missing)
+        yield gaps
+        yield recovered
+        yield missing
+        yield GaugeMetricFamily(
+            "memwarden_mqtt_connected",
+            "1 while connected to the broker.",
+            value=1.0 if self.is_connected else 0.0,
+        )
+        yield CounterMetricFamily(
+            "memwarden_mqtt_received", "MQTT messages received.", value=self.received
+        )
+        rejected = CounterMetricFamily(
+            "memwarden_mqtt_rejected", "MQTT messages dead-lettered, by kind.", labels=["kind"]
+        )
+        for kind, n in sorted(self.rejected.items()):
+            rejected.add_metric([kind], n)
+        yield rejected
+        yield CounterMetricFamily(
+            "memwarden_mqtt_outbox_dropped",
+            "Messages dropped from a full outbox (oldest first).",
+            value=self.outbox_dropped,
+        )

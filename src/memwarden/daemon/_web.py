@@ -1,0 +1,172 @@
+"""The review page: server-rendered, usable without JavaScript.
+
+Sign-in is by a one-time link (``memwarden review --open`` prints it; the Jupyter token
+pattern): the link's token is exchanged once for a session cookie (HttpOnly,
+SameSite=Strict) that names the reviewer. Every form carries the session's CSRF token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
+from memwarden.memory import _reviews
+
+if TYPE_CHECKING:
+    from memwarden.daemon._app import Daemon
+
+__all__ = ["ReviewSessions", "review_router"]
+
+COOKIE = "memwarden_review"
+LINK_TTL_S = 600.0
+SESSION_TTL_S = 12 * 3600.0
+
+_templates = Environment(
+    loader=FileSystemLoader(Path(__file__).with_name("templates")),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+@dataclass(slots=True)
+class _Session:
+    reviewer: str
+    csrf: str
+    expires: float
+
+
+@dataclass(slots=True)
+class ReviewSessions:
+    """One-time sign-in links and the sessions they open (in memory: a restart signs out)."""
+
+    links: dict[str, tuple[str, float]] = field(default_factory=dict)
+    sessions: dict[str, _Session] = field(default_factory=dict)
+
+    def new_link(self, reviewer: str) -> str:
+        token = secrets.token_urlsafe(24)
+        self.links[token] = (reviewer, time.monotonic() + LINK_TTL_S)
+        return token
+
+    def redeem(self, token: str) -> tuple[str, _Session] | None:
+        now = time.monotonic()
+        for key in [k for k, (_, exp) in self.links.items() if exp < now]:
+            del self.links[key]
+        found = None
+        for key in list(self.links):
+            if hmac.compare_digest(key, token):
+                found = key
+        if found is None:
+            return None
+        reviewer, _ = self.links.pop(found)  # one time only
+        session_id = secrets.token_urlsafe(32)
+        session = _Session(reviewer, secrets.token_urlsafe(24), now + SESSION_TTL_S)
+        self.sessions[session_id] = session
+        return session_id, session
+
+    def get(self, session_id: str | None) -> _Session | None:
+        if not session_id:
+            return None
+        session = self.sessions.get(session_id)
+        if session is None or session.expires < time.monotonic():
+            self.sessions.pop(session_id, None)
+            return None
+        return session
+
+
+def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    return HTMLResponse(_templates.get_template(name).render(**context), status_code=status)
+
+
+def review_router(daemon: Daemon, sessions: ReviewSessions) -> APIRouter:
+    """The ``/review`` pages."""
+    router = APIRouter(prefix="/review", include_in_schema=False)
+
+    def signed_out() -> HTMLResponse:
+        return _page("signed_out.html", status=401)
+
+    @router.get("/login")
+    async def login(token: str = "") -> Response:
+        redeemed = sessions.redeem(token)
+        if redeemed is None:
+            return _page("signed_out.html", status=401, expired=True)
+        session_id, _ = redeemed
+        response = RedirectResponse("/review", status_code=303)
+        response.set_cookie(
+            COOKIE,
+            session_id,
+            httponly=True,
+            samesite="strict",
+            path="/review",
+            max_age=int(SESSION_TTL_S),
+        )
+        return response
+
+    @router.get("")
+    async def queue(request: Request, flash: str = "") -> Response:
+        session = sessions.get(request.cookies.get(COOKIE))
+        if session is None:
+            return signed_out()
+        pending = await daemon.store.list_reviews(status="pending", limit=200)
+        items = [await daemon.store.get_review(item["id"], events=5) for item in pending]
+        return _page("queue.html", items=items, session=session, flash=flash)
+
+    @router.post("/{review_id}")
+    async def decide(  # noqa: PLR0917 - FastAPI reads the form fields from the signature
+        request: Request,
+        review_id: str,
+        action: Annotated[str, Form()],
+        csrf: Annotated[str, Form()] = "",
+        comment: Annotated[str, Form()] = "",
+        content: Annotated[str, Form()] = "",
+    ) -> Response:
+        session = sessions.get(request.cookies.get(COOKIE))
+        if session is None:
+            return signed_out()
+        if not csrf or not hmac.compare_digest(csrf, session.csrf):
+            return _page(
+                "error.html",
+                status=403,
+                message="This form is stale or forged: reload the page and try again.",
+            )
+        sensor = next(
+            (n for n, r in sorted(daemon.runners.items()) if r.kind == "review"), "review"
+        )
+        try:
+            result = await _reviews.decide_review(
+                daemon.store,
+                review_id,
+                action,
+                reviewer=session.reviewer,
+                comment=comment,
+                new_content=content if action == "edit" else None,
+                sensor=sensor,
+                apply=lambda events: daemon.bus.submit(sensor, events),
+            )
+        except (ValidationInputError, NotFoundError) as err:
+            return _page("error.html", status=422, message=str(err))
+        block = result["block"] or {}
+        flash = f"{action}ed: {block.get('title') or block.get('content', '')[:60]}"
+        return RedirectResponse(f"/review?flash={flash}", status_code=303)
+
+    @router.get("/health")
+    async def health(request: Request) -> Response:
+        session = sessions.get(request.cookies.get(COOKIE))
+        if session is None:
+            return signed_out()
+        try:
+            report = await daemon.health()
+        except MemwardenError as err:
+            return _page("error.html", status=503, message=str(err))
+        return _page("health.html", report=report, session=session)
+
+    return router
