@@ -33,7 +33,7 @@ def test_quick_run_writes_every_figure(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert isinstance(results, list)
-    assert {r["name"] for r in results} == FIGURES
+    assert {r["name"] for r in results} >= FIGURES  # other benchmarks may join the suite
     for r in results:
         for key in ("value", "baseline", "ratio"):
             assert isinstance(r[key], float | int), (r["name"], key, r[key])

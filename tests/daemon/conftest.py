@@ -54,11 +54,11 @@ MEMWARDEN = Path(sys.executable).parent / "memwarden"  # the console script, as 
 
 
 async def _eventually(
-    predicate: Callable[[], Any], *, timeout: float = 5.0, interval: float = 0.002
+    predicate: Callable[[], Any], *, timeout_s: float = 5.0, interval_s: float = 0.002
 ) -> Any:
     """Poll ``predicate`` (sync or async) until it returns something truthy, or fail."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + timeout_s
     while True:
         value = predicate()
         if asyncio.iscoroutine(value):
@@ -66,13 +66,13 @@ async def _eventually(
         if value:
             return value
         if loop.time() > deadline:
-            pytest.fail(f"condition not met within {timeout}s: {predicate}")
-        await asyncio.sleep(interval)  # a short poll step, bounded by the deadline above
+            pytest.fail(f"condition not met within {timeout_s}s: {predicate}")
+        await asyncio.sleep(interval_s)  # a short poll step, bounded by the deadline above
 
 
 @pytest.fixture
 def eventually() -> Callable[..., Awaitable[Any]]:
-    """``await eventually(lambda: cond, timeout=5)``: deadline-bounded polling, never a bare sleep."""
+    """``await eventually(lambda: cond, timeout_s=5)``: deadline-bounded polling, no bare sleep."""
     return _eventually
 
 
@@ -111,11 +111,11 @@ class Running:
     task: asyncio.Task[None]
     stopped: bool = field(default=False)
 
-    async def stop(self, timeout: float = 15.0) -> None:
+    async def stop(self, timeout_s: float = 15.0) -> None:
         """Ask it to stop and wait for ``run()`` to return (raising what it raised)."""
         self.daemon.request_stop()
         self.stopped = True
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout_s):
             await self.task
 
 
@@ -178,9 +178,11 @@ class NotifySocket:
     def notifier(self, **env: str) -> Notifier:
         return Notifier(env={"NOTIFY_SOCKET": self.env_value, **env})
 
-    async def expect(self, key: str, value: str | None = None, timeout: float = 10.0) -> dict[str, str]:
+    async def expect(
+        self, key: str, value: str | None = None, timeout_s: float = 10.0
+    ) -> dict[str, str]:
         """The next message (after the ones already seen) carrying ``key`` (= ``value``)."""
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout_s):
             while True:
                 data = await asyncio.get_running_loop().sock_recv(self.sock, 4096)
                 fields = dict(line.split("=", 1) for line in data.decode().splitlines() if line)
@@ -233,7 +235,9 @@ def plugin_site(tmp_path: Path) -> Path:
     shutil.copy(HERE / "mw_test_sensors.py", site / "mw_test_sensors.py")
     (site / "mw_test_broken.py").write_text(_BROKEN_MODULE)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mw-test-sensors\nVersion: 0.3\n")
-    lines = [f"{kind} = mw_test_sensors:{cls.__name__}" for kind, cls in mw_test_sensors.ALL.items()]
+    lines = [
+        f"{kind} = mw_test_sensors:{cls.__name__}" for kind, cls in mw_test_sensors.ALL.items()
+    ]
     (dist / "entry_points.txt").write_text(
         "[memwarden.sensors]\n" + "\n".join(lines) + "\nbroken = mw_test_broken:Sensor\n"
     )
@@ -255,7 +259,9 @@ def make_env(plugin_site: Path) -> Callable[..., dict[str, str]]:
 
 
 @pytest.fixture
-async def memwarden_process() -> AsyncIterator[Callable[..., Awaitable[asyncio.subprocess.Process]]]:
+async def memwarden_process() -> AsyncIterator[
+    Callable[..., Awaitable[asyncio.subprocess.Process]]
+]:
     """``await memwarden_process(*args, env=...)``: ``memwarden <args>`` as a real process,
     killed at teardown if a test left it running."""
     procs: list[asyncio.subprocess.Process] = []

@@ -78,7 +78,9 @@ class EchoSensor(_Base):
         ctx.ready()
         while True:
             for bound in await ctx.wait_bindings_changed():
-                await ctx.emit(ctx.event(bound.subject, Outcome.CONFIRMED, observed=self.config.value))
+                await ctx.emit(
+                    ctx.event(bound.subject, Outcome.CONFIRMED, observed=self.config.value)
+                )
 
 
 class CrashSensor(_Base):

@@ -38,9 +38,14 @@ def test_config_check_prints_every_problem(cli, config_file):
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     assert "bogus: unknown setting" in lines
-    assert "api.port: Input should be a valid integer, unable to parse string as an integer" in lines
+    assert (
+        "api.port: Input should be a valid integer, unable to parse string as an integer" in lines
+    )
     assert "bus.queue_per_source: Input should be greater than or equal to 1" in lines
-    assert any(line.startswith("scheduler.sweep_interval: '5 minutes' is not a duration (use 30s") for line in lines)
+    assert any(
+        line.startswith("scheduler.sweep_interval: '5 minutes' is not a duration (use 30s")
+        for line in lines
+    )
     assert "Traceback" not in result.output
 
 
@@ -59,7 +64,9 @@ def test_config_check_checks_each_sensors_own_options(cli, config_file):
     lines = result.stdout.splitlines()
     assert "sensors.envvar.intervall_s: unknown setting" in lines
     assert "sensors.envvar.reliability: Input should be less than or equal to 1" in lines
-    assert lines[-1].startswith("sensors.mystery.kind: no sensor plugin named 'mystery' (known: envvar)")
+    assert lines[-1].startswith(
+        "sensors.mystery.kind: no sensor plugin named 'mystery' (known: envvar)"
+    )
 
 
 def test_config_check_accepts_a_valid_file(cli, config_file):
@@ -100,7 +107,9 @@ def test_run_with_a_bad_file_exits_1_with_the_problems(cli, config_file):
 def test_environment_overrides_the_file(config_file, tmp_path):
     """MEMWARDEN_API__PORT (nested with __) wins over the file; the file over the defaults."""
     path = config_file("[api]\nport = 7000\nhost = '127.0.0.2'\n")
-    settings = load_settings(path, env={"MEMWARDEN_API__PORT": "9999", "MEMWARDEN_HOME": str(tmp_path)})
+    settings = load_settings(
+        path, env={"MEMWARDEN_API__PORT": "9999", "MEMWARDEN_HOME": str(tmp_path)}
+    )
     assert settings.api.port == 9999
     assert settings.api.host == "127.0.0.2"
     assert settings.home == tmp_path

@@ -11,6 +11,8 @@ from memwarden.daemon import Daemon
 from memwarden.errors import ConfigError, MemwardenError, PluginError, ValidationInputError
 from memwarden.plugins import Registry
 
+NOT_AN_INT = "Input should be a valid integer, unable to parse string as an integer"
+
 
 async def test_start_ready_stop(running_daemon, make_settings):
     """run() becomes ready, serves, and returns cleanly when asked to stop: no sleeps."""
@@ -80,17 +82,26 @@ async def test_validate_binding_hook_refuses(running_daemon, make_settings):
             if selector.path and selector.path.startswith("/etc"):
                 raise ValueError("path: outside the allowed roots")
 
-    daemon = (await running_daemon(make_settings(sensors={"picky": {}}), sensors={"picky": Picky})).daemon
+    daemon = (
+        await running_daemon(make_settings(sensors={"picky": {}}), sensors={"picky": Picky})
+    ).daemon
     with pytest.raises(ValidationInputError, match="outside the allowed roots") as err:
-        await daemon.add_block({"content": "x", "bindings": [{"sensor": "picky", "path": "/etc/x"}]})
+        await daemon.add_block(
+            {"content": "x", "bindings": [{"sensor": "picky", "path": "/etc/x"}]}
+        )
     assert err.value.field == "bindings.0"
     await daemon.add_block({"content": "x", "bindings": [{"sensor": "picky", "path": "srv/x"}]})
 
 
 async def test_unknown_kind_is_a_config_error(make_settings):
     """A sensor table naming an unknown plugin stops the start with the path and the known kinds."""
-    daemon = Daemon(make_settings(sensors={"a": {"kind": "nope"}}), registry=Registry.from_classes(mw_test_sensors.ALL))
-    with pytest.raises(ConfigError, match=r"sensors\.a\.kind: no sensor plugin named 'nope' \(known: crash"):
+    daemon = Daemon(
+        make_settings(sensors={"a": {"kind": "nope"}}),
+        registry=Registry.from_classes(mw_test_sensors.ALL),
+    )
+    with pytest.raises(
+        ConfigError, match=r"sensors\.a\.kind: no sensor plugin named 'nope' \(known: crash"
+    ):
         await daemon.run()
 
 
@@ -102,7 +113,7 @@ async def test_bad_sensor_options_are_a_config_error(make_settings):
         await daemon.run()
     assert err.value.problems == [
         "sensors.echo.valeu: unknown setting",
-        "sensors.flood.count: Input should be a valid integer, unable to parse string as an integer",
+        f"sensors.flood.count: {NOT_AN_INT}",
     ]
 
 
@@ -117,7 +128,9 @@ async def test_run_raises_the_error_not_a_group(make_settings):
 
 async def test_stop_requested_before_ready(make_settings):
     """A stop asked for before the daemon is ready still ends run() cleanly."""
-    daemon = Daemon(make_settings(sensors={"echo": {}}), registry=Registry.from_classes(mw_test_sensors.ALL))
+    daemon = Daemon(
+        make_settings(sensors={"echo": {}}), registry=Registry.from_classes(mw_test_sensors.ALL)
+    )
     daemon.request_stop()
     async with asyncio.timeout(10):
         await daemon.run()

@@ -80,7 +80,7 @@ async def test_hanging_check_times_out_at_its_deadline(running_daemon, make_sett
 
 
 async def test_flooding_sensor_does_not_starve_others(running_daemon, make_settings, eventually):
-    """A sensor emitting as fast as it can waits on its own full queue; echo's events get through."""
+    """A sensor emitting flat out waits on its own full queue; echo's events get through."""
     settings = make_settings(
         sensors={"echo": {}, "flood": {}}, bus={"queue_per_source": 50, "batch_max": 100}
     )
@@ -115,8 +115,12 @@ async def test_failing_import_is_reported_and_the_rest_load(
         "sensor plugin 'broken' (mw_broken_plugin:Sensor) failed to import: "
         "ImportError: libfoo is missing"
     )
-    assert {"event": "plugin_load_failed", "plugin": "broken", "error": str(failure),
-            "log_level": "error"} in logs
+    assert {
+        "event": "plugin_load_failed",
+        "plugin": "broken",
+        "error": str(failure),
+        "log_level": "error",
+    } in logs
 
     # Under startup = "ignore" the daemon runs without it and says so.
     settings = make_settings(sensors={"echo": {}, "broken": {"startup": "ignore"}})
@@ -202,4 +206,3 @@ async def test_restart_that_cannot_set_up_counts_as_a_crash(
     runner = daemon.runners["fragile"]
     await eventually(lambda: runner.status == "failed")  # not "disabled"
     assert runner.sensor.setups == 4
-

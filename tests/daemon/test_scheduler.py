@@ -73,11 +73,16 @@ async def test_no_staleness_storm_after_downtime(running_daemon, make_settings, 
 async def test_check_of_a_busy_subject_is_skipped(running_daemon, make_settings, eventually):
     """A check of a subject whose previous check still runs is skipped and counted, never
     overlapped; the running one still answers at its deadline."""
-    settings = make_settings(sensors={"hang": {"revalidate_timeout": "200ms"}}, scheduler=SLOW_LOOPS)
+    settings = make_settings(
+        sensors={"hang": {"revalidate_timeout": "200ms"}}, scheduler=SLOW_LOOPS
+    )
     daemon = (await running_daemon(settings)).daemon
     blocks = [
         await daemon.add_block(
-            {"content": f"b{i}", "bindings": [{"sensor": "hang", "path": "same/file", "key": str(i)}]}
+            {
+                "content": f"b{i}",
+                "bindings": [{"sensor": "hang", "path": "same/file", "key": str(i)}],
+            }
         )
         for i in range(2)
     ]
@@ -103,7 +108,9 @@ async def test_answer_through_emit_is_not_resent(running_daemon, make_settings, 
     """A sensor that answers through ctx.emit (returning None) is asked once, not every tick."""
     settings = make_settings(sensors={"silent": {}}, scheduler=SLOW_LOOPS)
     daemon = (await running_daemon(settings)).daemon
-    block = await daemon.add_block({"content": "x", "bindings": [{"sensor": "silent", "path": "p"}]})
+    block = await daemon.add_block(
+        {"content": "x", "bindings": [{"sensor": "silent", "path": "p"}]}
+    )
     result = await daemon.revalidate(block.id, wait_s=5)
     assert result["answered"] == result["requested"]
     await daemon.scheduler.wait_idle()

@@ -26,7 +26,7 @@ def _emitted(path) -> int:
         return 0
 
 
-async def test_sigterm_loses_no_queued_event(
+async def test_sigterm_loses_no_queued_event(  # noqa: PLR0917 - pytest fixtures
     tmp_path, config_file, notify_socket, make_env, memwarden_process, eventually
 ):
     """SIGTERM mid-stream: exit 0, and every event whose emit() returned is in the store."""
@@ -37,9 +37,9 @@ async def test_sigterm_loses_no_queued_event(
     sock = notify_socket()
     env = make_env(NOTIFY_SOCKET=sock.env_value, MEMWARDEN_PLUGINS="sequence,echo")
     proc = await memwarden_process("run", "--config", str(path), env=env)
-    await sock.expect("READY", "1", timeout=30)
+    await sock.expect("READY", "1", timeout_s=30)
     counter = home / "sensors" / "sequence" / "emitted"
-    await eventually(lambda: _emitted(counter) >= 3000, timeout=30)
+    await eventually(lambda: _emitted(counter) >= 3000, timeout_s=30)
     proc.send_signal(signal.SIGTERM)
     await sock.expect("STOPPING", "1")
     out, err = await proc.communicate()
@@ -68,14 +68,17 @@ async def test_sighup_adds_and_removes_sensors(
     sock = notify_socket()
     env = make_env(NOTIFY_SOCKET=sock.env_value, MEMWARDEN_PLUGINS="echo")
     proc = await memwarden_process("run", "--config", str(path), env=env)
-    await sock.expect("READY", "1", timeout=30)
+    await sock.expect("READY", "1", timeout_s=30)
     config_file(_config(home, '[sensors.keep]\nkind = "echo"\n[sensors.new]\nkind = "echo"\n'))
     proc.send_signal(signal.SIGHUP)
     await sock.expect("RELOADING", "1")
     ready = await sock.expect("READY", "1")
     assert ready["STATUS"].endswith("2/2 sensors running")
     lifecycle = {
-        name: [line.split()[0] for line in (home / "sensors" / name / "lifecycle").read_text().splitlines()]
+        name: [
+            line.split()[0]
+            for line in (home / "sensors" / name / "lifecycle").read_text().splitlines()
+        ]
         for name in ("keep", "gone", "new")
     }
     assert lifecycle == {"keep": ["setup"], "gone": ["setup", "teardown"], "new": ["setup"]}
@@ -89,9 +92,7 @@ async def test_startup_failure_exits_1_with_a_clear_message(
 ):
     """A sensor failing under startup = "error" ends `memwarden run` with exit 1, no traceback."""
     home = tmp_path / "home"
-    path = config_file(
-        _config(home, '[sensors.flaky]\nstartup = "error"\nfail_setups = 1\n')
-    )
+    path = config_file(_config(home, '[sensors.flaky]\nstartup = "error"\nfail_setups = 1\n'))
     proc = await memwarden_process("run", "--config", str(path), env=make_env())
     _, err = await proc.communicate()
     assert proc.returncode == 1

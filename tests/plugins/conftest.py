@@ -80,14 +80,14 @@ async def make_runner(
             await asyncio.gather(task, return_exceptions=True)
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+async def until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
     """Deadline-bounded polling for state with no event of its own."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
+    async with asyncio.timeout(timeout_s):
+        while not predicate():  # noqa: ASYNC110 - polling state that has no event to wait on
             await asyncio.sleep(0.001)
 
 
 @pytest.fixture
 def eventually() -> Callable[..., Awaitable[None]]:
-    """``await eventually(lambda: cond, timeout=5)``: poll with a deadline, never a bare sleep."""
+    """``await eventually(lambda: cond, timeout_s=5)``: poll with a deadline, no bare sleep."""
     return until

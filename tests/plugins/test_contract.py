@@ -31,8 +31,9 @@ def test_public_surface_is_sorted_and_importable():
 def test_event_is_built_from_the_context(make_ctx, clock):
     """ctx.event fills in the sensor's name and the observation time from the injected clock."""
     ctx = make_ctx("fs")
-    event = ctx.event("a.yaml", "refuted", observed=31, message="x" * 5000,
-                      validity_window=timedelta(hours=1))
+    event = ctx.event(
+        "a.yaml", "refuted", observed=31, message="x" * 5000, validity_window=timedelta(hours=1)
+    )
     assert (event.sensor, event.subject, event.outcome) == ("fs", "a.yaml", Outcome.REFUTED)
     assert event.observed_at.timestamp() == clock.time()
     assert len(event.message) == 4096  # truncated, never rejected for length
@@ -54,7 +55,11 @@ async def test_bindings_wake_the_sensor(make_ctx):
     waiter = asyncio.get_running_loop().create_task(ctx.wait_bindings_changed())
     await asyncio.sleep(0)
     assert not waiter.done()
-    bound = [BoundSubject("b1", Binding(sensor="s", path="a"), ctx.parse_binding(Binding(sensor="s", path="a")))]
+    bound = [
+        BoundSubject(
+            "b1", Binding(sensor="s", path="a"), ctx.parse_binding(Binding(sensor="s", path="a"))
+        )
+    ]
     ctx.set_bindings(bound)
     assert [b.subject for b in await waiter] == ["a"]
     assert ctx.bindings == bound

@@ -12,7 +12,7 @@ from memwarden.errors import PluginLoadError
 from memwarden.plugins import ENTRY_POINT_GROUP, Registry
 from memwarden.plugins import _registry as registry_module
 
-GOOD = '''
+GOOD = """
 from memwarden.plugins import BaseBinding, BaseSensorConfig
 
 class Sensor:
@@ -26,14 +26,14 @@ class Sensor:
 
 class Other(Sensor):
     pass
-'''
+"""
 
-BAD = '''
+BAD = """
 class Sensor:
     Config = dict
     def setup(self, ctx): ...
     async def run(self, ctx): ...
-'''
+"""
 
 
 @pytest.fixture
@@ -59,9 +59,7 @@ def test_group_name():
 
 def test_loads_good_plugins_and_reports_the_rest(plugin_modules):
     """A plugin that raises on import or breaks the contract is reported; the others load."""
-    plugin_modules(
-        good="mw_reg_good:Sensor", bad="mw_reg_bad:Sensor", boom="mw_reg_boom:Sensor"
-    )
+    plugin_modules(good="mw_reg_good:Sensor", bad="mw_reg_bad:Sensor", boom="mw_reg_boom:Sensor")
     with structlog.testing.capture_logs() as logs:
         registry = Registry.from_entry_points()
     assert set(registry.plugins) == {"good"}
@@ -81,7 +79,10 @@ def test_loads_good_plugins_and_reports_the_rest(plugin_modules):
     ):
         assert problem in bad
     assert "run()" not in bad
-    assert sorted(e["plugin"] for e in logs if e["event"] == "plugin_load_failed") == ["bad", "boom"]
+    assert sorted(e["plugin"] for e in logs if e["event"] == "plugin_load_failed") == [
+        "bad",
+        "boom",
+    ]
     assert registry.failed_origins["boom"].entry_point == "mw_reg_boom:Sensor"
 
 

@@ -85,7 +85,7 @@ def test_backoff_is_capped_full_jitter():
     backoff = Backoff(base_s=0.5, cap_s=8.0)
     rng = random.Random(4)
     for attempt in range(1, 200):
-        ceiling = min(8.0, 0.5 * 2**min(attempt, 32))
+        ceiling = min(8.0, 0.5 * 2 ** min(attempt, 32))
         delays = [backoff.delay(attempt, rng) for _ in range(20)]
         assert all(0.0 <= d <= ceiling for d in delays)
         assert len(set(delays)) > 1  # jittered
@@ -149,11 +149,13 @@ async def test_restarted_run_sees_its_bindings(make_runner, eventually):
 
 
 async def test_setup_policy_error_raises_from_started(make_runner):
-    """Under startup = error a failing setup fails started() with a PluginError naming the sensor."""
+    """Under startup = error a failing setup fails started() with a PluginError naming it."""
     sensor = Scripted()
     sensor.setup_errors = [OSError("no device")]
     runner = await make_runner(sensor, startup=StartupPolicy.ERROR, name="dev")
-    with pytest.raises(PluginError, match="sensor 'dev' failed to start: setup: OSError: no device"):
+    with pytest.raises(
+        PluginError, match="sensor 'dev' failed to start: setup: OSError: no device"
+    ):
         await runner.started()
     await runner.task
     assert runner.status == "failed"
@@ -246,7 +248,10 @@ async def test_revalidate_normalises_what_the_sensor_returns(make_runner, eventu
     sensor.check = ctx.event("a", Outcome.CONFIRMED)
     [one] = await runner.revalidate(req := _request())
     assert one.request_id == req.id
-    sensor.check = [ctx.event("a", Outcome.CONFIRMED), ctx.event("a", Outcome.CHANGED, request_id="x")]
+    sensor.check = [
+        ctx.event("a", Outcome.CONFIRMED),
+        ctx.event("a", Outcome.CHANGED, request_id="x"),
+    ]
     both = await runner.revalidate(req)
     assert [e.request_id for e in both] == [req.id, "x"]
     sensor.check = None
@@ -265,7 +270,9 @@ async def test_revalidate_crash_is_an_error_event(make_runner, eventually):
     assert runner.counters.errors == 1
 
 
-@pytest.mark.parametrize(("configured", "requested", "expected"), [(0.05, 30.0, 0.05), (None, 0.05, 0.05)])
+@pytest.mark.parametrize(
+    ("configured", "requested", "expected"), [(0.05, 30.0, 0.05), (None, 0.05, 0.05)]
+)
 async def test_revalidate_deadline(make_runner, eventually, configured, requested, expected):
     """The check's deadline is the sensor's configured timeout, else the request's own."""
     sensor = Scripted()

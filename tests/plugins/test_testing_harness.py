@@ -15,6 +15,8 @@ from memwarden.memory import Outcome, ValidationEvent
 from memwarden.plugins import BaseBinding, BaseSensorConfig
 from memwarden.plugins.testing import FakeClock, SensorHarness
 
+NOT_AN_INT = "Input should be a valid integer, unable to parse string as an integer"
+
 
 class Cfg(BaseSensorConfig):
     value: int = 30
@@ -202,7 +204,7 @@ async def test_bad_config_names_the_option(tmp_path):
         async with SensorHarness(Thermo, config={"value": "hot", "colour": 1}, tmp_path=tmp_path):
             pass  # pragma: no cover - never entered
     assert err.value.problems == [
-        "sensors.thermo.value: Input should be a valid integer, unable to parse string as an integer",
+        f"sensors.thermo.value: {NOT_AN_INT}",
         "sensors.thermo.colour: unknown setting",
     ]
 
@@ -218,4 +220,6 @@ async def test_works_without_tmp_path():
 
 def test_ships_in_the_package():
     """The helpers are part of the installed package, not of the test suite."""
-    assert Path(memwarden.plugins.testing.__file__).parent == Path(memwarden.plugins.__file__).parent
+    assert (
+        Path(memwarden.plugins.testing.__file__).parent == Path(memwarden.plugins.__file__).parent
+    )

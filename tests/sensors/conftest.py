@@ -81,7 +81,7 @@ def fs_harness(tmp_path: Path, fs_root: Path) -> Callable[..., SensorHarness]:
     return make
 
 
-PASSING_API = '''
+PASSING_API = """
     import pytest
 
     def test_timeout():
@@ -97,7 +97,7 @@ PASSING_API = '''
     @pytest.mark.skip(reason="not today")
     def test_skipped():
         pass
-'''
+"""
 
 
 @pytest.fixture

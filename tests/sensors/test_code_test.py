@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from tests.sensors.conftest import PASSING_API, Watch, outcomes
 
 from memwarden.daemon import Daemon, load_settings
 from memwarden.errors import PluginError
 from memwarden.plugins import Registry
 from memwarden.sensors import CodeTestBinding, CodeTestSensor
-from tests.sensors.conftest import PASSING_API, Watch, outcomes
 
 TIMEOUT = "tests/test_api.py::test_timeout"
 LIMITS = "tests/test_api.py::TestLimits"
 SKIPPED = "tests/test_api.py::test_skipped"
 
 # A stand-in for the test command: writes the report its FAKE_MODE says, and more.
-FAKE_RUNNER = '''
+FAKE_RUNNER = """
 import os, sys
 report = next(a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--junitxml="))
 mode = os.environ["FAKE_MODE"]
@@ -38,7 +38,7 @@ else:
         "<testsuites><testsuite><testcase classname='tests.test_a' name='test_ok'"
         " file='tests/test_a.py'/></testsuite></testsuites>"
     )
-'''
+"""
 
 
 def _fake(tmp_path: Path) -> tuple[Path, list[str]]:

@@ -5,19 +5,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import threading
+from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 import pytest
 from pydantic import ValidationError
+from tests.sensors.conftest import Watch, eventually, outcomes
 from watchdog.observers.api import BaseObserver, EventEmitter
 
 from memwarden.errors import ValidationInputError
 from memwarden.sensors import FsBinding, FsConfig
 from memwarden.sensors import _fscheck as fc
 from memwarden.sensors.fs import STATE_FILE
-from tests.sensors.conftest import Watch, eventually, outcomes
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -74,7 +74,9 @@ async def test_missing_key_is_refuted_as_missing(fs_root, fs_harness):
 async def test_exists_and_absent_follow_creation_and_deletion(fs_root, fs_harness):
     """exists/absent flip between confirmed and refuted as a file comes and goes."""
     target = fs_root / "flag"
-    async with fs_harness([{"path": "flag", "exists": True}, {"path": "flag", "absent": True}]) as h:
+    async with fs_harness(
+        [{"path": "flag", "exists": True}, {"path": "flag", "absent": True}]
+    ) as h:
         w = Watch(h)
         initial = await w.next(2)
         by_kind = {e.block_id: e.outcome for e in initial}
@@ -145,11 +147,11 @@ async def test_rename_away_and_atomic_save_onto_the_path(fs_root, fs_harness):
     async with fs_harness([binding]) as h:
         w = Watch(h)
         assert outcomes(await w.next()) == ["confirmed"]
-        os.rename(fs_root / "config" / "app.yaml", fs_root / "config" / "app.yaml.bak")
+        (fs_root / "config" / "app.yaml").rename(fs_root / "config" / "app.yaml.bak")
         [gone] = await w.next()
         assert (gone.outcome, gone.observed) == ("refuted", "missing")
         _write(fs_root / "config" / ".app.yaml.tmp", "http:\n  timeout: 30\n")
-        os.rename(fs_root / "config" / ".app.yaml.tmp", fs_root / "config" / "app.yaml")
+        (fs_root / "config" / ".app.yaml.tmp").rename(fs_root / "config" / "app.yaml")
         assert outcomes(await w.next()) == ["confirmed"]
 
 
@@ -159,7 +161,7 @@ async def test_a_parent_directory_moved_away_and_recreated(fs_root, fs_harness):
     async with fs_harness([{"path": "a/b/c.txt", "exists": True}]) as h:
         w = Watch(h)
         assert outcomes(await w.next()) == ["confirmed"]
-        os.rename(fs_root / "a", fs_root / "a2")
+        (fs_root / "a").rename(fs_root / "a2")
         assert outcomes(await w.next()) == ["refuted"]
         _write(fs_root / "a" / "b" / "c.txt", "y")
         assert outcomes(await w.next()) == ["confirmed"]
@@ -283,7 +285,7 @@ async def test_a_burst_of_10000_writes_reports_every_bound_file(fs_root, fs_harn
         events = await w.next(len(bound), timeout_s=30)
         assert {e.subject for e in events} == bound
         assert set(outcomes(events)) == {"changed"}
-        assert {os.path.relpath(p, fs_root) for p in looked} <= bound
+        assert {str(PurePath(p).relative_to(fs_root)) for p in looked} <= bound
         watcher = h.sensor._watcher
         assert watcher.events_seen >= 10_000 or h.sensor.rescans > 0
         assert watcher.events_accepted <= len(bound) * 2 + 10

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
 
 def _report(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "report.xml"
-    path.write_text(f'<?xml version="1.0"?>\n<testsuites><testsuite>{body}</testsuite></testsuites>')
+    path.write_text(
+        f'<?xml version="1.0"?>\n<testsuites><testsuite>{body}</testsuite></testsuites>'
+    )
     return path
 
 
@@ -35,7 +37,9 @@ def test_xunit2_ids_are_found_from_the_files_present(tmp_path):
     """Without a file attribute, the dotted classname is matched against the project's files."""
     (tmp_path / "tests" / "unit").mkdir(parents=True)
     (tmp_path / "tests" / "unit" / "test_db.py").write_text("")
-    body = '<testcase classname="tests.unit.test_db.TestConn" name="test_open"><skipped/></testcase>'
+    body = (
+        '<testcase classname="tests.unit.test_db.TestConn" name="test_open"><skipped/></testcase>'
+    )
     report = parse_junit(_report(tmp_path, body), tmp_path)
     assert report.tests["tests/unit/test_db.py::TestConn::test_open"].outcome == "skipped"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from memwarden.errors import ConfigError, ValidationInputError
 from memwarden.plugins import Outcome
 from memwarden.plugins.testing import FakeClock, SensorHarness
+
 from memwarden_sensor_example import EnvVarSensor
 
 ALLOW = {"allow": ["APP_*"], "interval_s": 0.01}

@@ -662,3 +662,37 @@ def backup(
         highlight=False,
         soft_wrap=True,
     )
+
+
+# ---------------------------------------------------------------------- remote mode
+
+
+@app.command()
+def agent(
+    config: Annotated[
+        Path,
+        typer.Option("--config", "-c", help="TOML file with the mqtt, agent and sensors.* tables."),
+    ],
+) -> None:
+    """Run sensors on this host for a daemon elsewhere (remote mode, over MQTT).
+
+    Events go to the broker from a durable local queue; bindings and revalidation
+    requests come from the daemon. Stop with SIGTERM or Ctrl-C.
+    """
+    from memwarden.agent import Agent  # noqa: PLC0415
+    from memwarden.daemon import configure_logging, load_settings  # noqa: PLC0415
+
+    try:
+        settings = load_settings(config)
+        runner = Agent(settings, install_signal_handlers=True)
+    except ConfigError as e:
+        for problem in e.problems:
+            err.print(problem, highlight=False, soft_wrap=True)
+        raise _fail(str(e)) from None
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        asyncio.run(runner.run())
+    except* MemwardenError as group:
+        for failure in group.exceptions:
+            err.print(f"[red]error:[/red] {failure}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None

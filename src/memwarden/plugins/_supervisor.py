@@ -172,7 +172,7 @@ class SensorRunner:
                 await self.sensor.setup(self.ctx)
         except Exception as err:  # noqa: BLE001 - the startup policy decides what it means
             self.counters.errors += 1
-            self.counters.last_error = f"setup: {type(err).__name__}: {err}"
+            self.counters.last_error = f"setup: {_describe(err)}"
             await self._teardown(force=True)
             self.log.error("sensor_setup_failed", error=self.counters.last_error, attempt=attempt)
             if self._ran_once:
@@ -225,7 +225,7 @@ class SensorRunner:
             await self._stop.wait()
             return False
         self.counters.errors += 1
-        self.counters.last_error = f"run: {type(err).__name__}: {err}"
+        self.counters.last_error = f"run: {_describe(err)}"
         self.log.error("sensor_crashed", error=self.counters.last_error, exc_info=err)
         return True
 
@@ -247,7 +247,7 @@ class SensorRunner:
             async with asyncio.timeout(self.teardown_timeout_s):
                 await self.sensor.teardown()
         except Exception as err:  # noqa: BLE001 - teardown problems are logged, never fatal
-            self.log.warning("sensor_teardown_failed", error=f"{type(err).__name__}: {err}")
+            self.log.warning("sensor_teardown_failed", error=_describe(err))
 
     def _settle_start(self) -> None:
         if not self._started.done():
@@ -291,7 +291,7 @@ class SensorRunner:
             return [self._error(request, f"check timed out after {timeout_s:g}s")]
         except Exception as err:  # noqa: BLE001 - a crashing check is an error outcome
             self.counters.errors += 1
-            self.counters.last_error = f"revalidate: {type(err).__name__}: {err}"
+            self.counters.last_error = f"revalidate: {_describe(err)}"
             self.log.warning("revalidate_failed", subject=subject, error=self.counters.last_error)
             return [self._error(request, self.counters.last_error)]
         finally:
@@ -314,3 +314,9 @@ class SensorRunner:
         return self.ctx.event(
             request.subject, Outcome.ERROR, message=message, request_id=request.id
         )
+
+
+def _describe(err: BaseException) -> str:
+    """``OSError: no device``; just the type when the error says nothing more."""
+    text = str(err)
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -65,6 +65,7 @@ __all__ = [
     "resolve_pointer",
 ]
 
+
 def _compiles(value: str | None) -> str | None:
     if value is not None:
         try:

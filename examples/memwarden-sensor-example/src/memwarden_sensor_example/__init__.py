@@ -21,9 +21,8 @@ import os
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, ClassVar
 
-from pydantic import Field
-
 from memwarden.plugins import BaseBinding, BaseSensorConfig, Outcome
+from pydantic import Field
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -1,0 +1,294 @@
+"""Factory fixtures for the MQTT tests: a real mosquitto, a daemon, an agent.
+
+Every broker is our own ``mosquitto`` on a free loopback port with a generated config
+(persistence in the test's tmp_path), never the system one. Startup is awaited on the
+broker's own "running" log line (then one connect), teardown kills what is left.
+Nothing sleeps to wait: events, futures, and deadline-bounded polling (``eventually``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from memwarden.agent import Agent
+from memwarden.daemon import Daemon, load_settings
+from memwarden.plugins import Registry
+from memwarden.sensors import FsSensor
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+MOSQUITTO_PUB = shutil.which("mosquitto_pub") or "/usr/bin/mosquitto_pub"
+MOSQUITTO_SUB = shutil.which("mosquitto_sub") or "/usr/bin/mosquitto_sub"
+PREFIX = "memwarden/v1"
+
+pytestmark = pytest.mark.skipif(not Path(MOSQUITTO).exists(), reason="mosquitto not installed")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Broker:
+    """One mosquitto process; restartable on the same port and persistence directory."""
+
+    directory: Path
+    port: int = field(default_factory=free_port)
+    extra: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://127.0.0.1:{self.port}"
+
+    def config(self) -> Path:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / "mosquitto.conf"
+        path.write_text(
+            f"listener {self.port} 127.0.0.1\n"
+            "allow_anonymous true\n"
+            "persistence true\n"
+            f"persistence_location {self.directory}/\n"
+            "max_queued_messages 100000\n"
+            "log_dest stdout\n"
+            "log_type error\nlog_type warning\nlog_type notice\n"
+            + ("user root\n" if os.geteuid() == 0 else "")
+            + self.extra
+        )
+        return path
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        running = threading.Event()
+        self.proc = subprocess.Popen(  # noqa: S603 - our own binary and config
+            [MOSQUITTO, "-c", str(self.config())],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        out = self.proc.stdout
+        assert out is not None
+
+        def drain() -> None:  # keeps the pipe from filling; tells us when it runs
+            for raw in out:
+                line = raw.decode(errors="replace").rstrip()
+                self.log.append(line)
+                if " running" in line:
+                    running.set()
+            running.set()  # the process ended: stop waiting
+
+        threading.Thread(target=drain, name="mosquitto.log", daemon=True).start()
+        if not running.wait(timeout_s) or self.proc.poll() is not None:
+            self.kill()
+            pytest.fail(f"mosquitto did not start: {self.log[-10:]}")
+        deadline = time.monotonic() + timeout_s
+        while True:  # the log line says it runs; one connect says it listens
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1.0).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.kill()
+                    pytest.fail(f"mosquitto is not accepting on {self.port}: {self.log[-10:]}")
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to save its state."""
+        self._end(signal.SIGKILL)
+
+    def stop(self) -> None:
+        """SIGTERM: mosquitto saves its persistence file on the way out."""
+        self._end(signal.SIGTERM)
+
+    def _end(self, sig: signal.Signals) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture
+def mosquitto_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
+    """``mosquitto_broker(extra="...")`` starts a broker; all are killed at teardown."""
+    brokers: list[Broker] = []
+
+    def make(extra: str = "") -> Broker:
+        broker = Broker(tmp_path / f"broker{len(brokers)}", extra=extra)
+        brokers.append(broker)
+        broker.start()
+        return broker
+
+    yield make
+    for broker in brokers:
+        broker.kill()
+
+
+# ---------------------------------------------------------------------- waiting
+
+
+async def _eventually(
+    predicate: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.01
+) -> Any:
+    """Poll ``predicate`` (sync or async) until truthy; fail at the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > deadline:
+            pytest.fail(f"condition not met within {timeout}s: {predicate}")
+        await asyncio.sleep(interval)  # one poll step, bounded by the deadline above
+
+
+@pytest.fixture
+def eventually() -> Callable[..., Awaitable[Any]]:
+    return _eventually
+
+
+async def wait_state(daemon: Daemon, block_id: str, state: str, timeout: float = 10.0) -> None:
+    """Wait (on the daemon's commits, not a clock) until the block is in ``state``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (block := await daemon.store.get(block_id)).state != state:
+        left = deadline - loop.time()
+        if left <= 0:
+            pytest.fail(f"block {block_id} is {block.state}, not {state}, after {timeout}s")
+        await daemon.wait_for_events(min(left, 0.5))
+
+
+# ---------------------------------------------------------------------- daemon and agent
+
+
+@dataclass
+class Running:
+    """A daemon or an agent running in this process, as a task."""
+
+    obj: Any
+    task: asyncio.Task[None]
+
+    async def stop(self) -> None:
+        self.obj.request_stop()
+        await asyncio.wait_for(self.task, timeout=20)
+
+
+async def _start(obj: Any, name: str) -> Running:
+    task = asyncio.create_task(obj.run(), name=name)
+    ready = asyncio.create_task(obj.ready())
+    done, _ = await asyncio.wait({task, ready}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()
+    assert ready in done, f"{name} did not become ready"
+    return Running(obj, task)
+
+
+@pytest.fixture
+async def start_daemon(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Running]]]:
+    """``await start_daemon(broker, **overrides)``: a daemon with remote sensor ``files``."""
+    running: list[Running] = []
+
+    async def start(broker: Broker, *, mqtt: dict[str, Any] | None = None, **kw: Any) -> Running:
+        settings = load_settings(
+            None,
+            env={},
+            home=tmp_path / "daemon",
+            api={"enabled": False},
+            mqtt={
+                "url": broker.url,
+                "client_id": "memwarden-test-daemon",
+                "backoff_initial": "20ms",
+                "backoff_max": "200ms",
+                **(mqtt or {}),
+            },
+            sensors=kw.pop("sensors", {"files": {"kind": "fs", "remote": True}}),
+            **kw,
+        )
+        r = await _start(Daemon(settings, registry=Registry.from_classes({})), "test.daemon")
+        running.append(r)
+        return r
+
+    yield start
+    for r in running:
+        if not r.task.done():
+            await r.stop()
+
+
+def agent_settings(broker: Broker, home: Path, world: Path, **agent: Any) -> Any:
+    return load_settings(
+        None,
+        env={},
+        home=home,
+        mqtt={
+            "url": broker.url,
+            "backoff_initial": "20ms",
+            "backoff_max": "200ms",
+        },
+        agent={"id": "edge1", "heartbeat_interval": "200ms", **agent},
+        sensors={"files": {"kind": "fs", "roots": [str(world)], "debounce_ms": 0}},
+    )
+
+
+@pytest.fixture
+async def start_agent(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Running]]]:
+    """``await start_agent(broker)``: an in-process agent running the fs sensor ``files``."""
+    running: list[Running] = []
+    world = tmp_path / "world"
+    world.mkdir(exist_ok=True)
+
+    async def start(broker: Broker, **agent: Any) -> Running:
+        settings = agent_settings(broker, tmp_path / "agent", world, **agent)
+        r = await _start(Agent(settings, registry=Registry.from_classes({"fs": FsSensor})), "agent")
+        running.append(r)
+        return r
+
+    yield start
+    for r in running:
+        if not r.task.done():
+            await r.stop()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Path:
+    """The directory the agent's fs sensor watches."""
+    path = tmp_path / "world"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def event_json(sensor: str = "files", subject: str = "app.json", **fields: Any) -> bytes:
+    """A ValidationEvent as a remote sensor would publish it."""
+    body = {
+        "sensor": sensor,
+        "subject": subject,
+        "outcome": "confirmed",
+        "observed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **fields,
+    }
+    return json.dumps(body).encode()
+
+
+AGENT_SCRIPT = Path(__file__).with_name("run_agent.py")
+PYTHON = sys.executable
