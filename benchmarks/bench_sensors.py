@@ -113,7 +113,9 @@ async def fs_latency(ctx: Context) -> list[Result]:
     root.mkdir(parents=True, exist_ok=True)
     target = root / "app.json"
     target.write_text(json.dumps({"v": 0}))
-    daemon = Daemon(_settings(ctx, "latency", root), registry=Registry.from_classes({"fs": FsSensor}))
+    daemon = Daemon(
+        _settings(ctx, "latency", root), registry=Registry.from_classes({"fs": FsSensor})
+    )
     task = await _start(daemon)
     raw = _Raw()
     observer = _raw_observer(root, raw)
@@ -237,7 +239,9 @@ async def fs_burst(ctx: Context) -> list[Result]:
     _Committed(daemon.store, committed)
     try:
         await asyncio.wait_for(reached.wait(), 120)  # the first look at every new binding
-        ctx.progress(f"daemon up and {n:,} initial checks committed in {time.perf_counter() - started:.1f}s")
+        ctx.progress(
+            f"daemon up and {n:,} initial checks committed in {time.perf_counter() - started:.1f}s"
+        )
         reached.clear()
         goal["n"] = counts["fs"] + n
         t0 = time.perf_counter()

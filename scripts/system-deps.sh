@@ -8,6 +8,9 @@ command -v sqlite3 >/dev/null 2>&1 || true   # the Python module is enough; the 
 [ -x /usr/lib/nagios/plugins/check_tcp ] || need+=(monitoring-plugins-basic)
 # The review page is tested in a real headless Chromium (Playwright drives the system one).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# tests/deploy: systemd-analyze (verify, security), systemd-sysusers and systemd-tmpfiles,
+# and libseccomp (a dependency of the package) for the unit's seccomp rules.
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "${CI:-}" = "true" ] && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"

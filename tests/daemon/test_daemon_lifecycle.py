@@ -6,9 +6,16 @@ import asyncio
 
 import mw_test_sensors
 import pytest
+import structlog
 
 from memwarden.daemon import Daemon
-from memwarden.errors import ConfigError, MemwardenError, PluginError, ValidationInputError
+from memwarden.errors import (
+    ConfigError,
+    MemwardenError,
+    PluginError,
+    StorageError,
+    ValidationInputError,
+)
 from memwarden.plugins import Registry
 
 NOT_AN_INT = "Input should be a valid integer, unable to parse string as an integer"
@@ -135,3 +142,43 @@ async def test_stop_requested_before_ready(make_settings):
     async with asyncio.timeout(10):
         await daemon.run()
     assert daemon.runners["echo"].status == "stopped"
+
+
+async def test_buggy_validate_binding_is_contained(running_daemon, make_settings):
+    """A validate_binding() that crashes refuses the binding, naming the sensor; no 500."""
+
+    class Buggy(mw_test_sensors.EchoSensor):
+        def validate_binding(self, selector):
+            raise TypeError("unhashable type: 'list'")
+
+    daemon = (
+        await running_daemon(make_settings(sensors={"buggy": {}}), sensors={"buggy": Buggy})
+    ).daemon
+    with pytest.raises(ValidationInputError) as err:
+        await daemon.add_block({"content": "x", "bindings": [{"sensor": "buggy", "path": "p"}]})
+    assert err.value.errors == [
+        ("bindings.0", "sensor 'buggy' could not check it: TypeError: unhashable type: 'list'")
+    ]
+
+
+async def test_failed_bindings_refresh_is_retried(
+    running_daemon, make_settings, monkeypatch, eventually
+):
+    """If the store cannot list a sensor's bindings, the daemon logs it and retries later."""
+    daemon = (await running_daemon(make_settings(sensors={"echo": {}}))).daemon
+    real = daemon.store.bindings_for_sensor
+    calls = []
+
+    async def flaky(sensor):
+        calls.append(sensor)
+        if len(calls) == 1:
+            raise StorageError("database is locked")
+        return await real(sensor)
+
+    monkeypatch.setattr(daemon.store, "bindings_for_sensor", flaky)
+    with structlog.testing.capture_logs() as logs:
+        await daemon.add_block({"content": "a", "bindings": [{"sensor": "echo", "path": "a"}]})
+        await eventually(lambda: any(e["event"] == "bindings_refresh_failed" for e in logs))
+    await daemon.add_block({"content": "b", "bindings": [{"sensor": "echo", "path": "b"}]})
+    echo = daemon.runners["echo"]
+    await eventually(lambda: sorted(b.subject for b in echo.ctx.bindings) == ["a", "b"])

@@ -15,8 +15,9 @@ async def test_ready_watchdog_stopping(running_daemon, make_settings, notify_soc
     assert notifier.watchdog_interval_s == 0.1
     running = await running_daemon(make_settings(sensors={"echo": {}}), notifier=notifier)
     ready = await sock.expect("READY", "1")
-    assert ready["STATUS"] == "0 blocks, 0 stale, 1/1 sensors running"
+    assert ready["STATUS"] == "1/1 sensors running"  # READY does not wait for the counts
     assert sock.messages[0] == {"STATUS": "starting"}
+    assert (await sock.expect("STATUS"))["STATUS"] == "0 blocks, 0 stale, 1/1 sensors running"
     await sock.expect("WATCHDOG", "1")
     await sock.expect("WATCHDOG", "1")
     await running.stop()

@@ -73,7 +73,7 @@ async def test_sighup_adds_and_removes_sensors(
     proc.send_signal(signal.SIGHUP)
     await sock.expect("RELOADING", "1")
     ready = await sock.expect("READY", "1")
-    assert ready["STATUS"].endswith("2/2 sensors running")
+    assert ready["STATUS"] == "2/2 sensors running"
     lifecycle = {
         name: [
             line.split()[0]

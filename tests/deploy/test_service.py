@@ -102,6 +102,7 @@ def test_daemon_with_sensors_serves_under_the_units_seccomp_rules(
         f'[sensors.files]\nkind = "fs"\nroots = ["{project}"]\n'
         f'[sensors.tests]\nkind = "code_test"\nproject_root = "{project}"\n'
         f'command = ["{sys.executable}", "-m", "pytest", "-p", "no:cacheprovider"]\n'
+        'env = { PYTEST_DISABLE_PLUGIN_AUTOLOAD = "1" }\n'
     )
     argv = exec_start(SYSTEM_UNIT, binary=memwarden_bin, config=config)
     sandboxed = [sys.executable, str(SANDBOX), str(SYSTEM_UNIT), "--", *argv]
@@ -161,7 +162,8 @@ def test_pytest_child_runs_under_the_units_seccomp_rules(tmp_path: Path):
         "    with pytest.raises(PermissionError):\n"
         "        mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
     )
-    env = service_env(SYSTEM_UNIT)
+    env = {**service_env(SYSTEM_UNIT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env = {k: v for k, v in env.items() if not k.startswith("COVERAGE_")}  # a plain child
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_sample.py"]
     result = subprocess.run(
         [sys.executable, str(SANDBOX), str(SYSTEM_UNIT), "--", *argv],

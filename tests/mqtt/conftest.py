@@ -56,6 +56,7 @@ class Broker:
     extra: str = ""
     proc: subprocess.Popen[bytes] | None = None
     log: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -70,8 +71,8 @@ class Broker:
             "persistence true\n"
             f"persistence_location {self.directory}/\n"
             "max_queued_messages 100000\n"
-            "log_dest stdout\n"
-            "log_type error\nlog_type warning\nlog_type notice\n"
+            "log_dest stderr\n"
+            "log_type error\nlog_type warning\nlog_type notice\nlog_type information\n"
             + ("user root\n" if os.geteuid() == 0 else "")
             + self.extra
         )
@@ -95,7 +96,8 @@ class Broker:
                     running.set()
             running.set()  # the process ended: stop waiting
 
-        threading.Thread(target=drain, name="mosquitto.log", daemon=True).start()
+        self.reader = threading.Thread(target=drain, name="mosquitto.log", daemon=True)
+        self.reader.start()
         if not running.wait(timeout_s) or self.proc.poll() is not None:
             self.kill()
             pytest.fail(f"mosquitto did not start: {self.log[-10:]}")
@@ -125,6 +127,11 @@ class Broker:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
+        if self.reader is not None:
+            self.reader.join(timeout=5)
+            self.reader = None
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
         self.proc = None
 
 
@@ -290,5 +297,25 @@ def event_json(sensor: str = "files", subject: str = "app.json", **fields: Any) 
     return json.dumps(body).encode()
 
 
-AGENT_SCRIPT = Path(__file__).with_name("run_agent.py")
-PYTHON = sys.executable
+MEMWARDEN = Path(sys.executable).parent / "memwarden"  # the console script, as installed
+
+
+def stored(db: Path, agent: str) -> tuple[int, int]:
+    """(rows, distinct seqs) of ``agent``'s events in a daemon's database."""
+    import sqlite3  # noqa: PLC0415
+
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        row = conn.execute(
+            "SELECT count(*), count(DISTINCT agent_seq) FROM events WHERE agent = ?", (agent,)
+        ).fetchone()
+    return int(row[0]), int(row[1])
+
+
+async def run_tool(*args: str, timeout: float = 15.0) -> str:
+    """Run a mosquitto client tool; its stdout (fails on a non-zero exit)."""
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout)
+    assert proc.returncode == 0, f"{args[0]} exited {proc.returncode}: {err.decode()}"
+    return out.decode()

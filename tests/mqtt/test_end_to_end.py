@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from memwarden.daemon._metrics import render
 from tests.mqtt.conftest import wait_state
+
+FS_BINDING = {"sensor": "files", "path": "app.json", "key": "/timeout", "equals": 30}
 
 
 async def test_agent_file_change_changes_the_block_in_the_daemon(
@@ -12,13 +15,81 @@ async def test_agent_file_change_changes_the_block_in_the_daemon(
     broker = mosquitto_broker()
     (world / "app.json").write_text('{"timeout": 30}')
     d = await start_daemon(broker)
-    block = await d.obj.add_block(
-        {
-            "content": "The API timeout is 30 s",
-            "bindings": [{"sensor": "files", "path": "app.json", "key": "/timeout", "equals": 30}],
-        }
-    )
-    await start_agent(broker)
+    block = await d.obj.add_block({"content": "The API timeout is 30 s", "bindings": [FS_BINDING]})
+    a = await start_agent(broker)
     await wait_state(d.obj, block.id, "fresh")
     (world / "app.json").write_text('{"timeout": 60}')
     await wait_state(d.obj, block.id, "refuted")
+    [event] = await d.obj.store.events_for(block.id, limit=1)
+    assert event.sensor == "files"
+    assert event.outcome == "refuted"
+    assert event.observed == 60
+    status = {s["name"]: s for s in d.obj.sensor_status()}
+    assert status["files"]["status"] == "running"
+    assert status["files"]["agent"] == "edge1"
+    assert a.obj.last_seq >= 2
+
+
+async def test_revalidation_of_a_remote_sensor_goes_over_mqtt(
+    mosquitto_broker, start_daemon, start_agent, world
+):
+    """A revalidation for a remote sensor is answered by the agent, and the daemon waits for it."""
+    broker = mosquitto_broker()
+    (world / "app.json").write_text('{"timeout": 30}')
+    d = await start_daemon(broker)
+    block = await d.obj.add_block({"content": "timeout 30", "bindings": [FS_BINDING]})
+    await start_agent(broker)
+    await wait_state(d.obj, block.id, "fresh")
+    answer = await d.obj.revalidate(block.id, wait_s=10)
+    assert answer["requested"]
+    assert answer["answered"] == answer["requested"]
+    assert answer["timed_out"] == []
+    [event] = await d.obj.store.events_for(block.id, limit=1)
+    assert event.request_id == answer["requested"][0]
+    assert event.outcome == "confirmed"
+
+
+async def test_unanswered_remote_revalidation_becomes_an_error_event(
+    mosquitto_broker, start_daemon
+):
+    """With no agent listening, a remote request is answered by an `error` event after its deadline."""
+    broker = mosquitto_broker()
+    d = await start_daemon(
+        broker,
+        mqtt={"remote_answer_grace": "0s"},
+        rules={"staleness": {"revalidation_timeout": "50ms"}},
+    )
+    await d.obj.mqtt.connected()
+    block = await d.obj.add_block(
+        {"content": "x", "bindings": [{"sensor": "files", "path": "app.json"}]}
+    )
+    answer = await d.obj.revalidate(block.id, wait_s=10)
+    assert answer["answered"] == answer["requested"]
+    [event] = await d.obj.store.events_for(block.id, limit=1)
+    assert event.outcome == "error"
+    assert "did not answer" in event.message
+    assert (await d.obj.store.get(block.id)).state == "unverified"  # an error changes no truth
+
+
+async def test_gaps_are_counted_in_health_and_metrics(mosquitto_broker, start_daemon):
+    """A jump in an agent's sequence is counted per agent in health() and /metrics."""
+    from tests.mqtt.conftest import event_json, run_tool
+
+    broker = mosquitto_broker()
+    d = await start_daemon(broker, mqtt={"resend_gaps": False})
+    await d.obj.mqtt.connected()
+    for seq in (1, 2, 7):
+        await run_tool(
+            "mosquitto_pub", "-h", "127.0.0.1", "-p", str(broker.port), "-q", "1",
+            "-t", "memwarden/v1/events/files",
+            "-m", event_json(agent="edge7/run1", seq=seq, event_id=f"e{seq}").decode(),
+        )  # fmt: skip
+    bridge = d.obj.mqtt
+    while bridge.accepted < 3:
+        await d.obj.wait_for_events(1.0)
+    health = await d.obj.health()
+    assert health["mqtt"]["agents"]["edge7"]["gaps"] == 4
+    assert health["mqtt"]["agents"]["edge7"]["missing"] == 4
+    assert health["mqtt"]["gaps_total"] == 4
+    body, _ = await render(d.obj)
+    assert b'memwarden_mqtt_gaps_total{agent="edge7"} 4.0' in body

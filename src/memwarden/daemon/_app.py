@@ -204,7 +204,9 @@ class Daemon:
                 if self.notifier.watchdog_interval_s:
                     background.append(tg.create_task(self._watchdog(), name="watchdog"))
                 self._ready.set()
-                self.notifier.ready(await self._status_line())
+                # READY first: the block counts (a scan of the whole table) follow it.
+                self.notifier.ready(self._sensors_line())
+                self.notifier.status(await self._status_line())
                 log.info(
                     "daemon_ready",
                     db=str(s.db_path),
@@ -451,7 +453,8 @@ class Daemon:
             log.warning("reload_needs_restart", sections=sorted(ignored))
         self.reloads += 1
         log.info("daemon_reloaded", restarted=sorted(changed))
-        self.notifier.ready(await self._status_line())
+        self.notifier.ready(self._sensors_line())
+        self.notifier.status(await self._status_line())
 
     # ------------------------------------------------------------------ bindings
 
@@ -459,7 +462,12 @@ class Daemon:
         while True:
             await self._bindings_wake.wait()
             self._bindings_wake.clear()
-            await self._push_bindings()
+            pending = set(self._dirty_bindings)
+            try:
+                await self._push_bindings()
+            except MemwardenError as err:  # the next change retries; never fatal
+                self._dirty_bindings.update(pending)
+                log.error("bindings_refresh_failed", sensors=sorted(pending), error=str(err))
 
     async def _push_bindings(self) -> None:
         dirty, self._dirty_bindings = self._dirty_bindings, set()
@@ -511,13 +519,21 @@ class Daemon:
                 check = getattr(runner.sensor, "validate_binding", None)
                 if check is not None:
                     check(selector)
+                subject = binding.subject or selector.subject_of()
             except ValidationInputError as err:
                 errors.extend((f"bindings.{i}.{f}", m) for f, m in err.errors)
                 continue
             except ValueError as err:
                 errors.append((f"bindings.{i}", str(err)))
                 continue
-            if not binding.subject and (subject := selector.subject_of()):
+            except Exception as err:  # a bug in the plugin's hook: refuse, name the plugin
+                log.exception("validate_binding_failed", sensor=binding.sensor)
+                problem = f"{type(err).__name__}: {err}"
+                errors.append(
+                    (f"bindings.{i}", f"sensor {binding.sensor!r} could not check it: {problem}")
+                )
+                continue
+            if subject and subject != binding.subject:
                 binding = binding.model_copy(update={"subject": subject})  # noqa: PLW2901
             if not binding.subject:
                 errors.append((f"bindings.{i}", "names no subject (path, test, url, check)"))
@@ -675,14 +691,14 @@ class Daemon:
         if self.mqtt is not None:
             await self.mqtt.on_applied(result)  # state changes out, answered requests off
 
+    def _sensors_line(self) -> str:
+        running = sum(1 for r in self.runners.values() if r.available)
+        return f"{running}/{len(self.runners)} sensors running"
+
     async def _status_line(self) -> str:
         counts = await self.store.counts()
-        running = sum(1 for r in self.runners.values() if r.available)
         stale = counts["by_state"].get("stale", 0)
-        return (
-            f"{counts['blocks']} blocks, {stale} stale, "
-            f"{running}/{len(self.runners)} sensors running"
-        )
+        return f"{counts['blocks']} blocks, {stale} stale, {self._sensors_line()}"
 
     async def _watchdog(self) -> None:
         interval = self.notifier.watchdog_interval_s or 1.0

@@ -78,6 +78,7 @@ log = structlog.get_logger("memwarden.mqtt")
 
 _AGENT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _SOURCE = "remote:mqtt"
+_MAX_RESEND_RANGES = 64  # per heartbeat
 
 
 # ---------------------------------------------------------------------- shared pieces
@@ -759,6 +760,12 @@ class MqttBridge:
             gap = self.gaps.announced(agent, seq)
             if gap is not None:
                 self._gap(agent, gap, "heartbeat is ahead")
+        if self.settings.resend_gaps and _AGENT_ID.fullmatch(agent_id):
+            # Still missing (a re-send can be lost too): ask again, once per heartbeat.
+            asked = {(a, f, t) for a, f, t in self._resend_queue}
+            for first, last in self.gaps.missing_ranges(agent)[:_MAX_RESEND_RANGES]:
+                if (agent, first, last) not in asked:
+                    self._resend_queue.append((agent, first, last))
 
     # ------------------------------------------------------------------ publishing
 

@@ -156,8 +156,14 @@ class Scheduler:
                 )
             for ev in events or ():
                 await self.bus.put(runner.name, ev)
-        except MemwardenError as err:  # a closed bus at shutdown, a store error: never fatal
-            log.error("revalidation_failed", request_id=req.id, sensor=runner.name, error=str(err))
+        except Exception as err:  # a closed bus at shutdown, a store error: never fatal
+            log.error(
+                "revalidation_failed",
+                request_id=req.id,
+                sensor=runner.name,
+                error=f"{type(err).__name__}: {err}",
+                exc_info=not isinstance(err, MemwardenError),
+            )
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         if self._tasks is None:

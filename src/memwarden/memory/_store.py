@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import operator
 import math
 import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Self, TypeVar
 
 import aiosqlite
 import structlog
@@ -128,8 +129,7 @@ class BlockFilter(BaseModel):
     limit: int = Field(default=100, ge=1, le=10_000)
 
 
-@dataclass(frozen=True, slots=True)
-class DueBlock:
+class DueBlock(NamedTuple):
     """A block whose validity window has run out (as the sweep sees it)."""
 
     id: str
@@ -298,8 +298,11 @@ async def _select_in(
     """Run ``sql_prefix (?, ?, ...) suffix`` over ``keys`` in chunks; all rows."""
     rows: list[Any] = []
     for chunk in _chunks(keys):
-        async with conn.execute(sql_prefix + _placeholders(len(chunk)) + suffix, chunk) as cur:
-            rows.extend(await cur.fetchall())
+        # execute_fetchall is one round trip to the connection's thread (execute + fetch
+        # + close would be three).
+        rows.extend(
+            await conn.execute_fetchall(sql_prefix + _placeholders(len(chunk)) + suffix, chunk)
+        )
     return rows
 
 
@@ -426,10 +429,10 @@ class Store:
         finally:
             self._readers.put_nowait(conn)
 
-    async def _write(self, fn: Any) -> Any:
+    async def _write(self, fn: Any, *, weight: int = 1) -> Any:
         if self._writer is None:
             raise StorageError("the store is closed")
-        return await self._writer.submit(fn)
+        return await self._writer.submit(fn, weight=weight)
 
     @property
     def write_backlog(self) -> int:
@@ -621,7 +624,7 @@ class Store:
         async def job(conn: aiosqlite.Connection) -> ApplyResult:
             return await _apply_job(conn, prepared, rejected, now, cfg)
 
-        return await self._write(job)  # type: ignore[no-any-return]
+        return await self._write(job, weight=len(prepared))  # type: ignore[no-any-return]
 
     async def dead_letter(self, *, source: str, reason: str, payload: str | bytes) -> None:
         """Keep a rejected input with the reason (never applied)."""
@@ -643,17 +646,14 @@ class Store:
     ) -> list[DueBlock]:
         """Fresh or unverified blocks whose window has run out, oldest first (index range scan)."""
         at = self.clock.time() if now is None else now
-        async with (
-            self._read() as conn,
-            conn.execute(
+        async with self._read() as conn:
+            rows = await conn.execute_fetchall(
                 "SELECT id, stale_at, state, volatility, reliability FROM blocks"
                 " WHERE stale_at <= ? AND state IN ('fresh', 'unverified')"
                 " ORDER BY stale_at LIMIT ?",
-                (at, limit),
-            ) as cur,
-        ):
-            rows = await cur.fetchall()
-        return [DueBlock(*row) for row in rows]
+                (at, max(0, limit)),
+            )
+        return list(map(DueBlock._make, rows))
 
     async def mark_stale(
         self,
@@ -1103,12 +1103,18 @@ class Store:
                     {retention_sql("b")} AS retention
                 FROM cand c JOIN blocks b ON b.rid = c.rid
                 WHERE b.state IN {states}
+            ), ranked AS MATERIALIZED (
+                SELECT *, relevance * freshness * reliability * retention AS score
+                FROM scored ORDER BY score DESC LIMIT :limit
             )
-            SELECT s.relevance, s.freshness, s.reliability, s.retention,
-                s.relevance * s.freshness * s.reliability * s.retention AS score,
+            SELECT s.relevance, s.freshness, s.reliability, s.retention, s.score,
+                (SELECT json_group_array(json_array(g.sensor, g.subject, g.selector))
+                 FROM bindings g WHERE g.block_rid = b.rid),
+                (SELECT json_group_array(d.depends_on)
+                 FROM dependencies d WHERE d.block_rid = b.rid),
                 {", ".join("b." + c for c in BLOCK_COLUMNS)}
-            FROM scored s JOIN blocks b ON b.rid = s.rid
-            ORDER BY score DESC LIMIT :limit
+            FROM ranked s JOIN blocks b ON b.rid = s.rid
+            ORDER BY s.score DESC
         """
         params = {
             "match": match,
@@ -1123,23 +1129,20 @@ class Store:
             "stale_factor": decay.stale_half_life_factor,
             "limit": limit,
         }
-        async with self._read() as conn:
-            async with conn.execute(sql, params) as cur:
-                rows = await cur.fetchall()
-            recs = [record_from_row(r[5:]) for r in rows]
-            bindings = await self._bindings_of(conn, [r.id for r in recs])
-            depends = await self._depends_of(conn, [r.rid for r in recs])
+        async with self._read() as conn:  # one round trip: bindings and links come along
+            rows = await conn.execute_fetchall(sql, params)
         hits = []
         warn_below = cfg.staleness.warn_reliability
-        for row, rec in zip(rows, recs, strict=True):
-            relevance, freshness, reliability, retention, score = row[:5]
+        for row in rows:
+            relevance, freshness, reliability, retention, score, bound, deps = row[:7]
+            rec = record_from_row(row[7:])
             block = record_to_block(
                 rec,
-                bindings=bindings.get(rec.id, []),
+                bindings=[binding_from_row(*b) for b in json.loads(bound)],
                 now=now,
                 cfg=cfg,
                 retention=retention,
-                depends_on=depends.get(rec.rid),
+                depends_on=sorted(json.loads(deps)),
             )
             warnings = _warnings(block, now, warn_below)
             hits.append(
@@ -1511,9 +1514,12 @@ class _EventBatch:
         result.revalidations = len(requests)
         result.reviews = len(reviews)
 
+        # Writes in key order: B-tree pages are then visited once, in sequence.
+        effect_rows.sort(key=_first_two)
+        updates = sorted((evidence_row(r) for r in touched.values()), key=_last)
         await conn.executemany(_EVENT_INSERT, event_rows)
         await _executemany(conn, _EFFECT_INSERT, effect_rows)
-        await _executemany(conn, _EVIDENCE_UPDATE, [evidence_row(r) for r in touched.values()])
+        await _executemany(conn, _EVIDENCE_UPDATE, updates)
         await _executemany(
             conn,
             "UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?",
@@ -1534,6 +1540,10 @@ class _EventBatch:
             "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at) VALUES (?,?,?,?)",
             reviews,
         )
+
+
+_first_two = operator.itemgetter(0, 1)
+_last = operator.itemgetter(-1)
 
 
 def _effect_row(rid: int, seq: int, eff: Effect) -> tuple[Any, ...]:

@@ -35,14 +35,18 @@ log = structlog.get_logger("memwarden.store")
 class _Pending(Generic[T]):
     fn: Callable[[aiosqlite.Connection], Awaitable[T]]
     future: asyncio.Future[T]
+    weight: int = 1
 
 
 class Writer:
     """Owns the write connection and the task that commits batches of jobs."""
 
-    def __init__(self, conn: aiosqlite.Connection, *, max_jobs: int = 256) -> None:
+    def __init__(
+        self, conn: aiosqlite.Connection, *, max_jobs: int = 256, max_weight: int = 20_000
+    ) -> None:
         self._conn = conn
         self._max_jobs = max_jobs
+        self._max_weight = max_weight
         self._queue: asyncio.Queue[_Pending[Any]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -52,12 +56,19 @@ class Writer:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="store.writer")
 
-    async def submit(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
-        """Run ``fn`` inside the next transaction; returns once that transaction committed."""
+    async def submit(
+        self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], *, weight: int = 1
+    ) -> T:
+        """Run ``fn`` inside the next transaction; returns once that transaction committed.
+
+        ``weight`` is the job's size (rows, events): one transaction takes jobs until their
+        weights reach ``max_weight``, so a flood of work commits in steps instead of one
+        long transaction that every caller would wait for.
+        """
         if self._closing or self._task is None:
             raise StorageError("the store is closed")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Pending(fn, future))
+        self._queue.put_nowait(_Pending(fn, future, max(1, weight)))
         return await future
 
     @property
@@ -79,8 +90,14 @@ class Writer:
         while True:
             first = await self._queue.get()
             batch = [first]
-            while len(batch) < self._max_jobs and not self._queue.empty():
+            weight = first.weight
+            while (
+                len(batch) < self._max_jobs
+                and weight < self._max_weight
+                and not self._queue.empty()
+            ):
                 batch.append(self._queue.get_nowait())
+                weight += batch[-1].weight
             try:
                 await self._commit(batch)
             finally:
