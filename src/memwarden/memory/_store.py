@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import operator
 import math
+import operator
 import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
