@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
 
 import structlog
 
@@ -49,3 +50,17 @@ def test_level_filters(isolated_logging):
     logging.getLogger("aiosqlite").info("noise")
     assert [json.loads(line)["event"] for line in out.getvalue().splitlines()] == ["bad"]
     assert logging.getLogger("aiosqlite").level == logging.WARNING
+
+
+def test_std_streams_are_looked_up_at_each_write(isolated_logging, monkeypatch):
+    """Logging to "stderr" follows sys.stderr when it is swapped: never a closed file."""
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    configure_logging("info", "json", stream="stderr")
+    first.close()  # what an in-process CLI runner does when the command returns
+    second = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", second)
+    structlog.get_logger().info("still_here")
+    logging.getLogger("lib").warning("and_here")
+    events = [json.loads(line)["event"] for line in second.getvalue().splitlines()]
+    assert events == ["still_here", "and_here"]

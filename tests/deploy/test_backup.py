@@ -212,3 +212,23 @@ async def test_cli_backup_uses_the_settings_database_and_prints_size_and_integri
     assert data["integrity"] == "ok"
     assert data["size_bytes"] == size
     assert data["path"] == str(dest)
+
+
+def test_a_copy_that_fails_its_integrity_check_is_not_kept(tmp_path):
+    """A source with a damaged index copies page for page; the check on the copy fails,
+    names the problems, and nothing is left at DEST."""
+    source = tmp_path / "damaged.db"
+    conn = sqlite3.connect(source)
+    conn.execute("CREATE TABLE t (x TEXT)")
+    conn.execute("CREATE INDEX t_x ON t (x)")
+    conn.executemany("INSERT INTO t VALUES (?)", [(f"row {n:05d}",) for n in range(2000)])
+    conn.commit()
+    (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 't_x'").fetchone()
+    (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    conn.close()
+    with source.open("r+b") as fh:  # scribble over cells of an index page
+        fh.seek(root * page_size + 100)
+        fh.write(b"\xff" * 200)
+    with pytest.raises(StorageError, match=r"failed its integrity check: .*tree page"):
+        backup_database(source, tmp_path / "copy.db")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.db"]

@@ -256,6 +256,21 @@ async def test_an_overflow_makes_the_sensor_rescan(fs_root, fs_harness):
         assert sensor.rescans == 1
 
 
+async def test_a_dead_observer_restarts_the_sensor_and_nothing_is_missed(fs_root, fs_harness):
+    """If watchdog's thread dies, the sensor crashes, is restarted, and rescans at start."""
+    (fs_root / "app.json").write_text('{"v": 1}')
+    binding = {"path": "app.json", "key": "/v", "equals": 1}
+    async with fs_harness([binding], health_interval_s=0.05) as h:
+        w = Watch(h)
+        assert outcomes(await w.next()) == ["confirmed"]
+        h.sensor._watcher._observer.stop()  # the thread is gone: no more events
+        (fs_root / "app.json").write_text('{"v": 2}')
+        [event] = await w.next()
+        assert (event.outcome, event.observed) == ("refuted", 2)
+        assert h.counters.restarts == 1
+        assert "observer thread stopped" in (h.counters.last_error or "")
+
+
 @pytest.mark.slow
 async def test_a_burst_of_10000_writes_reports_every_bound_file(fs_root, fs_harness, monkeypatch):
     """10 000 files rewritten at once: all 200 bound changes are seen, unbound ones never read."""

@@ -120,7 +120,7 @@ def config_check(
     from memwarden.daemon._config import sensor_option_problems  # noqa: PLC0415
     from memwarden.plugins import Registry  # noqa: PLC0415
 
-    configure_logging("warning", "console", stream=sys.stderr)  # stdout is the report
+    configure_logging("warning", "console", stream="stderr")  # stdout is the report
     try:
         settings = load_settings(file)
     except ConfigError as e:
@@ -142,7 +142,7 @@ def sensors(json_out: JsonOpt = False) -> None:
     from memwarden.daemon import configure_logging, load_settings  # noqa: PLC0415
     from memwarden.plugins import PluginInfo, Registry  # noqa: PLC0415
 
-    configure_logging("error", "console", stream=sys.stderr)  # failures are in the listing
+    configure_logging("error", "console", stream="stderr")  # failures are in the listing
     try:
         allow = load_settings().plugin_allowlist
     except ConfigError:
@@ -185,7 +185,7 @@ def _call(
     from memwarden.daemon import configure_logging  # noqa: PLC0415
     from memwarden.memory._store import Store  # noqa: PLC0415
 
-    configure_logging("warning", "console", stream=sys.stderr)
+    configure_logging("warning", "console", stream="stderr")
 
     async def go() -> Any:
         if db is not None:

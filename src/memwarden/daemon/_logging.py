@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 import structlog
 
@@ -19,11 +19,40 @@ _LEVELS = {
 _QUIET = ("aiosqlite", "asyncio", "httpx", "httpcore", "uvicorn.access", "watchdog", "aiomqtt")
 
 
+class _StdStream:
+    """``sys.stdout`` or ``sys.stderr`` as it is at each write, not as it was when logging
+    was configured: whoever swaps the stream (pytest, an in-process CLI runner) never
+    leaves the loggers holding a closed file."""
+
+    def __init__(self, name: Literal["stdout", "stderr"]) -> None:
+        self.name = name
+
+    def _target(self) -> TextIO:
+        return sys.stdout if self.name == "stdout" else sys.stderr
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def isatty(self) -> bool:
+        return self._target().isatty()
+
+
 def configure_logging(
-    level: str = "info", fmt: Literal["auto", "console", "json"] = "auto", stream: Any = None
+    level: str = "info",
+    fmt: Literal["auto", "console", "json"] = "auto",
+    stream: TextIO | Literal["stdout", "stderr"] | None = None,
 ) -> None:
-    """Configure structlog (and route stdlib logging through the same renderer)."""
-    out = stream or sys.stdout
+    """Configure structlog (and route stdlib logging through the same renderer).
+
+    ``stream`` is a file, or ``"stdout"`` (the default) / ``"stderr"``, looked up at each
+    write.
+    """
+    out: Any = (
+        _StdStream(stream or "stdout") if stream is None or isinstance(stream, str) else stream
+    )
     json_lines = fmt == "json" or (fmt == "auto" and not out.isatty())
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,

@@ -172,13 +172,15 @@ def _finish(partial: Path) -> str:
     conn = sqlite3.connect(partial, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode = DELETE")
-        rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+        rows = [r[0] for r in conn.execute("PRAGMA integrity_check(100)")]
     except sqlite3.Error as err:
         raise StorageError(f"the copy cannot be read back: {err}") from err
     finally:
         conn.close()
     if rows != ["ok"]:
-        raise StorageError(f"the copy failed its integrity check: {'; '.join(rows[:5])}")
+        problems = [line for row in rows for line in str(row).splitlines() if line.strip()]
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise StorageError(f"the copy failed its integrity check: {'; '.join(problems[:5])}{more}")
     fd = os.open(partial, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -197,14 +197,6 @@ class Watcher:
         # The join is quick (the inotify reader is woken through a pipe) but it blocks.
         await asyncio.shield(asyncio.to_thread(observer.join, 10.0))
 
-    def stop_now(self) -> None:
-        """Synchronous stop (for teardown paths that cannot await a thread)."""
-        observer, self._observer = self._observer, None
-        self._watches.clear()
-        if observer is not None:
-            observer.stop()
-            observer.join(10.0)
-
     @property
     def running(self) -> bool:
         return self._observer is not None
@@ -306,14 +298,6 @@ class Watcher:
             self._armed = True
         if wake:
             self._wake_loop()
-
-    def inject(self, changes: Iterable[Change]) -> None:
-        """Loop side: add changes as if the observer had reported them."""
-        with self._lock:
-            self._pending.update(changes)
-            self._seq += 1
-            self._armed = True
-        self._wake.set()
 
     def _wake_loop(self) -> None:
         loop = self._loop

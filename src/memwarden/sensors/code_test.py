@@ -33,6 +33,7 @@ from memwarden.plugins import BaseBinding, BaseSensorConfig
 from memwarden.sensors import _fscheck as fc
 from memwarden.sensors._junit import JUnitError, Report, TestResult, parse_junit
 from memwarden.sensors._proc import ProcResult, run_command
+from memwarden.sensors._tasks import task_group
 from memwarden.sensors._watch import Change, Watcher, event_paths
 
 if TYPE_CHECKING:
@@ -222,7 +223,7 @@ class CodeTestSensor:
                         await asyncio.to_thread(
                             watcher.schedule, str(self.root / d), recursive=True
                         )
-                async with asyncio.TaskGroup() as tg:
+                async with task_group() as tg:
                     tg.create_task(self._runner(), name=f"sensor[{ctx.name}].runner")
                     tg.create_task(self._follow_bindings(ctx), name=f"sensor[{ctx.name}].bindings")
                     if watcher is not None:

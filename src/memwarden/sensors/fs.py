@@ -30,6 +30,7 @@ from pydantic import Field, JsonValue, field_validator, model_validator
 from memwarden.memory import Outcome
 from memwarden.plugins import BaseBinding, BaseSensorConfig, BoundSubject
 from memwarden.sensors import _fscheck as fc
+from memwarden.sensors._tasks import task_group
 from memwarden.sensors._watch import Change, Watcher, event_paths
 
 if TYPE_CHECKING:
@@ -215,13 +216,16 @@ class FsSensor:
 
     async def run(self, ctx: SensorContext) -> None:
         self._ctx = ctx
+        # A (re)start looks at every binding again: whatever happened while nothing was
+        # watching is found by comparing with the last known hashes.
+        self._bound = {}
         watcher = Watcher(self._accept, debounce_ms=self.config.debounce_ms, name=ctx.name)
         try:
             async with watcher:
                 self._watcher = watcher
                 await self._reconcile(await ctx.wait_bindings_changed())
                 ctx.ready()
-                async with asyncio.TaskGroup() as tg:
+                async with task_group() as tg:
                     tg.create_task(self._follow_bindings(ctx), name=f"sensor[{ctx.name}].bindings")
                     tg.create_task(
                         self._follow_changes(watcher), name=f"sensor[{ctx.name}].changes"
