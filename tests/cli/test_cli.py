@@ -176,3 +176,12 @@ def test_tail_prints_events_as_they_are_committed(cli, live_daemon):
     assert event["effects"][0]["state"][1] in ("fresh", "stale")
     human = cli("tail", "--since", str(seq - 1), "--count", "1").stdout
     assert "review" in human
+
+
+def test_run_with_a_bad_config_exits_78(tmp_path):
+    """A configuration error is EX_CONFIG (78), which the systemd unit does not retry."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[api]\nport = "x"\n')
+    result = CliRunner().invoke(app, ["run", "--config", str(bad)])
+    assert result.exit_code == 78
+    assert "api.port" in result.output

@@ -131,3 +131,23 @@ async def test_state_changes_published_while_disconnected_wait_in_the_outbox(
     out = await run_tool(*sub, "-i", "outbox-watcher", "-t", topic, "-C", "1", "-W", "10")
     assert f'"block_id": "{block.id}"' in out
     assert '"state": "fresh"' in out
+
+
+async def test_messages_a_full_broker_queue_drops_are_seen_and_re_sent(
+    mosquitto_broker, start_daemon, start_agent, eventually
+):
+    """A broker that silently drops QoS 1 messages (queue full): gaps are counted, then re-sent."""
+    broker = mosquitto_broker(extra="max_inflight_messages 1\nmax_queued_messages 5\n")
+    d = await start_daemon(broker)
+    a = await start_agent(broker)
+    await d.obj.mqtt.connected()
+    await a.obj.connected()
+    await _emit(a.obj, 400)
+    db = d.obj.settings.db_path
+    await eventually(lambda: stored(db, a.obj.agent) == (400, 400), timeout=30)
+    gaps = d.obj.mqtt.gaps.agents["edge1"]
+    assert gaps.gaps > 0  # the broker did drop some: the loss was seen...
+    await eventually(lambda: gaps.missing == 0)
+    assert gaps.recovered == gaps.gaps  # ...and every one came back
+    health = await d.obj.health()
+    assert health["mqtt"]["agents"]["edge1"]["gaps"] == gaps.gaps

@@ -29,6 +29,22 @@ if mode == "garbage":
     open(report, "w").write("<testsuites><testcase name='t' classname='tests.test_a'")
 elif mode == "not-junit":
     open(report, "w").write("<html><body>hello</body></html>")
+elif mode == "collect-error":
+    open(report, "w").write(
+        "<testsuites><testsuite><testcase classname='' name='tests.test_a'"
+        " file='tests/test_a.py'><error message='collection failure'>ImportError: nope"
+        "</error></testcase></testsuite></testsuites>"
+    )
+elif mode == "mixed":
+    case = "<testcase classname='tests.test_a' name='{}' file='tests/test_a.py'>{}</testcase>"
+    open(report, "w").write(
+        "<testsuites><testsuite>"
+        + case.format("test_ok", "")
+        + case.format("test_bad", "<failure message='bad one'/>")
+        + case.format("test_worse", "<error message='worse one'/>")
+        + case.format("test_skip", "<skipped/>")
+        + "</testsuite></testsuites>"
+    )
 else:
     if mode == "env":
         open(os.environ["FAKE_OUT"], "w").write("\\n".join(sorted(os.environ)))
@@ -221,6 +237,40 @@ async def test_output_is_captured_and_capped(tmp_path, code_harness):
         result = h.sensor.last_result
         assert result.truncated
         assert len(result.output) == 10_000
+
+
+async def test_a_module_that_fails_to_collect_refutes_its_tests(tmp_path, code_harness):
+    """pytest's collection error for a file refutes a test bound in that file."""
+    project, command = _fake(tmp_path)
+    config = {"command": command, "env": {"FAKE_MODE": "collect-error"}}
+    async with code_harness(project, [{"test": "tests/test_a.py::test_ok"}], **config) as h:
+        await h.wait_ready()
+        [event] = await h.revalidate("tests/test_a.py::test_ok")
+        assert event.outcome == "refuted"
+        assert "collection failed" in event.message
+        assert "ImportError" in event.message
+
+
+async def test_a_prefix_sums_up_its_tests_and_the_schedule_runs_them(tmp_path, code_harness):
+    """The schedule reruns bound selections; a prefix is refuted by any failure, with counts."""
+    project, command = _fake(tmp_path)
+    bindings = [{"prefix": "tests/test_a.py"}, {"test": "tests/test_a.py::test_skip"}]
+    config = {"command": command, "env": {"FAKE_MODE": "mixed"}, "schedule_interval_s": 0.05}
+    async with code_harness(project, bindings, **config) as h:
+        [event] = await Watch(h).next()  # the skipped test says nothing
+        assert event.subject == "tests/test_a.py"
+        assert event.outcome == "refuted"
+        assert event.observed == {"passed": 1, "failed": 2, "skipped": 1}
+        assert "2 of 4 failed" in event.message
+        assert "bad one" in event.message
+        assert "worse one" in event.message
+
+
+async def test_a_missing_project_root_fails_setup(tmp_path, code_harness):
+    """setup refuses a project_root that is not a directory, naming it."""
+    with pytest.raises(PluginError, match="project_root"):
+        async with code_harness(tmp_path / "nowhere"):
+            pass
 
 
 # ---------------------------------------------------------------------- the binding model

@@ -39,6 +39,9 @@ config_app = typer.Typer(help="Work with the configuration.", no_args_is_help=Tr
 app.add_typer(config_app, name="config")
 app.add_typer(review_app, name="review")
 
+# sysexits.h EX_CONFIG: a configuration error; the systemd unit does not restart on it.
+EX_CONFIG = 78
+
 out = Console()
 err = Console(stderr=True)
 
@@ -92,7 +95,7 @@ def run(config: ConfigOpt = None) -> None:
     except ConfigError as e:
         for problem in e.problems:
             err.print(problem, highlight=False, soft_wrap=True)
-        raise _fail(str(e)) from None
+        raise _fail(str(e), EX_CONFIG) from None
     configure_logging(settings.log_level, settings.log_format)
     daemon = Daemon(settings, config_file=config, install_signal_handlers=True)
     try:
@@ -100,7 +103,8 @@ def run(config: ConfigOpt = None) -> None:
     except* MemwardenError as group:
         for failure in group.exceptions:
             err.print(f"[red]error:[/red] {failure}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        config_only = all(isinstance(f, ConfigError) for f in group.exceptions)
+        raise typer.Exit(EX_CONFIG if config_only else 1) from None
 
 
 @app.command()

@@ -1,0 +1,66 @@
+"""Bad MQTT payloads are dead-lettered with the reason, counted, acknowledged; nothing breaks."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+from tests.mqtt.conftest import event_json, run_tool
+
+FUTURE = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 86_400))
+
+
+def _dead_letters(db) -> list[tuple[str, str]]:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return conn.execute("SELECT source, reason FROM dead_letters ORDER BY id").fetchall()
+
+
+async def test_bad_payloads_are_dead_lettered_and_not_redelivered(
+    mosquitto_broker, start_daemon, tmp_path
+):
+    """Not JSON, wrong schema, too large, unknown sensor, wrong sensor, future time: all rejected."""
+    broker = mosquitto_broker()
+    d = await start_daemon(broker)
+    await d.obj.mqtt.connected()
+    big = tmp_path / "big.json"
+    big.write_bytes(event_json(message="x" * 70_000))
+    pub = ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(broker.port), "-q", "1"]
+    files = "memwarden/v1/events/files"
+    await run_tool(*pub, "-t", files, "-m", "this is not JSON {")
+    await run_tool(*pub, "-t", files, "-m", json.dumps({"sensor": "files", "outcome": "maybe"}))
+    await run_tool(*pub, "-t", files, "-f", str(big))
+    await run_tool(*pub, "-t", "memwarden/v1/events/nosuch", "-m", event_json("nosuch").decode())
+    await run_tool(*pub, "-t", files, "-m", event_json("other").decode())
+    await run_tool(*pub, "-t", files, "-m", event_json(observed_at=FUTURE).decode())
+    await run_tool(*pub, "-t", files, "-m", "[1, 2]")
+    await run_tool(*pub, "-t", files, "-m", event_json(event_id="good-1").decode())
+    bridge = d.obj.mqtt
+    while bridge.accepted < 1:  # in order: the good one last, so all are handled by then
+        await d.obj.wait_for_events(1.0)
+    assert dict(bridge.rejected) == {
+        "not_json": 1,
+        "invalid_event": 2,
+        "too_large": 1,
+        "unknown_sensor": 1,
+        "sensor_mismatch": 1,
+        "future_timestamp": 1,
+    }
+    db = d.obj.settings.db_path
+    letters = _dead_letters(db)
+    assert len(letters) == 7
+    reasons = " | ".join(r for _, r in letters)
+    for expected in ("not_json", "too_large: 70", "unknown_sensor: 'nosuch'", "future_timestamp"):
+        assert expected in reasons
+    assert {s for s, _ in letters} == {"mqtt:files", "mqtt:nosuch"}
+    assert d.obj.bus.rejected["invalid_event"] == 2
+    # Acknowledged although bad: a restarted daemon (same session) gets none of them again.
+    await d.stop()
+    d2 = await start_daemon(broker)
+    await d2.obj.mqtt.connected()
+    await run_tool(*pub, "-t", files, "-m", event_json(event_id="good-2").decode())
+    while d2.obj.mqtt.accepted < 1:
+        await d2.obj.wait_for_events(1.0)
+    assert d2.obj.mqtt.rejected.total() == 0
+    assert len(_dead_letters(db)) == 7
+    assert d2.obj.mqtt.received == 1 + 1  # its own retained `online`? no: good-2 and a status
