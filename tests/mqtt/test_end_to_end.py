@@ -73,7 +73,7 @@ async def test_unanswered_remote_revalidation_becomes_an_error_event(
 
 async def test_gaps_are_counted_in_health_and_metrics(mosquitto_broker, start_daemon):
     """A jump in an agent's sequence is counted per agent in health() and /metrics."""
-    from tests.mqtt.conftest import event_json, run_tool
+    from tests.mqtt.conftest import event_json, run_tool, wait_accepted
 
     broker = mosquitto_broker()
     d = await start_daemon(broker, mqtt={"resend_gaps": False})
@@ -84,9 +84,7 @@ async def test_gaps_are_counted_in_health_and_metrics(mosquitto_broker, start_da
             "-t", "memwarden/v1/events/files",
             "-m", event_json(agent="edge7/run1", seq=seq, event_id=f"e{seq}").decode(),
         )  # fmt: skip
-    bridge = d.obj.mqtt
-    while bridge.accepted < 3:
-        await d.obj.wait_for_events(1.0)
+    await wait_accepted(d.obj, 3)
     health = await d.obj.health()
     assert health["mqtt"]["agents"]["edge7"]["gaps"] == 4
     assert health["mqtt"]["agents"]["edge7"]["missing"] == 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -12,7 +13,7 @@ from memwarden.memory import FakeClock
 from memwarden.plugins import Backoff, BaseBinding, SensorContext, SensorRunner
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
     from pathlib import Path
 
     from memwarden.plugins import ValidationEvent
@@ -91,3 +92,17 @@ async def until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
 def eventually() -> Callable[..., Awaitable[None]]:
     """``await eventually(lambda: cond, timeout_s=5)``: poll with a deadline, no bare sleep."""
     return until
+
+
+@pytest.fixture(autouse=True)
+def _fresh_logging() -> Iterator[None]:
+    """Each test starts from structlog's defaults and the root logger as they were, whatever
+    an earlier test (an in-process ``memwarden`` command) configured: log levels filter
+    before ``capture_logs`` sees anything."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
+    root.handlers[:] = handlers
+    root.setLevel(level)

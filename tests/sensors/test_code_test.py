@@ -299,3 +299,12 @@ def test_subjects_of_the_three_binding_forms():
     assert CodeTestBinding(test=TIMEOUT).subject_of() == TIMEOUT
     assert CodeTestBinding(prefix="tests/test_api.py").subject_of() == "tests/test_api.py"
     assert CodeTestBinding(keyword="slow and not db").subject_of() == "k:slow and not db"
+
+
+@pytest.mark.parametrize("source_dir", ["/abs/src", "../elsewhere"])
+def test_source_dirs_stay_under_the_project(source_dir, tmp_path):
+    """source_dirs must be relative directories under project_root."""
+    from memwarden.sensors import CodeTestConfig  # noqa: PLC0415
+
+    with pytest.raises(ValidationError, match="under project_root"):
+        CodeTestConfig(project_root=tmp_path, source_dirs=[source_dir])

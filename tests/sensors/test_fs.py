@@ -213,6 +213,117 @@ async def test_revalidate_checks_now(fs_root, fs_harness):
         assert "no assertion" in unknown.message
 
 
+async def test_key_without_equals_and_explicit_formats(fs_root, fs_harness):
+    """key alone asserts presence; format names the parser; an unknown format is an error."""
+    (fs_root / "app.conf").write_text('{"db": {"hosts": ["a", "b"]}}')
+    (fs_root / "other.conf").write_text("x = 1")
+    bindings = [
+        {"path": "app.conf", "key": "/db/hosts/1", "format": "json"},
+        {"path": "other.conf", "key": "/x"},
+    ]
+    async with fs_harness(bindings) as h:
+        events = {e.subject: e for e in await Watch(h).next(2)}
+        assert (events["app.conf"].outcome, events["app.conf"].observed) == ("confirmed", "b")
+        assert events["other.conf"].outcome == "error"
+        assert "cannot tell the format" in events["other.conf"].message
+
+
+async def test_a_directory_cannot_be_content_checked(fs_root, fs_harness):
+    """A content assertion on a directory is an error; exists on it confirms."""
+    (fs_root / "conf.d").mkdir()
+    bindings = [{"path": "conf.d", "regex": "x"}, {"path": "conf.d", "exists": True}]
+    async with fs_harness(bindings) as h:
+        events = await Watch(h).next(2)
+        assert sorted(outcomes(events)) == ["confirmed", "error"]
+        assert any("is a directory" in e.message for e in events)
+
+
+async def test_a_symlink_inside_the_root_is_followed(fs_root, fs_harness):
+    """A bound link to a file inside the roots sees writes to its target."""
+    (fs_root / "shared").mkdir()
+    (fs_root / "shared" / "app.json").write_text('{"v": 1}')
+    (fs_root / "app.json").symlink_to(fs_root / "shared" / "app.json")
+    async with fs_harness([{"path": "app.json", "key": "/v", "equals": 1}]) as h:
+        w = Watch(h)
+        assert outcomes(await w.next()) == ["confirmed"]
+        (fs_root / "shared" / "app.json").write_text('{"v": 2}')
+        [event] = await w.next()
+        assert (event.outcome, event.observed) == ("refuted", 2)
+
+
+async def test_bindings_added_and_removed_while_running(fs_root, fs_harness):
+    """A new binding is judged at once and watched; a removed one is no longer reported."""
+    (fs_root / "a.txt").write_text("a")
+    (fs_root / "sub").mkdir()
+    (fs_root / "sub" / "b.txt").write_text("b")
+    async with fs_harness([{"path": "a.txt", "exists": True}]) as h:
+        w = Watch(h)
+        assert outcomes(await w.next()) == ["confirmed"]
+        await h.set_bindings([{"path": "sub/b.txt", "regex": "b"}])
+        [added] = await w.next()
+        assert (added.subject, added.outcome) == ("sub/b.txt", "confirmed")
+        assert str(fs_root / "sub") in h.sensor._watcher.watched
+        (fs_root / "a.txt").unlink()
+        (fs_root / "sub" / "b.txt").write_text("c")
+        [event] = await w.next()
+        assert (event.subject, event.outcome) == ("sub/b.txt", "refuted")
+
+
+async def test_a_stored_binding_outside_the_roots_gets_one_error(fs_root, fs_harness, tmp_path):
+    """A binding that reaches the sensor unchecked (roots narrowed since) is an error, once."""
+    from memwarden.memory import Binding  # noqa: PLC0415
+    from memwarden.plugins import BoundSubject  # noqa: PLC0415
+
+    async with fs_harness([]) as h:
+        w = Watch(h)
+        await h.wait_ready()
+        raw = Binding(sensor="fs", path=str(tmp_path / "elsewhere.txt"))
+        bound = BoundSubject("b-1", raw, FsBinding.model_validate(raw.selector))
+        h.ctx.set_bindings([bound])
+        [event] = await w.next()
+        assert event.outcome == "error"
+        assert "outside the allowed roots" in event.message
+        h.ctx.set_bindings([bound])
+        answer = await h.sensor.revalidate(_request(raw, "b-1"))
+        assert answer.outcome == "error"
+        assert w.since() == []
+
+
+def _request(binding, block_id):
+    from datetime import UTC, datetime, timedelta  # noqa: PLC0415
+
+    from memwarden.memory import RevalidationRequest  # noqa: PLC0415
+
+    now = datetime.now(UTC)
+    return RevalidationRequest(
+        block_id=block_id,
+        sensor="fs",
+        subject=binding.subject,
+        binding=binding,
+        reason="manual",
+        created_at=now,
+        deadline=now + timedelta(seconds=5),
+    )
+
+
+async def test_a_missing_root_fails_setup_and_a_bad_state_file_is_ignored(
+    fs_root, fs_harness, tmp_path
+):
+    """A root that is not a directory fails setup; an unreadable state file starts afresh."""
+    from memwarden.errors import PluginError  # noqa: PLC0415
+
+    with pytest.raises(PluginError, match="is not a directory"):
+        async with fs_harness([], roots=[str(tmp_path / "nope")]):
+            pass
+    state = tmp_path / "sensors" / "fs" / STATE_FILE
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text("{not json")
+    (fs_root / "x").write_text("x")
+    async with fs_harness([{"path": "x", "exists": True}]) as h:
+        assert outcomes(await Watch(h).next()) == ["confirmed"]
+    assert json.loads(state.read_text())["version"] == 1
+
+
 # ---------------------------------------------------------------------- nothing missed
 
 
@@ -401,6 +512,19 @@ def test_glob_patterns(pattern, path, matches):
     assert (fc.glob_regex(pattern).match(path) is not None) is matches
 
 
+def test_values_are_reported_as_json():
+    """Dates become ISO strings; a value too large to compare is refused."""
+    import datetime as dt  # noqa: PLC0415
+
+    assert fc.to_json({"d": dt.date(2026, 1, 2), "n": [1, 2.5, None]}) == {
+        "d": "2026-01-02",
+        "n": [1, 2.5, None],
+    }
+    with pytest.raises(fc.TooBigError):
+        fc.to_json(list(range(200_000)))
+    assert fc.glob_regex("/r/a[b").match("/r/a[b") is not None
+
+
 def test_json_pointer_and_strict_equality():
     """RFC 6901 pointers (escapes, arrays) and JSON equality where true is not 1."""
     doc = {"a/b": {"~k": [10, {"x": True}]}}
@@ -464,3 +588,18 @@ async def test_in_the_daemon_a_write_reaches_the_store_and_outside_paths_are_ref
     finally:
         daemon.request_stop()
         await asyncio.wait_for(task, 20)
+
+
+async def test_the_periodic_rescan_finds_what_no_event_reported(fs_root, fs_harness):
+    """Even with every event lost and no overflow reported, the periodic rescan finds it."""
+    (fs_root / "app.json").write_text('{"v": 1}')
+    config = {"health_interval_s": 0.05, "rescan_interval_s": 0.2}
+    async with fs_harness([{"path": "app.json", "key": "/v", "equals": 1}], **config) as h:
+        w = Watch(h)
+        assert outcomes(await w.next()) == ["confirmed"]
+        sensor = h.sensor
+        sensor._watcher._accept = lambda event: []  # the kernel drops every event, silently
+        (fs_root / "app.json").write_text('{"v": 3}')
+        [event] = await w.next()
+        assert (event.outcome, event.observed) == ("refuted", 3)
+        assert sensor.rescans == 0  # no overflow was reported: the schedule found it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+import structlog
 from typer.testing import CliRunner
 
 from memwarden.cli import app
@@ -262,7 +264,19 @@ async def test_the_sensor_refuses_to_start_without_the_store(tmp_path):
 # ---------------------------------------------------------------------- the CLI on a file
 
 
-def test_cli_on_a_database_file(tmp_path, monkeypatch):
+@pytest.fixture
+def keep_logging() -> Iterator[None]:
+    """The CLI configures logging for its process; give later tests theirs back."""
+    config = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.configure(**config)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_cli_on_a_database_file(tmp_path, monkeypatch, keep_logging):
     """review list/show/confirm/edit/reject with --db, reviewer from --by or $USER."""
     db = tmp_path / "m.db"
 
@@ -341,7 +355,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 process.wait()
 
 
-def test_the_daemon_queues_and_people_decide_through_the_api_and_the_cli(live, monkeypatch):
+def test_the_daemon_queues_and_people_decide_through_the_api_and_the_cli(
+    live, monkeypatch, keep_logging
+):
     """End to end: bind to review, ask to revalidate, list, show and decide via CLI and API."""
     c: httpx.Client = live["client"]
     made = c.post(

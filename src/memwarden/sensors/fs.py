@@ -68,6 +68,11 @@ class FsConfig(BaseSensorConfig):
     reliability: float = Field(default=0.9, ge=0.0, le=1.0)
     state_flush_ms: int = Field(default=1000, ge=0, le=600_000)
     health_interval_s: float = Field(default=5.0, gt=0.0, le=3600.0)
+    rescan_interval_s: float | None = Field(
+        default=600.0,
+        gt=0.0,
+        description="Look at every bound path this often anyway (a safety net); None: never.",
+    )
 
     @field_validator("roots")
     @classmethod
@@ -379,15 +384,22 @@ class FsSensor:
 
     async def _follow_changes(self, watcher: Watcher) -> None:
         ctx = self._require_ctx()
+        loop = asyncio.get_running_loop()
+        every = self.config.rescan_interval_s
+        next_rescan = loop.time() + every if every is not None else None
         while True:
             batch = await watcher.next_batch(timeout_s=self.config.health_interval_s)
             if not watcher.alive():
                 raise RuntimeError("the watchdog observer thread stopped")
             keys = {v for kind, v in batch.changes if kind == "k"}
             dirs = {v for kind, v in batch.changes if kind == "d"}
-            if batch.overflow:
-                self.rescans += 1
-                ctx.log.warning("fs_events_lost_rescanning", targets=len(self._targets))
+            due = next_rescan is not None and loop.time() >= next_rescan
+            if batch.overflow or due:
+                if batch.overflow:
+                    self.rescans += 1
+                    ctx.log.warning("fs_events_lost_rescanning", targets=len(self._targets))
+                if every is not None:
+                    next_rescan = loop.time() + every
                 await self._replan()
                 keys = set(self._targets)
             elif dirs or not batch:
