@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FIGURES = {"ingest", "sweep", "search_common", "search_mid"}
+FIGURES = {"ingest", "sweep", "search_common", "search_mid", "fs_latency", "fs_burst"}
 
 
 def _run(out: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -73,6 +73,11 @@ class EvidenceConfig(BaseModel):
     changed_factor: Unit = 0.7
     hard_refutation_after: Annotated[int, Field(ge=1)] = 3
     authoritative_sensors: frozenset[str] = frozenset({"review"})
+    authoritative_reliability: Unit = Field(
+        default=1.0,
+        description="A refutation that carries at least this reliability (a code test's "
+        "1.0) is hard at once, like one from an authoritative sensor.",
+    )
     error_escalation_after: Annotated[int, Field(ge=1)] = 3
     promotion_cooldown: Duration = timedelta(hours=24)
     flap_window: Annotated[int, Field(ge=3, le=64)] = 10

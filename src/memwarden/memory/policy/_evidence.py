@@ -145,9 +145,11 @@ def apply_event(
     if outcome == _CONFIRMED:
         _confirm(rec, eff, sensor, observed_at, now, cfg, reliability, validity_window_s)
     elif outcome == _REFUTED_OUTCOME:
-        hard_now = rec.consecutive_refutations + 1 >= ev.hard_refutation_after or (
-            sensor in ev.authoritative_sensors
+        hard_now = (
+            rec.consecutive_refutations + 1 >= ev.hard_refutation_after
+            or sensor in ev.authoritative_sensors
             or sensor.split(".", 1)[0] in ev.authoritative_sensors
+            or (reliability is not None and reliability >= ev.authoritative_reliability)
         )
         rec.consecutive_refutations += 1
         rec.consecutive_errors = 0
