@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
 from datetime import UTC, datetime
 
 import mw_test_sensors
@@ -51,6 +53,15 @@ async def test_event_naming_another_sensor_is_dead_lettered(
         )
         await eventually(lambda: daemon.bus.rejected["sensor_mismatch"] == 1)
     assert await _dead_letters(daemon.store) == 1
+    with sqlite3.connect(daemon.settings.db_path) as db:
+        [(source, reason, payload)] = db.execute(
+            "SELECT source, reason, payload FROM dead_letters"
+        ).fetchall()
+    assert (source, reason) == (
+        "impostor",
+        "sensor_mismatch: event says sensor 'echo' but came from 'impostor'",
+    )
+    assert json.loads(payload)["sensor"] == "echo"  # the event itself is kept
     assert await daemon.store.events_for(block.id) == []
     assert (await daemon.store.get(block.id)).state == "unverified"
     assert daemon.runners["impostor"].status == "running"
