@@ -5,6 +5,10 @@ Setup (not timed): our own ``mosquitto`` on a free loopback port, configured as
 above the burst); 50 000 ValidationEvents as JSON, numbered like an agent's
 (``agent`` = ``bench/<run>``, ``seq`` = 1..n), over 1 000 subjects each bound to a block.
 
+The publisher is a separate process (like a remote agent): a paho-mqtt client sending
+QoS 1 with 1 000 in flight, recording when it sent each message (CLOCK_MONOTONIC, which
+both processes share).
+
 Baseline: a raw aiomqtt subscriber (QoS 1, acknowledged on receipt) receiving the same
 payloads from the same publisher through the same broker, in the same run: messages
 per second from the first publish to the last message received.
@@ -26,9 +30,12 @@ import shutil
 import socket
 import sqlite3
 import subprocess
+import sys
+import threading
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import aiomqtt
 
@@ -36,9 +43,6 @@ from benchmarks._harness import Context, Result, benchmark, percentiles_ms
 from memwarden.daemon import Daemon, load_settings
 from memwarden.memory import new_id
 from memwarden.plugins import Registry
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 TARGET_RATIO = 0.6
 WINDOW = 1000  # QoS 1 publishes in flight from the publisher
@@ -65,7 +69,7 @@ class _Broker:
             "log_dest none\n" + ("user root\n" if _is_root() else "")
         )
         binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-        self.proc = subprocess.Popen([binary, "-c", str(conf)])  # noqa: S603
+        self.proc = subprocess.Popen([binary, "-c", str(conf)])
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -111,60 +115,80 @@ def _payloads(n: int, agent: str) -> list[bytes]:
     ]
 
 
-async def _publish(
-    port: int, payloads: list[bytes], sent_ns: list[int], *, paced: float | None = None
-) -> None:
-    """QoS 1 publishes, ``WINDOW`` in flight (or one every 1/paced s), PUBACK awaited."""
-    window = asyncio.Semaphore(WINDOW)
-    async with (
-        aiomqtt.Client("127.0.0.1", port, identifier=f"bench-pub-{new_id()}") as client,
-        asyncio.TaskGroup() as tg,
-    ):
-        client.pending_calls_threshold = WINDOW + 16
+def _publisher_main(argv: list[str]) -> None:
+    """``python -m benchmarks.bench_mqtt PORT PAYLOADS SENT [PER_S]``: publish, then write
+    the send times (monotonic ns) as JSON to SENT."""
+    import paho.mqtt.client as mqtt  # noqa: PLC0415
+    from paho.mqtt.enums import CallbackAPIVersion  # noqa: PLC0415
 
-        async def one(payload: bytes) -> None:
-            try:
-                await client.publish(TOPIC, payload, qos=1, timeout=60)
-            finally:
-                window.release()
+    port, payload_file, sent_file = int(argv[0]), Path(argv[1]), Path(argv[2])
+    per_s = float(argv[3]) if len(argv) > 3 else 0.0
+    payloads = payload_file.read_bytes().split(b"\n")
+    acked = threading.Semaphore(0)
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"bench-pub-{new_id()}")
+    client.max_inflight_messages_set(WINDOW)
+    client.on_publish = lambda *_: acked.release()
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    sent: list[int] = []
+    started = time.monotonic()
+    for i, payload in enumerate(payloads):
+        if per_s:
+            delay = started + i / per_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        sent.append(time.monotonic_ns())
+        client.publish(TOPIC, payload, qos=1)
+    for _ in payloads:
+        acked.acquire(timeout=120)
+    client.disconnect()
+    client.loop_stop()
+    sent_file.write_text(json.dumps(sent))
 
-        started = time.perf_counter()
-        for i, payload in enumerate(payloads):
-            if paced:
-                delay = started + i / paced - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            await window.acquire()
-            sent_ns.append(time.perf_counter_ns())
-            tg.create_task(one(payload))
+
+class _Publisher:
+    """The publisher process for one phase."""
+
+    def __init__(self, workdir: Path, port: int, payloads: list[bytes], per_s: float = 0) -> None:
+        self.payload_file = workdir / f"payloads-{new_id()}.jsonl"
+        self.sent_file = self.payload_file.with_suffix(".sent.json")
+        self.payload_file.write_bytes(b"\n".join(payloads))
+        self.args = [str(port), str(self.payload_file), str(self.sent_file), str(per_s)]
+
+    async def run(self) -> list[int]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "benchmarks.bench_mqtt", *self.args
+        )
+        if await proc.wait() != 0:
+            raise RuntimeError("the publisher failed")
+        return list(json.loads(self.sent_file.read_text()))
 
 
-async def _raw(port: int, payloads: list[bytes]) -> float:
+async def _raw(workdir: Path, port: int, payloads: list[bytes]) -> float:
     """Raw aiomqtt publish -> receive, messages per second."""
     n = len(payloads)
     got = 0
     done = asyncio.Event()
+    last = 0
     async with aiomqtt.Client("127.0.0.1", port, identifier="bench-raw-sub") as sub:
         await sub.subscribe(TOPIC, qos=1)
 
         async def receive() -> None:
-            nonlocal got
+            nonlocal got, last
             async for _ in sub.messages:
                 got += 1
                 if got >= n:
+                    last = time.monotonic_ns()
                     done.set()
                     return
 
         reader = asyncio.create_task(receive())
-        sent: list[int] = []
-        t0 = time.perf_counter()
-        await _publish(port, payloads, sent)
+        sent = await _Publisher(workdir, port, payloads).run()
         await asyncio.wait_for(done.wait(), timeout=600)
-        elapsed = time.perf_counter() - t0
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reader
-    return n / elapsed
+    return n / ((last - sent[0]) / 1e9)
 
 
 async def _daemon(ctx: Context, port: int, n: int) -> dict[str, Any]:
@@ -193,7 +217,7 @@ async def _daemon(ctx: Context, port: int, n: int) -> dict[str, Any]:
 
     async def timed_submit(source: str, payloads: Any) -> Any:
         result = await submit(source, payloads)
-        now = time.perf_counter_ns()
+        now = time.monotonic_ns()
         for ev in payloads:
             committed.setdefault(ev.seq, now)
         return result
@@ -205,13 +229,11 @@ async def _daemon(ctx: Context, port: int, n: int) -> dict[str, Any]:
             agent = f"bench/{new_id()}"
             payloads = _payloads(count, agent)
             committed.clear()
-            sent: list[int] = []
-            t0 = time.perf_counter()
-            await _publish(port, payloads, sent, paced=paced)
-            deadline = time.perf_counter() + 120
-            while len(committed) < count and time.perf_counter() < deadline:
+            sent = await _Publisher(ctx.workdir, port, payloads, paced or 0).run()
+            deadline = time.monotonic() + 120
+            while len(committed) < count and time.monotonic() < deadline:
                 await daemon.wait_for_events(0.5)
-            elapsed = time.perf_counter() - t0
+            elapsed = (max(committed.values(), default=sent[-1]) - sent[0]) / 1e9
             lat = [committed[i + 1] - sent[i] for i in range(count) if i + 1 in committed]
             with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
                 rows = conn.execute(
@@ -238,7 +260,7 @@ async def mqtt_ingest(ctx: Context) -> list[Result]:
     broker = _Broker(ctx.workdir / "mqtt-broker", queued=4 * n)
     try:
         ctx.progress(f"raw aiomqtt: {n} messages")
-        raw = await _raw(broker.port, _payloads(n, "raw/1"))
+        raw = await _raw(ctx.workdir, broker.port, _payloads(n, "raw/1"))
         ctx.progress(f"raw aiomqtt: {raw:,.0f} messages/s")
         ours = await _daemon(ctx, broker.port, n)
     finally:
@@ -267,3 +289,7 @@ async def mqtt_ingest(ctx: Context) -> list[Result]:
             },
         )
     ]
+
+
+if __name__ == "__main__":
+    _publisher_main(sys.argv[1:])

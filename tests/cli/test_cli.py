@@ -185,3 +185,39 @@ def test_run_with_a_bad_config_exits_78(tmp_path):
     result = CliRunner().invoke(app, ["run", "--config", str(bad)])
     assert result.exit_code == 78
     assert "api.port" in result.output
+
+
+def test_review_flow_and_sign_in_link(cli, live_daemon):
+    """add → ask a review → review list → confirm; --open prints a link that signs in once."""
+    import httpx  # noqa: PLC0415 - only this test talks HTTP directly
+
+    block = _json(cli("add", "We chose SQLite for storage", "--json"))
+    asked = httpx.post(
+        f"{live_daemon.url}/v1/blocks/{block['id']}/review",
+        headers=live_daemon.auth,
+        json={"reason": "a design decision: confirm it"},
+    ).json()
+    items = _json(cli("review", "list", "--json"))
+    assert asked["review_id"] in [i["id"] for i in items]
+    decided = _json(
+        cli(
+            "review",
+            "confirm",
+            asked["review_id"],
+            "--by",
+            "alice",
+            "--comment",
+            "still true",
+            "--json",
+        )
+    )
+    assert decided["review"]["decided_by"] == "alice"
+    assert decided["block"]["state"] == "fresh"
+    printed = cli("review", "--open", "--by", "bob").stdout
+    link = next(line for line in printed.splitlines() if "/review/login?token=" in line)
+    with httpx.Client(follow_redirects=False) as web:
+        first = web.get(link.strip())
+        assert first.status_code == 303
+        assert "memwarden_review" in first.headers["set-cookie"]
+        assert "HttpOnly" in first.headers["set-cookie"]
+        assert web.get(link.strip()).status_code == 401  # once only

@@ -98,8 +98,7 @@ def test_config_check_missing_or_broken_file(cli, tmp_path, config_file):
 
 
 def test_run_with_a_bad_file_exits_78_with_the_problems(cli, config_file):
-    """`memwarden run` with an invalid file prints the problems and exits EX_CONFIG (78)
-    before starting, so systemd does not restart it in a loop."""
+    """`memwarden run` with a bad file prints the problems and exits EX_CONFIG (78)."""
     result = cli("run", "--config", str(config_file("[bus]\nbatch_max = -1\n")))
     assert result.exit_code == 78
     assert "bus.batch_max: Input should be greater than or equal to 1" in result.stderr

@@ -18,8 +18,7 @@ value = "1"
 
 
 async def test_reload_adds_removes_and_keeps(running_daemon, make_settings, config_file):
-    """A reload starts a new sensor, tears a removed one down, restarts a changed one
-    and leaves an unchanged one running untouched."""
+    """Reload starts the added, tears down the removed, restarts the changed, keeps the rest."""
     path = config_file(SENSORS)
     daemon = (await running_daemon(make_settings(path), config_file=path)).daemon
     a, b, d = (daemon.runners[n] for n in "abd")

@@ -18,8 +18,7 @@ def _rows(db, sql, *args):
 
 
 async def test_no_staleness_storm_after_downtime(running_daemon, make_settings, eventually):
-    """After a long downtime, 500 overdue checks are spread over the spread window and one
-    dispatch tick sends at most max_requests_per_tick of them."""
+    """After downtime 500 overdue checks spread over the window; a tick sends at most the cap."""
     clock = FakeClock()
     settings = make_settings(
         sensors={"silent": {}},
@@ -71,8 +70,7 @@ async def test_no_staleness_storm_after_downtime(running_daemon, make_settings, 
 
 
 async def test_check_of_a_busy_subject_is_skipped(running_daemon, make_settings, eventually):
-    """A check of a subject whose previous check still runs is skipped and counted, never
-    overlapped; the running one still answers at its deadline."""
+    """A check of a subject still being checked is skipped and counted, never overlapped."""
     settings = make_settings(
         sensors={"hang": {"revalidate_timeout": "200ms"}}, scheduler=SLOW_LOOPS
     )

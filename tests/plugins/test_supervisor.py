@@ -289,19 +289,19 @@ async def test_revalidate_deadline(make_runner, eventually, configured, requeste
 
 
 async def test_revalidate_skips_a_busy_subject(make_runner, eventually):
-    """While a subject's check runs, another check of it is skipped (None) and counted."""
+    """While a subject's check runs for a block, another for it is skipped and counted."""
     sensor = Scripted()
     sensor.check = "hang"
     runner = await make_runner(sensor, revalidate_timeout_s=5)
     await eventually(lambda: runner.available)
     first = asyncio.get_running_loop().create_task(runner.revalidate(_request("a")))
-    await eventually(lambda: runner.busy("a"))
+    await eventually(lambda: runner.busy("a", "b1"))
     assert await runner.revalidate(_request("a")) is None
     assert runner.counters.skipped == 1
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
-    assert not runner.busy("a")
+    assert not runner.busy("a", "b1")
 
 
 async def test_revalidate_while_not_running(make_runner, eventually):

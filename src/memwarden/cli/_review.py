@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
+from memwarden.errors import MemwardenError
+
 if TYPE_CHECKING:
     from types import ModuleType
 
@@ -24,8 +26,36 @@ __all__ = ["review_app"]
 
 review_app = typer.Typer(
     help="The human review queue: blocks waiting for a person to confirm, reject or edit.",
-    no_args_is_help=True,
+    invoke_without_command=True,
 )
+
+
+@review_app.callback()
+def _review_root(
+    ctx: typer.Context,
+    open_page: Annotated[
+        bool,
+        typer.Option("--open", help="Print a one-time sign-in link to the review page."),
+    ] = False,
+    by: Annotated[str | None, typer.Option("--by", help="Who signs in (default: $USER).")] = None,
+) -> None:
+    if open_page:
+        reviewer = _reviewer(by)
+
+        async def api(c: AsyncClient) -> Any:
+            return await c.review_link(reviewer)
+
+        async def local(_: Store) -> Any:
+            raise MemwardenError("the review page is served by the running daemon")
+
+        url = _call(None, api=api, local=local)
+        typer.echo(f"Open this link to review as {reviewer} (it works once, for 10 minutes):")
+        typer.echo(url)
+        raise typer.Exit
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit
+
 
 # The same options as the other data commands (cli/_app.py, which imports this module).
 DbOpt = Annotated[
@@ -79,7 +109,7 @@ def list_items(
     """What waits for a person (oldest first), with the reason."""
 
     async def api(c: AsyncClient) -> Any:
-        return await c._call("GET", "/v1/reviews", {"status": status, "limit": limit})  # noqa: SLF001 - no client method yet
+        return await c.reviews(status, limit)
 
     async def local(s: Store) -> Any:
         return await s.list_reviews(status=status, limit=limit)
@@ -117,7 +147,7 @@ def show(
     """One item: the block, the reason, and the evidence (its last events)."""
 
     async def api(c: AsyncClient) -> Any:
-        return await c._call("GET", f"/v1/reviews/{review_id}", {"events": events})  # noqa: SLF001 - no client method yet
+        return await c.review(review_id, events=events)
 
     async def local(s: Store) -> Any:
         return await s.get_review(review_id, events=events)
@@ -177,7 +207,9 @@ def _decide(
         body["content"] = content
 
     async def api(c: AsyncClient) -> Any:
-        return await c._call("POST", f"/v1/reviews/{review_id}/decision", None, body)  # noqa: SLF001 - no client method yet
+        return await c.decide(
+            review_id, decision, decided_by=reviewer, comment=comment, content=content
+        )
 
     async def local(s: Store) -> Any:
         return await s.decide_review(

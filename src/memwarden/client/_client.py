@@ -259,6 +259,43 @@ class AsyncClient:
             "GET", "/v1/events", {"after": after, "wait": wait, "limit": limit}
         )
 
+    async def reviews(self, status: str = "pending", limit: int = 100) -> list[dict[str, Any]]:
+        """The human review queue (``pending``, ``decided`` or ``all``)."""
+        return await self._call(  # type: ignore[no-any-return]
+            "GET", "/v1/reviews", {"status": status, "limit": limit}
+        )
+
+    async def review(self, review_id: str, *, events: int = 10) -> dict[str, Any]:
+        """One review item with its block and the evidence."""
+        return await self._call(  # type: ignore[no-any-return]
+            "GET", f"/v1/reviews/{review_id}", {"events": events}
+        )
+
+    async def decide(
+        self,
+        review_id: str,
+        decision: str,
+        *,
+        decided_by: str,
+        comment: str = "",
+        content: str | None = None,
+    ) -> dict[str, Any]:
+        """Confirm, reject or edit (with ``content``) a review item."""
+        body = {
+            "decision": decision,
+            "decided_by": decided_by,
+            "comment": comment,
+            "content": content,
+        }
+        return await self._call(  # type: ignore[no-any-return]
+            "POST", f"/v1/reviews/{review_id}/decision", None, body
+        )
+
+    async def review_link(self, reviewer: str) -> str:
+        """A one-time sign-in link to the review page."""
+        data = await self._call("POST", "/v1/review-links", None, {"reviewer": reviewer})
+        return str(data["url"])
+
     async def health(self) -> dict[str, Any]:
         return await self._call("GET", "/v1/health")  # type: ignore[no-any-return]
 
@@ -374,6 +411,43 @@ class Client:
         return self._call(  # type: ignore[no-any-return]
             "GET", "/v1/events", {"after": after, "wait": wait, "limit": limit}
         )
+
+    def reviews(self, status: str = "pending", limit: int = 100) -> list[dict[str, Any]]:
+        """The human review queue (``pending``, ``decided`` or ``all``)."""
+        return self._call(  # type: ignore[no-any-return]
+            "GET", "/v1/reviews", {"status": status, "limit": limit}
+        )
+
+    def review(self, review_id: str, *, events: int = 10) -> dict[str, Any]:
+        """One review item with its block and the evidence."""
+        return self._call(  # type: ignore[no-any-return]
+            "GET", f"/v1/reviews/{review_id}", {"events": events}
+        )
+
+    def decide(
+        self,
+        review_id: str,
+        decision: str,
+        *,
+        decided_by: str,
+        comment: str = "",
+        content: str | None = None,
+    ) -> dict[str, Any]:
+        """Confirm, reject or edit (with ``content``) a review item."""
+        body = {
+            "decision": decision,
+            "decided_by": decided_by,
+            "comment": comment,
+            "content": content,
+        }
+        return self._call(  # type: ignore[no-any-return]
+            "POST", f"/v1/reviews/{review_id}/decision", None, body
+        )
+
+    def review_link(self, reviewer: str) -> str:
+        """A one-time sign-in link to the review page."""
+        data = self._call("POST", "/v1/review-links", None, {"reviewer": reviewer})
+        return str(data["url"])
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/v1/health")  # type: ignore[no-any-return]

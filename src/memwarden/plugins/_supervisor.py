@@ -102,7 +102,7 @@ class SensorRunner:
         self._stop = asyncio.Event()
         self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._crashes: deque[float] = deque()
-        self._inflight: set[str] = set()
+        self._inflight: set[tuple[str, str]] = set()  # (subject, block id) being checked
         self._set_up = False
         self._ran_once = False  # the startup policy governs only the first start
 
@@ -255,8 +255,8 @@ class SensorRunner:
 
     # ------------------------------------------------------------------ revalidation
 
-    def busy(self, subject: str) -> bool:
-        return subject in self._inflight
+    def busy(self, subject: str, block_id: str = "") -> bool:
+        return (subject, block_id) in self._inflight
 
     async def revalidate(self, request: RevalidationRequest) -> list[ValidationEvent] | None:
         """Check one subject under its deadline; the events to apply.
@@ -264,12 +264,14 @@ class SensorRunner:
         The deadline is the sensor's configured ``revalidate_timeout_s`` if it has one,
         else the request's own (``rules.staleness.revalidation_timeout``); nothing else
         shortens it. A timeout or a crash becomes an ``error`` event (never a
-        refutation). Returns ``None`` when a check of the same subject is still running:
+        refutation). Returns ``None`` when a check of the same subject for the same block is
+        still running:
         this one is skipped (and counted), not overlapped. An empty list means the
         sensor answered through ``ctx.emit`` instead.
         """
         subject = request.subject
-        if subject in self._inflight:
+        key = (subject, request.block_id)  # answers can be per block (two URLs expectations)
+        if key in self._inflight:
             self.counters.skipped += 1
             self.log.info("revalidate_skipped", subject=subject, request_id=request.id)
             return None
@@ -280,7 +282,7 @@ class SensorRunner:
             if self.revalidate_timeout_s is not None
             else request.timeout.total_seconds()
         )
-        self._inflight.add(subject)
+        self._inflight.add(key)
         self.counters.revalidations += 1
         try:
             async with asyncio.timeout(timeout_s):
@@ -295,7 +297,7 @@ class SensorRunner:
             self.log.warning("revalidate_failed", subject=subject, error=self.counters.last_error)
             return [self._error(request, self.counters.last_error)]
         finally:
-            self._inflight.discard(subject)
+            self._inflight.discard(key)
         if result is None:
             events: list[ValidationEvent] = []
         elif isinstance(result, ValidationEvent):
