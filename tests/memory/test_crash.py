@@ -25,7 +25,7 @@ def _run_and_kill(db: Path, kill_after: int) -> dict[int, list[str]]:
     Returns the acknowledged batches: batch number -> event ids.
     """
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(  # noqa: S603 - our own script, run by our own interpreter
+    proc = subprocess.Popen(
         [sys.executable, str(WRITER), str(db), str(BATCH)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

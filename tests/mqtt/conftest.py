@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -39,7 +40,6 @@ MOSQUITTO_SUB = shutil.which("mosquitto_sub") or "/usr/bin/mosquitto_sub"
 PREFIX = "memwarden/v1"
 
 
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -53,6 +53,7 @@ class Broker:
     directory: Path
     port: int = field(default_factory=free_port)
     extra: str = ""
+    settings: str = ""  # replaces the default persistence and queue settings
     proc: subprocess.Popen[bytes] | None = None
     log: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
@@ -64,13 +65,14 @@ class Broker:
     def config(self) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / "mosquitto.conf"
-        path.write_text(
-            f"listener {self.port} 127.0.0.1\n"
-            "allow_anonymous true\n"
+        settings = self.settings or (
             "persistence true\n"
             f"persistence_location {self.directory}/\n"
             "max_queued_messages 100000\n"
-            "log_dest stderr\n"
+        )
+        path.write_text(
+            f"listener {self.port} 127.0.0.1\n"
+            "allow_anonymous true\n" + settings + "log_dest stderr\n"
             "log_type error\nlog_type warning\nlog_type notice\nlog_type information\n"
             + ("user root\n" if os.geteuid() == 0 else "")
             + self.extra
@@ -79,7 +81,7 @@ class Broker:
 
     def start(self, timeout_s: float = 10.0) -> None:
         running = threading.Event()
-        self.proc = subprocess.Popen(  # noqa: S603 - our own binary and config
+        self.proc = subprocess.Popen(
             [MOSQUITTO, "-c", str(self.config())],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -136,11 +138,15 @@ class Broker:
 
 @pytest.fixture
 def mosquitto_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
-    """``mosquitto_broker(extra="...")`` starts a broker; all are killed at teardown."""
+    """``mosquitto_broker(extra="...")`` starts a broker; all are killed at teardown.
+
+    ``settings`` replaces the default persistence and queue lines (the listener, anonymous
+    access and logging stay ours); ``extra`` is appended.
+    """
     brokers: list[Broker] = []
 
-    def make(extra: str = "") -> Broker:
-        broker = Broker(tmp_path / f"broker{len(brokers)}", extra=extra)
+    def make(extra: str = "", settings: str = "") -> Broker:
+        broker = Broker(tmp_path / f"broker{len(brokers)}", extra=extra, settings=settings)
         brokers.append(broker)
         broker.start()
         return broker
@@ -154,11 +160,11 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
 
 
 async def _eventually(
-    predicate: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.01
+    predicate: Callable[[], Any], *, timeout_s: float = 10.0, interval: float = 0.01
 ) -> Any:
     """Poll ``predicate`` (sync or async) until truthy; fail at the deadline."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + timeout_s
     while True:
         value = predicate()
         if asyncio.iscoroutine(value):
@@ -166,7 +172,7 @@ async def _eventually(
         if value:
             return value
         if loop.time() > deadline:
-            pytest.fail(f"condition not met within {timeout}s: {predicate}")
+            pytest.fail(f"condition not met within {timeout_s}s: {predicate}")
         await asyncio.sleep(interval)  # one poll step, bounded by the deadline above
 
 
@@ -175,26 +181,26 @@ def eventually() -> Callable[..., Awaitable[Any]]:
     return _eventually
 
 
-async def wait_state(daemon: Daemon, block_id: str, state: str, timeout: float = 10.0) -> None:
+async def wait_state(daemon: Daemon, block_id: str, state: str, timeout_s: float = 10.0) -> None:
     """Wait (on the daemon's commits, not a clock) until the block is in ``state``."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + timeout_s
     while (block := await daemon.store.get(block_id)).state != state:
         left = deadline - loop.time()
         if left <= 0:
-            pytest.fail(f"block {block_id} is {block.state}, not {state}, after {timeout}s")
+            pytest.fail(f"block {block_id} is {block.state}, not {state}, after {timeout_s}s")
         await daemon.wait_for_events(min(left, 0.5))
 
 
-async def wait_accepted(daemon: Daemon, n: int, timeout: float = 10.0) -> None:
+async def wait_accepted(daemon: Daemon, n: int, timeout_s: float = 10.0) -> None:
     """Wait (on the daemon's commits) until its MQTT bridge stored ``n`` events in total."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + timeout_s
     assert daemon.mqtt is not None
     while daemon.mqtt.accepted < n:
         left = deadline - loop.time()
         if left <= 0:
-            pytest.fail(f"the bridge accepted {daemon.mqtt.accepted} of {n} events in {timeout}s")
+            pytest.fail(f"the bridge accepted {daemon.mqtt.accepted} of {n} events in {timeout_s}s")
         await daemon.wait_for_events(min(left, 0.5))
 
 
@@ -313,8 +319,6 @@ MEMWARDEN = Path(sys.executable).parent / "memwarden"  # the console script, as 
 
 def stored(db: Path, agent: str) -> tuple[int, int]:
     """(rows, distinct seqs) of ``agent``'s events in a daemon's database."""
-    import sqlite3  # noqa: PLC0415
-
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
         row = conn.execute(
             "SELECT count(*), count(DISTINCT agent_seq) FROM events WHERE agent = ?", (agent,)
@@ -322,11 +326,11 @@ def stored(db: Path, agent: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-async def run_tool(*args: str, timeout: float = 15.0) -> str:
+async def run_tool(*args: str, timeout_s: float = 15.0) -> str:
     """Run a mosquitto client tool; its stdout (fails on a non-zero exit)."""
     proc = await asyncio.create_subprocess_exec(
         *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout_s)
     assert proc.returncode == 0, f"{args[0]} exited {proc.returncode}: {err.decode()}"
     return out.decode()

@@ -19,7 +19,7 @@ def _dead_letters(db) -> list[tuple[str, str]]:
 async def test_bad_payloads_are_dead_lettered_and_not_redelivered(
     mosquitto_broker, start_daemon, tmp_path
 ):
-    """Not JSON, wrong schema, too large, unknown sensor, wrong sensor, future time: all rejected."""
+    """Not JSON, bad schema, too large, unknown or wrong sensor, future time: all rejected."""
     broker = mosquitto_broker()
     d = await start_daemon(broker)
     await d.obj.mqtt.connected()

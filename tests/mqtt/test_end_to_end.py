@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from tests.mqtt.conftest import event_json, run_tool, wait_accepted, wait_state
+
 from memwarden.daemon._metrics import render
-from tests.mqtt.conftest import wait_state
 
 FS_BINDING = {"sensor": "files", "path": "app.json", "key": "/timeout", "equals": 30}
 
@@ -52,7 +53,7 @@ async def test_revalidation_of_a_remote_sensor_goes_over_mqtt(
 async def test_unanswered_remote_revalidation_becomes_an_error_event(
     mosquitto_broker, start_daemon
 ):
-    """With no agent listening, a remote request is answered by an `error` event after its deadline."""
+    """With no agent listening, a remote request gets an `error` event after its deadline."""
     broker = mosquitto_broker()
     d = await start_daemon(
         broker,
@@ -73,8 +74,6 @@ async def test_unanswered_remote_revalidation_becomes_an_error_event(
 
 async def test_gaps_are_counted_in_health_and_metrics(mosquitto_broker, start_daemon):
     """A jump in an agent's sequence is counted per agent in health() and /metrics."""
-    from tests.mqtt.conftest import event_json, run_tool, wait_accepted
-
     broker = mosquitto_broker()
     d = await start_daemon(broker, mqtt={"resend_gaps": False})
     await d.obj.mqtt.connected()

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from tests.mqtt.conftest import MEMWARDEN, stored
+from tests.mqtt.conftest import MEMWARDEN, event_json, run_tool, stored
 
 
 async def _emit(agent, n: int, start: int = 0) -> None:
@@ -31,7 +31,7 @@ async def test_broker_killed_mid_stream_loses_nothing_and_stores_once(
     await _emit(a.obj, 200, start=300)  # the agent keeps them in its durable queue
     broker.start()
     db = d.obj.settings.db_path
-    await eventually(lambda: stored(db, a.obj.agent) == (500, 500), timeout=30)
+    await eventually(lambda: stored(db, a.obj.agent) == (500, 500), timeout_s=30)
     assert a.obj.last_seq == 500
     await eventually(lambda: d.obj.mqtt.gaps.agents["edge1"].missing == 0)
     await eventually(lambda: d.obj.mqtt.connections >= 2)
@@ -40,7 +40,7 @@ async def test_broker_killed_mid_stream_loses_nothing_and_stores_once(
 async def test_killed_agent_last_will_marks_its_sensors_unavailable(
     mosquitto_broker, start_daemon, tmp_path, eventually
 ):
-    """`memwarden agent` killed -9: the broker publishes its last will; the sensors go unavailable."""
+    """`memwarden agent` killed -9: its last will arrives; its sensors go unavailable."""
     broker = mosquitto_broker()
     d = await start_daemon(broker)
     world = tmp_path / "edge-world"
@@ -64,7 +64,7 @@ async def test_killed_agent_last_will_marks_its_sensors_unavailable(
         def files_status() -> str:
             return {s["name"]: s for s in d.obj.sensor_status()}["files"]["status"]
 
-        await eventually(lambda: files_status() == "running", timeout=20)
+        await eventually(lambda: files_status() == "running", timeout_s=20)
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
         await eventually(lambda: files_status() == "unavailable")
@@ -97,7 +97,7 @@ async def test_daemon_restart_while_agent_publishes_loses_nothing(
 
     await eventually(all_acked)  # the broker holds them for the daemon's session
     d2 = await start_daemon(broker)
-    await eventually(lambda: stored(db, a.obj.agent) == (300, 300), timeout=20)
+    await eventually(lambda: stored(db, a.obj.agent) == (300, 300), timeout_s=20)
     assert d2.obj.mqtt.gaps.agents["edge1"].gaps == 0  # nothing had to be re-sent
 
 
@@ -105,8 +105,6 @@ async def test_state_changes_published_while_disconnected_wait_in_the_outbox(
     mosquitto_broker, start_daemon, eventually
 ):
     """State changes made while the broker is down are kept in the outbox and sent on reconnect."""
-    from tests.mqtt.conftest import event_json, run_tool
-
     broker = mosquitto_broker()
     d = await start_daemon(broker)
     bridge = d.obj.mqtt
@@ -144,7 +142,7 @@ async def test_messages_a_full_broker_queue_drops_are_seen_and_re_sent(
     await a.obj.connected()
     await _emit(a.obj, 400)
     db = d.obj.settings.db_path
-    await eventually(lambda: stored(db, a.obj.agent) == (400, 400), timeout=30)
+    await eventually(lambda: stored(db, a.obj.agent) == (400, 400), timeout_s=30)
     gaps = d.obj.mqtt.gaps.agents["edge1"]
     assert gaps.gaps > 0  # the broker did drop some: the loss was seen...
     await eventually(lambda: gaps.missing == 0)

@@ -33,7 +33,9 @@ async def test_mosquitto_pub_events_are_stored_and_mosquitto_sub_sees_state(
     assert change["before"] == "unverified"
     assert change["event_id"] == "interop-1"
     assert set(change) == {"block_id", "state", "before", "reliability", "observed_at", "event_id"}
-    status = await run_tool("mosquitto_sub", *host, "-t", "memwarden/v1/status", "-C", "1", "-W", "5")
+    status = await run_tool(
+        "mosquitto_sub", *host, "-t", "memwarden/v1/status", "-C", "1", "-W", "5"
+    )
     assert status.strip() == "online"  # retained birth message
     bindings = await run_tool(
         "mosquitto_sub", *host, "-t", "memwarden/v1/bindings/files", "-C", "1", "-W", "5"
@@ -60,7 +62,7 @@ async def test_a_redelivered_event_is_stored_once(mosquitto_broker, start_daemon
 
 
 async def test_acknowledged_only_after_commit(mosquitto_broker, start_daemon):
-    """A message received but not yet committed when the daemon stops is redelivered, then stored."""
+    """A message received but not committed when the daemon stops is redelivered, then stored."""
     broker = mosquitto_broker()
     d1 = await start_daemon(broker)
     await d1.obj.mqtt.connected()

@@ -6,10 +6,12 @@ import pytest
 
 from memwarden.agent import AgentQueue
 from memwarden.daemon import load_settings
+from memwarden.daemon._config import sensor_option_problems
 from memwarden.daemon._mqtt import GapTracker, Topics, split_agent, tls_context
 from memwarden.errors import ConfigError
 from memwarden.memory import FakeClock
 from memwarden.memory._store import Store
+from memwarden.plugins import Registry
 
 
 def test_gap_tracker_counts_jumps_and_recoveries():
@@ -80,9 +82,6 @@ def test_bad_mqtt_settings_are_refused_with_the_field(mqtt, problem):
 
 def test_mqtt_is_off_by_default_and_remote_sensors_need_no_plugin():
     """No [mqtt] means no bridge; a remote sensor's kind need not be installed here."""
-    from memwarden.daemon._config import sensor_option_problems
-    from memwarden.plugins import Registry
-
     settings = load_settings(None, env={}, sensors={"far": {"kind": "nope", "remote": True}})
     assert settings.mqtt is None
     assert sensor_option_problems(settings, Registry.from_classes({})) == []
@@ -122,7 +121,7 @@ async def test_outbox_drops_the_oldest_and_counts(tmp_path):
 
 
 async def test_agent_queue_keeps_unsent_bounded_history_and_requeues(tmp_path):
-    """The agent queue: oldest unsent dropped when full, sent kept as bounded history, re-sendable."""
+    """Agent queue: oldest unsent dropped when full; sent kept as bounded, re-sendable history."""
     clock = FakeClock()
     async with AgentQueue(tmp_path / "q.db", clock=clock, max_unsent=3, history_max=2) as q:
         for seq in range(1, 5):

@@ -67,10 +67,10 @@ class Scripted:
             raise self.teardown_error
 
 
-def _request(subject: str = "a", timeout_s: float = 30.0) -> RevalidationRequest:
+def _request(subject: str = "a", timeout_s: float = 30.0, block: str = "b1") -> RevalidationRequest:
     now = 1_767_225_600.0
     return RevalidationRequest(
-        block_id="b1",
+        block_id=block,
         sensor="s",
         subject=subject,
         binding=Binding(sensor="s", path=subject),
@@ -288,8 +288,8 @@ async def test_revalidate_deadline(make_runner, eventually, configured, requeste
     assert runner.counters.timeouts == 1
 
 
-async def test_revalidate_skips_a_busy_subject(make_runner, eventually):
-    """While a subject's check runs for a block, another for it is skipped and counted."""
+async def test_revalidate_skips_a_binding_being_checked(make_runner, eventually):
+    """A block's binding being checked is skipped (None, counted); other blocks are not."""
     sensor = Scripted()
     sensor.check = "hang"
     runner = await make_runner(sensor, revalidate_timeout_s=5)
@@ -298,10 +298,14 @@ async def test_revalidate_skips_a_busy_subject(make_runner, eventually):
     await eventually(lambda: runner.busy("a", "b1"))
     assert await runner.revalidate(_request("a")) is None
     assert runner.counters.skipped == 1
-    first.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await first
+    other = asyncio.get_running_loop().create_task(runner.revalidate(_request("a", block="b2")))
+    await eventually(lambda: runner.busy("a", "b2"))
+    assert runner.counters.revalidations == 2
+    for task in (first, other):
+        task.cancel()
+    await asyncio.gather(first, other, return_exceptions=True)
     assert not runner.busy("a", "b1")
+    assert not runner.busy("a", "b2")
 
 
 async def test_revalidate_while_not_running(make_runner, eventually):

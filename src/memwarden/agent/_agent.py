@@ -351,9 +351,14 @@ class Agent:
         if request.deadline.timestamp() < self.clock.time():
             log.info("revalidation_request_expired", sensor=name, request_id=request.id)
             return
-        events = await runner.revalidate(request)
-        for event in events or ():
-            await self._emit(name, event)
+        try:
+            events = await runner.revalidate(request)  # a crash or timeout: an error event
+            for event in events or ():
+                await self._emit(name, event)
+        except MemwardenError as err:  # the queue closed under us (stopping): the daemon's
+            log.warning(  # deadline turns the missing answer into an error event
+                "revalidation_answer_lost", sensor=name, request_id=request.id, error=str(err)
+            )
 
     # ------------------------------------------------------------------ MQTT
 

@@ -115,6 +115,21 @@ def mcp() -> None:
     run_stdio()
 
 
+@app.command()
+def demo(
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Run unattended, no pauses.")] = False,
+    keep: Annotated[bool, typer.Option(help="Keep the throw-away workspace.")] = False,
+) -> None:
+    """A guided tour: facts refuted, going stale, revalidated and confirmed, live."""
+    from memwarden.daemon import configure_logging  # noqa: PLC0415
+    from memwarden.demo import run_demo  # noqa: PLC0415
+
+    configure_logging("error", "console", stream=sys.stderr)
+    raise typer.Exit(
+        run_demo(unattended=yes, keep=keep, say=lambda line: out.print(line, highlight=False))
+    )
+
+
 @config_app.command("check")
 def config_check(
     file: Annotated[Path, typer.Argument(help="The TOML file to check.")],

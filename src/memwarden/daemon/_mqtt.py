@@ -297,7 +297,7 @@ class GapTracker:
             self._stats(old).missing -= sum(b - a + 1 for a, b in run.missing)
         stats = self._stats(agent)
         stats.run = split_agent(agent)[1]
-        stats.last_seq = max(stats.last_seq, high_water) if stats.run else high_water
+        stats.last_seq = high_water
 
     def seen(self, agent: str, seq: int) -> tuple[int, int] | None:
         """An event numbered ``seq`` arrived; returns the gap it reveals, if any."""
@@ -571,22 +571,31 @@ class MqttBridge:
     async def _handle(self, batch: Sequence[aiomqtt.Message]) -> None:
         events: list[ValidationEvent] = []
         for message in batch:
-            levels = self.topics.relative(message.topic.value)
-            payload = message.payload if isinstance(message.payload, bytes) else b""
-            match levels:
-                case ["events", sensor]:
-                    event = await self._parse_event(sensor, payload)
-                    if event is not None:
-                        events.append(event)
-                case ["agents", agent_id, "status"]:
-                    self._agent_status(agent_id, payload)
-                case ["agents", agent_id, "heartbeat"]:
-                    await self._heartbeat(agent_id, payload)
-                case _:
-                    pass
+            try:
+                event = await self._handle_one(message)
+            except StorageError:
+                raise  # not handled: the whole batch stays unacknowledged, to be redelivered
+            except Exception as err:  # a bug must not become a redelivery loop: log, go on
+                log.error("mqtt_message_failed", topic=message.topic.value, exc_info=err)
+                continue
+            if event is not None:
+                events.append(event)
         if events:
             await self._commit(events)
         await self._send_resends()
+
+    async def _handle_one(self, message: aiomqtt.Message) -> ValidationEvent | None:
+        payload = message.payload if isinstance(message.payload, bytes) else b""
+        match self.topics.relative(message.topic.value):
+            case ["events", sensor]:
+                return await self._parse_event(sensor, payload)
+            case ["agents", agent_id, "status"]:
+                self._agent_status(agent_id, payload)
+            case ["agents", agent_id, "heartbeat"]:
+                await self._heartbeat(agent_id, payload)
+            case _:
+                pass
+        return None
 
     async def _parse_event(self, sensor: str, payload: bytes) -> ValidationEvent | None:
         """The event in a message, or None when it was dead-lettered."""

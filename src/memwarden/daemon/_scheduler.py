@@ -145,10 +145,9 @@ class Scheduler:
         try:
             events = await runner.revalidate(req)
             if events is None:
-                # A check of this subject is still running: its answer covers this one.
-                await self.store.set_revalidation_status(
-                    [req.id], "skipped", outcome="a check of the subject was already running"
-                )
+                # This binding is still being checked: not overlapped, and not lost either:
+                # back to pending, sent again on a later tick unless the answer lands first.
+                await self.store.set_revalidation_status([req.id], "pending")
             elif not events:
                 # The sensor answered through ctx.emit (or had nothing to say): done.
                 await self.store.set_revalidation_status(

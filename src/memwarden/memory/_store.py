@@ -1064,6 +1064,8 @@ class Store:
         """Blocks matching ``query`` (words, never FTS syntax), ranked by
         relevance x freshness x reliability x retention.
 
+        Every word must match; when no block has them all, any word may (ranked by BM25,
+        so blocks with more of them come first).
         BM25 picks the best ``ranking.candidates`` matches in one pass; only those are
         joined to their blocks and re-ranked, so ranking adds no second pass over every
         match. Archived blocks are not in the index; refuted ones only when asked.
@@ -1130,7 +1132,12 @@ class Store:
             "limit": limit,
         }
         async with self._read() as conn:  # one round trip: bindings and links come along
-            rows = await conn.execute_fetchall(sql, params)
+            rows = list(await conn.execute_fetchall(sql, params))
+            if not rows and " " in match:
+                # No block has every word: fall back to any of them (still BM25-ranked,
+                # so blocks with more of the words come first).
+                params["match"] = fts_query(query, any_term=True)
+                rows = list(await conn.execute_fetchall(sql, params))
         hits = []
         warn_below = cfg.staleness.warn_reliability
         for row in rows:

@@ -264,10 +264,9 @@ class SensorRunner:
         The deadline is the sensor's configured ``revalidate_timeout_s`` if it has one,
         else the request's own (``rules.staleness.revalidation_timeout``); nothing else
         shortens it. A timeout or a crash becomes an ``error`` event (never a
-        refutation). Returns ``None`` when a check of the same subject for the same block is
-        still running:
-        this one is skipped (and counted), not overlapped. An empty list means the
-        sensor answered through ``ctx.emit`` instead.
+        refutation). Returns ``None`` when a check of the same subject for the same block
+        is still running: this one is skipped (and counted), not overlapped. An empty list
+        means the sensor answered through ``ctx.emit`` instead.
         """
         subject = request.subject
         key = (subject, request.block_id)  # answers can be per block (two URLs expectations)

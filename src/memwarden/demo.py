@@ -1,0 +1,253 @@
+"""``memwarden demo``: a guided tour on a throw-away workspace.
+
+It builds a workspace (a config file, a tiny pytest project, a local HTTP endpoint),
+starts a daemon on it, stores facts bound to each, then changes the world and shows
+facts being refuted, going stale, revalidated and confirmed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from memwarden.daemon import Daemon, load_settings
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+__all__ = ["run_demo"]
+
+RETRY_OK = "def retry_count() -> int:\n    return 3\n"
+RETRY_BROKEN = "def retry_count() -> int:\n    return 2  # someone changed it\n"
+TEST = "from retry import retry_count\n\n\ndef test_retry():\n    assert retry_count() == 3\n"
+
+
+@dataclass
+class _World:
+    """The local HTTP endpoint: answers ``/version`` from a value the demo changes."""
+
+    version: str = "1.2"
+    port: int = 0
+    server: asyncio.Server | None = field(default=None, repr=False)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            await reader.readuntil(b"\r\n\r\n")
+            body = json.dumps({"version": self.version}).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+        writer.close()
+
+    @contextlib.asynccontextmanager
+    async def serve(self) -> AsyncIterator[None]:
+        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        try:
+            yield
+        finally:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+class _Tour:
+    def __init__(self, say: Callable[[str], None], pause: Callable[[], None]) -> None:
+        self.say = say
+        self.pause = pause
+
+    def step(self, title: str) -> None:
+        self.pause()
+        self.say(f"\n== {title}")
+
+
+async def _state_of(daemon: Daemon, block_id: str) -> str:
+    return str((await daemon.store.get(block_id)).state.value)
+
+
+async def _until(daemon: Daemon, block_id: str, states: set[str], timeout_s: float = 30.0) -> str:
+    """Wait (polling with a deadline) until the block reaches one of ``states``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = await _state_of(daemon, block_id)
+        if state in states or time.monotonic() > deadline:
+            return state
+        await asyncio.sleep(0.05)
+
+
+async def _show(daemon: Daemon, tour: _Tour, facts: dict[str, str]) -> None:
+    for name, block_id in facts.items():
+        block = await daemon.store.get(block_id)
+        v = block.validation
+        by = f" by {v.validated_by}" if v.validated_by else ""
+        reasons = (
+            f" ({', '.join(r.value for r in block.stale_reasons)})" if block.stale_reasons else ""
+        )
+        tour.say(f"  {name:<9} {block.state.value:<10}{reasons:<20} r={v.reliability:.2f}{by}")
+
+
+def _workspace(root: Path) -> dict[str, Path]:
+    config = root / "config" / "app.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text("http:\n  timeout: 30\n")
+    project = root / "project"
+    project.mkdir()
+    (project / "retry.py").write_text(RETRY_OK)
+    (project / "test_retry.py").write_text(TEST)
+    return {"config": config, "project": project, "state": root / "state"}
+
+
+async def _tour(root: Path, tour: _Tour) -> int:
+    paths = _workspace(root)
+    world = _World()
+    async with world.serve():
+        settings = load_settings(
+            None,
+            env={},
+            home=paths["state"],
+            log_level="error",
+            api={"port": 0},
+            scheduler={"sweep_interval": "1s", "dispatch_interval": "1s"},
+            sensors={
+                "fs": {"roots": [str(root)], "debounce_ms": 50},
+                "tests": {
+                    "kind": "code_test",
+                    "project_root": str(paths["project"]),
+                    "command": [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+                    "source_dirs": ["."],
+                    "timeout_s": 60,
+                    "revalidate_timeout": "90s",
+                },
+                "api": {"kind": "http", "allowed_hosts": ["127.0.0.1"], "interval": "1h"},
+                "review": {},
+            },
+        )
+        daemon = Daemon(settings)
+        task = asyncio.create_task(daemon.run(), name="demo.daemon")
+        ready = asyncio.create_task(daemon.ready())
+        await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()
+        try:
+            return await _story(daemon, tour, paths, world)
+        finally:
+            daemon.request_stop()
+            await task
+
+
+async def _story(daemon: Daemon, tour: _Tour, paths: dict[str, Path], world: _World) -> int:
+    tour.step("A workspace with a config file, a tiny pytest project and an HTTP endpoint")
+    tour.say(f"  workspace {paths['config'].parent.parent}")
+    tour.say(f"  daemon    {daemon.api.bound_url() if daemon.api else '-'}")
+
+    tour.step("Four facts an agent remembers, each bound to something that can check it")
+    adds = {
+        "timeout": {
+            "title": "API timeout",
+            "content": "The API timeout is 30 s",
+            "bindings": [
+                {"sensor": "fs", "path": "config/app.yaml", "key": "/http/timeout", "equals": 30}
+            ],
+        },
+        "retries": {
+            "title": "retry logic",
+            "content": "The retry logic retries 3 times",
+            "info_type": "dynamic",
+            "bindings": [{"sensor": "tests", "test": "test_retry.py::test_retry"}],
+        },
+        "version": {
+            "title": "service version",
+            "content": "The service reports version 1.2",
+            "bindings": [
+                {
+                    "sensor": "api",
+                    "url": f"http://127.0.0.1:{world.port}/version",
+                    "key": "/version",
+                    "equals": "1.2",
+                }
+            ],
+        },
+        "storage": {
+            "title": "storage decision",
+            "content": "We chose SQLite for storage",
+            "info_type": "static",
+            "bindings": [{"sensor": "review"}],
+        },
+    }
+    facts = {name: (await daemon.add_block(body, actor="demo")).id for name, body in adds.items()}
+    await _show(daemon, tour, facts)
+
+    tour.step("Each sensor checks its fact")
+    for name in ("timeout", "retries", "version"):
+        await daemon.revalidate(facts[name], wait_s=60)
+    await _show(daemon, tour, facts)
+
+    tour.step("The world changes: the timeout becomes 45 s, the code breaks, the API moves on")
+    paths["config"].write_text("http:\n  timeout: 45\n")
+    (paths["project"] / "retry.py").write_text(RETRY_BROKEN)
+    world.version = "1.3"
+    await _until(daemon, facts["timeout"], {"refuted", "stale"})
+    await _until(daemon, facts["retries"], {"refuted"}, timeout_s=60)
+    await daemon.revalidate(facts["version"], wait_s=30)
+    await _show(daemon, tour, facts)
+    tour.say("  the file watcher refuted the timeout at once; the test run refuted the retries;")
+    tour.say("  the API answered 1.3: one refutation is soft, so that fact went stale first")
+
+    tour.step("What an agent gets when it asks: stale and refuted facts say so")
+    answer = await daemon.search("timeout retry version", limit=10, include_refuted=True)
+    for hit in answer["results"]:
+        block = hit["block"]
+        tour.say(f"  {block['title']:<17} score={hit['score']:.3g} {'; '.join(hit['warnings'])}")
+
+    tour.step("The world is put right: sensors confirm the facts again")
+    paths["config"].write_text("http:\n  timeout: 30\n")
+    (paths["project"] / "retry.py").write_text(RETRY_OK)
+    world.version = "1.2"
+    await _until(daemon, facts["timeout"], {"fresh"})
+    await _until(daemon, facts["retries"], {"fresh"}, timeout_s=60)
+    await daemon.revalidate(facts["version"], wait_s=30)
+    await _show(daemon, tour, facts)
+
+    tour.step("A person settles what no machine can check")
+    items = await daemon.store.list_reviews(status="pending")
+    if not items:
+        await daemon.store.request_review(facts["storage"], reason="a design decision")
+        items = await daemon.store.list_reviews(status="pending")
+    link = ""
+    if daemon.api is not None:
+        link = daemon.api.bound_url() + "/review"
+    tour.say(f"  {len(items)} fact(s) wait for review; the review page is {link}")
+    tour.say("  (memwarden review --open prints a one-time sign-in link)")
+
+    health = await daemon.health()
+    tour.say(f"\nhealth {health.get('score', '?')}/100 · {health['counts']['by_state']}")
+    final = {name: await _state_of(daemon, block_id) for name, block_id in facts.items()}
+    ok = all(final[n] == "fresh" for n in ("timeout", "retries", "version"))
+    tour.say("demo finished: " + ("every checked fact is fresh again" if ok else f"{final}"))
+    return 0 if ok else 1
+
+
+def run_demo(*, unattended: bool, keep: bool = False, say: Callable[[str], None] = print) -> int:
+    """Run the tour; returns the exit code."""
+
+    def pause() -> None:
+        if not unattended:
+            with contextlib.suppress(EOFError):
+                input("(press Enter) ")
+
+    tour = _Tour(say, pause)
+    if keep:
+        root = Path(tempfile.mkdtemp(prefix="memwarden-demo-"))
+        say(f"keeping the workspace in {root}")
+        return asyncio.run(_tour(root, tour))
+    with tempfile.TemporaryDirectory(prefix="memwarden-demo-") as tmp:
+        return asyncio.run(_tour(Path(tmp), tour))

@@ -1,0 +1,22 @@
+"""The guided demo runs to completion unattended."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from memwarden.cli import app
+
+
+def test_demo_runs_unattended_and_ends_with_every_checked_fact_fresh():
+    """`memwarden demo --yes` refutes, stales, revalidates and confirms, then exits 0."""
+    result = CliRunner().invoke(app, ["demo", "--yes"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    for line in (
+        "Each sensor checks its fact",
+        "The world changes",
+        "refuted",
+        "soft_refuted",
+        "demo finished: every checked fact is fresh again",
+    ):
+        assert line in out, line
