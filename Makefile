@@ -8,18 +8,21 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/system-deps.sh 2>/dev/null | sha1sum | cut -c1-12)
+EXAMPLE := examples/memwarden-sensor-example
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(EXAMPLE)/pyproject.toml scripts/system-deps.sh 2>/dev/null | sha1sum | cut -c1-12)
 export MEMWARDEN_HOME ?= $(CURDIR)/.memwarden
 
 .PHONY: run test lint format bench clean venv system-deps
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(EXAMPLE)/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 	@$(PY) -m pip install --quiet -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
-	@$(PY) -c "import memwarden, pytest, aiosqlite" || { echo "install failed" >&2; exit 1; }
+	@# The example third-party sensor: the suite proves the daemon discovers and runs it.
+	@$(PY) -m pip install --quiet -e $(EXAMPLE) 2>&1 | grep -v "^WARNING: Location" || true
+	@$(PY) -c "import memwarden, pytest, aiosqlite, memwarden_sensor_example" || { echo "install failed" >&2; exit 1; }
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -30,13 +33,13 @@ run: $(STAMP)
 	$(VENV)/bin/memwarden run
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff format --check src tests benchmarks examples
 	$(VENV)/bin/mypy
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format src tests benchmarks
-	$(VENV)/bin/ruff check --fix src tests benchmarks
+	$(VENV)/bin/ruff format src tests benchmarks examples
+	$(VENV)/bin/ruff check --fix src tests benchmarks examples
 
 test: $(STAMP) system-deps lint
 	$(PY) -m pytest --cov --cov-report=term --cov-report=xml -p no:cacheprovider

@@ -13,7 +13,7 @@ from pathlib import Path
 import structlog
 
 # Importing the modules registers their benchmarks.
-from benchmarks import _ingest, _search, _sweep, bench_sensors  # noqa: F401
+from benchmarks import _ingest, _search, _sweep, bench_daemon, bench_sensors  # noqa: F401
 from benchmarks._harness import (
     BENCHMARKS,
     RESULT_NAMES,

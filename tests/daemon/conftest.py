@@ -314,15 +314,3 @@ def isolated_logging() -> Iterator[None]:
     root.setLevel(level)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_logging() -> Iterator[None]:
-    """Each test starts from structlog's defaults and the root logger as they were, whatever
-    an earlier test (an in-process ``memwarden`` command) configured: log levels filter
-    before ``capture_logs`` sees anything."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    structlog.reset_defaults()
-    yield
-    structlog.reset_defaults()
-    root.handlers[:] = handlers
-    root.setLevel(level)

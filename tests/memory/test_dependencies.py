@@ -86,3 +86,14 @@ async def test_get_returns_depends_on(dep_store):
     store, clock = dep_store
     root, mid, _ = await _chain(store, clock)
     assert (await store.get(mid)).depends_on == [root]
+
+
+async def test_requests_left_sent_are_requeued(dep_store):
+    """Revalidations left 'sent' by a daemon that died are pending again after restart."""
+    store, clock = dep_store
+    root, _, _ = await _chain(store, clock)
+    ids = await store.request_revalidation(root)
+    await store.set_revalidation_status(ids, "sent")
+    assert await store.due_revalidations(limit=10) == []
+    assert await store.requeue_sent_revalidations() == len(ids)
+    assert {r.id for r in await store.due_revalidations(limit=10)} == set(ids)

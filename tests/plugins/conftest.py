@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -13,7 +12,7 @@ from memwarden.memory import FakeClock
 from memwarden.plugins import Backoff, BaseBinding, SensorContext, SensorRunner
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+    from collections.abc import AsyncIterator, Awaitable, Callable
     from pathlib import Path
 
     from memwarden.plugins import ValidationEvent
@@ -94,15 +93,3 @@ def eventually() -> Callable[..., Awaitable[None]]:
     return until
 
 
-@pytest.fixture(autouse=True)
-def _fresh_logging() -> Iterator[None]:
-    """Each test starts from structlog's defaults and the root logger as they were, whatever
-    an earlier test (an in-process ``memwarden`` command) configured: log levels filter
-    before ``capture_logs`` sees anything."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    structlog.reset_defaults()
-    yield
-    structlog.reset_defaults()
-    root.handlers[:] = handlers
-    root.setLevel(level)

@@ -165,6 +165,9 @@ class Daemon:
             stack.callback(self._clear)
             alive = await store.get_meta(ALIVE_KEY)
             down_since = float(alive) if alive else None
+            requeued = await store.requeue_sent_revalidations()
+            if requeued:
+                log.info("revalidations_requeued", count=requeued)
             self._bus = Bus(
                 store,
                 queue_per_source=s.bus.queue_per_source,

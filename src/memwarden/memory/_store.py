@@ -766,6 +766,22 @@ class Store:
 
         await self._write(job)
 
+    async def requeue_sent_revalidations(self) -> int:
+        """Requests left ``sent`` by a daemon that died before the answer: pending again.
+
+        Call at start, before the scheduler runs; returns how many were requeued.
+        """
+        now = self.clock.time()
+
+        async def job(conn: aiosqlite.Connection) -> int:
+            cur = await conn.execute(
+                "UPDATE revalidations SET status = 'pending', send_at = ? WHERE status = 'sent'",
+                (now,),
+            )
+            return int(cur.rowcount)
+
+        return await self._write(job)  # type: ignore[no-any-return]
+
     async def request_revalidation(
         self,
         block_id: str,
