@@ -312,5 +312,3 @@ def isolated_logging() -> Iterator[None]:
     structlog.configure(**saved)
     root.handlers[:] = handlers
     root.setLevel(level)
-
-

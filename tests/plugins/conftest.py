@@ -91,5 +91,3 @@ async def until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
 def eventually() -> Callable[..., Awaitable[None]]:
     """``await eventually(lambda: cond, timeout_s=5)``: poll with a deadline, no bare sleep."""
     return until
-
-
