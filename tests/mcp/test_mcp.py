@@ -36,7 +36,8 @@ async def mcp_session(daemon: Daemon) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(
         command=str(exe),
         args=["mcp"],
-        env={"MEMWARDEN_HOME": str(daemon.settings.home), "PATH": os.environ.get("PATH", "")},
+        # The whole environment (coverage measures the server process through it).
+        env={**os.environ, "MEMWARDEN_HOME": str(daemon.settings.home)},
     )
     with Path(os.devnull).open("w") as devnull:  # noqa: ASYNC230 - opening /dev/null never blocks
         async with (

@@ -1,0 +1,73 @@
+"""The Python clients against a real daemon process."""
+
+from __future__ import annotations
+
+import pytest
+
+from memwarden.client import AsyncClient, Client, DaemonNotRunningError
+from memwarden.errors import NotFoundError, TransportError, ValidationInputError
+
+
+def test_sync_client_covers_the_api(live_daemon):
+    """Client adds, reads, edits, searches, explains, revalidates, reviews and archives."""
+    with Client(live_daemon.url, live_daemon.token) as client:
+        block = client.add({"content": "Sync clients are handy", "title": "sync client"})
+        assert client.get(block.id).content == "Sync clients are handy"
+        edited = client.update(block.id, {"content": "Sync clients are very handy"})
+        assert edited.version == 2
+        found = client.search("sync clients handy")
+        assert [r["block"]["id"] for r in found["results"]] == [block.id]
+        assert client.explain(block.id)
+        assert client.revalidate(block.id)["requested"] == []
+        assert client.events(block.id) == []
+        review = client.request_review(block.id, "check it")
+        assert review["status"] == "pending"
+        assert review["review_id"] in [r["id"] for r in client.reviews()]
+        assert client.review(review["review_id"])["block"]["id"] == block.id
+        decided = client.decide(review["review_id"], "confirm", decided_by="carol")
+        assert decided["review"]["decided_by"] == "carol"
+        assert "/review/login?token=" in client.review_link("carol")
+        assert client.ingest([])["accepted"] == 0
+        assert isinstance(client.sensors(), list)
+        assert 0 <= client.health()["score"] <= 100
+        assert isinstance(client.stale(), list)
+        assert isinstance(client.follow(0, wait="0s"), list)
+        assert client.archive(block.id).state == "archived"
+
+
+def test_client_errors_map_to_memwarden_errors(live_daemon, tmp_path):
+    """404, 422, 401 and an unreachable daemon each raise the matching memwarden error."""
+    with Client(live_daemon.url, live_daemon.token) as client:
+        with pytest.raises(NotFoundError):
+            client.get("missing")
+        with pytest.raises(ValidationInputError) as info:
+            client.add({"content": "x", "reliability": 2})
+        assert info.value.errors[0][0] == "reliability"
+    with Client(live_daemon.url, "wrong") as client, pytest.raises(TransportError):
+        client.health()
+    with Client("http://127.0.0.1:9", "x") as client, pytest.raises(DaemonNotRunningError):
+        client.health()
+
+
+def test_client_finds_url_and_token_in_the_state_dir(live_daemon, monkeypatch):
+    """With only MEMWARDEN_HOME set, the client finds api.json and the token itself."""
+    monkeypatch.delenv("MEMWARDEN_URL", raising=False)
+    monkeypatch.delenv("MEMWARDEN_TOKEN", raising=False)
+    monkeypatch.setenv("MEMWARDEN_HOME", str(live_daemon.home))
+    with Client() as client:
+        assert client.endpoint.url == live_daemon.url
+        assert client.health()["score"] >= 0
+
+
+async def test_async_client_round_trip(live_daemon):
+    """AsyncClient does the same over asyncio."""
+    async with AsyncClient(live_daemon.url, live_daemon.token) as client:
+        block = await client.add({"content": "Async clients too"})
+        assert (await client.get(block.id)).content == "Async clients too"
+        assert (await client.update(block.id, {"title": "async"})).title == "async"
+        assert (await client.archive(block.id)).state == "archived"
+        assert isinstance(await client.stale(), list)
+        assert isinstance(await client.sensors(), list)
+        assert isinstance(await client.reviews("all"), list)
+        assert isinstance(await client.follow(0, wait="0s"), list)
+        assert (await client.ingest([]))["accepted"] == 0
