@@ -13,7 +13,14 @@ from pathlib import Path
 import structlog
 
 # Importing the modules registers their benchmarks.
-from benchmarks import _ingest, _search, _sweep, bench_daemon, bench_sensors  # noqa: F401
+from benchmarks import (  # noqa: F401 - importing registers the benchmarks
+    _ingest,
+    _search,
+    _sweep,
+    bench_daemon,
+    bench_decay,
+    bench_sensors,
+)
 from benchmarks._harness import (
     BENCHMARKS,
     RESULT_NAMES,

@@ -11,7 +11,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FIGURES = {"ingest", "sweep", "search_common", "search_mid", "fs_latency", "fs_burst"}
+FIGURES = {
+    "ingest",
+    "sweep",
+    "search_common",
+    "search_mid",
+    "decay_cycle",
+    "fs_latency",
+    "fs_burst",
+    "startup",
+    "idle_rss",
+}
 
 
 def _run(out: Path, *args: str) -> subprocess.CompletedProcess[str]:

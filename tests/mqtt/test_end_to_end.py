@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from structlog.testing import capture_logs
 from tests.mqtt.conftest import event_json, run_tool, wait_accepted, wait_state
 
 from memwarden.daemon._metrics import render
@@ -77,16 +78,23 @@ async def test_gaps_are_counted_in_health_and_metrics(mosquitto_broker, start_da
     broker = mosquitto_broker()
     d = await start_daemon(broker, mqtt={"resend_gaps": False})
     await d.obj.mqtt.connected()
-    for seq in (1, 2, 7):
-        await run_tool(
-            "mosquitto_pub", "-h", "127.0.0.1", "-p", str(broker.port), "-q", "1",
-            "-t", "memwarden/v1/events/files",
-            "-m", event_json(agent="edge7/run1", seq=seq, event_id=f"e{seq}").decode(),
-        )  # fmt: skip
-    await wait_accepted(d.obj, 3)
+    with capture_logs() as logs:
+        await _publish_seqs(broker, (1, 2, 7))
+        await wait_accepted(d.obj, 3)
+    [gap] = [e for e in logs if e["event"] == "mqtt_gap_detected"]
+    assert (gap["agent"], gap["from_seq"], gap["to_seq"], gap["missing"]) == ("edge7/run1", 3, 6, 4)
     health = await d.obj.health()
     assert health["mqtt"]["agents"]["edge7"]["gaps"] == 4
     assert health["mqtt"]["agents"]["edge7"]["missing"] == 4
     assert health["mqtt"]["gaps_total"] == 4
     body, _ = await render(d.obj)
     assert b'memwarden_mqtt_gaps_total{agent="edge7"} 4.0' in body
+
+
+async def _publish_seqs(broker, seqs) -> None:
+    for seq in seqs:
+        await run_tool(
+            "mosquitto_pub", "-h", "127.0.0.1", "-p", str(broker.port), "-q", "1",
+            "-t", "memwarden/v1/events/files",
+            "-m", event_json(agent="edge7/run1", seq=seq, event_id=f"e{seq}").decode(),
+        )  # fmt: skip

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import pytest
 
 from memwarden.agent import AgentQueue
@@ -136,3 +139,19 @@ async def test_agent_queue_keeps_unsent_bounded_history_and_requeues(tmp_path):
         assert [r.seq for r in await q.unsent()] == [3, 4]
         await q.set_meta("k", "v")
         assert await q.get_meta("k") == "v"
+
+
+async def test_a_cancelled_read_does_not_leave_the_agent_queue_reading_old_data(tmp_path):
+    """A read cancelled mid-query (a dropped connection) never hides rows from the next read."""
+    async with AgentQueue(tmp_path / "q.db", clock=FakeClock()) as q:
+        for seq in range(1, 1501):
+            await q.put("a/1", seq, "t", b"x" * 64)
+        for attempt in range(20):
+            read = asyncio.create_task(q.unsent(limit=1500))
+            for _ in range(1 + attempt % 3):
+                await asyncio.sleep(0)  # let the query start in aiosqlite's thread
+            read.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await read
+            await q.put("a/1", 2000 + attempt, "t", b"y")
+            assert len(await q.unsent(limit=10_000)) == 1500 + attempt + 1

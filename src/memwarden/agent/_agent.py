@@ -462,8 +462,9 @@ class Agent:
                 rows = await self.queue.unsent(after_id=last_id, limit=500)
                 self._caught_up = not rows
                 self._progress.set()
-                if not rows:
-                    await self.queue.changed.wait()
+                if not rows:  # woken by the next put; the timeout is only a safety net
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.queue.changed.wait(), timeout=5.0)
                     continue
                 for row in rows:
                     await window.acquire()

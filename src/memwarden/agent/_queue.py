@@ -244,25 +244,29 @@ class AgentQueue:
         await self._write(job)
 
     # ------------------------------------------------------------------ reads
+    # Each read is one execute_fetchall: it runs to the end in aiosqlite's thread even when
+    # the caller is cancelled. A cancelled execute() + fetch leaves its statement active,
+    # and the connection's next read then sees the snapshot from before (measured: a
+    # reconnecting publisher missed every event queued during the outage).
 
     async def unsent(self, *, after_id: int = 0, limit: int = 500) -> list[QueuedEvent]:
         """Events waiting to be published, oldest first, after ``after_id``."""
-        async with self._reader().execute(
+        rows = await self._reader().execute_fetchall(
             "SELECT id, agent, seq, topic, payload FROM queue"
             " WHERE sent_at IS NULL AND id > ? ORDER BY id LIMIT ?",
             (after_id, limit),
-        ) as cur:
-            rows = await cur.fetchall()
+        )
         return [QueuedEvent(r[0], r[1], r[2], r[3], bytes(r[4])) for r in rows]
 
     async def get_meta(self, key: str) -> str | None:
-        async with self._reader().execute("SELECT value FROM meta WHERE key = ?", (key,)) as cur:
-            row = await cur.fetchone()
-        return None if row is None else str(row[0])
+        rows = list(
+            await self._reader().execute_fetchall("SELECT value FROM meta WHERE key = ?", (key,))
+        )
+        return str(rows[0][0]) if rows else None
 
     async def stats(self) -> QueueStats:
-        async with self._reader().execute("SELECT key, value FROM counters") as cur:
-            counts = {k: int(v) for k, v in await cur.fetchall()}
+        rows = await self._reader().execute_fetchall("SELECT key, value FROM counters")
+        counts = {k: int(v) for k, v in rows}
         return QueueStats(
             unsent=counts.get("unsent", 0),
             sent_kept=counts.get("sent", 0),

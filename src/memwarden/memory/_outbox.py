@@ -1,5 +1,9 @@
 """The outbox: what the MQTT bridge must publish while the broker is away.
 
+Reads here are single ``execute_fetchall`` calls: a read cancelled between ``execute`` and
+its fetch leaves a statement active on the pooled connection, whose next read then sees
+an old snapshot (the bridge cancels its outbox flush whenever the connection drops).
+
 A bounded table in the store's own database (so it survives a restart). When it is
 full the oldest messages go first and are counted (``meta`` key
 :data:`DROPPED_KEY`): a consumer of state changes may miss old ones, never new ones.
@@ -76,13 +80,10 @@ async def put(
 
 async def peek(store: Store, *, limit: int = 500) -> list[OutboxMessage]:
     """The oldest waiting messages, in the order they were put."""
-    async with (
-        store._read() as conn,  # noqa: SLF001 - a store extension
-        conn.execute(
+    async with store._read() as conn:  # noqa: SLF001 - a store extension
+        rows = await conn.execute_fetchall(
             "SELECT id, topic, payload, qos, retain FROM outbox ORDER BY id LIMIT ?", (limit,)
-        ) as cur,
-    ):
-        rows = await cur.fetchall()
+        )
     return [
         OutboxMessage(
             id=r[0],
@@ -109,11 +110,14 @@ async def delete(store: Store, ids: Sequence[int]) -> None:
 
 async def stats(store: Store) -> OutboxStats:
     async with store._read() as conn:  # noqa: SLF001 - a store extension
-        async with conn.execute("SELECT count(*) FROM outbox") as cur:
-            queued = (await cur.fetchone() or (0,))[0]
-        async with conn.execute("SELECT value FROM meta WHERE key = ?", (DROPPED_KEY,)) as cur:
-            row = await cur.fetchone()
-    return OutboxStats(queued=int(queued), dropped=int(row[0]) if row else 0)
+        rows = list(
+            await conn.execute_fetchall(
+                "SELECT (SELECT count(*) FROM outbox), (SELECT value FROM meta WHERE key = ?)",
+                (DROPPED_KEY,),
+            )
+        )
+    queued, dropped = rows[0]
+    return OutboxStats(queued=int(queued), dropped=int(dropped or 0))
 
 
 async def agent_high_water(store: Store, agents: Sequence[str]) -> dict[str, int]:
@@ -123,10 +127,11 @@ async def agent_high_water(store: Store, agents: Sequence[str]) -> dict[str, int
     out: dict[str, int] = {}
     async with store._read() as conn:  # noqa: SLF001 - a store extension
         for agent in dict.fromkeys(agents):  # one index seek each (events_agent_seq)
-            async with conn.execute(
-                "SELECT max(agent_seq) FROM events WHERE agent = ?", (agent,)
-            ) as cur:
-                row = await cur.fetchone()
-            if row is not None and row[0] is not None:
-                out[agent] = int(row[0])
+            rows = list(
+                await conn.execute_fetchall(
+                    "SELECT max(agent_seq) FROM events WHERE agent = ?", (agent,)
+                )
+            )
+            if rows and rows[0][0] is not None:
+                out[agent] = int(rows[0][0])
     return out
