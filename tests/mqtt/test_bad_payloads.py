@@ -61,3 +61,31 @@ async def test_bad_payloads_are_dead_lettered_and_not_redelivered(
     await wait_accepted(d2.obj, 1)
     assert d2.obj.mqtt.rejected.total() == 0
     assert len(_dead_letters(db)) == 7
+
+
+async def test_malformed_agent_status_and_heartbeats_are_ignored(mosquitto_broker, start_daemon):
+    """Status and heartbeat messages that make no sense are logged and dropped; a cleared
+    retained status forgets the agent."""
+    broker = mosquitto_broker()
+    d = await start_daemon(broker)
+    await d.obj.mqtt.connected()
+    pub = ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(broker.port), "-q", "1"]
+    agents = "memwarden/v1/agents"
+    online = json.dumps({"status": "online", "agent": "e2/r", "sensors": ["files"]})
+    await run_tool(*pub, "-t", f"{agents}/e2/status", "-m", online)
+    await run_tool(*pub, "-t", f"{agents}/e3/status", "-m", "{not json")
+    await run_tool(*pub, "-t", f"{agents}/e2/heartbeat", "-m", json.dumps({"seq": 3}))
+    await run_tool(*pub, "-t", f"{agents}/e2/heartbeat", "-m", "[]")
+    await run_tool(*pub, "-t", files_topic(), "-m", event_json(event_id="sync-1").decode())
+    await wait_accepted(d.obj, 1)  # everything before it was handled
+    assert d.obj.mqtt.agents["e2"].status == "online"
+    assert "e3" not in d.obj.mqtt.agents
+    assert d.obj.mqtt.gaps.agents == {}  # the bad heartbeats announced nothing
+    await run_tool(*pub, "-r", "-t", f"{agents}/e2/status", "-n")  # clears a retained status
+    await run_tool(*pub, "-t", files_topic(), "-m", event_json(event_id="sync-2").decode())
+    await wait_accepted(d.obj, 2)
+    assert "e2" not in d.obj.mqtt.agents
+
+
+def files_topic() -> str:
+    return "memwarden/v1/events/files"

@@ -758,6 +758,9 @@ class MqttBridge:
         except (ValueError, KeyError, TypeError):
             log.warning("mqtt_heartbeat_invalid", agent=agent_id, payload=payload[:200])
             return
+        if split_agent(agent)[0] != agent_id:
+            log.warning("mqtt_heartbeat_misplaced", agent=agent_id, says=agent[:200])
+            return
         info = self.agents.setdefault(agent_id, _Agent())
         info.last_heartbeat = self.clock.time()
         info.agent = agent

@@ -1,0 +1,123 @@
+"""`memwarden agent` on its own: bindings, requests and emits it must refuse or survive."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from tests.mqtt.conftest import run_tool
+
+from memwarden.agent import Agent
+from memwarden.daemon import load_settings
+from memwarden.errors import ConfigError
+from memwarden.plugins import Registry
+from memwarden.sensors import FsSensor
+
+
+def test_an_agent_needs_an_mqtt_section(tmp_path):
+    """Without [mqtt] the agent refuses to start, saying what is missing."""
+    settings = load_settings(None, env={}, home=tmp_path)
+    with pytest.raises(ConfigError, match=r"needs an \[mqtt\] section"):
+        Agent(settings, registry=Registry.from_classes({"fs": FsSensor}))
+
+
+async def test_bad_bindings_are_skipped_and_good_ones_cached_for_an_offline_start(
+    mosquitto_broker, start_agent, eventually, world
+):
+    """A binding the plugin refuses is skipped; the rest are applied, and kept for a restart."""
+    broker = mosquitto_broker()
+    a = await start_agent(broker)
+    await a.obj.connected()
+    good = {"sensor": "files", "subject": "app.json", "path": "app.json"}
+    bad = {"sensor": "files", "subject": "x", "path": "x", "regex": "(", "exists": True}
+    body = json.dumps(
+        [{"block_id": "b1", "binding": good}, {"block_id": "b2", "binding": bad}, {"nope": 1}]
+    )
+    host = ["-h", "127.0.0.1", "-p", str(broker.port)]
+    await run_tool("mosquitto_pub", *host, "-r", "-q", "1",
+                   "-t", "memwarden/v1/bindings/files", "-m", body)  # fmt: skip
+    ctx = a.obj.runners["files"].ctx
+    await eventually(lambda: [b.block_id for b in ctx.bindings] == ["b1"])
+    await run_tool("mosquitto_pub", *host, "-q", "1",
+                   "-t", "memwarden/v1/bindings/files", "-m", "not json")  # fmt: skip
+    await a.stop()
+    broker.kill()
+    again = await start_agent(broker)  # the broker is down: bindings come from the cache
+    assert [b.block_id for b in again.obj.runners["files"].ctx.bindings] == ["b1"]
+
+
+async def test_misrouted_expired_and_malformed_requests_are_ignored(
+    mosquitto_broker, start_agent, world
+):
+    """Requests for another sensor, past their deadline, or not parseable get no answer."""
+    broker = mosquitto_broker()
+    a = await start_agent(broker)
+    await a.obj.connected()
+    now = datetime.now(UTC)
+    request = {
+        "block_id": "b1",
+        "sensor": "other",
+        "subject": "app.json",
+        "binding": {"sensor": "other", "path": "app.json"},
+        "reason": "manual",
+        "created_at": now.isoformat(),
+        "deadline": (now + timedelta(seconds=30)).isoformat(),
+    }
+    expired = {**request, "sensor": "files", "deadline": (now - timedelta(seconds=1)).isoformat()}
+    host = ["-h", "127.0.0.1", "-p", str(broker.port), "-q", "1"]
+    topic = "memwarden/v1/revalidate/files"
+    for payload in (json.dumps(request), json.dumps(expired), "{"):
+        await run_tool("mosquitto_pub", *host, "-t", topic, "-m", payload)
+    await run_tool("mosquitto_pub", *host, "-t", "memwarden/v1/agents/edge1/resend", "-m", "[]")
+    fine = {
+        **request,
+        "id": "req-fine",
+        "sensor": "files",
+        "binding": {"sensor": "files", "path": "app.json"},
+    }
+    await run_tool("mosquitto_pub", *host, "-t", topic, "-m", json.dumps(fine))
+    async with asyncio.timeout(10):  # the good one is answered; the others came before it
+        while a.obj.last_seq < 1:
+            a.obj.queue.changed.clear()
+            await a.obj.queue.changed.wait()
+    await a.stop()
+    with contextlib.closing(sqlite3.connect(a.obj.state_dir / "agent-queue.db")) as conn:
+        payloads = [json.loads(r[0]) for r in conn.execute("SELECT payload FROM queue")]
+    assert [p["request_id"] for p in payloads] == [fine["id"]]
+
+
+async def test_emits_naming_another_sensor_or_too_large_are_refused(
+    mosquitto_broker, start_agent, world
+):
+    """An event naming another sensor, or larger than the payload limit, is never queued."""
+    broker = mosquitto_broker()
+    a = await start_agent(broker)
+    ctx = a.obj.runners["files"].ctx
+    other = ctx.event("x", "confirmed").model_copy(update={"sensor": "other"})
+    await ctx.emit(other)
+    await ctx.emit(ctx.event("x", "changed", observed="y" * 70_000))
+    assert a.obj.rejected == 2
+    assert a.obj.last_seq == 0
+    await ctx.emit(ctx.event("x", "changed"))
+    assert a.obj.last_seq == 1
+
+
+async def test_an_agent_with_a_bad_sensor_table_fails_to_start_naming_it(tmp_path):
+    """An unknown kind or a bad option in [sensors.*] stops the agent with the path."""
+    settings = load_settings(
+        None,
+        env={},
+        home=tmp_path,
+        mqtt={"url": "mqtt://127.0.0.1:1"},
+        sensors={"a": {"kind": "nope"}, "b": {"kind": "fs", "roots": []}},
+    )
+    agent = Agent(settings, registry=Registry.from_classes({"fs": FsSensor}))
+    with pytest.raises(ConfigError) as err:
+        await agent.run()
+    problems = "; ".join(err.value.problems)
+    assert "sensors.a.kind" in problems
+    assert "sensors.b.roots" in problems
