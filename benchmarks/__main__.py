@@ -19,6 +19,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
     _sweep,
     bench_daemon,
     bench_decay,
+    bench_mqtt,
     bench_sensors,
 )
 from benchmarks._harness import (

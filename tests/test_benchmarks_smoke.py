@@ -21,6 +21,7 @@ FIGURES = {
     "fs_burst",
     "startup",
     "idle_rss",
+    "mqtt_ingest",
 }
 
 

@@ -17,7 +17,7 @@ import aiosqlite
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from memwarden.errors import NotFoundError, StorageError, ValidationInputError
+from memwarden.errors import MemwardenError, NotFoundError, StorageError, ValidationInputError
 from memwarden.memory import _maintenance, _outbox, _reviews
 from memwarden.memory._clock import Clock, SystemClock, from_ts
 from memwarden.memory._codec import (
@@ -424,10 +424,37 @@ class Store:
         if not self._open:
             raise StorageError("the store is closed")
         conn = await self._readers.get()
+        clean = False
         try:
             yield conn
+            clean = True
+        except MemwardenError:
+            clean = True  # ours, raised after a completed fetch (NotFoundError, ...)
+            raise
         finally:
-            self._readers.put_nowait(conn)
+            if clean:
+                self._readers.put_nowait(conn)
+            else:
+                # Cancelled or failed between a statement and its fetch: the statement may
+                # still be open and would pin this connection to an old snapshot (WAL), so
+                # later reads would miss new writes. A fresh connection costs a millisecond.
+                await asyncio.shield(self._replace_reader(conn))
+
+    async def _replace_reader(self, old: aiosqlite.Connection) -> None:
+        with contextlib.suppress(sqlite3.Error, ValueError):
+            await old.close()
+        if old in self._all_readers:
+            self._all_readers.remove(old)
+        if not self._open:
+            return
+        try:
+            conn = await aiosqlite.connect(self.path, isolation_level=None)
+            await self._configure(conn, writer=False)
+        except sqlite3.Error as err:
+            log.error("store_reader_reopen_failed", error=str(err))
+            return
+        self._all_readers.append(conn)
+        self._readers.put_nowait(conn)
 
     async def _write(self, fn: Any, *, weight: int = 1) -> Any:
         if self._writer is None:
