@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import stat
 
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, assume, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from memwarden.daemon._api import create_app
@@ -21,6 +22,9 @@ schema = schemathesis.openapi.from_dict(create_app(None, token="unused").openapi
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 def test_every_operation_answers_within_its_schema(case, live_daemon):
     """No operation answers 5xx, and every response matches the published schema."""
+    # A body over the daemon's size limit is refused with 413 before it is even parsed;
+    # that is the point of the limit, so such cases are not schema checks.
+    assume(case.body is None or len(json.dumps(case.body, default=str)) < 1_000_000)
     # positive_data_acceptance is left out: a schema-valid block may still break a business
     # rule (a binding to a sensor that is not configured, depends_on a block that does not
     # exist) and is then rightly refused with 422.

@@ -358,7 +358,9 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
     @app.get("/v1/events", tags=["sensors"])
     async def follow_events(
         _: Auth,
-        after: Annotated[int, Query(ge=0, description="Return events after this seq.")] = 0,
+        after: Annotated[
+            int, Query(ge=0, le=2**63 - 1, description="Return events after this seq.")
+        ] = 0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         wait: Annotated[str, Query(description="Long-poll up to this long: 10s.")] = "0s",
     ) -> list[dict[str, Any]]:
