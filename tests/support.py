@@ -32,6 +32,7 @@ class WorldSensor:
     """Answers revalidations from a dict the test edits: the 'world'."""
 
     kind = "world"
+    quick_check = True  # answers at once: read-through may wait for it
     Config = WorldConfig
     Binding = WorldBinding
     world: ClassVar[dict[str, Any]] = {}

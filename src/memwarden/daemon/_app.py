@@ -37,7 +37,7 @@ from memwarden.errors import (
     ValidationInputError,
 )
 from memwarden.memory import Binding, NewBlock, RevalidationReason, SystemClock, Volatility
-from memwarden.memory._store import Store, validate_input
+from memwarden.memory._store import SearchHit, Store, validate_input
 from memwarden.plugins import (
     Backoff,
     BoundSubject,
@@ -606,14 +606,27 @@ class Daemon:
         if session is not None:
             kwargs["session"] = session
         hits = await self.store.search(query, **kwargs)
-        quick = (Volatility.HIGH, Volatility.EPHEMERAL)
+        fast_changing = (Volatility.HIGH, Volatility.EPHEMERAL)
         remote = self.remote_sensors()
+
+        def checkable(hit: SearchHit) -> bool:
+            return any(b.sensor in self.runners or b.sensor in remote for b in hit.block.bindings)
+
+        def quick(hit: SearchHit) -> bool:
+            # A sensor that says it answers in milliseconds (fs, http, runtime), not a suite.
+            return any(
+                getattr(self.runners[b.sensor].sensor, "quick_check", False)
+                for b in hit.block.bindings
+                if b.sensor in self.runners
+            )
+
+        # Stale facts are re-checked when the caller asks for fresh answers; facts that
+        # change by the hour or minute are always re-checked when a sensor can do it fast.
         to_check = [
             h.block.id
             for h in hits
-            if any(b.sensor in self.runners or b.sensor in remote for b in h.block.bindings)
-            and h.stale
-            and (fresh or h.block.volatility in quick)
+            if checkable(h)
+            and ((fresh and h.stale) or (h.block.volatility in fast_changing and quick(h)))
         ]
         checked: list[str] = []
         timed_out: list[str] = []

@@ -187,6 +187,8 @@ def binding_id(block_id: str, subject: str, selector: dict[str, Any]) -> str:
 class FsSensor:
     """Watches bound files with watchdog (inotify on Linux); see the module docstring."""
 
+    quick_check: ClassVar[bool] = True  # answers in milliseconds: read-through may wait
+
     kind: ClassVar[str] = "fs"
     Config: ClassVar[type[BaseSensorConfig]] = FsConfig
     Binding: ClassVar[type[BaseBinding]] = FsBinding

@@ -233,6 +233,8 @@ class _Remembered:
 class HttpSensor:
     """Checks what HTTP endpoints answer against the blocks bound to them."""
 
+    quick_check: ClassVar[bool] = True  # answers in milliseconds: read-through may wait
+
     kind: ClassVar[str] = "http"
     Config: ClassVar[type[HttpConfig]] = HttpConfig
     Binding: ClassVar[type[HttpBinding]] = HttpBinding

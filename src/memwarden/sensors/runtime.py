@@ -216,6 +216,8 @@ class _Result:
 class RuntimeSensor:
     """Runs the configured checks for the blocks bound to them."""
 
+    quick_check: ClassVar[bool] = True  # answers in milliseconds: read-through may wait
+
     kind: ClassVar[str] = "runtime"
     Config: ClassVar[type[RuntimeConfig]] = RuntimeConfig
     Binding: ClassVar[type[RuntimeBinding]] = RuntimeBinding
