@@ -29,12 +29,12 @@ from pydantic import ValidationError
 
 from memwarden import __version__
 from memwarden.agent._queue import AgentQueue
-from memwarden.daemon._config import validate_sensor_options
 from memwarden.daemon._mqtt import Topics, keep_connected, make_client, split_agent, tls_context
-from memwarden.errors import ConfigError, MemwardenError, PluginError, PluginLoadError
+from memwarden.daemon._sensors import build_runner
+from memwarden.errors import ConfigError, MemwardenError
 from memwarden.errors import ValidationInputError as InputError
 from memwarden.memory import Binding, RevalidationRequest, SystemClock, from_ts, new_id
-from memwarden.plugins import Backoff, BoundSubject, Registry, SensorContext, SensorRunner
+from memwarden.plugins import Backoff, BoundSubject, Registry, SensorRunner
 
 if TYPE_CHECKING:
     from memwarden.agent._queue import QueuedEvent
@@ -230,48 +230,14 @@ class Agent:
         return runners
 
     def _make_runner(self, name: str, conf: SensorSettings) -> SensorRunner:
-        kind = conf.kind or name
-        try:
-            info = self.registry.get(kind)
-        except PluginLoadError as err:
-            raise ConfigError(f"sensors.{name}.kind: {err}") from None
-        config = validate_sensor_options(name, info.cls.Config, conf.options)
-        try:
-            sensor = info.cls(config)
-        except Exception as err:
-            raise PluginError(
-                f"sensor {name!r} ({kind}) could not be created: {type(err).__name__}: {err}",
-                plugin=name,
-            ) from err
-        state_dir = self.state_dir / "sensors" / name
-        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        ctx = SensorContext(
-            name=name,
-            binding_model=info.cls.Binding,
+        return build_runner(
+            name,
+            conf,
+            registry=self.registry,
             clock=self.clock,
-            log=structlog.get_logger("memwarden.sensor").bind(sensor=name, agent=self.agent_id),
-            state_dir=state_dir,
-            emit=functools.partial(self._emit, name),
-        )
-        restart = conf.restart
-        return SensorRunner(
-            name=name,
-            kind=kind,
-            sensor=sensor,
-            ctx=ctx,
-            startup=conf.startup,
-            revalidate_timeout_s=(
-                None if conf.revalidate_timeout is None else conf.revalidate_timeout.total_seconds()
-            ),
-            setup_timeout_s=conf.setup_timeout.total_seconds(),
-            teardown_timeout_s=conf.teardown_timeout.total_seconds(),
-            backoff=Backoff(
-                base_s=restart.backoff_initial.total_seconds(),
-                cap_s=restart.backoff_max.total_seconds(),
-            ),
-            crash_loop_restarts=restart.crash_loop_restarts,
-            crash_loop_window_s=restart.crash_loop_window.total_seconds(),
-            healthy_after_s=restart.healthy_after.total_seconds(),
+            state_root=self.state_dir,
+            emit=self._emit,
+            agent=self.agent_id,
         )
 
     async def _emit(self, name: str, event: ValidationEvent) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import signal
 from typing import TYPE_CHECKING, Any
 
@@ -23,12 +22,12 @@ from memwarden.daemon._config import (
     SensorSettings,
     Settings,
     load_settings,
-    validate_sensor_options,
 )
 from memwarden.daemon._metrics import DaemonMetrics
 from memwarden.daemon._mqtt import MqttBridge
 from memwarden.daemon._notify import Notifier
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
+from memwarden.daemon._sensors import build_runner
 from memwarden.errors import (
     ConfigError,
     MemwardenError,
@@ -39,10 +38,8 @@ from memwarden.errors import (
 from memwarden.memory import Binding, NewBlock, RevalidationReason, SystemClock, Volatility
 from memwarden.memory._store import SearchHit, Store, validate_input
 from memwarden.plugins import (
-    Backoff,
     BoundSubject,
     Registry,
-    SensorContext,
     SensorRunner,
     StartupPolicy,
 )
@@ -357,51 +354,19 @@ class Daemon:
         return failures
 
     def _make_runner(self, name: str, conf: SensorSettings) -> SensorRunner:
-        kind = conf.kind or name
-        try:
-            info = self.registry.get(kind)
-        except PluginLoadError as err:
-            raise ConfigError(f"sensors.{name}.kind: {err}") from None
-        config = validate_sensor_options(name, info.cls.Config, conf.options)
-        try:
-            sensor = info.cls(config)
-        except Exception as err:
-            raise PluginError(
-                f"sensor {name!r} ({kind}) could not be created: {type(err).__name__}: {err}",
-                plugin=name,
-            ) from err
-        use_store = getattr(sensor, "use_store", None)
-        if callable(use_store):  # a built-in that keeps its state in the store (review queue)
-            use_store(self.store)
-        state_dir = self.settings.home / "sensors" / name
-        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        ctx = SensorContext(
-            name=name,
-            binding_model=info.cls.Binding,
+        def prepare(sensor: Any) -> None:
+            use_store = getattr(sensor, "use_store", None)
+            if callable(use_store):  # a built-in that keeps its state in the store (review)
+                use_store(self.store)
+
+        return build_runner(
+            name,
+            conf,
+            registry=self.registry,
             clock=self.clock,
-            log=structlog.get_logger("memwarden.sensor").bind(sensor=name),
-            state_dir=state_dir,
-            emit=functools.partial(self._emit, name),
-        )
-        restart = conf.restart
-        return SensorRunner(
-            name=name,
-            kind=kind,
-            sensor=sensor,
-            ctx=ctx,
-            startup=conf.startup,
-            revalidate_timeout_s=(
-                None if conf.revalidate_timeout is None else conf.revalidate_timeout.total_seconds()
-            ),
-            setup_timeout_s=conf.setup_timeout.total_seconds(),
-            teardown_timeout_s=conf.teardown_timeout.total_seconds(),
-            backoff=Backoff(
-                base_s=restart.backoff_initial.total_seconds(),
-                cap_s=restart.backoff_max.total_seconds(),
-            ),
-            crash_loop_restarts=restart.crash_loop_restarts,
-            crash_loop_window_s=restart.crash_loop_window.total_seconds(),
-            healthy_after_s=restart.healthy_after.total_seconds(),
+            state_root=self.settings.home,
+            emit=self._emit,
+            prepare=prepare,
         )
 
     async def _emit(self, name: str, event: ValidationEvent) -> None:

@@ -1,0 +1,90 @@
+"""Building a supervised sensor from its ``[sensors.<name>]`` table.
+
+The daemon and the remote agent (``memwarden agent``) run sensors the same way; this is
+the one place that turns settings into a :class:`SensorRunner`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from memwarden.daemon._config import validate_sensor_options
+from memwarden.errors import ConfigError, PluginError, PluginLoadError
+from memwarden.plugins import Backoff, SensorContext, SensorRunner
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from pathlib import Path
+
+    from memwarden.daemon._config import SensorSettings
+    from memwarden.memory import Clock, ValidationEvent
+    from memwarden.plugins import Registry
+
+__all__ = ["build_runner"]
+
+
+def build_runner(
+    name: str,
+    conf: SensorSettings,
+    *,
+    registry: Registry,
+    clock: Clock,
+    state_root: Path,
+    emit: Callable[[str, ValidationEvent], Awaitable[None]],
+    prepare: Callable[[Any], None] | None = None,
+    **log_context: Any,
+) -> SensorRunner:
+    """A runner for sensor ``name``: plugin looked up, options validated, context made.
+
+    ``prepare`` sees the sensor instance before anything runs (the daemon hands the review
+    sensor its store there). Raises :class:`ConfigError` for unknown kinds and bad options,
+    :class:`PluginError` when the plugin's constructor fails.
+    """
+    kind = conf.kind or name
+    try:
+        info = registry.get(kind)
+    except PluginLoadError as err:
+        raise ConfigError(f"sensors.{name}.kind: {err}") from None
+    config = validate_sensor_options(name, info.cls.Config, conf.options)
+    try:
+        sensor = info.cls(config)
+    except Exception as err:
+        raise PluginError(
+            f"sensor {name!r} ({kind}) could not be created: {type(err).__name__}: {err}",
+            plugin=name,
+        ) from err
+    if prepare is not None:
+        prepare(sensor)
+    state_dir = state_root / "sensors" / name
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ctx = SensorContext(
+        name=name,
+        binding_model=info.cls.Binding,
+        clock=clock,
+        log=structlog.get_logger("memwarden.sensor").bind(sensor=name, **log_context),
+        state_dir=state_dir,
+        emit=functools.partial(emit, name),
+    )
+    restart = conf.restart
+    return SensorRunner(
+        name=name,
+        kind=kind,
+        sensor=sensor,
+        ctx=ctx,
+        startup=conf.startup,
+        revalidate_timeout_s=(
+            None if conf.revalidate_timeout is None else conf.revalidate_timeout.total_seconds()
+        ),
+        setup_timeout_s=conf.setup_timeout.total_seconds(),
+        teardown_timeout_s=conf.teardown_timeout.total_seconds(),
+        backoff=Backoff(
+            base_s=restart.backoff_initial.total_seconds(),
+            cap_s=restart.backoff_max.total_seconds(),
+        ),
+        crash_loop_restarts=restart.crash_loop_restarts,
+        crash_loop_window_s=restart.crash_loop_window.total_seconds(),
+        healthy_after_s=restart.healthy_after.total_seconds(),
+    )
