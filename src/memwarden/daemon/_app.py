@@ -157,6 +157,7 @@ class Daemon:
                 policy=s.rules,
                 readers=s.store.readers,
                 synchronous=s.store.synchronous,
+                score_log=s.store.score_log or s.home / "scores.jsonl",
             )
             self._store = await stack.enter_async_context(store)
             stack.callback(self._clear)

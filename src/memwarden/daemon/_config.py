@@ -81,6 +81,10 @@ class StoreSettings(BaseModel):
     path: Path | None = Field(default=None, description="Default: <home>/memwarden.db")
     synchronous: Literal["normal", "full"] = "normal"
     readers: Annotated[int, Field(ge=1, le=16)] = 2
+    score_log: Path | None = Field(
+        default=None,
+        description="JSONL log of every promotion score (rotated). Default: <home>/scores.jsonl",
+    )
 
 
 class ApiSettings(BaseModel):
