@@ -14,7 +14,6 @@ import hmac
 import json
 import os
 import secrets
-from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import structlog
@@ -480,6 +479,3 @@ async def api_file(home: Path, url: str) -> AsyncIterator[None]:
     finally:
         with contextlib.suppress(OSError):
             path.unlink()
-
-
-_ = timedelta

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import operator
 import sqlite3
 from collections import defaultdict
@@ -593,7 +592,6 @@ class Store:
 
     async def delete(self, block_id: str, *, actor: str = "agent", reason: str = "") -> None:
         """Delete a block for good. The event log and an audit row keep the trace."""
-        now = self.clock.time()
 
         async def job(conn: aiosqlite.Connection) -> None:
             rec = await self._load_record(conn, block_id)
@@ -606,7 +604,6 @@ class Store:
                 block_id,
                 {"reason": reason, "title": rec.title, "content": rec.content[:1000]},
             )
-            _ = now
 
         await self._write(job)
 
@@ -756,7 +753,7 @@ class Store:
             rows = await cur.fetchall()
         out = []
         seen = set()
-        for rid, block_id, sensor, subject, reason, created, deadline_s, attempts, sel in rows:
+        for rid, block_id, sensor, subject, reason, _created, deadline_s, attempts, sel in rows:
             if rid in seen:
                 continue
             seen.add(rid)
@@ -773,7 +770,6 @@ class Store:
                     attempts=attempts,
                 )
             )
-            _ = created
         return out
 
     async def set_revalidation_status(
@@ -1400,9 +1396,11 @@ def _apply_patch(rec: BlockRecord, changes: dict[str, Any], now: float, cfg: Pol
 def _warnings(block: Block, now: float, warn_below: float) -> list[str]:
     out = []
     if block.state == BlockState.STALE:
-        since = block.stale_at.isoformat() if block.stale_at else "unknown"
         why = ", ".join(r.value for r in block.stale_reasons) or "expired"
-        out.append(f"stale since {since} ({why})")
+        if block.stale_at is not None and block.stale_at.timestamp() <= now:
+            out.append(f"stale since {block.stale_at.isoformat()} ({why})")
+        else:  # stale before its window ran out: a change, a refutation, a dependency
+            out.append(f"stale ({why})")
     elif block.state == BlockState.REFUTED:
         out.append("refuted by a sensor: do not rely on it")
     elif block.state == BlockState.UNVERIFIED:
@@ -1412,7 +1410,6 @@ def _warnings(block: Block, now: float, warn_below: float) -> list[str]:
         out.append(f"reliability {rel:.2f} is below {warn_below:.2f}")
     if block.flapping:
         out.append("flapping: sensors keep changing their minds")
-    _ = now
     return out
 
 
@@ -1714,6 +1711,3 @@ async def migrate(conn: aiosqlite.Connection) -> int:
             raise StorageError(f"migration to schema version {version} failed: {err}") from err
         log.info("store_migrated", to_version=version)
     return int(found)
-
-
-_ = math
