@@ -71,3 +71,27 @@ async def test_async_client_round_trip(live_daemon):
         assert isinstance(await client.reviews("all"), list)
         assert isinstance(await client.follow(0, wait="0s"), list)
         assert (await client.ingest([]))["accepted"] == 0
+
+
+def test_no_token_is_a_clear_error(tmp_path, monkeypatch):
+    """With no token anywhere, the client says where it looked and what to set."""
+    monkeypatch.setenv("MEMWARDEN_HOME", str(tmp_path))
+    monkeypatch.delenv("MEMWARDEN_TOKEN", raising=False)
+    monkeypatch.delenv("MEMWARDEN_URL", raising=False)
+    with pytest.raises(TransportError, match="no API token"):
+        Client()
+
+
+def test_make_run_state_dir_is_found_from_the_checkout(live_daemon, tmp_path, monkeypatch):
+    """Without MEMWARDEN_HOME, a daemon advertising itself in ./.memwarden is found."""
+    local = tmp_path / ".memwarden"
+    local.mkdir()
+    for name in ("api.json", "token"):
+        (local / name).write_text((live_daemon.home / name).read_text())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MEMWARDEN_HOME", raising=False)
+    monkeypatch.delenv("MEMWARDEN_TOKEN", raising=False)
+    monkeypatch.delenv("MEMWARDEN_URL", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    with Client() as client:
+        assert client.health()["score"] >= 0

@@ -96,6 +96,7 @@ def test_a_daemon_that_is_not_running_gives_one_clear_line(tmp_path, monkeypatch
     """Without a daemon, the CLI says how to start it instead of printing a traceback."""
     monkeypatch.setenv("MEMWARDEN_HOME", str(tmp_path))
     monkeypatch.setenv("MEMWARDEN_URL", "http://127.0.0.1:9")  # discard port: nothing listens
+    monkeypatch.setenv("MEMWARDEN_TOKEN", "left-over")
     result = CliRunner().invoke(app, ["search", "anything"])
     assert result.exit_code == 1
     assert "memwarden is not running" in result.output

@@ -39,8 +39,17 @@ class Endpoint:
 def resolve_endpoint(
     url: str | None = None, token: str | None = None, home: str | Path | None = None
 ) -> Endpoint:
-    """Where the daemon listens and the token to use."""
+    """Where the daemon listens and the token to use.
+
+    Arguments win, then ``MEMWARDEN_URL`` / ``MEMWARDEN_TOKEN``, then the state dir:
+    ``MEMWARDEN_HOME``, else the default one, else ``./.memwarden`` (where ``make run``
+    keeps its state) when that is where a daemon advertises itself.
+    """
     state = Path(home or os.environ.get("MEMWARDEN_HOME") or _default_home())
+    if home is None and "MEMWARDEN_HOME" not in os.environ and not (state / "api.json").exists():
+        local = Path(".memwarden")
+        if (local / "api.json").exists():
+            state = local
     url = url or os.environ.get("MEMWARDEN_URL")
     if url is None:
         try:
@@ -54,6 +63,11 @@ def resolve_endpoint(
         except OSError:
             token = ""
     assert url is not None  # noqa: S101 - set above
+    if not token:
+        raise TransportError(
+            f"no API token: none in {state / 'token'} — set MEMWARDEN_HOME to the daemon's "
+            "state dir (make run uses ./.memwarden) or MEMWARDEN_TOKEN"
+        )
     if url.startswith("unix:"):
         return Endpoint("http://memwarden", token, uds=url.removeprefix("unix:"))
     return Endpoint(url.rstrip("/"), token)
