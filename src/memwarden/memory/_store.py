@@ -334,6 +334,7 @@ class Store:
         self._writer: Writer | None = None
         self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
         self._all_readers: list[aiosqlite.Connection] = []
+        self._replacing: set[asyncio.Future[None]] = set()
         self._open = False
         # A path is opened (and closed) with the store; a ScoreLog given stays the caller's.
         self._score_log_path = None if isinstance(score_log, ScoreLog) else score_log
@@ -386,6 +387,8 @@ class Store:
         if not self._open:
             return
         self._open = False
+        if self._replacing:
+            await asyncio.gather(*self._replacing, return_exceptions=True)
         if self._writer is not None:
             await self._writer.close()
             self._writer = None
@@ -437,7 +440,14 @@ class Store:
                 # Cancelled or failed between a statement and its fetch: the statement may
                 # still be open and would pin this connection to an old snapshot (WAL), so
                 # later reads would miss new writes. A fresh connection costs a millisecond.
-                await asyncio.shield(self._replace_reader(conn))
+                replacing = asyncio.ensure_future(self._replace_reader(conn))
+                self._replacing.add(replacing)
+                replacing.add_done_callback(self._replacing.discard)
+                await asyncio.shield(replacing)  # close() waits for it too
+
+    def _closed_meanwhile(self) -> bool:
+        # A method, not the attribute: the store may close while we awaited.
+        return not self._open
 
     async def _replace_reader(self, old: aiosqlite.Connection) -> None:
         with contextlib.suppress(sqlite3.Error, ValueError):
@@ -451,6 +461,9 @@ class Store:
             await self._configure(conn, writer=False)
         except sqlite3.Error as err:
             log.error("store_reader_reopen_failed", error=str(err))
+            return
+        if self._closed_meanwhile():  # do not leak the new connection
+            await conn.close()
             return
         self._all_readers.append(conn)
         self._readers.put_nowait(conn)
