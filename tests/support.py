@@ -75,3 +75,21 @@ async def daemon(tmp_path) -> AsyncIterator[Daemon]:
     yield d
     d.request_stop()
     await asyncio.wait_for(task, timeout=20)
+
+
+async def eventually(predicate: Any, *, timeout_s: float = 5.0, interval_s: float = 0.002) -> Any:
+    """Poll ``predicate`` (sync or async) until it returns something truthy, or fail.
+
+    Deadline-bounded polling for state that has no event to wait on; never a bare sleep.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > deadline:
+            pytest.fail(f"condition not met within {timeout_s}s: {predicate}")
+        await asyncio.sleep(interval_s)  # one poll step, bounded by the deadline above

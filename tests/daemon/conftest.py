@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import structlog
+from tests.support import eventually as poll_until
 
 from memwarden.daemon import Daemon, Notifier, load_settings
 from memwarden.plugins import Registry
@@ -53,21 +54,7 @@ MEMWARDEN = Path(sys.executable).parent / "memwarden"  # the console script, as 
 # ---------------------------------------------------------------------- waiting
 
 
-async def _eventually(
-    predicate: Callable[[], Any], *, timeout_s: float = 5.0, interval_s: float = 0.002
-) -> Any:
-    """Poll ``predicate`` (sync or async) until it returns something truthy, or fail."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > deadline:
-            pytest.fail(f"condition not met within {timeout_s}s: {predicate}")
-        await asyncio.sleep(interval_s)  # a short poll step, bounded by the deadline above
+_eventually = poll_until  # the shared deadline-bounded poll (tests/support.py)
 
 
 @pytest.fixture

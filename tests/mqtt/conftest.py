@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from tests.support import eventually as poll_until
 
 from memwarden.agent import Agent
 from memwarden.daemon import Daemon, load_settings
@@ -159,21 +160,8 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
 # ---------------------------------------------------------------------- waiting
 
 
-async def _eventually(
-    predicate: Callable[[], Any], *, timeout_s: float = 10.0, interval: float = 0.01
-) -> Any:
-    """Poll ``predicate`` (sync or async) until truthy; fail at the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > deadline:
-            pytest.fail(f"condition not met within {timeout_s}s: {predicate}")
-        await asyncio.sleep(interval)  # one poll step, bounded by the deadline above
+def _eventually(predicate: Callable[[], Any], *, timeout_s: float = 10.0) -> Awaitable[Any]:
+    return poll_until(predicate, timeout_s=timeout_s, interval_s=0.01)
 
 
 @pytest.fixture
