@@ -3,7 +3,9 @@
 # elsewhere we only say what is missing, and the tests that need it skip with that reason.
 set -euo pipefail
 need=()
-command -v sqlite3 >/dev/null 2>&1 || true   # the Python module is enough; the CLI is optional
+# The MQTT tests start their own broker and use a client we did not write.
+command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
+command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
 # The runtime sensor's tests run real Nagios plugins (check_tcp, check_procs, check_disk).
 [ -x /usr/lib/nagios/plugins/check_tcp ] || need+=(monitoring-plugins-basic)
 # The review page is tested in a real headless Chromium (Playwright drives the system one).
