@@ -401,7 +401,7 @@ async def decay_cycle(store: Store, *, chunk_rows: int | None = None) -> DecayRe
     )
     archive = (
         f"UPDATE blocks SET state = 'archived', archived_at = :now, updated_at = :now,"
-        f" archive_reason = {_archive_reason_sql()}, stale_reasons = state"
+        f" archive_reason = {_archive_reason_sql()}"
         f" WHERE {where} RETURNING id, archive_reason"
     )
     report = DecayReport()

@@ -577,8 +577,8 @@ class Store:
                 return
             await conn.execute(
                 "UPDATE blocks SET state = 'archived', archived_at = ?, archive_reason = ?,"
-                " updated_at = ?, stale_reasons = ? WHERE id = ?",
-                (now, reason, now, rec.state, block_id),
+                " updated_at = ? WHERE id = ?",
+                (now, reason, now, block_id),
             )
             await self._audit(conn, actor, "archive", block_id, {"reason": reason})
 
