@@ -904,7 +904,7 @@ class Store:
             depends_on=depends.get(rec.rid),
         )
 
-    async def get_record(self, block_id: str) -> Any:
+    async def get_record(self, block_id: str) -> BlockRecord:
         """The raw record of a block (for rules and explanations)."""
         async with self._read() as conn:
             return await self._load_record(conn, block_id)
@@ -1255,14 +1255,14 @@ class Store:
 
     # ------------------------------------------------------------------ helpers
 
-    async def _load_record(self, conn: aiosqlite.Connection, block_id: str) -> Any:
+    async def _load_record(self, conn: aiosqlite.Connection, block_id: str) -> BlockRecord:
         async with conn.execute(_BLOCK_SELECT + " WHERE id = ?", (block_id,)) as cur:
             row = await cur.fetchone()
         if row is None:
             raise NotFoundError("block", block_id)
         return record_from_row(row)
 
-    async def _save_record(self, conn: aiosqlite.Connection, rec: Any) -> None:
+    async def _save_record(self, conn: aiosqlite.Connection, rec: BlockRecord) -> None:
         cols = [c for c in BLOCK_COLUMNS if c not in ("id", "rid")]
         values = dict(zip(BLOCK_COLUMNS, record_to_row(rec), strict=True))
         await conn.execute(
