@@ -127,7 +127,11 @@ async def _tour(root: Path, tour: _Tour) -> int:
                     "timeout_s": 60,
                     "revalidate_timeout": "90s",
                 },
-                "api": {"kind": "http", "allowed_hosts": ["127.0.0.1"], "interval": "1h"},
+                "api": {
+                    "kind": "http",
+                    "allowed_hosts": [f"http://127.0.0.1:{world.port}"],
+                    "interval": "1h",
+                },
                 "review": {},
             },
         )

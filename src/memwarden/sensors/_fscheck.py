@@ -11,14 +11,16 @@ import hashlib
 import json
 import math
 import os
-import re
 import tomllib
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
+import re2
 import yaml
+
+from memwarden.sensors._regex import UserRegex, compile_user_regex
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -28,6 +30,7 @@ __all__ = [
     "GlobSpec",
     "Look",
     "Verdict",
+    "check_glob",
     "glob_prefix",
     "glob_regex",
     "is_glob",
@@ -65,8 +68,13 @@ def glob_prefix(pattern: str) -> str:
 
 
 @lru_cache(maxsize=1024)
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """A regex for a path glob: ``*`` and ``?`` stay in one component, ``**/`` spans any."""
+def glob_regex(pattern: str) -> UserRegex:
+    """A regex for a path glob: ``*`` and ``?`` stay in one component, ``**/`` spans any.
+
+    Compiled with RE2 (linear time: ``*a*a*a*…`` cannot make matching a long name slow);
+    ``ValueError`` when the glob makes no valid pattern (``[z-a]``). A file name that
+    is not valid UTF-8 is matched by literal parts only, never by a wildcard.
+    """
     out: list[str] = []
     i, n = 0, len(pattern)
     while i < n:
@@ -86,7 +94,7 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
         elif c == "[":
             end = pattern.find("]", i + 2)
             if end == -1:
-                out.append(re.escape(c))
+                out.append(re2.escape(c))
             else:
                 body = pattern[i + 1 : end]
                 if body.startswith("!"):
@@ -94,9 +102,29 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
                 out.append("[" + body.replace("\\", "\\\\") + "]")
                 i = end
         else:
-            out.append(re.escape(c))
+            out.append(re2.escape(c))
         i += 1
-    return re.compile("".join(out) + r"\Z")
+    try:
+        return compile_user_regex("(?s)" + "".join(out) + r"\z")
+    except ValueError:
+        raise ValueError(f"{pattern!r} is not a valid glob") from None
+
+
+def check_glob(pattern: str) -> None:
+    """``ValueError`` naming the problem when ``pattern`` is not a glob the sensor can use."""
+    try:
+        glob_regex(pattern)
+    except ValueError as err:
+        detail = ""
+        # Say which part RE2 stumbled on (an inverted range, an unbalanced class ...).
+        for part in pattern.split("/"):
+            if is_glob(part):
+                try:
+                    glob_regex(part)
+                except ValueError:
+                    detail = f" (the component {part!r})"
+                    break
+        raise ValueError(f"{err}{detail}: use *, ?, ** and [a-z] classes") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +139,7 @@ class GlobSpec:
         rel = path[len(self.prefix.rstrip("/")) + 1 :]
         if any(_ignored(part, self.ignore) for part in rel.split("/")):
             return False
-        return glob_regex(self.pattern).match(path) is not None
+        return glob_regex(self.pattern).fullmatch(_fs_bytes(path))
 
 
 def _ignored(name: str, ignore: Sequence[str]) -> bool:
@@ -119,7 +147,15 @@ def _ignored(name: str, ignore: Sequence[str]) -> bool:
 
 
 def _fnmatch(name: str, pattern: str) -> bool:
-    return is_glob(pattern) and glob_regex(pattern).match(name) is not None
+    return is_glob(pattern) and glob_regex(pattern).fullmatch(_fs_bytes(name))
+
+
+def _fs_bytes(path: str) -> bytes:
+    """A path as the bytes the OS gave (``os.walk`` decodes with surrogateescape)."""
+    try:
+        return path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate the OS did not make: matches no wildcard
+        return path.encode("utf-8", "surrogatepass")
 
 
 # ---------------------------------------------------------------------- looking

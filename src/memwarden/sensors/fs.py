@@ -19,7 +19,6 @@ import asyncio
 import hashlib
 import json
 import os
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,8 @@ from pydantic import Field, JsonValue, field_validator, model_validator
 from memwarden.memory import Outcome
 from memwarden.plugins import BaseBinding, BaseSensorConfig, BoundSubject
 from memwarden.sensors import _fscheck as fc
+from memwarden.sensors._observed import bounded
+from memwarden.sensors._regex import UserRegex, compile_user_regex, regex_field
 from memwarden.sensors._tasks import task_group
 from memwarden.sensors._watch import Change, Watcher, event_paths
 
@@ -46,7 +47,6 @@ __all__ = ["DEFAULT_IGNORE", "FsBinding", "FsConfig", "FsSensor"]
 DEFAULT_IGNORE = (".git", "__pycache__", "node_modules", ".venv")
 STATE_FILE = "fs-state.json"
 _STATE_VERSION = 1
-_MAX_OBSERVED_CHARS = 2000
 _CONTENT_KINDS = frozenset({"sha256", "regex", "key"})
 
 Assertion = Literal["none", "exists", "absent", "sha256", "regex", "key"]
@@ -74,6 +74,14 @@ class FsConfig(BaseSensorConfig):
         description="Look at every bound path this often anyway (a safety net); None: never.",
     )
 
+    @field_validator("ignore")
+    @classmethod
+    def _valid_ignore(cls, ignore: list[str]) -> list[str]:
+        for pattern in ignore:
+            if fc.is_glob(pattern):
+                fc.check_glob(pattern)
+        return ignore
+
     @field_validator("roots")
     @classmethod
     def _resolve_roots(cls, roots: list[Path]) -> list[Path]:
@@ -93,10 +101,19 @@ class FsBinding(BaseBinding):
     equals: JsonValue = None
     format: Literal["json", "toml", "yaml"] | None = None
 
+    _check_regex = field_validator("regex")(regex_field)
+
+    @field_validator("path")
+    @classmethod
+    def _valid_path(cls, path: str) -> str:
+        if "\0" in path:
+            raise ValueError("contains a NUL character")
+        if fc.is_glob(path):
+            fc.check_glob(path)
+        return path
+
     @model_validator(mode="after")
     def _one_assertion(self) -> FsBinding:
-        if "\0" in self.path:
-            raise ValueError("path: contains a NUL character")
         given = [
             name
             for name in ("exists", "absent", "sha256", "regex", "key")
@@ -113,11 +130,6 @@ class FsBinding(BaseBinding):
             raise ValueError("format: only goes with key")
         if self.key is not None and self.key and not self.key.startswith("/"):
             raise ValueError(f"key: {self.key!r} is not a JSON pointer (use /http/timeout)")
-        if self.regex is not None:
-            try:
-                re.compile(self.regex)
-            except re.error as err:
-                raise ValueError(f"regex: {self.regex!r} does not compile: {err}") from None
         if fc.is_glob(self.path) and self.assertion in _CONTENT_KINDS:
             raise ValueError(
                 f"{self.assertion}: needs one file, and {self.path!r} is a glob "
@@ -164,7 +176,7 @@ class _Bound:
     subject: str
     selector: FsBinding
     target: _Target
-    pattern: re.Pattern[str] | None = None
+    pattern: UserRegex | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +311,7 @@ class FsSensor:
         if not any(fc.is_within(path, r) for r in self.roots):
             raise ValueError(f"path {raw!r} is outside the allowed roots ({roots})")
         if fc.is_glob(path):
+            fc.check_glob(path)
             prefix = fc.glob_prefix(path)
             if not any(fc.is_within(prefix, r) for r in self.roots):
                 prefix = next(r for r in self.roots if fc.is_within(path, r))
@@ -316,7 +329,7 @@ class FsSensor:
     def _make_bound(
         self, bid: str, block_id: str, subject: str, selector: FsBinding, target: _Target
     ) -> _Bound:
-        pattern = re.compile(selector.regex) if selector.regex is not None else None
+        pattern = compile_user_regex(selector.regex) if selector.regex is not None else None
         return _Bound(bid, block_id, subject or selector.path, selector, target, pattern)
 
     # ------------------------------------------------------------------ bindings
@@ -618,9 +631,9 @@ class FsSensor:
     @staticmethod
     def _judge_regex(b: _Bound, content: bytes) -> fc.Verdict:
         assert b.pattern is not None  # noqa: S101 - made with the binding when regex is set
-        found = b.pattern.search(content.decode("utf-8", "replace"))
+        found = b.pattern.search(content)
         ok = (found is not None) == b.selector.match
-        observed = found.group(0)[:200] if found is not None else None
+        observed = bounded(found) if found is not None else None
         if ok:
             return fc.Verdict("confirmed", observed)
         if b.selector.match:
@@ -646,7 +659,7 @@ class FsSensor:
             return fc.Verdict("refuted", fc.MISSING, f"{sel.path}: no value at {pointer}")
         except fc.TooBigError as err:
             return fc.Verdict("error", message=f"{sel.path}: {pointer}: {err}")
-        observed = _bounded(value)
+        observed = bounded(value)
         if "equals" not in sel.model_fields_set:
             return fc.Verdict("confirmed", observed)
         if fc.same_json(value, sel.equals):
@@ -740,8 +753,3 @@ class FsSensor:
         if self._ctx is None:
             raise RuntimeError("fs sensor used before setup()")
         return self._ctx
-
-
-def _bounded(value: Any) -> Any:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return value if len(text) <= _MAX_OBSERVED_CHARS else fc.shorten(value, _MAX_OBSERVED_CHARS)

@@ -28,14 +28,12 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import re
 import ssl
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path  # noqa: TC003 - pydantic reads HttpConfig's field types at runtime
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal
 
 import httpx
 from pydantic import (
@@ -49,30 +47,35 @@ from pydantic import (
 )
 
 from memwarden import __version__
-from memwarden.memory import Duration, Outcome
+from memwarden.memory import Duration, Outcome, format_duration
 from memwarden.plugins import BaseBinding, BaseSensorConfig
+from memwarden.sensors._observed import bounded
+from memwarden.sensors._regex import compile_user_regex, regex_field
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from memwarden.memory import RevalidationRequest, ValidationEvent
     from memwarden.plugins import BoundSubject, SensorContext
 
 __all__ = [
+    "HARD_MIN_INTERVAL",
     "HeaderExpectation",
+    "HostHeaders",
+    "HostRule",
     "HttpBinding",
     "HttpConfig",
     "HttpSensor",
-    "host_allowed",
+    "Target",
     "resolve_pointer",
+    "url_allowed",
 ]
 
-
-def _compiles(value: str | None) -> str | None:
-    if value is not None:
-        try:
-            re.compile(value)
-        except re.error as err:
-            raise ValueError(f"{value!r} is not a regular expression ({err})") from None
-    return value
+ANY_PORT: Final = 0
+HARD_MIN_INTERVAL: Final = timedelta(milliseconds=10)
+DEFAULT_ALLOWED_HOSTS: Final = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+_INLINE_BODY_BYTES: Final = 64 * 1024  # larger bodies are judged in a worker thread
 
 
 class HeaderExpectation(BaseModel):
@@ -84,7 +87,7 @@ class HeaderExpectation(BaseModel):
     value: str | None = None
     regex: str | None = None
 
-    _check_regex = field_validator("regex")(_compiles)
+    _check_regex = field_validator("regex")(regex_field)
 
     @model_validator(mode="after")
     def _one(self) -> HeaderExpectation:
@@ -108,14 +111,31 @@ class HttpBinding(BaseBinding):
     max_latency_ms: Annotated[float, Field(gt=0)] | None = None
     interval: Duration | None = Field(default=None, description="Default: the sensor's.")
 
-    _check_regexes = field_validator("matches", "body_regex")(_compiles)
+    _check_regexes = field_validator("matches", "body_regex")(regex_field)
 
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            url = httpx.URL(value)
+        except (httpx.InvalidURL, TypeError, ValueError):
+            raise ValueError(f"{value!r} is not a valid URL") from None
+        if url.scheme not in _DEFAULT_PORTS or not url.host:
             raise ValueError(f"{value!r} is not an http:// or https:// URL with a host")
+        if url.userinfo:
+            raise ValueError(
+                f"{value!r} carries credentials: the config's per-host headers hold those"
+            )
+        return value
+
+    @field_validator("interval")
+    @classmethod
+    def _positive_interval(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value < HARD_MIN_INTERVAL:
+            raise ValueError(
+                f"{format_duration(value)} is too short: polling needs at least "
+                f"{format_duration(HARD_MIN_INTERVAL)} (the sensor's min_interval may ask more)"
+            )
         return value
 
     @field_validator("key")
@@ -136,17 +156,48 @@ class HttpBinding(BaseBinding):
 
     @property
     def host(self) -> str:
-        return (urlsplit(self.url).hostname or "").lower()
+        return Target.of(self.url).host
+
+    @property
+    def target(self) -> Target:
+        return Target.of(self.url)
+
+
+class HostHeaders(BaseModel):
+    """``[[sensors.http.headers]]``: headers sent only to URLs that ``host`` allows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: Annotated[str, StringConstraints(min_length=1, max_length=300)] = Field(
+        description="An allowed_hosts-style entry: [scheme://]host[:port]."
+    )
+    values: dict[
+        Annotated[str, StringConstraints(min_length=1, max_length=256)],
+        Annotated[str, StringConstraints(max_length=8192)],
+    ] = Field(min_length=1)
+
+    @field_validator("host")
+    @classmethod
+    def _valid_host(cls, value: str) -> str:
+        HostRule.parse(value)
+        return value
 
 
 class HttpConfig(BaseSensorConfig):
     """``[sensors.http]``: what the sensor may reach and how it asks."""
 
-    allowed_hosts: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
-        default_factory=lambda: ["127.0.0.1", "localhost", "::1"],
-        description="Hosts a binding may name: exact, or *.example.com for subdomains.",
+    allowed_hosts: list[Annotated[str, StringConstraints(min_length=1, max_length=300)]] = Field(
+        default_factory=lambda: list(DEFAULT_ALLOWED_HOSTS),
+        description=(
+            "What a binding's URL may reach: [scheme://]host[:port]. No port: the scheme's "
+            "default port (80, 443); port * : any. Host exact, or *.example.com (subdomains)."
+        ),
     )
     interval: Duration = Field(default=timedelta(minutes=5), description="Between checks.")
+    min_interval: Duration = Field(
+        default=timedelta(seconds=1),
+        description="The shortest interval a binding may ask for (at least 10ms).",
+    )
     jitter: Annotated[float, Field(ge=0.0, le=0.5)] = 0.1
     timeout_s: Annotated[float, Field(gt=0.0, le=600.0)] = 10.0
     max_bytes: Annotated[int, Field(ge=1, le=1024 * 1024 * 1024)] = 1024 * 1024
@@ -157,23 +208,138 @@ class HttpConfig(BaseSensorConfig):
         default=timedelta(minutes=30), description="Longest wait after repeated failures."
     )
     max_connections: Annotated[int, Field(ge=1, le=1000)] = 10
-    headers: dict[str, str] = Field(
-        default_factory=dict, description="Sent with every request (an API token ...)."
+    headers: list[HostHeaders] = Field(
+        default_factory=list,
+        description="Headers (credentials) per host: sent only to URLs their host entry allows.",
     )
     reliability: Annotated[float, Field(ge=0.0, le=1.0)] = 0.95
 
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _valid_hosts(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            HostRule.parse(entry)
+        return entries
 
-def host_allowed(host: str, allowed: list[str]) -> bool:
-    """Whether ``host`` is one of ``allowed`` (``*.example.com`` covers its subdomains)."""
-    host = host.lower().strip("[]").rstrip(".")
-    for entry in allowed:
-        pattern = entry.lower().strip("[]").rstrip(".")
-        if pattern.startswith("*."):
-            if host.endswith(pattern[1:]) and host != pattern[2:]:
-                return True
-        elif host == pattern:
-            return True
-    return False
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _headers_per_host(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            raise ValueError(  # noqa: TRY004 - pydantic reports ValueError, not TypeError
+                "headers are bound to the host they are for: write "
+                '[[sensors.http.headers]] host = "https://api.example.com" and '
+                'values = { Authorization = "Bearer ..." } (one table per host)'
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _intervals(self) -> HttpConfig:
+        if self.min_interval < HARD_MIN_INTERVAL:
+            raise ValueError(f"min_interval: at least {format_duration(HARD_MIN_INTERVAL)}")
+        if self.interval < self.min_interval:
+            raise ValueError(
+                f"interval: {format_duration(self.interval)} is below min_interval "
+                f"({format_duration(self.min_interval)})"
+            )
+        return self
+
+
+def _norm_host(host: str) -> str:
+    return host.lower().strip("[]").rstrip(".")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a URL goes: scheme, host and port (the scheme's default filled in)."""
+
+    scheme: str
+    host: str
+    port: int
+
+    @classmethod
+    def of(cls, url: str | httpx.URL) -> Target:
+        """Parsed with httpx's own parser: what is checked is what is connected to."""
+        parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
+        scheme = parsed.scheme.lower()
+        port = parsed.port if parsed.port is not None else _DEFAULT_PORTS.get(scheme, -1)
+        return cls(scheme, _norm_host(parsed.host), port)
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class HostRule:
+    """One ``allowed_hosts`` (or ``headers.host``) entry: ``[scheme://]host[:port]``.
+
+    No scheme: http or https. No port: the scheme's default port (80 for http, 443 for
+    https), never any other. Port ``*``: any port. Host: exact (case-insensitive, a
+    trailing dot ignored), or ``*.example.com`` for its subdomains (not itself).
+    IPv6 in brackets (``[::1]:8080``); a bare ``::1`` is a host without a port.
+    """
+
+    text: str
+    scheme: str | None
+    host: str
+    port: int | None  # None: the default port of the scheme; ANY_PORT: any
+
+    @classmethod
+    def parse(cls, entry: str) -> HostRule:
+        text = entry.strip()
+        rest = text
+        scheme: str | None = None
+        if "://" in rest:
+            scheme, _, rest = rest.partition("://")
+            scheme = scheme.lower()
+            if scheme not in _DEFAULT_PORTS:
+                raise ValueError(f"{entry!r}: the scheme must be http or https")
+            rest = rest.removesuffix("/")
+        if not rest or any(c in rest for c in "/@?# \t"):
+            raise ValueError(f"{entry!r} is not [scheme://]host[:port] (no path, no user)")
+        port_text: str | None = None
+        if rest.startswith("["):
+            host, bracket, after = rest[1:].partition("]")
+            if not bracket or (after and not after.startswith(":")):
+                raise ValueError(f"{entry!r}: an IPv6 host is written [::1] or [::1]:8080")
+            port_text = after[1:] if after else None
+        elif rest.count(":") == 1:
+            host, _, port_text = rest.partition(":")
+        else:
+            host = rest  # a name, an IPv4 address, or a bare IPv6 address (no port)
+        host = _norm_host(host)
+        if not host or "*" in host.removeprefix("*."):
+            raise ValueError(f"{entry!r}: the host is a name, an address or *.example.com")
+        port: int | None = None
+        if port_text == "*":
+            port = ANY_PORT
+        elif port_text is not None:
+            if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+                raise ValueError(f"{entry!r}: the port is 1-65535 or *")
+            port = int(port_text)
+        return cls(text, scheme, host, port)
+
+    def allows(self, target: Target) -> bool:
+        if self.scheme is not None and target.scheme != self.scheme:
+            return False
+        if self.port is None:
+            if target.port != _DEFAULT_PORTS.get(target.scheme):
+                return False
+        elif self.port not in (ANY_PORT, target.port):
+            return False
+        if self.host.startswith("*."):
+            return target.host.endswith(self.host[1:])
+        return target.host == self.host
+
+
+def url_allowed(url: str | httpx.URL | Target, allowed: Sequence[str | HostRule]) -> bool:
+    """Whether ``url``'s scheme, host and port are allowed by one of the entries."""
+    try:
+        target = url if isinstance(url, Target) else Target.of(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return False
+    rules = (r if isinstance(r, HostRule) else HostRule.parse(r) for r in allowed)
+    return any(rule.allows(target) for rule in rules)
 
 
 def resolve_pointer(doc: Any, pointer: str) -> Any:
@@ -241,19 +407,42 @@ class HttpSensor:
 
     def __init__(self, config: HttpConfig) -> None:
         self.config = config
+        self._allowed = tuple(HostRule.parse(e) for e in config.allowed_hosts)
+        self._headers = tuple((HostRule.parse(h.host), h.values) for h in config.headers)
         self._client: httpx.AsyncClient | None = None
         self._ctx: SensorContext | None = None
         self._remembered: dict[str, _Remembered] = {}
         self.fetches = 0
         self.not_modified = 0
 
-    def validate_binding(self, selector: HttpBinding) -> None:
-        """Refuse a URL whose host the config does not allow."""
-        if not host_allowed(selector.host, self.config.allowed_hosts):
+    def validate_binding(self, selector: BaseBinding) -> None:
+        """Refuse a URL the config does not allow, or an interval below ``min_interval``."""
+        if not isinstance(selector, HttpBinding):
+            selector = HttpBinding.model_validate(selector.model_dump())
+        target = selector.target
+        if not self.allows(target):
             allowed = ", ".join(self.config.allowed_hosts) or "none"
             raise ValueError(
-                f"url: host {selector.host!r} is not in the http sensor's allowed_hosts ({allowed})"
+                f"url: {target} (scheme, host, port) is not in the http sensor's "
+                f"allowed_hosts ({allowed})"
             )
+        if selector.interval is not None and selector.interval < self.config.min_interval:
+            raise ValueError(
+                f"interval: {format_duration(selector.interval)} is below the http "
+                f"sensor's min_interval ({format_duration(self.config.min_interval)})"
+            )
+
+    def allows(self, target: Target) -> bool:
+        """Whether the config lets a binding reach ``target``."""
+        return any(rule.allows(target) for rule in self._allowed)
+
+    def headers_for(self, target: Target) -> dict[str, str]:
+        """The configured headers bound to ``target`` (none for any other host)."""
+        out: dict[str, str] = {}
+        for rule, values in self._headers:
+            if rule.allows(target):
+                out.update(values)
+        return out
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -270,7 +459,7 @@ class HttpSensor:
             ),
             follow_redirects=False,
             trust_env=False,  # no proxy or CA from the environment: the config decides
-            headers={"User-Agent": f"memwarden/{__version__}", **self.config.headers},
+            headers={"User-Agent": f"memwarden/{__version__}"},  # credentials: per request
         )
         self._ctx = ctx
 
@@ -314,7 +503,8 @@ class HttpSensor:
         selector = bound.selector
         if not isinstance(selector, HttpBinding):
             raise TypeError(f"not an http binding: {type(selector).__name__}")
-        interval_s = (selector.interval or self.config.interval).total_seconds()
+        interval = max(selector.interval or self.config.interval, self.config.min_interval)
+        interval_s = interval.total_seconds()
         jitter = self.config.jitter
         failures = 0
         await asyncio.sleep(random.uniform(0.0, jitter * interval_s))  # noqa: S311 - spreading
@@ -346,15 +536,25 @@ class HttpSensor:
         """One event for the block, and whether it was a failure to back off from."""
         failed = False
         observed: dict[str, Any] = {}
-        if not host_allowed(selector.host, self.config.allowed_hosts):
-            outcome, message = Outcome.ERROR, f"host {selector.host!r} is not allowed"
+        try:
+            url = httpx.URL(selector.url)
+            target = Target.of(url)
+        except (httpx.InvalidURL, TypeError, ValueError):
+            url, target = None, None
+        if url is None or target is None or not self.allows(target):
+            outcome, message = Outcome.ERROR, f"{selector.url!r}: not in allowed_hosts; not fetched"
         else:
             try:
-                answer = await self._fetch(selector.url)
+                answer = await self._fetch(url, target)
             except _FetchError as err:
                 outcome, message, failed = Outcome.ERROR, str(err), err.transport
             else:
-                outcome, message, observed = self._judge(selector, answer)
+                if len(answer.body) > _INLINE_BODY_BYTES:
+                    # Decoding, JSON parsing and matching a large body: off the event loop.
+                    judged = await asyncio.to_thread(self._judge, selector, answer)
+                else:
+                    judged = self._judge(selector, answer)
+                outcome, message, observed = judged
                 failed = outcome == Outcome.ERROR
         event = ctx.event(
             selector.url,
@@ -367,12 +567,12 @@ class HttpSensor:
         )
         return event, failed
 
-    async def _fetch(self, url: str) -> _Answer:
+    async def _fetch(self, url: httpx.URL, target: Target) -> _Answer:
         client = self._client
         if client is None:
             raise _FetchError("the http sensor is not set up", transport=False)
-        remembered = self._remembered.get(url)
-        headers = {}
+        remembered = self._remembered.get(str(url))
+        headers = self.headers_for(target)
         if remembered is not None:
             if remembered.etag:
                 headers["If-None-Match"] = remembered.etag
@@ -419,9 +619,9 @@ class HttpSensor:
         etag = response.headers.get("etag")
         last_modified = response.headers.get("last-modified")
         if response.status_code == 200 and (etag or last_modified):
-            self._remembered[url] = _Remembered(answer, etag, last_modified)
+            self._remembered[str(url)] = _Remembered(answer, etag, last_modified)
         else:
-            self._remembered.pop(url, None)
+            self._remembered.pop(str(url), None)
         return answer
 
     def _judge(self, selector: HttpBinding, answer: _Answer) -> tuple[Outcome, str, dict[str, Any]]:
@@ -458,7 +658,7 @@ def _codes(codes: list[int]) -> str:
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
+    text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -469,7 +669,9 @@ def _judge_content(selector: HttpBinding, answer: _Answer, observed: dict[str, A
         if verdict is not None:
             return verdict
     text = answer.body.decode(answer.encoding, "replace")
-    if selector.body_regex is not None and not re.search(selector.body_regex, text):
+    if selector.body_regex is not None and not compile_user_regex(selector.body_regex).matches(
+        text
+    ):
         return f"body does not match {selector.body_regex!r}"
     if selector.key is not None:
         return _judge_key(selector, text, observed)
@@ -480,13 +682,13 @@ def _judge_header(
     expect: HeaderExpectation, headers: httpx.Headers, observed: dict[str, Any]
 ) -> str | None:
     value = headers.get(expect.name)
-    observed["header"] = value
+    observed["header"] = None if value is None else bounded(value)
     if value is None:
         return f"no {expect.name} header"
     if expect.value is not None and value != expect.value:
-        return f"header {expect.name} is {value!r}, expected {expect.value!r}"
-    if expect.regex is not None and not re.search(expect.regex, value):
-        return f"header {expect.name} {value!r} does not match {expect.regex!r}"
+        return f"header {expect.name} is {_short(value)}, expected {_short(expect.value)}"
+    if expect.regex is not None and not compile_user_regex(expect.regex).matches(value):
+        return f"header {expect.name} {_short(value)} does not match {expect.regex!r}"
     return None
 
 
@@ -500,11 +702,11 @@ def _judge_key(selector: HttpBinding, text: str, observed: dict[str, Any]) -> st
         value = resolve_pointer(doc, selector.key)
     except LookupError:
         return f"no {selector.key} in the body"
-    observed["value"] = value
+    observed["value"] = bounded(value)
     if "equals" in selector.model_fields_set and not _same(value, selector.equals):
         return f"{selector.key} is {_short(value)}, expected {_short(selector.equals)}"
     if selector.matches is not None:
         subject = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        if not re.search(selector.matches, subject):
+        if not compile_user_regex(selector.matches).matches(subject):
             return f"{selector.key} is {_short(value)}, which does not match {selector.matches!r}"
     return None
