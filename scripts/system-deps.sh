@@ -13,6 +13,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # tests/deploy: systemd-analyze (verify, security), systemd-sysusers and systemd-tmpfiles,
 # and libseccomp (a dependency of the package) for the unit's seccomp rules.
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+# The code_test sensor runs the tests under check inside bubblewrap (tests/security).
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "${CI:-}" = "true" ] && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"

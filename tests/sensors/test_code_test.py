@@ -19,6 +19,7 @@ from memwarden.sensors import CodeTestBinding, CodeTestSensor
 TIMEOUT = "tests/test_api.py::test_timeout"
 LIMITS = "tests/test_api.py::TestLimits"
 SKIPPED = "tests/test_api.py::test_skipped"
+NO_SANDBOX = {"sandbox": "none"}
 
 # A stand-in for the test command: writes the report its FAKE_MODE says, and more.
 FAKE_RUNNER = """
@@ -58,6 +59,7 @@ else:
 
 
 def _fake(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A project and a stand-in command (run unsandboxed: it writes outside the project)."""
     project = tmp_path / "fake-project"
     (project / "tests").mkdir(parents=True)
     (project / "tests" / "test_a.py").write_text("def test_ok():\n    pass\n")
@@ -144,7 +146,13 @@ async def test_a_hanging_test_times_out_and_leaves_no_process(tmp_path, code_har
         )
     )
     test_id = "tests/test_hang.py::test_hang"
-    config = {"timeout_s": 4.0, "kill_grace_s": 0.5, "env": {"PIDS_FILE": str(pids)}}
+    # Unsandboxed: the pids the test sees are the daemon's (tests/security covers bwrap).
+    config = {
+        "timeout_s": 4.0,
+        "kill_grace_s": 0.5,
+        "env": {"PIDS_FILE": str(pids)},
+        "sandbox": "none",
+    }
     async with code_harness(project, [{"test": test_id}], **config) as h:
         await h.wait_ready()
         [event] = await h.revalidate(test_id)
@@ -199,7 +207,7 @@ async def test_a_malformed_report_is_an_error_and_nothing_else(tmp_path, code_ha
     """A broken or foreign JUnit file gives an error event; no confirmation, no refutation."""
     project, command = _fake(tmp_path)
     test_id = "tests/test_a.py::test_ok"
-    config = {"command": command, "env": {"FAKE_MODE": mode}}
+    config = {"command": command, "env": {"FAKE_MODE": mode}, **NO_SANDBOX}
     async with code_harness(project, [{"test": test_id}], **config) as h:
         await h.wait_ready()
         [event] = await h.revalidate(test_id)
@@ -215,7 +223,7 @@ async def test_the_environment_passed_down_is_explicit(tmp_path, code_harness, m
     monkeypatch.setenv("MEMWARDEN_TEST_SECRET", "hunter2")
     project, command = _fake(tmp_path)
     out = tmp_path / "env.txt"
-    config = {"command": command, "env": {"FAKE_MODE": "env", "FAKE_OUT": str(out)}}
+    config = {"command": command, "env": {"FAKE_MODE": "env", "FAKE_OUT": str(out)}, **NO_SANDBOX}
     async with code_harness(project, [{"test": "tests/test_a.py::test_ok"}], **config) as h:
         await h.wait_ready()
         [event] = await h.revalidate("tests/test_a.py::test_ok")
@@ -229,7 +237,12 @@ async def test_the_environment_passed_down_is_explicit(tmp_path, code_harness, m
 async def test_output_is_captured_and_capped(tmp_path, code_harness):
     """A command that prints megabytes keeps only max_output_bytes of it and still finishes."""
     project, command = _fake(tmp_path)
-    config = {"command": command, "env": {"FAKE_MODE": "spam"}, "max_output_bytes": 10_000}
+    config = {
+        "command": command,
+        "env": {"FAKE_MODE": "spam"},
+        "max_output_bytes": 10_000,
+        **NO_SANDBOX,
+    }
     async with code_harness(project, [{"test": "tests/test_a.py::test_ok"}], **config) as h:
         await h.wait_ready()
         [event] = await h.revalidate("tests/test_a.py::test_ok")
@@ -242,7 +255,7 @@ async def test_output_is_captured_and_capped(tmp_path, code_harness):
 async def test_a_module_that_fails_to_collect_refutes_its_tests(tmp_path, code_harness):
     """pytest's collection error for a file refutes a test bound in that file."""
     project, command = _fake(tmp_path)
-    config = {"command": command, "env": {"FAKE_MODE": "collect-error"}}
+    config = {"command": command, "env": {"FAKE_MODE": "collect-error"}, **NO_SANDBOX}
     async with code_harness(project, [{"test": "tests/test_a.py::test_ok"}], **config) as h:
         await h.wait_ready()
         [event] = await h.revalidate("tests/test_a.py::test_ok")
@@ -255,7 +268,12 @@ async def test_a_prefix_sums_up_its_tests_and_the_schedule_runs_them(tmp_path, c
     """The schedule reruns bound selections; a prefix is refuted by any failure, with counts."""
     project, command = _fake(tmp_path)
     bindings = [{"prefix": "tests/test_a.py"}, {"test": "tests/test_a.py::test_skip"}]
-    config = {"command": command, "env": {"FAKE_MODE": "mixed"}, "schedule_interval_s": 0.05}
+    config = {
+        "command": command,
+        "env": {"FAKE_MODE": "mixed"},
+        "schedule_interval_s": 0.05,
+        **NO_SANDBOX,
+    }
     async with code_harness(project, bindings, **config) as h:
         [event] = await Watch(h).next()  # the skipped test says nothing
         assert event.subject == "tests/test_a.py"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -24,13 +25,16 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from memwarden.errors import ConfigError, ValidationInputError
 from memwarden.memory import Outcome
 from memwarden.plugins import BaseBinding, BaseSensorConfig
 from memwarden.sensors import _fscheck as fc
+from memwarden.sensors import _sandbox as sb
+from memwarden.sensors import _selection as picks
 from memwarden.sensors._junit import JUnitError, Report, TestResult, parse_junit
 from memwarden.sensors._proc import ProcResult, run_command
 from memwarden.sensors._tasks import task_group
@@ -59,6 +63,15 @@ DEFAULT_IGNORE = (
     ".coverage*",
 )
 PASSED_THROUGH_ENV = ("PATH", "HOME", "LANG")
+#: Hidden inside the sandbox besides the state dir: root-only secrets under /etc, a config dir.
+DEFAULT_HIDE = (
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/memwarden",
+)
 _NOT_FOUND = re.compile(r"^ERROR: not found: (.+?)\s*$", re.MULTILINE)
 _SHOWN_FAILURES = 5
 
@@ -84,11 +97,50 @@ class CodeTestConfig(BaseSensorConfig):
     env: dict[str, str] = Field(default_factory=dict)
     batch_window_ms: int = Field(default=20, ge=0, le=10_000)
     reliability: float = Field(default=1.0, ge=0.0, le=1.0)
+    pytest_ini: Path | None = Field(
+        default=None,
+        description="The project's pytest config file (relative to project_root or absolute). "
+        "Default: the one pytest would find in project_root itself, else none.",
+    )
+    sandbox: Literal["auto", "bwrap", "none"] = Field(
+        default="auto",
+        description="auto: bubblewrap if it works here, else run unsandboxed with a warning; "
+        "bwrap: required (the sensor does not start without it); none: never.",
+    )
+    sandbox_network: bool = Field(default=False, description="Let sandboxed tests use the network.")
+    sandbox_project_writable: bool = Field(
+        default=False, description="Bind project_root read-write (default read-only)."
+    )
+    sandbox_read_paths: list[Path] = Field(
+        default_factory=list,
+        description="More absolute paths the sandboxed run may read (a PYTHONPATH entry ...).",
+    )
+    sandbox_hide: list[Path] = Field(
+        default_factory=lambda: [Path(p) for p in DEFAULT_HIDE],
+        description="Absolute paths covered (empty) inside the sandbox; the daemon's state "
+        "directory always is.",
+    )
 
     @field_validator("project_root")
     @classmethod
     def _absolute(cls, root: Path) -> Path:
         return root.expanduser().resolve()
+
+    @field_validator("pytest_ini")
+    @classmethod
+    def _ini_path(cls, ini: Path | None, info: ValidationInfo) -> Path | None:
+        root: Path | None = info.data.get("project_root")
+        if ini is None or root is None:
+            return ini
+        return (root / ini.expanduser()).resolve()
+
+    @field_validator("sandbox_read_paths", "sandbox_hide")
+    @classmethod
+    def _absolute_paths(cls, paths: list[Path]) -> list[Path]:
+        for p in paths:
+            if not p.is_absolute():
+                raise ValueError(f"{str(p)!r} must be an absolute path")
+        return [Path(os.path.normpath(p)) for p in paths]
 
     @field_validator("source_dirs")
     @classmethod
@@ -99,23 +151,33 @@ class CodeTestConfig(BaseSensorConfig):
         return dirs
 
 
-def _check_selection(value: str, what: str) -> str:
-    if not value.strip() or value != value.strip():
-        raise ValueError(f"{what}: {value!r} is empty or has surrounding spaces")
-    if value.startswith("-"):
-        raise ValueError(f"{what}: {value!r} starts with '-' (it would be read as an option)")
-    if "\0" in value or "\n" in value:
-        raise ValueError(f"{what}: contains a NUL or newline")
+def _syntax(value: str | None, field: str) -> str | None:
+    """The checks that need no project: see :mod:`memwarden.sensors._selection`."""
+    if value is None:
+        return None
+    try:
+        if field == "keyword":
+            return picks.check_keyword(value, field)
+        picks.check_path_syntax(value, field)
+    except ValidationInputError as err:
+        raise ValueError(err.errors[0][1]) from None
     return value
 
 
 class CodeTestBinding(BaseBinding):
     """Exactly one of: ``test`` (an exact id), ``prefix`` (a file, class or directory),
-    ``keyword`` (a pytest ``-k`` expression)."""
+    ``keyword`` (a pytest ``-k`` expression). A selection, never an option."""
 
     test: str | None = Field(default=None, max_length=2048)
     prefix: str | None = Field(default=None, max_length=2048)
     keyword: str | None = Field(default=None, max_length=1024)
+
+    @field_validator("test", "prefix", "keyword")
+    @classmethod
+    def _plain(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if info.field_name == "test" and value is not None and "::" not in value:
+            raise ValueError(f"{value!r} is not a test id (path::name); use prefix for a file")
+        return _syntax(value, str(info.field_name))
 
     @model_validator(mode="after")
     def _exactly_one(self) -> CodeTestBinding:
@@ -125,21 +187,14 @@ class CodeTestBinding(BaseBinding):
                 "give exactly one of test (an id such as tests/test_api.py::test_timeout), "
                 f"prefix (a file or class) or keyword (a -k expression); got {given or 'none'}"
             )
-        for name in ("test", "prefix"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            _check_selection(value, name)
-            path = Path(value.split("::", 1)[0])
-            if path.is_absolute() or ".." in path.parts:
-                raise ValueError(f"{name}: {value!r} must be relative to the project root")
-        if self.test is not None and "::" not in self.test:
-            raise ValueError(
-                f"test: {self.test!r} is not a test id (path::name); use prefix for a file"
-            )
-        if self.keyword is not None:
-            _check_selection(self.keyword, "keyword")
         return self
+
+    @property
+    def field(self) -> str:
+        """The binding key that holds the selection."""
+        return (
+            "test" if self.test is not None else "prefix" if self.prefix is not None else "keyword"
+        )
 
     def subject_of(self) -> str | None:
         if self.test is not None:
@@ -188,6 +243,10 @@ class CodeTestSensor:
         self.runs = 0  # invocations of the command
         self.last_pid: int | None = None
         self.last_result: ProcResult | None = None
+        self.last_argv: list[str] = []  # the test command's own argv (inside any sandbox)
+        self.layout = picks.PytestLayout(self.root, None)
+        self.sandboxed = False
+        self._bwrap: str | None = None
 
     # ------------------------------------------------------------------ contract
 
@@ -208,6 +267,53 @@ class CodeTestSensor:
         for d in self.config.source_dirs:
             if not (self.root / d).is_dir():
                 raise FileNotFoundError(f"code_test: source dir {str(self.root / d)!r} is missing")
+        ini = self.config.pytest_ini
+        if ini is not None and not ini.is_file():
+            raise FileNotFoundError(f"code_test: pytest_ini {str(ini)!r} is not a file")
+        self.layout = await asyncio.to_thread(picks.PytestLayout.load, self.root, ini)
+        await self._setup_sandbox(ctx)
+
+    async def _setup_sandbox(self, ctx: SensorContext) -> None:
+        mode = self.config.sandbox
+        self.sandboxed, self._bwrap = False, None
+        if mode == "none":
+            ctx.log.info("code_test_sandbox", sandbox="none")
+            return
+        bwrap = sb.find_bwrap(self._env.get("PATH", os.defpath))
+        problem = "bwrap (Debian package bubblewrap) is not installed" if bwrap is None else ""
+        if bwrap is not None:
+            tmp = Path(tempfile.mkdtemp(prefix="memwarden-probe-"))
+            try:
+                true = shutil.which("true", path=os.defpath) or "/bin/true"
+                probe = sb.bwrap_argv(bwrap, self._sandbox_spec(ctx, tmp), [true])
+                result = await run_command(
+                    probe, cwd=self.root, env=self._env, timeout_s=30.0, max_output_bytes=4096
+                )
+            finally:
+                await asyncio.to_thread(shutil.rmtree, tmp, ignore_errors=True)
+            if result.returncode != 0:
+                problem = f"bwrap does not work here (exit {result.returncode}): {result.tail(300)}"
+        if not problem:
+            self.sandboxed, self._bwrap = True, bwrap
+            ctx.log.info("code_test_sandbox", sandbox="bwrap", network=self.config.sandbox_network)
+            return
+        if mode == "bwrap":
+            raise ConfigError(f"sensors.{ctx.name}.sandbox = 'bwrap', but {problem}")
+        ctx.log.warning("code_test_sandbox_unavailable", sandbox="none", reason=problem)
+
+    def _sandbox_spec(self, ctx: SensorContext, report_dir: Path) -> sb.SandboxSpec:
+        state = ctx.state_dir.resolve()
+        # The daemon's home holds sensors/<name>: hide all of it (token, database, sockets).
+        home = state.parents[1] if state.parent.name == "sensors" else state
+        interpreter = sb.interpreter_paths(self.config.command, self._env.get("PATH"))
+        return sb.SandboxSpec(
+            project_root=self.root,
+            project_writable=self.config.sandbox_project_writable,
+            read_paths=(*interpreter, *self.config.sandbox_read_paths),
+            write_paths=(report_dir,),
+            hide=(home, state, *self.config.sandbox_hide),
+            network=self.config.sandbox_network,
+        )
 
     async def run(self, ctx: SensorContext) -> None:
         self._ctx = ctx
@@ -272,7 +378,33 @@ class CodeTestSensor:
         self._accepting = False
 
     def validate_binding(self, selector: BaseBinding) -> None:
-        """Nothing beyond the model: a binding names tests, never a command."""
+        """A selection names tests of this project, never an option or another file.
+
+        Raises :class:`ValidationInputError` naming the binding key (``prefix`` ...).
+        """
+        if not isinstance(selector, CodeTestBinding):
+            raise TypeError(f"not a code_test binding: {type(selector).__name__}")
+        problem = self._selection_problem(selector)
+        if problem is not None:
+            raise problem
+
+    def _selection_problem(
+        self, selector: CodeTestBinding, *, must_exist: bool = False
+    ) -> ValidationInputError | None:
+        try:
+            if selector.keyword is not None:
+                picks.check_keyword(selector.keyword)
+            else:
+                picks.check_selection(
+                    self.layout,
+                    selector.selection,
+                    selector.field,
+                    file_only=selector.test is not None,
+                    must_exist=must_exist,
+                )
+        except ValidationInputError as err:
+            return err
+        return None
 
     # ------------------------------------------------------------------ triggers
 
@@ -367,12 +499,23 @@ class CodeTestSensor:
     async def _execute(self, selectors: Sequence[CodeTestBinding]) -> dict[str, Verdict | None]:
         """Run the command for these selections; a verdict per selection (None: skipped)."""
         out: dict[str, Verdict | None] = {}
+        checked = []
+        for s in selectors:  # again, right before the run: the files may have changed
+            problem = await asyncio.to_thread(
+                functools.partial(self._selection_problem, s, must_exist=True)
+            )
+            if problem is None:
+                checked.append(s)
+            else:
+                self._require_ctx().log.warning("code_test_selection_refused", error=str(problem))
+                out[s.selection] = _error(f"selection refused, nothing ran: {problem}")
+        selectors = checked
         paths = [s for s in selectors if s.keyword is None]
         if paths:
             out.update(await self._run_paths(paths))
         for sel in selectors:
             if sel.keyword is not None:
-                report = await self._invoke(["-k", sel.keyword])
+                report = await self._invoke([f"-k{sel.keyword}"])
                 if isinstance(report, Verdict):
                     out[sel.selection] = report
                 elif isinstance(report, _NotFound):
@@ -410,15 +553,18 @@ class CodeTestSensor:
         ctx = self._require_ctx()
         tmp = Path(tempfile.mkdtemp(prefix="memwarden-junit-"))  # 0700, ours alone
         report_path = tmp / "report.xml"
-        argv = [
-            *self.config.command,
-            f"--junitxml={report_path}",
-            "-o",
-            "junit_family=xunit1",
-            f"--rootdir={self.root}",
-            "--continue-on-collection-errors",
-            *selection,
-        ]
+        empty_ini = tmp / "pytest.ini"  # "no configuration" when the project has none
+        empty_ini.touch()
+        argv = picks.pytest_argv(
+            self.config.command,
+            layout=self.layout,
+            report=report_path,
+            empty_ini=empty_ini,
+            selection=selection,
+        )
+        self.last_argv = argv
+        if self._bwrap is not None:
+            argv = sb.bwrap_argv(self._bwrap, self._sandbox_spec(ctx, tmp), argv)
         self.runs += 1
         ctx.log.info("code_test_run_started", selection=selection[:20], run=self.runs)
         try:
