@@ -20,7 +20,9 @@ from tests.support import daemon
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["LiveDaemon", "daemon", "live_daemon"]
+__all__ = ["REMOTE_SENSOR", "LiveDaemon", "daemon", "live_daemon"]
+
+REMOTE_SENSOR = "edge-files"  # configured remote in the live daemon
 
 
 @dataclass
@@ -57,6 +59,8 @@ def live_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaemon
         "MEMWARDEN_HOME": str(home),
         "MEMWARDEN_API__PORT": "0",
         "MEMWARDEN_LOG_LEVEL": "warning",
+        # A sensor on another host: the only kind that may report over POST /v1/events.
+        "MEMWARDEN_SENSORS": json.dumps({REMOTE_SENSOR: {"remote": True, "kind": "fs"}}),
     }
     log = (home.parent / "daemon.log").open("wb")
     process = subprocess.Popen([str(exe), "run"], env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from memwarden.daemon._api import create_app
-from tests.api.conftest import LiveDaemon
+from tests.api.conftest import REMOTE_SENSOR, LiveDaemon
 
 # The published OpenAPI document, built from the app itself (no daemon needed to load it).
 schema = schemathesis.openapi.from_dict(create_app(None, token="unused").openapi())  # type: ignore[arg-type]
@@ -101,13 +101,13 @@ def test_events_endpoint_reports_what_it_rejected(live_daemon):
         headers=live_daemon.auth,
         json=[
             {
-                "sensor": "fs",
+                "sensor": REMOTE_SENSOR,
                 "subject": "a.txt",
                 "outcome": "confirmed",
                 "observed_at": "2026-01-01T00:00:00Z",
             },
             {
-                "sensor": "fs",
+                "sensor": REMOTE_SENSOR,
                 "outcome": "maybe",
                 "observed_at": "2026-01-01T00:00:00Z",
                 "subject": "a",

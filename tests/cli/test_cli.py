@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from memwarden.cli import app
+from tests.api.conftest import REMOTE_SENSOR
 
 if TYPE_CHECKING:
     from tests.api.conftest import LiveDaemon
@@ -151,13 +152,14 @@ def test_tail_prints_events_as_they_are_committed(cli, live_daemon):
     """tail shows committed events with what they did, and stops after --count."""
     import httpx  # noqa: PLC0415 - only this test posts directly
 
-    block = _json(cli("add", "tail watches this fact", "--json"))
+    bind = json.dumps({"sensor": REMOTE_SENSOR, "path": "tail.txt"})
+    block = _json(cli("add", "tail watches this fact", "--bind", bind, "--json"))
     response = httpx.post(
         f"{live_daemon.url}/v1/events",
         headers=live_daemon.auth,
         json=[
             {
-                "sensor": "review",
+                "sensor": REMOTE_SENSOR,
                 "block_id": block["id"],
                 "outcome": "confirmed",
                 "observed_at": "2026-01-01T00:00:00Z",
@@ -176,7 +178,7 @@ def test_tail_prints_events_as_they_are_committed(cli, live_daemon):
     assert event["effects"][0]["block_id"] == block["id"]
     assert event["effects"][0]["state"][1] in ("fresh", "stale")
     human = cli("tail", "--since", str(seq - 1), "--count", "1").stdout
-    assert "review" in human
+    assert REMOTE_SENSOR in human
 
 
 def test_run_with_a_bad_config_exits_78(tmp_path):

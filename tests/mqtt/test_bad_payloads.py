@@ -41,7 +41,7 @@ async def test_bad_payloads_are_dead_lettered_and_not_redelivered(
         "not_json": 1,
         "invalid_event": 2,
         "too_large": 1,
-        "unknown_sensor": 1,
+        "not_remote_sensor": 1,
         "sensor_mismatch": 1,
         "future_timestamp": 1,
     }
@@ -49,7 +49,12 @@ async def test_bad_payloads_are_dead_lettered_and_not_redelivered(
     letters = _dead_letters(db)
     assert len(letters) == 7
     reasons = " | ".join(r for _, r in letters)
-    for expected in ("not_json", "too_large: 70", "unknown_sensor: 'nosuch'", "future_timestamp"):
+    for expected in (
+        "not_json",
+        "too_large: 70",
+        "not_remote_sensor: 'nosuch'",
+        "future_timestamp",
+    ):
         assert expected in reasons
     assert {s for s, _ in letters} == {"mqtt:files", "mqtt:nosuch"}
     assert d.obj.bus.rejected["invalid_event"] == 2

@@ -68,7 +68,7 @@ async def test_acknowledged_only_after_commit(mosquitto_broker, start_daemon):
     await d1.obj.mqtt.connected()
     received = asyncio.Event()
 
-    async def never_commits(source, payloads):  # the daemon "dies" before the commit
+    async def never_commits(source, payloads, **_):  # the daemon "dies" before the commit
         received.set()
         await asyncio.Event().wait()
 

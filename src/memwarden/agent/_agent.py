@@ -3,7 +3,8 @@
 The agent has no store. Its sensors run under the same supervision as in the daemon
 (setup policy, restart with backoff, deadlines); what they emit is numbered (``agent``
 = ``<agent id>/<run>``, ``seq`` = 1, 2, ...), written to a durable local queue and
-published from there to ``<prefix>/events/<sensor>`` with QoS 1. An event leaves the
+published from there to ``<prefix>/agents/<id>/events/<sensor>`` with QoS 1 (its
+own topics: a broker ACL can hold each agent to them). An event leaves the
 queue only once the broker acknowledged it, so a broker outage or a crash loses none.
 
 It takes the bindings of its sensors from ``<prefix>/bindings/<sensor>`` (retained,
@@ -262,7 +263,9 @@ class Agent:
             )
             return
         self._seq += 1  # no await between numbering and queueing: queue order = seq order
-        await self.queue.put(self.agent, self._seq, self.topics.events(name), payload)
+        await self.queue.put(
+            self.agent, self._seq, self.topics.agent_events(self.agent_id, name), payload
+        )
         runner = self.runners.get(name)
         if runner is not None:
             runner.counters.events += 1

@@ -22,13 +22,14 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memwarden import __version__
+from memwarden.daemon._ingest import Refused
 from memwarden.daemon._web import ReviewSessions, review_router
 from memwarden.errors import MemwardenError, NotFoundError, StorageError, ValidationInputError
-from memwarden.memory import Block, NewBlock, _reviews, parse_duration
+from memwarden.memory import Block, NewBlock, ValidationEvent, _reviews, parse_duration
 from memwarden.memory._model import MAX_CONTENT_CHARS
 from memwarden.memory._store import BlockPatch
 
@@ -88,6 +89,51 @@ class EventsAccepted(BaseModel):
     duplicates: int
     unmatched: int
     rejected: list[dict[str, str]]
+    capped: list[dict[str, str]] = Field(
+        default_factory=list,
+        description="Values above the sensor's cap, stored clamped: event, field, given, stored.",
+    )
+
+
+class EventRefused(Exception):  # noqa: N818 - answered as 403/422, like HTTPException
+    """A request to ``POST /v1/events`` carrying an event its sender may not report."""
+
+    def __init__(self, index: int, refusal: Refused) -> None:
+        super().__init__(str(refusal))
+        self.index = index
+        self.refusal = refusal
+
+
+async def _authorise(daemon: Daemon, payloads: list[Any]) -> tuple[list[Any], list[dict[str, str]]]:
+    """The payloads with each schema-valid event checked (and capped) by the event gate.
+
+    Raises :class:`EventRefused` on the first event the gate refuses: nothing is stored.
+    Payloads that do not fit the schema stay as they are (the bus dead-letters them).
+    """
+    out: list[Any] = []
+    capped: list[dict[str, str]] = []
+    skew = daemon.settings.api.max_future_skew
+    events: list[tuple[int, ValidationEvent]] = []
+    for i, payload in enumerate(payloads):
+        try:
+            event = ValidationEvent.model_validate(payload)
+        except ValidationError:
+            out.append(payload)
+            continue
+        try:
+            event, caps = daemon.gate.check(event, via="http", max_future_skew=skew)
+        except Refused as refusal:
+            raise EventRefused(i, refusal) from None
+        capped.extend(
+            {"event": str(i), "field": c.field, "given": c.given, "stored": c.stored} for c in caps
+        )
+        events.append((i, event))
+        out.append(event)
+    unbound = await daemon.gate.first_unbound(daemon.store, [e for _, e in events])
+    if unbound is not None:
+        position, why = unbound
+        raise EventRefused(events[position][0], why)
+    return out, capped
 
 
 class SearchResult(BaseModel):
@@ -201,6 +247,25 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
             }
             headers["Allow"] = ", ".join(sorted(methods))
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(EventRefused)
+    async def _refused(_: Request, exc: EventRefused) -> JSONResponse:
+        refusal = exc.refusal
+        log.warning(
+            "event_refused", via="http", kind=refusal.kind, index=exc.index, reason=refusal.reason
+        )
+        return JSONResponse(
+            {
+                "detail": [
+                    {
+                        "loc": ["body", exc.index, refusal.field],
+                        "msg": refusal.reason,
+                        "type": "forbidden" if refusal.forbidden else "value_error",
+                    }
+                ]
+            },
+            status_code=403 if refusal.forbidden else 422,
+        )
 
     @app.exception_handler(NotFoundError)
     async def _not_found(_: Request, exc: NotFoundError) -> JSONResponse:
@@ -374,22 +439,34 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
             events = await daemon.store.events_after(after, limit=limit)
         return events
 
-    @app.post("/v1/events", tags=["sensors"])
+    @app.post(
+        "/v1/events",
+        tags=["sensors"],
+        responses={403: {"model": ErrorMessage, "description": "A sensor may not report this."}},
+    )
     async def ingest(request: Request, _: Auth) -> EventsAccepted:
-        """Ingest events from remote sensors (the MQTT payload schema); answers after commit."""
+        """Ingest events from remote sensors (the MQTT payload schema); answers after commit.
+
+        Only sensors configured ``remote = true`` (with ``"http"`` in ``report_via``) may
+        report, and only about blocks bound to them. One refused event refuses the whole
+        request (403 for who, 422 for an ``observed_at`` ahead of our clock) and nothing
+        is stored; events that do not fit the schema are listed in ``rejected``.
+        """
         try:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ValidationInputError([("body", f"not JSON: {err}")]) from None
-        payloads = body if isinstance(body, list) else [body]
+        payloads: list[Any] = body if isinstance(body, list) else [body]
         if len(payloads) > 10_000:
             raise ValidationInputError([("body", "at most 10000 events per request")])
-        result = await daemon.bus.submit("remote:http", payloads)
+        checked, capped = await _authorise(daemon, payloads)
+        result = await daemon.bus.submit("remote:http", checked, bound_only=True)
         return EventsAccepted(
             accepted=result.accepted,
             duplicates=result.duplicates,
             unmatched=result.unmatched,
             rejected=[{"event": i, "reason": r} for i, r in result.rejected],
+            capped=capped,
         )
 
     @app.get("/v1/sensors", tags=["sensors"])

@@ -23,6 +23,7 @@ from memwarden.daemon._config import (
     Settings,
     load_settings,
 )
+from memwarden.daemon._ingest import EventGate
 from memwarden.daemon._metrics import DaemonMetrics
 from memwarden.daemon._mqtt import MqttBridge
 from memwarden.daemon._notify import Notifier
@@ -97,6 +98,13 @@ class Daemon:
         self._answer_waiters: dict[str, asyncio.Future[None]] = {}
         self._applied = asyncio.Condition()
         self.mqtt: MqttBridge | None = None  # the MQTT bridge, when [mqtt] is configured
+        # Who may report what from outside (POST /v1/events, the MQTT bridge).
+        self.gate = EventGate(
+            remote_sensors=self.remote_sensors,
+            local_sensors=self._local_sensors,
+            policy=lambda: self.settings.rules,
+            clock=self.clock,
+        )
 
     # ------------------------------------------------------------------ accessors
 
@@ -179,6 +187,7 @@ class Daemon:
                         store=store,
                         bus=self._bus,
                         remote_sensors=self.remote_sensors,
+                        gate=self.gate,
                         clock=self.clock,
                         drain_timeout_s=s.bus.drain_timeout.total_seconds(),
                     )
@@ -692,6 +701,10 @@ class Daemon:
                 with contextlib.suppress(MemwardenError):
                     self.notifier.status(await self._status_line())
             await asyncio.sleep(interval)
+
+    def _local_sensors(self) -> list[str]:
+        configured = [n for n, c in self.settings.sensors.items() if not c.remote]
+        return [*configured, *self.runners]
 
     def remote_sensors(self) -> dict[str, SensorSettings]:
         """The enabled sensors that run on another host (``remote = true``), by name."""

@@ -78,11 +78,15 @@ class Bus:
         await queue.put(event)
         self._wake.set()
 
-    async def submit(self, source: str, payloads: Iterable[Any]) -> ApplyResult:
+    async def submit(
+        self, source: str, payloads: Iterable[Any], *, bound_only: bool = False
+    ) -> ApplyResult:
         """Validate raw payloads and apply them now; returns after the commit.
 
         The path for remote events (HTTP, MQTT) that must be acknowledged only once
-        stored. Invalid payloads are dead-lettered and reported in ``rejected``.
+        stored. Invalid payloads are dead-lettered and reported in ``rejected``. With
+        ``bound_only`` an event naming a block not bound to its sensor is rejected too
+        (see :meth:`Store.apply_events`).
         """
         from memwarden.memory._store import ApplyResult  # noqa: PLC0415 - avoid a cycle at import
 
@@ -102,7 +106,11 @@ class Bus:
                 )
                 await self.reject(source, "invalid_event", reason, repr(payload)[:65536])
                 rejected.append((str(i), reason))
-        result = await self._store.apply_events(events) if events else ApplyResult()
+        result = (
+            await self._store.apply_events(events, bound_only=bound_only)
+            if events
+            else ApplyResult()
+        )
         self._count(source, result)
         if self._on_applied is not None and events:
             maybe = self._on_applied(result)

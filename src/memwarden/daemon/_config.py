@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettin
 
 from memwarden.errors import ConfigError, PluginLoadError
 from memwarden.memory import Duration
+from memwarden.memory._model import Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
 
@@ -97,6 +98,10 @@ class ApiSettings(BaseModel):
     port: Port = 7077
     unix_socket: Path | None = None
     max_body_bytes: Annotated[int, Field(ge=1024)] = 1024 * 1024
+    max_future_skew: Duration = Field(
+        default=timedelta(seconds=5),
+        description="POST /v1/events: an observed_at further ahead of our clock is refused.",
+    )
 
 
 class BusSettings(BaseModel):
@@ -143,6 +148,9 @@ class RestartSettings(BaseModel):
     )
 
 
+_TRANSPORTS: tuple[Literal["mqtt", "http"], ...] = ("mqtt", "http")
+
+
 class SensorSettings(BaseModel):
     """``[sensors.<name>]``: one sensor instance; sensor-specific keys go to its Config."""
 
@@ -162,6 +170,40 @@ class SensorSettings(BaseModel):
         default=False,
         description="Runs on another host (`memwarden agent`) and talks over MQTT: not run here.",
     )
+    # What a remote sensor may report (checked on every event that arrives over HTTP/MQTT).
+    report_via: list[Literal["mqtt", "http"]] = Field(
+        default_factory=lambda: list(_TRANSPORTS),
+        description="Remote: the ways its events may arrive (MQTT, POST /v1/events).",
+    )
+    agents: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]] | None = Field(
+        default=None,
+        description="Remote: the agent ids that may report as this sensor over MQTT "
+        "(on agents/<id>/events/<sensor>); default: any agent the broker lets publish.",
+    )
+    max_reliability: Unit | None = Field(
+        default=None,
+        description="Remote: an event's reliability is capped (clamped) to this; default: "
+        "the sensor's reliability in rules.evidence.sensor_reliability.",
+    )
+    max_validity_window: Duration | None = Field(
+        default=None,
+        description="Remote: an event's validity_window is capped (clamped) to this; "
+        "default: the longest rules.staleness.validity_window.",
+    )
+
+    @model_validator(mode="after")
+    def _remote_only(self) -> SensorSettings:
+        if not self.remote:
+            local = [
+                key
+                for key in ("agents", "max_reliability", "max_validity_window")
+                if getattr(self, key) is not None
+            ]
+            if local:
+                raise ValueError(f"{', '.join(local)}: only for a remote sensor (remote = true)")
+        if self.remote and self.kind == "review":
+            raise ValueError("the review sensor records people's decisions: it cannot be remote")
+        return self
 
     @property
     def options(self) -> dict[str, Any]:
@@ -212,8 +254,16 @@ class MqttSettings(BaseModel):
     )
     max_payload_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 64 * 1024
     max_future_skew: Duration = Field(
-        default=timedelta(minutes=5),
+        default=timedelta(seconds=5),
         description="An event observed further ahead of our clock is dead-lettered.",
+    )
+    max_agents: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
+        default=1000,
+        description="Agents followed (status, sequence gaps); the least recently heard go first.",
+    )
+    agent_idle_timeout: Duration = Field(
+        default=timedelta(days=1),
+        description="An agent not heard from this long is forgotten (gap figures included).",
     )
     outbox_max: Annotated[int, Field(ge=1)] = Field(
         default=10_000, description="Messages kept while disconnected; the oldest go first."
@@ -342,7 +392,12 @@ class Settings(BaseSettings):
     @field_validator("sensors")
     @classmethod
     def _sensor_names(cls, value: dict[str, SensorSettings]) -> dict[str, SensorSettings]:
-        for name in value:
+        for name, conf in value.items():
+            if conf.remote and name == "review" and conf.kind is None:
+                raise ValueError(
+                    "sensors.review: the review sensor records people's decisions; "
+                    "it cannot be remote"
+                )
             if not re.fullmatch(r"[a-z][a-z0-9_.-]{0,63}", name):
                 msg = f"sensor name {name!r} must match [a-z][a-z0-9_.-]* (at most 64 characters)"
                 raise ValueError(msg)

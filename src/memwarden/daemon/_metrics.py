@@ -57,6 +57,23 @@ class _DaemonCollector(Collector):
         for kind, n in sorted(bus.rejected.items()):
             rejected.add_metric([kind], n)
         yield rejected
+        gate = self.daemon.gate
+        refused = CounterMetricFamily(
+            "memwarden_events_refused",
+            "Events from outside (HTTP, MQTT) refused for who sent them or what they claim.",
+            labels=["kind"],
+        )
+        for kind, n in sorted(gate.refused.items()):
+            refused.add_metric([kind], n)
+        yield refused
+        capped = CounterMetricFamily(
+            "memwarden_events_capped",
+            "Remote events stored with reliability or validity_window clamped to the cap.",
+            labels=["sensor", "field"],
+        )
+        for (sensor, field), n in sorted(gate.capped.items()):
+            capped.add_metric([sensor, field], n)
+        yield capped
         yield CounterMetricFamily(
             "memwarden_events_duplicate",
             "Events received twice (stored once).",

@@ -2,7 +2,8 @@
 
 Topics, under a prefix (``memwarden/v1`` by default; see ``docs/MQTT.md``)::
 
-    events/<sensor>            in   a ValidationEvent (JSON, QoS 1) from a remote sensor
+    agents/<agent>/events/<sensor>  in  a ValidationEvent (JSON, QoS 1) from an agent
+    events/<sensor>            in   a ValidationEvent from any client the broker lets publish
     agents/<agent>/status      in   an agent's birth / last will (retained JSON)
     agents/<agent>/heartbeat   in   an agent's last published sequence number (QoS 1)
     agents/<agent>/resend      out  {"agent", "from_seq", "to_seq"}: re-send a gap
@@ -48,6 +49,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import ValidationError
 
 from memwarden.daemon._config import hostname_id
+from memwarden.daemon._ingest import Refused
 from memwarden.errors import ConfigError, StorageError, ValidationInputError
 from memwarden.memory import Outcome, ValidationEvent, from_ts
 from memwarden.plugins import Backoff
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
 
     from memwarden.daemon._bus import Bus
     from memwarden.daemon._config import MqttSettings, SensorSettings
+    from memwarden.daemon._ingest import EventGate
     from memwarden.memory import Clock, RevalidationRequest
     from memwarden.memory._store import ApplyResult, Store
 
@@ -92,6 +95,10 @@ class Topics:
 
     def events(self, sensor: str = "+") -> str:
         return f"{self.prefix}/events/{sensor}"
+
+    def agent_events(self, agent_id: str = "+", sensor: str = "+") -> str:
+        """Where an agent publishes its sensors' events: its own topics (broker ACL)."""
+        return f"{self.prefix}/agents/{agent_id}/events/{sensor}"
 
     def revalidate(self, sensor: str = "+") -> str:
         return f"{self.prefix}/revalidate/{sensor}"
@@ -275,14 +282,49 @@ class GapTracker:
     """Per agent run, which sequence numbers never arrived.
 
     Pure bookkeeping (no I/O): the bridge tells it what it saw and what an agent
-    announced; it answers with the new gaps to ask for.
+    announced; it answers with the new gaps to ask for. Bounded: at most ``max_agents``
+    agents (the least recently heard is forgotten first, with its runs), an agent not
+    heard from for ``idle_s`` is forgotten, at most ``max_runs`` runs and ``max_ranges``
+    missing ranges per run. Only called with identities the bridge validated.
     """
 
-    def __init__(self, *, max_runs: int = 1024, max_ranges: int = 1024) -> None:
+    def __init__(
+        self,
+        *,
+        max_runs: int = 1024,
+        max_ranges: int = 1024,
+        max_agents: int = 1000,
+        idle_s: float = 86_400.0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self._runs: collections.OrderedDict[str, _Run] = collections.OrderedDict()
-        self.agents: dict[str, AgentGaps] = {}
+        self.agents: collections.OrderedDict[str, AgentGaps] = collections.OrderedDict()
+        self._heard: dict[str, float] = {}
         self._max_runs = max_runs
         self._max_ranges = max_ranges
+        self._max_agents = max_agents
+        self._idle_s = idle_s
+        self._now = clock or (lambda: 0.0)
+        self.evicted = 0  # agents forgotten (too many, or idle)
+
+    def forget_idle(self) -> int:
+        """Forget the agents not heard from for ``idle_s``; how many."""
+        limit = self._now() - self._idle_s
+        gone = 0
+        while self.agents:
+            oldest = next(iter(self.agents))
+            if self._heard.get(oldest, 0.0) > limit:
+                break
+            self._forget(oldest)
+            gone += 1
+        return gone
+
+    def _forget(self, agent_id: str) -> None:
+        self.agents.pop(agent_id, None)
+        self._heard.pop(agent_id, None)
+        for key in [k for k in self._runs if split_agent(k)[0] == agent_id]:
+            del self._runs[key]
+        self.evicted += 1
 
     def known(self, agent: str) -> bool:
         return agent in self._runs
@@ -291,20 +333,19 @@ class GapTracker:
         """Start following a run whose events up to ``high_water`` are already stored."""
         if agent in self._runs:
             return
+        stats = self._stats(agent)
         self._runs[agent] = _Run(high=high_water)
         while len(self._runs) > self._max_runs:
             old, run = self._runs.popitem(last=False)
-            self._stats(old).missing -= sum(b - a + 1 for a, b in run.missing)
-        stats = self._stats(agent)
+            old_stats = self.agents.get(split_agent(old)[0])
+            if old_stats is not None:
+                old_stats.missing -= sum(b - a + 1 for a, b in run.missing)
         stats.run = split_agent(agent)[1]
         stats.last_seq = high_water
 
     def seen(self, agent: str, seq: int) -> tuple[int, int] | None:
         """An event numbered ``seq`` arrived; returns the gap it reveals, if any."""
-        run = self._runs.get(agent)
-        if run is None:
-            self.begin(agent)
-            run = self._runs[agent]
+        run = self._run(agent)
         stats = self._stats(agent)
         if seq > run.high:
             gap = (run.high + 1, seq - 1) if seq > run.high + 1 else None
@@ -320,10 +361,8 @@ class GapTracker:
 
     def announced(self, agent: str, seq: int) -> tuple[int, int] | None:
         """The agent says it published up to ``seq``; what we lack up to there is a gap."""
-        run = self._runs.get(agent)
-        if run is None:
-            self.begin(agent)
-            run = self._runs[agent]
+        run = self._run(agent)
+        self._stats(agent)
         if seq <= run.high:
             return None
         gap = (run.high + 1, seq)
@@ -335,11 +374,26 @@ class GapTracker:
         run = self._runs.get(agent)
         return [] if run is None else [(a, b) for a, b in run.missing]
 
+    def _run(self, agent: str) -> _Run:
+        run = self._runs.get(agent)
+        if run is None:
+            self.begin(agent)
+            return self._runs[agent]
+        self._runs.move_to_end(agent)  # least recently used goes first
+        return run
+
     def _stats(self, agent: str) -> AgentGaps:
+        """The agent's figures; it counts as heard now (most recently used)."""
         agent_id = split_agent(agent)[0]
+        self._heard[agent_id] = self._now()
         stats = self.agents.get(agent_id)
         if stats is None:
             stats = self.agents[agent_id] = AgentGaps()
+            while len(self.agents) > self._max_agents:
+                self._forget(next(iter(self.agents)))
+        else:
+            self.agents.move_to_end(agent_id)
+        self.forget_idle()
         return stats
 
     def _add(self, agent: str, run: _Run, gap: tuple[int, int]) -> None:
@@ -393,6 +447,7 @@ class _Agent:
     since: float = 0.0
     last_heartbeat: float | None = None
     reason: str = ""
+    heard: float = 0.0  # last message from it (status or heartbeat), for eviction
 
 
 class MqttBridge:
@@ -412,6 +467,7 @@ class MqttBridge:
         store: Store,
         bus: Bus,
         remote_sensors: Callable[[], Mapping[str, SensorSettings]],
+        gate: EventGate,
         clock: Clock,
         drain_timeout_s: float = 5.0,
         live_max: int = 10_000,
@@ -423,6 +479,7 @@ class MqttBridge:
         self.topics = Topics(settings.prefix)
         self.client_id = settings.client_id or f"memwarden-{hostname_id()}"
         self._remote = remote_sensors
+        self.gate = gate
         self._tls = tls_context(settings)
         self._drain_s = drain_timeout_s
         self._backoff = Backoff(
@@ -445,8 +502,10 @@ class MqttBridge:
         # Remote revalidation requests waiting for their answer: id -> (deadline, request).
         self._awaiting: dict[str, tuple[float, RevalidationRequest]] = {}
         self._deadline_wake = asyncio.Event()
-        self.gaps = GapTracker()
-        self.agents: dict[str, _Agent] = {}
+        idle_s = max(1.0, settings.agent_idle_timeout.total_seconds())
+        self.gaps = GapTracker(max_agents=settings.max_agents, idle_s=idle_s, clock=clock.time)
+        # What each agent last said about itself; bounded like the gap figures.
+        self.agents: collections.OrderedDict[str, _Agent] = collections.OrderedDict()
         self._resend_queue: list[tuple[str, int, int]] = []
         # Counters (health and /metrics).
         self.connections = 0
@@ -517,6 +576,7 @@ class MqttBridge:
                 await client.subscribe(
                     [
                         (self.topics.events(), 1),
+                        (self.topics.agent_events(), 1),
                         (self.topics.agent_status(), 1),
                         (self.topics.agent_heartbeat(), 1),
                     ]
@@ -580,6 +640,7 @@ class MqttBridge:
                 continue
             if event is not None:
                 events.append(event)
+        events = await self._bound(events)
         if events:
             await self._commit(events)
         await self._send_resends()
@@ -589,26 +650,35 @@ class MqttBridge:
         match self.topics.relative(message.topic.value):
             case ["events", sensor]:
                 return await self._parse_event(sensor, payload)
-            case ["agents", agent_id, "status"]:
+            case ["agents", agent_id, "events", sensor]:
+                return await self._parse_event(sensor, payload, agent_id)
+            case ["agents", agent_id, "status"] if _AGENT_ID.fullmatch(agent_id):
                 self._agent_status(agent_id, payload)
-            case ["agents", agent_id, "heartbeat"]:
+            case ["agents", agent_id, "heartbeat"] if _AGENT_ID.fullmatch(agent_id):
                 await self._heartbeat(agent_id, payload)
             case _:
                 pass
         return None
 
-    async def _parse_event(self, sensor: str, payload: bytes) -> ValidationEvent | None:
-        """The event in a message, or None when it was dead-lettered."""
+    async def _parse_event(
+        self, sensor: str, payload: bytes, agent_id: str | None = None
+    ) -> ValidationEvent | None:
+        """The event in a message (capped as its sensor allows), or None when dead-lettered."""
         try:
-            event = await self._check_event(sensor, payload)
+            event = await self._check_event(sensor, payload, agent_id)
         except _Rejected as bad:
             shown = payload if len(payload) <= self.settings.max_payload_bytes else payload[:4096]
-            await self._reject(f"mqtt:{sensor}", bad.kind, bad.reason, shown)
+            where = f"mqtt:{sensor}" if agent_id is None else f"mqtt:{agent_id}:{sensor}"
+            await self._reject(where[:200], bad.kind, bad.reason, shown)
             return None
         self.by_sensor[sensor] += 1
         return event
 
-    async def _check_event(self, sensor: str, payload: bytes) -> ValidationEvent:
+    async def _check_event(
+        self, sensor: str, payload: bytes, agent_id: str | None
+    ) -> ValidationEvent:
+        """Checked in this order: size, JSON, who sent it (the topic's agent, the sensor's
+        configuration), the schema, then what it may claim (the event gate)."""
         limit = self.settings.max_payload_bytes
         if len(payload) > limit:
             raise _Rejected("too_large", f"{len(payload)} bytes (at most {limit})")
@@ -618,13 +688,32 @@ class MqttBridge:
             raise _Rejected("not_json", str(err)) from None
         if not isinstance(data, dict):
             raise _Rejected("invalid_event", "not a JSON object")
-        # Received is received, whatever else is wrong with it: not a gap to re-send.
-        await self._note_seq(data.get("agent"), data.get("seq"))
-        remote = self._remote()
-        if sensor not in remote:
-            known = ", ".join(sorted(remote)) or "none"
+        if agent_id is not None:
+            topic = self.topics.agent_events(agent_id, sensor)
+            if not _AGENT_ID.fullmatch(agent_id):
+                raise _Rejected("invalid_agent", f"{topic}: {agent_id!r} is not an agent id")
+            claimed = data.get("agent")
+            if claimed is not None and (
+                not isinstance(claimed, str) or split_agent(claimed)[0] != agent_id
+            ):
+                raise _Rejected(
+                    "agent_mismatch",
+                    f"event says agent {str(claimed)[:130]!r} but came on {topic}: an agent "
+                    "reports only as itself",
+                )
+            # The broker's ACL lets only this agent publish here: what it sent counts as
+            # received whatever else is wrong with it (not a gap to ask for again).
+            await self._note_seq(claimed, data.get("seq"))
+        try:
+            conf = self.gate.sender(sensor, "mqtt")
+        except Refused as refusal:
+            raise _Rejected(refusal.kind, refusal.reason) from None
+        if conf.agents is not None and agent_id not in conf.agents:
+            who = "a client that is not an agent" if agent_id is None else f"agent {agent_id!r}"
             raise _Rejected(
-                "unknown_sensor", f"{sensor!r} is not a remote sensor configured here ({known})"
+                "agent_not_allowed",
+                f"remote sensor {sensor!r} takes events only from agents {conf.agents} on "
+                f"{self.topics.agent_events('<agent>', sensor)}; this came from {who}",
             )
         try:
             event = ValidationEvent.model_validate(data)
@@ -637,17 +726,31 @@ class MqttBridge:
                 ),
             ) from None
         if event.sensor != sensor:
+            where = self.topics.events(sensor) if agent_id is None else topic
             raise _Rejected(
-                "sensor_mismatch",
-                f"event says sensor {event.sensor!r} but came on {self.topics.events(sensor)}",
+                "sensor_mismatch", f"event says sensor {event.sensor!r} but came on {where}"
             )
-        ahead = event.observed_at.timestamp() - self.clock.time()
-        if ahead > self.settings.max_future_skew.total_seconds():
-            raise _Rejected(
-                "future_timestamp",
-                f"observed_at {event.observed_at.isoformat()} is {ahead:.0f}s ahead of our clock",
+        try:
+            event, _ = self.gate.check(
+                event, via="mqtt", max_future_skew=self.settings.max_future_skew
             )
+        except Refused as refusal:
+            raise _Rejected(refusal.kind, refusal.reason) from None
+        if agent_id is None:  # no identity but the payload's: followed once all checks passed
+            await self._note_seq(event.agent, event.seq)
         return event
+
+    async def _bound(self, events: list[ValidationEvent]) -> list[ValidationEvent]:
+        """The events that may reach their block: one naming a block_id not bound to its
+        sensor is dead-lettered (and the store checks again when it applies them)."""
+        while (found := await self.gate.first_unbound(self.store, events)) is not None:
+            i, refusal = found
+            bad = events.pop(i)
+            self.by_sensor[bad.sensor] -= 1
+            await self._reject(
+                f"mqtt:{bad.sensor}", refusal.kind, refusal.reason, bad.model_dump_json().encode()
+            )
+        return events
 
     async def _reject(self, source: str, kind: str, reason: str, payload: bytes) -> None:
         """Dead-letter (and count) a bad message; it is still acknowledged: no redelivery loop."""
@@ -659,7 +762,7 @@ class MqttBridge:
         delay = 0.05
         while True:
             try:
-                result = await self.bus.submit(_SOURCE, events)
+                result = await self.bus.submit(_SOURCE, events, bound_only=True)
             except ValidationInputError as err:  # the store refused the batch: find the culprit
                 if len(events) == 1:
                     payload = events[0].model_dump_json().encode()
@@ -714,7 +817,10 @@ class MqttBridge:
         queued, self._resend_queue = self._resend_queue, []
         for agent, first, last in queued:
             agent_id = split_agent(agent)[0]
-            self.gaps.agents[agent_id].resends += 1
+            stats = self.gaps.agents.get(agent_id)
+            if stats is None:  # forgotten meanwhile (bounded tracking)
+                continue
+            stats.resends += 1
             body = {"agent": agent, "from_seq": first, "to_seq": last}
             await self.publish(self.topics.agent_resend(agent_id), json.dumps(body).encode())
 
@@ -729,7 +835,7 @@ class MqttBridge:
         except (ValueError, KeyError, TypeError):
             log.warning("mqtt_agent_status_invalid", agent=agent_id, payload=payload[:200])
             return
-        info = self.agents.setdefault(agent_id, _Agent())
+        info = self._agent(agent_id)
         info.status = status
         info.since = now
         info.agent = str(data.get("agent") or info.agent)
@@ -750,6 +856,22 @@ class MqttBridge:
             reason=info.reason,
         )
 
+    def _agent(self, agent_id: str) -> _Agent:
+        """The agent's entry, most recently heard; bounded (``mqtt.max_agents``, idle ones
+        after ``mqtt.agent_idle_timeout``), the least recently heard forgotten first."""
+        now = self.clock.time()
+        info = self.agents.get(agent_id)
+        if info is None:
+            info = self.agents[agent_id] = _Agent()
+        self.agents.move_to_end(agent_id)
+        info.heard = now
+        idle = now - self.settings.agent_idle_timeout.total_seconds()
+        while len(self.agents) > self.settings.max_agents or (
+            len(self.agents) > 1 and next(iter(self.agents.values())).heard < idle
+        ):
+            self.agents.popitem(last=False)
+        return info
+
     async def _heartbeat(self, agent_id: str, payload: bytes) -> None:
         try:
             data = json.loads(payload)
@@ -761,7 +883,7 @@ class MqttBridge:
         if split_agent(agent)[0] != agent_id:
             log.warning("mqtt_heartbeat_misplaced", agent=agent_id, says=agent[:200])
             return
-        info = self.agents.setdefault(agent_id, _Agent())
+        info = self._agent(agent_id)
         info.last_heartbeat = self.clock.time()
         info.agent = agent
         if info.status != "online":

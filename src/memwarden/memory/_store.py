@@ -639,15 +639,21 @@ class Store:
             ev.seq,
         )
 
-    async def apply_events(self, events: Sequence[ValidationEvent]) -> ApplyResult:
+    async def apply_events(
+        self, events: Sequence[ValidationEvent], *, bound_only: bool = False
+    ) -> ApplyResult:
         """Append events to the log and apply them to every block they reach, atomically.
 
         Returns once the transaction committed. Duplicates (same ``event_id``) are stored
         once; an observation from the future is rejected (dead-lettered), not applied.
+        With ``bound_only`` (events from outside), an event naming a ``block_id`` whose
+        block has no binding for the event's sensor is rejected too, in the same
+        transaction that applies the others.
         """
         now = self.clock.time()
         prepared: list[_Prepared] = []
         rejected: list[tuple[str, str, str]] = []
+        direct: dict[str, str] = {}  # event id -> payload, for the bound_only check
         limit = now + _MAX_FUTURE_SKEW_S
         for ev in events:
             p = self._prepare(ev)
@@ -655,10 +661,14 @@ class Store:
                 rejected.append((p[0], "observed_at is in the future", ev.model_dump_json()))
             else:
                 prepared.append(p)
+                if bound_only and ev.block_id is not None:
+                    direct[ev.event_id] = ev.model_dump_json()
         prepared.sort(key=lambda p: p[4])  # apply in observation order
         cfg = self.policy
 
         async def job(conn: aiosqlite.Connection) -> ApplyResult:
+            if direct:
+                await _reject_unbound(conn, prepared, rejected, direct)
             return await _apply_job(conn, prepared, rejected, now, cfg)
 
         return await self._write(job, weight=len(prepared))  # type: ignore[no-any-return]
@@ -972,6 +982,19 @@ class Store:
             ) as cur,
         ):
             return [r[0] for r in await cur.fetchall()]
+
+    async def sensors_bound(self, block_ids: Sequence[str]) -> dict[str, set[str]]:
+        """For each of these blocks that exists, the sensors it has a binding for."""
+        out: dict[str, set[str]] = {}
+        async with self._read() as conn:
+            for block_id, sensor in await _select_in(
+                conn,
+                "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
+                " WHERE k.id IN ",
+                list(block_ids),
+            ):
+                out.setdefault(block_id, set()).add(sensor)
+        return out
 
     async def bindings_for_sensor(self, sensor: str) -> list[tuple[str, Binding]]:
         """Every (block id, binding) a sensor owns: what it must watch."""
@@ -1446,6 +1469,33 @@ async def _apply_job(
         await applied.route(conn, batch)
         await applied.run(conn, batch)
     return result
+
+
+async def _reject_unbound(
+    conn: aiosqlite.Connection,
+    prepared: list[_Prepared],
+    rejected: list[tuple[str, str, str]],
+    payloads: Mapping[str, str],
+) -> None:
+    """Move the events whose ``block_id`` has no binding for their sensor to ``rejected``."""
+    blocks = list({p[8] for p in prepared if p[0] in payloads})
+    bound = {
+        (r[0], r[1])
+        for r in await _select_in(
+            conn,
+            "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
+            " WHERE k.id IN ",
+            blocks,
+        )
+    }
+    keep = []
+    for p in prepared:
+        if p[0] in payloads and (p[8], p[1]) not in bound:
+            reason = f"block_id: block {p[8]!r} has no binding for sensor {p[1]!r}"
+            rejected.append((p[0], reason, payloads[p[0]]))
+        else:
+            keep.append(p)
+    prepared[:] = keep
 
 
 async def _drop_duplicates(
