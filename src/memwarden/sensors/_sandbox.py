@@ -106,10 +106,14 @@ def bwrap_argv(bwrap: str, spec: SandboxSpec, argv: Sequence[str]) -> list[str]:
     for path, mode in _binds(spec):
         out += [mode, str(path), str(path)]
         visible.append(path)
-    for hidden in spec.hide:
-        if hidden.is_dir() and _under_any(hidden, visible):
+    covered: list[Path] = []
+    for hidden in sorted(set(spec.hide), key=lambda p: len(p.parts)):
+        if not _under_any(hidden, visible) or _under_any(hidden, covered):
+            continue  # not visible anyway, or inside what is already covered
+        if hidden.is_dir():
             out += ["--tmpfs", str(hidden)]
-        elif hidden.exists() and _under_any(hidden, visible):
+            covered.append(hidden)
+        elif hidden.exists():
             out += ["--ro-bind", "/dev/null", str(hidden)]
     out += ["--setenv", "HOME", SANDBOX_HOME, "--chdir", str(spec.project_root), "--", *argv]
     return out
