@@ -37,7 +37,7 @@ needs_plugins = pytest.mark.skipif(
 
 def harness(tmp_path: Path, checks: dict[str, Any], *names: str, **config: Any) -> SensorHarness:
     """A runtime sensor with ``checks``, bound to ``names``; fast loops by default."""
-    config = {"interval": "50ms", "jitter": 0, **config, "checks": checks}
+    config = {"interval": "50ms", "min_interval": "10ms", "jitter": 0, **config, "checks": checks}
     return SensorHarness(
         RuntimeSensor,
         config=config,

@@ -20,9 +20,11 @@ check's name; an unknown name is refused when the block is added). Built-in type
 default, soft by construction since the rules harden only repeated ones), 2 refutes,
 3 and anything else is an error; the perfdata after ``|`` becomes the observed value.
 A check that outlives its ``timeout_s`` is an error, and a command's whole process
-group is killed.
+group is killed. A plugin's environment is explicit: ``PATH`` and ``LANG`` from the
+daemon, then the sensor's ``env``, then the check's; nothing else of the daemon's.
 
-Each check bound to at least one block runs every ``interval`` (with jitter); every
+Each check bound to at least one block runs every ``interval`` (with jitter; never
+below ``min_interval``, 1s unless the config lowers it, 10ms at the very least); every
 result is emitted (confirmations at reliability 0.9), so a state change shows at the
 next run and a refutation that holds becomes hard after the rules' count. A run that
 is due while a revalidation of the same check is still running is skipped and
@@ -41,15 +43,24 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
-from memwarden.memory import Duration, Outcome
+from memwarden.memory import Duration, Outcome, format_duration
 from memwarden.plugins import BaseBinding, BaseSensorConfig
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from memwarden.memory import RevalidationRequest, ValidationEvent
     from memwarden.plugins import BoundSubject, SensorContext
 
@@ -71,6 +82,11 @@ CheckName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:
 Seconds = Annotated[float, Field(gt=0.0, le=3600.0, allow_inf_nan=False)]
 Percent = Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False)]
 NAGIOS_STATUS = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+#: What Nagios plugins get of the daemon's own environment; the config's ``env`` adds to it.
+PASSED_THROUGH_ENV = ("PATH", "LANG")
+HARD_MIN_INTERVAL: Final = timedelta(milliseconds=10)
+DEFAULT_MIN_INTERVAL: Final = timedelta(seconds=1)
 _ANY_ADDRESS = ("0.0.0.0", "::", "*", "")  # noqa: S104 - compared against, never bound
 
 
@@ -79,6 +95,11 @@ class _Check(BaseModel):
 
     interval: Duration | None = Field(default=None, description="Default: the sensor's.")
     timeout_s: Seconds | None = Field(default=None, description="Default: the sensor's.")
+
+    @field_validator("interval")
+    @classmethod
+    def _not_zero(cls, value: timedelta | None) -> timedelta | None:
+        return None if value is None else _at_least_hard_floor(value)
 
 
 class ProcessCheck(_Check):
@@ -170,6 +191,9 @@ class NagiosCheck(_Check):
     warning: Literal["soft_refute", "confirm", "error"] = Field(
         default="soft_refute", description="What exit code 1 (WARNING) means."
     )
+    env: dict[EnvName, str] = Field(
+        default_factory=dict, description="Passed to the plugin (over the sensor's env)."
+    )
 
 
 Check = Annotated[
@@ -189,12 +213,48 @@ class RuntimeConfig(BaseSensorConfig):
 
     checks: dict[CheckName, Check] = Field(default_factory=dict)
     interval: Duration = Field(default=timedelta(seconds=60), description="Between runs.")
+    min_interval: Duration = Field(
+        default=DEFAULT_MIN_INTERVAL,
+        description="The shortest interval a check may run at (at least 10ms).",
+    )
+    env: dict[EnvName, str] = Field(
+        default_factory=dict,
+        description="Passed to Nagios plugins, with PATH and LANG; nothing else of the "
+        "daemon's environment is.",
+    )
     jitter: Annotated[float, Field(ge=0.0, le=0.5)] = Field(
         default=0.1, description="Each wait is the interval times 1 ± this, at random."
     )
     timeout_s: Seconds = 10.0
     reliability: Annotated[float, Field(ge=0.0, le=1.0)] = 0.9
     max_output_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 64 * 1024
+
+    @model_validator(mode="after")
+    def _intervals(self) -> RuntimeConfig:
+        _at_least_hard_floor(self.min_interval, "min_interval")
+        if self.interval < self.min_interval:
+            raise ValueError(
+                f"interval: {format_duration(self.interval)} is below min_interval "
+                f"({format_duration(self.min_interval)})"
+            )
+        for name, check in self.checks.items():
+            if check.interval is not None and check.interval < self.min_interval:
+                raise ValueError(
+                    f"checks.{name}.interval: {format_duration(check.interval)} is below "
+                    f"min_interval ({format_duration(self.min_interval)})"
+                )
+        return self
+
+
+def _at_least_hard_floor(value: timedelta, what: str = "") -> timedelta:
+    if value < HARD_MIN_INTERVAL:
+        prefix = f"{what}: " if what else ""
+        raise ValueError(
+            f"{prefix}{format_duration(value)} is too short: a check runs at most every "
+            f"{format_duration(HARD_MIN_INTERVAL)} (min_interval, default "
+            f"{format_duration(DEFAULT_MIN_INTERVAL)}, may ask more)"
+        )
+    return value
 
 
 class RuntimeBinding(BaseBinding):
@@ -321,6 +381,7 @@ class RuntimeSensor:
             if isinstance(check, NagiosCheck):
                 result = await run_nagios(
                     check.command,
+                    env=plugin_env(self.config.env, check.env),
                     timeout_s=timeout_s,
                     warning=check.warning,
                     max_output_bytes=self.config.max_output_bytes,
@@ -582,17 +643,30 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # its own session: the group id is its pid
 
 
+def plugin_env(*layers: Mapping[str, str]) -> dict[str, str]:
+    """PATH and LANG from the daemon, then each layer of configured variables in turn."""
+    env = {k: v for k in PASSED_THROUGH_ENV if (v := os.environ.get(k)) is not None}
+    for layer in layers:
+        env.update(layer)
+    return env
+
+
 async def run_nagios(
     command: list[str],
     *,
+    env: Mapping[str, str] | None = None,
     timeout_s: float,
     warning: str = "soft_refute",
     max_output_bytes: int = 64 * 1024,
 ) -> _Result:
-    """Run a Nagios-compatible plugin in its own session and map its exit code."""
+    """Run a Nagios-compatible plugin in its own session and map its exit code.
+
+    The plugin's environment is ``env`` (default: :func:`plugin_env`), never the daemon's.
+    """
     try:
         proc = await asyncio.create_subprocess_exec(
             *command,
+            env=dict(env) if env is not None else plugin_env(),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
