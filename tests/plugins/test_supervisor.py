@@ -322,3 +322,20 @@ async def test_revalidate_while_not_running(make_runner, eventually):
 def test_request_timeout_is_deadline_minus_creation():
     """A request's timeout is what its deadline allows from its creation."""
     assert _request(timeout_s=12.5).timeout == timedelta(seconds=12.5)
+
+
+async def test_error_outcomes_count_as_sensor_errors(make_runner, eventually, clock):
+    """An unreachable source's error events count in ``errors`` and show ``last_error``;
+    ``last_success`` moves only on an answer that is not an error."""
+    sensor = Scripted()
+    runner = await make_runner(sensor)
+    await eventually(lambda: runner.available)
+    sensor.check = sensor.ctx.event("a", Outcome.ERROR, message="connection refused")
+    await runner.revalidate(_request())
+    await runner.revalidate(_request())
+    assert (runner.counters.errors, runner.counters.last_error) == (2, "connection refused")
+    assert runner.counters.last_success is None
+    sensor.check = sensor.ctx.event("a", Outcome.CONFIRMED)
+    await runner.revalidate(_request())
+    assert runner.counters.errors == 2
+    assert runner.counters.last_success == clock.time()

@@ -384,7 +384,7 @@ class Daemon:
         runner = self.runners.get(name)
         if runner is not None:  # counted once queued: what emit() returning promises
             runner.counters.events += 1
-            runner.counters.last_success = self.clock.time()
+            runner.counters.count(event, self.clock.time())
 
     async def _stop_sensor(self, name: str) -> None:
         runner = self.runners.pop(name, None)

@@ -835,7 +835,11 @@ class Store:
         reason: RevalidationReason = RevalidationReason.MANUAL,
         send_at: float | None = None,
     ) -> list[str]:
-        """Queue a check of every binding of a block now; returns the request ids queued."""
+        """Queue a check of every binding of a block now; returns the request ids queued.
+
+        A binding that already has an open request keeps it (one check per binding);
+        a ``manual`` request also brings a waiting retry forward to now.
+        """
         now = self.clock.time()
         timeout_s = self.policy.staleness.revalidation_timeout.total_seconds()
 
@@ -850,6 +854,15 @@ class Store:
                 for sensor, subject in bindings
             ]
             await conn.executemany(_REVALIDATION_INSERT, rows)
+            if reason == RevalidationReason.MANUAL:
+                # Someone asked for a check now: a soft refutation's retry waiting for
+                # its interval goes now. Reads (on_read) do not: they would turn a
+                # retry interval into an immediate re-check again.
+                await conn.execute(
+                    "UPDATE revalidations SET send_at = ? WHERE block_id = ?"
+                    " AND status = 'pending' AND send_at > ?",
+                    (now, block_id, now),
+                )
             async with conn.execute(
                 "SELECT id FROM revalidations WHERE block_id = ? AND status IN ('pending','sent')",
                 (block_id,),
@@ -1614,7 +1627,16 @@ class _EventBatch:
                     demoted.append((rec.tier, cfg.promotion.core.initial_stability, rec.rid))
                 if eff.revalidate and outcome != _ERROR:
                     requests.append(
-                        (new_id(), bid, sensor, subject, eff.revalidate, now, now, timeout_s)
+                        (
+                            new_id(),
+                            bid,
+                            sensor,
+                            subject,
+                            eff.revalidate,
+                            now,
+                            now + eff.revalidate_after_s,
+                            timeout_s,
+                        )
                     )
                 if eff.review:
                     reviews.append((new_id(), bid, eff.review, now))

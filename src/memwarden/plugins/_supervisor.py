@@ -59,6 +59,15 @@ class SensorCounters:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def count(self, event: ValidationEvent, now: float) -> None:
+        """Count an event's outcome: an ``error`` (the source could not be checked, an
+        endpoint down) is an error of this sensor, anything else a success."""
+        if event.outcome == Outcome.ERROR:
+            self.errors += 1
+            self.last_error = event.message or "check failed"
+        else:
+            self.last_success = now
+
 
 class SensorRunner:
     """Supervises one sensor instance.
@@ -288,6 +297,8 @@ class SensorRunner:
                 result = await self.sensor.revalidate(request)
         except TimeoutError:
             self.counters.timeouts += 1
+            self.counters.errors += 1  # the source did not answer: an error that shows
+            self.counters.last_error = f"revalidate: timed out after {timeout_s:g}s"
             self.log.warning("revalidate_timed_out", subject=subject, timeout_s=timeout_s)
             return [self._error(request, f"check timed out after {timeout_s:g}s")]
         except Exception as err:  # noqa: BLE001 - a crashing check is an error outcome
@@ -307,8 +318,9 @@ class SensorRunner:
             ev if ev.request_id is not None else ev.model_copy(update={"request_id": request.id})
             for ev in events
         ]
-        if out:
-            self.counters.last_success = self.ctx.clock.time()
+        now = self.ctx.clock.time()
+        for ev in out:
+            self.counters.count(ev, now)
         return out
 
     def _error(self, request: RevalidationRequest, message: str) -> ValidationEvent:

@@ -33,6 +33,7 @@ from memwarden.memory.policy._evidence import (
     effective_state,
     flap_score,
     mark_stale,
+    transitions,
 )
 from memwarden.memory.policy._health import (
     HEALTH_PENALTIES,
@@ -96,4 +97,5 @@ __all__ = [
     "score_composite",
     "score_multi_axis",
     "take_due",
+    "transitions",
 ]

@@ -83,12 +83,31 @@ class EvidenceConfig(BaseModel):
     flap_window: Annotated[int, Field(ge=3, le=64)] = 10
     flap_high: Unit = 0.5
     flap_low: Unit = 0.25
+    flap_min_transitions: Annotated[int, Field(ge=1)] = Field(
+        default=3,
+        description="Changes between consecutive results needed in the window before a "
+        "block can flag flapping: one change and its restore (2) is not flapping.",
+    )
+    retry_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = Field(
+        default=1 / 720,
+        description="A soft refutation's re-check waits this share of the block's validity "
+        "window (Nagios' retry_interval), clamped to retry_min..retry_max.",
+    )
+    retry_min: Duration = timedelta(seconds=5)
+    retry_max: Duration = timedelta(minutes=5)
 
     @model_validator(mode="after")
     def _hysteresis(self) -> EvidenceConfig:
         if self.flap_low >= self.flap_high:
             raise ValueError("flap_low must be below flap_high (hysteresis)")
+        if self.retry_min > self.retry_max:
+            raise ValueError("retry_min must not exceed retry_max")
         return self
+
+    def retry_interval_s(self, window_s: float) -> float:
+        """How long a soft refutation's re-check waits, for a block with this window."""
+        low, high = self.retry_min.total_seconds(), self.retry_max.total_seconds()
+        return min(high, max(low, window_s * self.retry_fraction))
 
 
 class StalenessConfig(BaseModel):

@@ -7,6 +7,7 @@ change, which the store writes to the event log in the same transaction.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ __all__ = [
     "effective_state",
     "flap_score",
     "mark_stale",
+    "transitions",
 ]
 
 # Plain strings on the hot path: enum attribute access costs more than the rule itself.
@@ -51,6 +53,7 @@ class Effect:
     ignored: str | None = None  # why nothing changed (outdated, archived)
     hard: bool = False  # a refutation that counts
     revalidate: str | None = None  # a RevalidationReason to queue
+    revalidate_after_s: float = 0.0  # when to send it: a soft refutation's retry waits
     review: str | None = None  # a reason to queue human review
     demoted: bool = False
     flapping_changed: bool = False
@@ -74,6 +77,11 @@ class Effect:
         if self.notes:
             d["notes"] = self.notes
         return d
+
+
+def transitions(history: str) -> int:
+    """How many times consecutive results in the window differ."""
+    return sum(1 for a, b in itertools.pairwise(history) if a != b)
 
 
 def flap_score(history: str) -> float:
@@ -100,7 +108,12 @@ def _push_outcome(rec: BlockRecord, mark: str, cfg: PolicyConfig) -> bool:
     ev = cfg.evidence
     rec.outcome_history = (rec.outcome_history + mark)[-ev.flap_window :]
     score = flap_score(rec.outcome_history)
-    if not rec.flapping and len(rec.outcome_history) >= 3 and score >= ev.flap_high:
+    if (
+        not rec.flapping
+        and len(rec.outcome_history) >= 3
+        and score >= ev.flap_high
+        and transitions(rec.outcome_history) >= ev.flap_min_transitions
+    ):
         rec.flapping = True
         return True
     if rec.flapping and score <= ev.flap_low:
@@ -161,8 +174,12 @@ def apply_event(
             rec.state = _STALE
             _add_reason(rec, StaleReason.SOFT_REFUTED)
             eff.revalidate = "source_changed"
+            # Not at once: a re-check fired immediately turned soft into hard within a
+            # second. It waits a retry interval scaled to the block's window (Nagios).
+            eff.revalidate_after_s = ev.retry_interval_s(rec.validity_window_s)
             eff.notes.append(
-                f"soft refutation {rec.consecutive_refutations}/{ev.hard_refutation_after}"
+                f"soft refutation {rec.consecutive_refutations}/{ev.hard_refutation_after},"
+                f" re-check in {eff.revalidate_after_s:g}s"
             )
     elif outcome == _CHANGED:
         rec.reliability *= ev.changed_factor
