@@ -8,7 +8,9 @@ answering within 200 ms.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -16,10 +18,22 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from memwarden.agent import Agent
 from memwarden.daemon import Daemon, load_settings
+from memwarden.daemon._mqtt import GapTracker
 from memwarden.errors import ConfigError
+from memwarden.memory import FakeClock
 from memwarden.plugins import Registry
 from memwarden.sensors import FsSensor
+from tests.mqtt.conftest import (
+    MOSQUITTO_PUB,
+    MOSQUITTO_SUB,
+    PREFIX,
+    event_json,
+    wait_accepted,
+)
+from tests.security._broker import USERS, Certs, SecuredBroker, start_secured_broker
+from tests.support import eventually as poll_until
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -316,3 +330,292 @@ def test_what_a_remote_sensor_may_report_is_checked_in_the_config(sensors, probl
     with pytest.raises(ConfigError) as caught:
         load_settings(None, env={}, sensors=sensors)
     assert problem in " ".join(caught.value.problems)
+
+
+# ---------------------------------------------------------------------- over MQTT
+
+
+async def mqtt_tool(*args: str, timeout_s: float = 15.0) -> tuple[int, str]:
+    """Run a mosquitto client tool: (exit code, stdout + stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout_s)
+    assert proc.returncode is not None
+    return proc.returncode, (out + err).decode(errors="replace")
+
+
+class Secured:
+    """A daemon behind the documented broker configuration (users, ACL, TLS)."""
+
+    def __init__(self, broker: SecuredBroker, certs: Certs, daemon: Daemon) -> None:
+        self.broker = broker
+        self.certs = certs
+        self.daemon = daemon
+        self.synced = 0
+
+    @property
+    def bridge(self) -> Any:
+        assert self.daemon.mqtt is not None
+        return self.daemon.mqtt
+
+    def tls(self) -> list[str]:
+        return ["-h", "127.0.0.1", "-p", str(self.broker.port), "--cafile", str(self.certs.ca)]
+
+    async def pub(
+        self,
+        user: str | None,
+        topic: str,
+        payload: str | bytes,
+        *,
+        password: str | None = None,
+        retain: bool = False,
+    ) -> tuple[int, str]:
+        body = payload.decode() if isinstance(payload, bytes) else payload
+        who = [] if user is None else ["-u", user, "-P", password or USERS[user]]
+        flags = ["-r"] if retain else []
+        return await mqtt_tool(
+            MOSQUITTO_PUB, *self.tls(), *who, "-q", "1", *flags, "-t", topic, "-m", body
+        )
+
+    async def sync(self) -> None:
+        """A good event from edge1, waited for: everything published before it was handled."""
+        self.synced += 1
+        event = event_json("files", "sync.txt", event_id=f"sync-{self.synced}")
+        code, out = await self.pub("edge1", f"{PREFIX}/agents/edge1/events/files", event)
+        assert code == 0, out
+        await wait_accepted(self.daemon, self.synced)
+
+    async def letters(self) -> list[tuple[str, str]]:
+        db = self.daemon.settings.db_path
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            rows = conn.execute("SELECT source, reason FROM dead_letters ORDER BY id").fetchall()
+        return [(str(s), str(r)) for s, r in rows]
+
+
+@pytest.fixture
+async def secured(tmp_path: Path) -> AsyncIterator[Secured]:
+    """The documented broker (plus one non-agent publisher) and a daemon as `memwarden`."""
+    extra_acl = "\n# the tests' non-agent client\nuser plain\ntopic write memwarden/v1/events/#\n"
+    broker, certs = await start_secured_broker(tmp_path / "mqtt", extra_acl=extra_acl)
+    settings = load_settings(
+        None,
+        env={},
+        home=tmp_path / "daemon",
+        api={"enabled": False},
+        mqtt={
+            "url": broker.url,
+            "username": "memwarden",
+            "password": USERS["memwarden"],
+            "ca_file": str(certs.ca),
+            "backoff_initial": "20ms",
+            "backoff_max": "200ms",
+            "max_agents": 2,
+        },
+        sensors={
+            "files": {"kind": "fs", "remote": True, "agents": ["edge1", "edge2", "edge3"]},
+            "only1": {"kind": "fs", "remote": True, "agents": ["edge1"]},
+            "anyone": {"kind": "fs", "remote": True},  # no agent list: events/anyone too
+        },
+    )
+    daemon = Daemon(settings, registry=Registry.from_classes({}))
+    task = asyncio.create_task(daemon.run(), name="test.daemon")
+    try:
+        await asyncio.wait_for(daemon.ready(), timeout=20)
+        assert daemon.mqtt is not None
+        await asyncio.wait_for(daemon.mqtt.connected(), timeout=20)
+        yield Secured(broker, certs, daemon)
+    finally:
+        daemon.request_stop()
+        await asyncio.wait_for(task, timeout=20)
+        broker.kill()
+
+
+async def _bound_block(daemon: Daemon, sensor: str) -> Any:
+    return await daemon.add_block(
+        {"content": f"bound to {sensor}", "bindings": [{"sensor": sensor, "path": "app.json"}]}
+    )
+
+
+async def test_the_broker_refuses_anonymous_clients_and_wrong_passwords(secured):
+    """No user, or a wrong password: the broker refuses the connection; nothing arrives."""
+    block = await _bound_block(secured.daemon, "files")
+    refute = event_json("files", "app.json", outcome="refuted", event_id="forged-1")
+    code, out = await secured.pub(None, f"{PREFIX}/events/files", refute)
+    assert code != 0
+    assert "not authori" in out.lower()
+    code, out = await secured.pub(
+        "edge1", f"{PREFIX}/agents/edge1/events/files", refute, password="guess"
+    )
+    assert code != 0
+    assert "not authori" in out.lower()
+    await secured.sync()
+    assert (await secured.daemon.store.counts())["events"] == 1  # the sync event only
+    assert (await secured.daemon.store.get(block.id)).state == block.state
+
+
+async def test_an_agent_cannot_publish_under_another_agents_or_the_daemons_topics(secured):
+    """The ACL: edge2 writing as edge1, on events/<sensor>, on bindings/ (retained, read by
+    every agent) or as edge1's heartbeat is dropped by the broker; nothing reaches the
+    daemon and edge1 still sees the daemon's bindings, not edge2's."""
+    block = await _bound_block(secured.daemon, "files")
+    refute = event_json("files", "app.json", outcome="refuted", agent="edge1/r", seq=1)
+    for topic, payload, retain in (
+        (f"{PREFIX}/agents/edge1/events/files", refute, False),
+        (f"{PREFIX}/events/files", refute, False),
+        (f"{PREFIX}/events/anyone", event_json("anyone", "app.json"), False),
+        (f"{PREFIX}/agents/edge1/heartbeat", b'{"agent": "edge1/r", "seq": 1000}', False),
+        (f"{PREFIX}/bindings/files", b'[{"block_id": "evil", "binding": {}}]', True),
+        (f"{PREFIX}/revalidate/files", b"{}", False),
+    ):
+        code, out = await secured.pub("edge2", topic, payload, retain=retain)
+        assert code == 0, out  # MQTT 3.1.1: the broker acknowledges and drops
+    await secured.sync()
+    assert (await secured.daemon.store.counts())["events"] == 1
+    assert (await secured.daemon.store.get(block.id)).state == block.state
+    assert secured.bridge.rejected.total() == 0  # refused by the broker, not the bridge
+    assert (
+        "edge1" not in secured.bridge.gaps.agents or secured.bridge.gaps.agents["edge1"].gaps == 0
+    )  # no fake gap from a forged heartbeat
+    denied = [line for line in secured.broker.log if "Denied PUBLISH from edge2" in line]
+    assert len(denied) == 6, secured.broker.log[-20:]
+    code, out = await mqtt_tool(
+        MOSQUITTO_SUB, *secured.tls(), "-u", "edge1", "-P", USERS["edge1"],
+        "-t", f"{PREFIX}/bindings/files", "-C", "1", "-W", "10",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "evil" not in out
+    assert block.id in out  # the daemon's retained bindings
+
+
+async def test_a_payload_claiming_another_agent_or_sensor_is_refused_by_the_bridge(secured):
+    """On its own topics an agent still cannot claim another agent's identity, report for
+    a sensor that does not take it, speak as review, or aim at a block not bound to the
+    sensor: each is dead-lettered with the reason; no state changes, no gap is followed."""
+    block = await _bound_block(secured.daemon, "files")
+    only1 = await _bound_block(secured.daemon, "only1")
+    own = f"{PREFIX}/agents/edge2/events"
+    hostile = [
+        (
+            f"{own}/files",
+            event_json("files", "app.json", outcome="refuted", agent="edge1/r", seq=9),
+        ),
+        (
+            f"{own}/only1",
+            event_json("only1", "app.json", outcome="refuted", agent="edge2/r", seq=1),
+        ),
+        (f"{own}/review", event_json("review", block_id=block.id, outcome="refuted")),
+        (f"{own}/files", event_json("files", block_id=only1.id, outcome="refuted")),
+    ]
+    for topic, payload in hostile:
+        code, out = await secured.pub("edge2", topic, payload)
+        assert code == 0, out
+    await secured.sync()
+    assert dict(secured.bridge.rejected) == {
+        "agent_mismatch": 1,
+        "agent_not_allowed": 1,
+        "not_remote_sensor": 1,
+        "block_not_bound": 1,
+    }
+    reasons = " | ".join(r for _, r in await secured.letters())
+    assert "event says agent 'edge1/r' but came on memwarden/v1/agents/edge2/events/files" in (
+        reasons
+    )
+    assert "takes events only from agents ['edge1']" in reasons
+    assert f"block {only1.id!r} has no binding for sensor 'files'" in reasons
+    assert (await secured.daemon.store.counts())["events"] == 1
+    assert (await secured.daemon.store.get(block.id)).state == block.state
+    assert (await secured.daemon.store.get(only1.id)).state == only1.state
+    assert "edge1" not in secured.bridge.gaps.agents  # the claimed identity is not followed
+
+
+async def test_gap_tracking_follows_only_checked_agents_and_is_bounded(secured):
+    """max_agents = 2: a third agent evicts the least recently heard (gap figures and
+    status); an unchecked `agent` field (refused event, non-agent client) is never followed."""
+    for agent_id in ("edge1", "edge2", "edge3"):
+        topic = f"{PREFIX}/agents/{agent_id}/status"
+        status = json.dumps({"status": "online", "agent": f"{agent_id}/r", "sensors": ["files"]})
+        assert (await secured.pub(agent_id, topic, status))[0] == 0
+        for seq in (1, 3):  # seq 2 lost: a gap
+            payload = event_json("files", "gap.txt", agent=f"{agent_id}/r", seq=seq)
+            code, out = await secured.pub(
+                agent_id, f"{PREFIX}/agents/{agent_id}/events/files", payload
+            )
+            assert code == 0, out
+    # A client that is not an agent: its `agent` field counts only once the event passed.
+    ghost = event_json("nosuch", "gap.txt", agent="ghost/r", seq=5)
+    assert (await secured.pub("plain", f"{PREFIX}/events/nosuch", ghost))[0] == 0
+    await wait_accepted(secured.daemon, 6)
+    gaps = secured.bridge.gaps
+    assert list(gaps.agents) == ["edge2", "edge3"]  # edge1, heard least recently, went first
+    assert gaps.agents["edge3"].gaps == 1
+    assert gaps.evicted >= 1
+    assert "ghost" not in gaps.agents
+    assert len(secured.bridge.agents) <= 2
+    assert "edge1" not in secured.bridge.agents
+
+
+async def test_the_daemon_and_a_real_agent_work_through_the_documented_config_over_tls(
+    secured, tmp_path
+):
+    """The agent (user edge1) announces itself, gets its bindings and delivers an event;
+    a client that does not speak TLS to the TLS listener gets nowhere."""
+    block = await _bound_block(secured.daemon, "files")
+    world = tmp_path / "world"
+    world.mkdir()
+    settings = load_settings(
+        None,
+        env={},
+        home=tmp_path / "agent",
+        mqtt={
+            "url": secured.broker.url,
+            "username": "edge1",
+            "password": USERS["edge1"],
+            "ca_file": str(secured.certs.ca),
+            "backoff_initial": "20ms",
+            "backoff_max": "200ms",
+        },
+        agent={"id": "edge1", "heartbeat_interval": "200ms"},
+        sensors={"files": {"kind": "fs", "roots": [str(world)], "debounce_ms": 0}},
+    )
+    agent = Agent(settings, registry=Registry.from_classes({"fs": FsSensor}))
+    task = asyncio.create_task(agent.run(), name="test.agent")
+    try:
+        await asyncio.wait_for(agent.connected(), timeout=20)
+        ctx = agent.runners["files"].ctx
+        await poll_until(lambda: [b.block_id for b in ctx.bindings] == [block.id], timeout_s=10)
+        await ctx.emit(ctx.event("app.json", "changed", observed=1))
+        await wait_accepted(secured.daemon, 1)
+        await poll_until(
+            lambda: (
+                secured.bridge.agents.get("edge1") is not None
+                and secured.bridge.agents["edge1"].status == "online"
+            ),
+            timeout_s=10,
+        )
+        events = await secured.daemon.store.events_for(block.id, limit=10)
+        assert [(e.sensor, e.outcome) for e in events] == [("files", "changed")]
+    finally:
+        agent.request_stop()
+        await asyncio.wait_for(task, timeout=20)
+    plain = ["-h", "127.0.0.1", "-p", str(secured.broker.port)]
+    code, _ = await mqtt_tool(
+        MOSQUITTO_PUB, *plain, "-u", "edge1", "-P", USERS["edge1"], "-t", "x", "-m", "y",
+        timeout_s=30,
+    )  # fmt: skip
+    assert code != 0
+
+
+def test_the_gap_tracker_forgets_idle_agents():
+    """An agent not heard from for the idle timeout is forgotten, runs included."""
+    clock = FakeClock(1000.0)
+    gaps = GapTracker(max_agents=10, idle_s=60.0, clock=clock.time)
+    assert gaps.seen("a/r", 1) is None
+    assert gaps.seen("a/r", 3) == (2, 2)
+    clock.advance(30)
+    gaps.seen("b/r", 1)
+    clock.advance(31)  # a: 61 s idle, b: 31 s
+    gaps.seen("c/r", 1)
+    assert list(gaps.agents) == ["b", "c"]
+    assert not gaps.known("a/r")
+    assert gaps.evicted == 1
