@@ -1,4 +1,4 @@
-"""One misbehaving plugin breaks nothing else (DESIGN.md sections 5 and 6).
+"""One misbehaving plugin breaks nothing else.
 
 Each test runs a misbehaving sensor beside the well-behaved ``echo`` and proves that
 echo's blocks still come back fresh while the other one is contained.

@@ -1,4 +1,4 @@
-"""Bad input is a clear error naming the field, and nothing is written (DESIGN.md section 5)."""
+"""Bad input is a clear error naming the field, and nothing is written."""
 
 from __future__ import annotations
 

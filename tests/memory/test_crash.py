@@ -1,4 +1,4 @@
-"""Nothing acknowledged is lost: kill -9 mid-stream (DESIGN.md section 5)."""
+"""Nothing acknowledged is lost: kill -9 mid-stream."""
 
 from __future__ import annotations
 

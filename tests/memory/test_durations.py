@@ -1,4 +1,4 @@
-"""Durations as people write them (DESIGN.md section 1 defaults, STYLE.md error messages)."""
+"""Durations as people write them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""User text never runs as FTS5 syntax (DESIGN.md section 3 'query text sanitized')."""
+"""User text never runs as FTS5 syntax."""
 
 from __future__ import annotations
 

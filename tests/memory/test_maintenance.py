@@ -1,5 +1,5 @@
 """The store's maintenance passes: accesses and core promotion, decay, the heuristic cycle,
-consolidation, explain and health (DESIGN.md section 2, seeds 000-004), on real SQLite files."""
+consolidation, explain and health, on real SQLite files."""
 
 from __future__ import annotations
 
@@ -208,7 +208,7 @@ def test_sql_retention_never_rises_nor_drops_below_the_floor(  # noqa: PLR0917 -
         conn.close()
 
 
-# ------------------------------------------------------------------ core promotion (seed 000)
+# ------------------------------------------------------------------ core promotion (the core rule)
 
 # (time since creation, session) of each retrieval of "User is allergic to peanuts"
 _LIFECYCLE = [
@@ -227,7 +227,7 @@ _LIFECYCLE = [
 
 
 async def test_seed_000_lifecycle_through_search(make_store, tmp_path, clock):
-    """Seed 000 end to end: retrievals by search in 5 sessions make the block core at
+    """The core rule end to end: retrievals by search in 5 sessions make the block core at
     access 11 (stability ~0.87), and the promotion reaches the score log."""
     store = await make_store(score_log=tmp_path / "scores.jsonl")
     block = await store.add(
@@ -275,7 +275,7 @@ async def test_seed_000_lifecycle_through_search(make_store, tmp_path, clock):
     ("gap_s", "stability"), [(10.0, 0.37), (2 * H, 1.0)], ids=["burst", "spaced"]
 )
 async def test_seed_000_hundred_reads_in_one_session_do_not_promote(store, clock, gap_s, stability):
-    """Seed 000: a block read 100 times in a single session never becomes core."""
+    """The core rule: a block read 100 times in a single session never becomes core."""
     block = await store.add({"content": "User prefers window seats", "tier": "long_term"})
     for _ in range(100):
         clock.advance(gap_s)
@@ -304,7 +304,7 @@ async def test_search_records_only_with_a_session(store, clock):
 
 
 async def test_seed_000_hard_refutation_demotes_core(store, clock):
-    """Seed 000: 'User lives in Portland', core, refuted by a review goes back to
+    """The core rule: 'User lives in Portland', core, refuted by a review goes back to
     long_term with its stability reset."""
     block = await store.add({"content": "User lives in Portland", "tier": "core"})
     for session in ("a", "b", "c"):
@@ -445,11 +445,11 @@ async def test_heuristic_cycle_agrees_with_the_rule(store):
     assert (await store.heuristic_cycle())["blocks"] == 0  # counts were reset
 
 
-# ------------------------------------------------------------------ consolidation (seed 001)
+# ------------------------------------------------------------- consolidation (the composite scorer)
 
 PYTHON = "I like programming in Python. Python is my favourite language; I prefer it for scripting."
 _STEADY = {"consistency": 2.0, "emotional_weight": 1.0}
-# access times and sessions of seed 001's gradual example, by day
+# access times and sessions of the composite scorer's gradual example, by day
 _READS = {
     1: [(T0 + 1 * H, "s1"), (T0 + 3 * H, "s1")],
     2: [(T0 + D + 2 * H, "s2"), (T0 + D + 6 * H, "s2")],
@@ -464,7 +464,7 @@ async def _read_on(store: Store, clock: FakeClock, block_id: str, day: int) -> N
 
 
 async def test_consolidation_promotes_the_gradual_python_preference(make_store, tmp_path, clock):
-    """Seed 001's gradual example through the store: 6.3 on day 2 stays short_term, 7.9 on
+    """The gradual example (docs/RULES.md) through the store: 6.3 on day 2 stays short_term, 7.9 on
     day 3 is promoted; stale, unreliable and ephemeral candidates are refused; every
     score goes to the JSONL score log with its breakdown."""
     log_path = tmp_path / "scores.jsonl"

@@ -1,4 +1,4 @@
-"""The domain model's validation (DESIGN.md sections 1 and 7, section 5 'a clear error')."""
+"""The domain model's validation."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def test_info_type_and_volatility_derive_each_other(given, info_type, volatility
 
 
 def test_default_volatility_table():
-    """default_volatility maps each info type to DESIGN.md's volatility."""
+    """default_volatility maps each info type to its default volatility."""
     assert [default_volatility(t) for t in InfoType] == [
         Volatility.LOW,
         Volatility.MEDIUM,

@@ -1,4 +1,4 @@
-"""The published JSON Schemas match the models (DESIGN.md section 7: 'a published JSON Schema')."""
+"""The published JSON Schemas match the models."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The SQLite store on a real file (DESIGN.md sections 1-3, 5 and 6)."""
+"""The SQLite store on a real file."""
 
 from __future__ import annotations
 

@@ -187,7 +187,7 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
     app = FastAPI(
         title="memwarden",
         version=__version__,
-        description="Keeps an AI agent's memory true. DESIGN.md §7 is the contract.",
+        description="Keeps an AI agent's memory true. docs/ARCHITECTURE.md describes the contract.",
         responses={
             400: {"model": ErrorMessage, "description": "The request could not be used."},
             401: {"model": ErrorMessage, "description": "Missing or wrong token."},

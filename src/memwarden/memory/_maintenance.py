@@ -207,7 +207,7 @@ def _access_record(row: Sequence[Any]) -> BlockRecord:
 async def record_accesses(
     store: Store, block_ids: Sequence[str], *, session: str | None = None
 ) -> list[str]:
-    """Count one retrieval of each block (seed 000); returns the ids promoted to core.
+    """Count one retrieval of each block (the core rule); returns the ids promoted to core.
 
     In one writer job: an ``accesses`` row per retrieval, the ``(block, session)`` pair
     upserted in ``sessions`` (the first time a pair is seen counts a new session; no
@@ -372,7 +372,7 @@ async def decay_cycle(store: Store, *, chunk_rows: int | None = None) -> DecayRe
     per range: one ``UPDATE`` stores the retention as of now (the same SQL as search's;
     only rows whose value changes are rewritten), an ``INSERT ... SELECT`` writes an
     audit row per block to archive and one ``UPDATE`` archives them with a reason.
-    Never ``core``, never a block validated inside its window (seed 004).
+    Never ``core``, never a block validated inside its window (the archival rule, docs/RULES.md).
 
     Measured on 1 000 000 blocks (2 cores, WAL): about 1-3 s when a few thousand
     blocks decay out; a first cycle that archives 650 000 at once takes about 14 s,
@@ -440,7 +440,7 @@ async def decay_cycle(store: Store, *, chunk_rows: int | None = None) -> DecayRe
 
 
 async def heuristic_cycle(store: Store, *, chunk_rows: int | None = None) -> dict[str, Any]:
-    """Seed 003's self-tuning pass, set-based (the twin of ``policy.heuristic_cycle``).
+    """The self-tuning rules' self-tuning pass, set-based (the twin of ``policy.heuristic_cycle``).
 
     Over the blocks read since the previous cycle: >= 10 reads raise importance by 0.15,
     >= 5 by 0.05 (capped at 1.0); >= ``extend_min_accesses`` stretch the half-life x 1.3
@@ -513,7 +513,7 @@ class ConsolidationReport:
     scorer: str
     considered: int = 0  # blocks scored (past the SQL prefilter)
     candidates: int = 0  # of those, how many the scorer made candidates
-    fallback_used: int = 0  # scorings that fell back to seed 001's simple rule
+    fallback_used: int = 0  # scorings that fell back to the composite scorer's simple rule
     promoted: list[str] = field(default_factory=list)
     refused: dict[str, list[str]] = field(default_factory=dict)  # candidates refused, why
     duration_s: float = 0.0
@@ -823,7 +823,7 @@ async def explain(store: Store, block_id: str) -> dict[str, Any]:
 async def health(
     store: Store, *, failing_sensors: Iterable[str] = (), sensors_total: int = 0
 ) -> HealthReport:
-    """The health report (seed 003) from two aggregate queries over the store."""
+    """The health report (the self-tuning rules) from two aggregate queries over the store."""
     _, read = _ops(store)
     cfg = store.policy
     now = store.clock.time()

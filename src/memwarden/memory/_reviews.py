@@ -42,7 +42,7 @@ __all__ = [
     "queue_review",
 ]
 
-REVIEW_RELIABILITY = 0.95  # DESIGN.md §1: human review
+REVIEW_RELIABILITY = 0.95  # a person's confirmation
 MAX_COMMENT_CHARS = 4096  # an event message holds at most this much
 _STATUSES = ("pending", "decided", "all")
 _COLUMNS = "id, block_id, reason, status, created_at, decided_at, decided_by, decision, comment"
@@ -323,7 +323,7 @@ async def escalation_candidates(
     - of ``block_ids`` (the blocks bound to the review sensor): those whose reliability
       is below ``below``, and those past their validity window;
     - with ``unbound_low_volatility``: low-volatility blocks bound to no sensor at all
-      that are past their window (the human review cycle of DESIGN.md §1) or below
+      that are past their window (the human review cycle) or below
       ``below``; nothing else can ever check them.
 
     Refuted blocks are left out: a refutation is a verdict (the rules already queue the

@@ -1,5 +1,5 @@
 # Copyright 2026 memwarden contributors. MIT License.
-"""The promotion score log: one JSON line per scoring, kept apart from the blocks (seed 002).
+"""The promotion score log: one JSON line per scoring, kept apart from the blocks.
 
 Each line says when, which block, which scorer, the total, the full breakdown and the
 verdict, so a promotion can be explained months later. The file rotates by size like

@@ -1270,7 +1270,7 @@ class Store:
         return await _maintenance.decay_cycle(self, chunk_rows=chunk_rows)
 
     async def heuristic_cycle(self, *, chunk_rows: int | None = None) -> dict[str, Any]:
-        """Seed 003's self-tuning pass over the blocks read since the previous one."""
+        """The self-tuning rules' self-tuning pass over the blocks read since the previous one."""
         return await _maintenance.heuristic_cycle(self, chunk_rows=chunk_rows)
 
     async def consolidate(self, *, limit: int | None = None) -> _maintenance.ConsolidationReport:
@@ -1410,7 +1410,7 @@ def _apply_patch(rec: BlockRecord, changes: dict[str, Any], now: float, cfg: Pol
     """Apply an edit to a record; True when the text changed (a new version).
 
     A new text was never checked: the block becomes unverified again, its window
-    restarts, and a core block is demoted (seed 000: an update demotes).
+    restarts, and a core block is demoted (the core rule: an update demotes).
     """
     text_changed = any(
         k in changes and changes[k] != getattr(rec, k) for k in ("title", "content", "tags")

@@ -1,5 +1,5 @@
 # Copyright 2026 memwarden contributors. MIT License.
-"""Retention, archival and the heuristic cycle (DESIGN.md section 2 "Decay")."""
+"""Retention, archival and the heuristic cycle."""
 
 from __future__ import annotations
 
@@ -183,7 +183,7 @@ def test_archive_reason_explains_itself():
     ],
 )
 def test_heuristic_cycle(overrides, importance, half_life_d):
-    """Seed 003's cycle: importance bumps at 5 and 10 accesses, half-life x 1.3 up to a cap."""
+    """Self-tuning: importance bumps at 5 and 10 accesses, half-life x 1.3 up to a cap."""
     rec = _rec(**{"importance": 0.5, **overrides})
     heuristic_cycle(rec, CFG)
     assert rec.importance == pytest.approx(importance)

@@ -1,5 +1,5 @@
 # Copyright 2026 memwarden contributors. MIT License.
-"""The 0-100 health score and its warnings (seed 003 plus memwarden's own)."""
+"""The 0-100 health score and its warnings (the self-tuning rules plus memwarden's own)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 # Copyright 2026 memwarden contributors. MIT License.
-"""Promotion: the composite and multi-axis scorers, the consolidation pass, core (seeds 000-002)."""
+"""Promotion: the composite and multi-axis scorers, the consolidation pass, core (docs/RULES.md)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _candidate(**overrides: Any) -> ScoreResult:
     return ScoreResult(**fields)
 
 
-# ------------------------------------------------------------------ seed 001, example 1
+# ------------------------------------------------------------------ the composite scorer, example 1
 
 _D1 = [T0 + 1 * H, T0 + 3 * H]
 _D2 = [*_D1, T0 + D + 2 * H, T0 + D + 6 * H]
@@ -107,7 +107,7 @@ _PYTHON_DAYS: dict[int, tuple[float, list[float], int, dict[str, float], int]] =
     ],
 )
 def test_seed_001_gradual_promotion(day, seed_score, promoted):
-    """Seed 001 example 1: 'I like programming in Python' scores ~4.2, ~6.1, ~7.8 -> promoted."""
+    """Composite, example 1: 'I like programming in Python' scores ~4.2, ~6.1, ~7.8 -> promoted."""
     now, times, sessions, signals, reinforcements = _PYTHON_DAYS[day]
     rec = _rec(
         content=PYTHON,
@@ -123,7 +123,7 @@ def test_seed_001_gradual_promotion(day, seed_score, promoted):
 
 
 def test_seed_001_immediate_promotion_by_correction():
-    """Seed 001 example 2: 'Actually, I prefer React over Vue' is a candidate at once."""
+    """Composite scorer, example 2: 'Actually, I prefer React over Vue' is a candidate at once."""
     now = T0 + 5 * M
     react = _rec(
         content="Actually, I prefer React over Vue",
@@ -140,7 +140,7 @@ def test_seed_001_immediate_promotion_by_correction():
 
 
 def test_seed_001_promotion_blocked_by_contradiction():
-    """Seed 001 example 3: a preference near 6.8 is contradicted and cannot be promoted."""
+    """Composite scorer, example 3: a preference near 6.8 is contradicted and cannot be promoted."""
     times = [T0 + 2 * H, T0 + 20 * H, T0 + D + 4 * H, T0 + 2 * D + 3 * H]
     before = _rec(
         content="I like working late at night. I love the quiet; I prefer my evenings for focus.",
@@ -190,7 +190,7 @@ def test_seed_001_promotion_blocked_by_contradiction():
     ],
 )
 def test_immediate_triggers(signals, sessions, access, trigger):
-    """Seed 001's four fast tracks make a 10-minute-old block a candidate regardless of score."""
+    """Four fast tracks make a 10-minute-old block a candidate regardless of score."""
     rec = _rec(signals=signals, access_count=access)
     result = score_composite(PromotionInputs(rec, T0 + 10 * M, [], sessions), CFG)
     assert result.trigger == trigger
@@ -230,7 +230,7 @@ def test_minimum_requirements(age_h, access, blocked):
 
 
 def test_distributed_access_beats_clustered():
-    """Seed 001: 4 reads over 3 days earn the full spread bonus; 5 reads in an hour earn none."""
+    """Composite: 4 reads over 3 days earn the full spread bonus; 5 reads in an hour earn none."""
     now = T0 + 4 * D
     clustered = [T0 + 3 * D + i * 15 * M for i in range(5)]
     spread = [T0 + i * D for i in range(4)]
@@ -265,7 +265,7 @@ def test_recent_access_weighs_more():
     ],
 )
 def test_content_markers(content, expected):
-    """Seed 001's content analysis finds identity, preference, belief and factual markers."""
+    """Content analysis finds identity, preference, belief and factual markers."""
     counts = content_markers(_rec(content=content))
     assert {k: v for k, v in counts.items() if v} == expected
 
@@ -309,7 +309,7 @@ def test_semantic_importance_is_capped():
     ids=["passes the simple rule", "fails it", "too young, too little reinforced, contradicted"],
 )
 def test_fallback_when_scoring_fails(overrides, candidate, blocked):
-    """A broken signal makes scoring fail; seed 001's simple rule decides, and says so."""
+    """A broken signal makes scoring fail; the simple fallback rule decides, and says so."""
     rec = _rec(signals={"emotional_weight": math.nan}, **overrides)
     result = score_composite(PromotionInputs(rec, T0 + 2 * D, [], 1), CFG)
     assert result.fallback_used
@@ -351,7 +351,7 @@ def test_score_result_as_dict_is_json():
     }
 
 
-# ------------------------------------------------------------------ multi-axis (seed 002)
+# --------------------------------------------------------------- multi-axis (the multi-axis scorer)
 
 
 def test_multi_axis_breakdown_and_candidate():
@@ -476,7 +476,7 @@ def test_consolidation_promotes_a_sound_candidate():
     assert consolidation_verdict(_rec(), _candidate(), T0 + D, CFG) == (True, [])
 
 
-# ------------------------------------------------------------------ core (seed 000)
+# ------------------------------------------------------------------ core (the core rule)
 
 # (time since creation, new session?) for each retrieval of "User is allergic to peanuts"
 _LIFECYCLE = [
@@ -495,7 +495,7 @@ _LIFECYCLE = [
 
 
 def test_seed_000_core_lifecycle():
-    """Seed 000: 0.37 at start, ~0.6 after 5 reads in 3 sessions, core at read 11 (~0.88, 5)."""
+    """Core: 0.37 at start, ~0.6 after 5 reads in 3 sessions, core at read 11 (~0.88, 5)."""
     rec = _rec(
         content="User is allergic to peanuts",
         tier="long_term",
@@ -527,7 +527,7 @@ def test_seed_000_core_lifecycle():
     ids=["a burst", "spaced, but one session"],
 )
 def test_seed_000_hundred_reads_in_one_session_do_not_promote(gap_s, blockers):
-    """Seed 000: a memory read 100 times in a single session never becomes core."""
+    """The core rule: a memory read 100 times in a single session never becomes core."""
     rec = _rec(tier="long_term", session_count=1)
     promoted = [
         record_access(rec, T0 + 2 * H + i * gap_s, new_session=False, cfg=CFG) for i in range(100)
@@ -557,7 +557,7 @@ def test_out_of_order_access_keeps_the_latest_time():
 
 
 def test_new_record_starts_at_initial_stability():
-    """A record with no stability yet starts from seed 000's 0.37."""
+    """A record with no stability yet starts from the core rule's 0.37."""
     rec = _rec(tier="long_term", stability=0.0)
     record_access(rec, T0 + 10 * M, new_session=False, cfg=CFG)
     assert rec.stability == pytest.approx(0.37)
@@ -592,7 +592,7 @@ def test_core_needs_a_lasting_long_term_block(overrides, blocker):
 
 
 def test_seed_000_contradiction_demotes_core():
-    """Seed 000: 'moved from Portland to Seattle' demotes 'lives in Portland' from core."""
+    """The core rule: 'moved from Portland to Seattle' demotes 'lives in Portland' from core."""
     rec = _rec(
         content="User lives in Portland",
         tier="core",

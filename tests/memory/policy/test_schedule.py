@@ -1,5 +1,5 @@
 # Copyright 2026 memwarden contributors. MIT License.
-"""No staleness storm after downtime: spread, Nagios reset, rate limit (DESIGN.md section 6)."""
+"""No staleness storm after downtime: spread, Nagios reset, rate limit."""
 
 from __future__ import annotations
 

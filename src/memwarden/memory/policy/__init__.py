@@ -2,7 +2,7 @@
 """The rules: pure functions over a block record and an explicit ``now``.
 
 Nothing here does I/O or reads the clock. Every threshold lives in :class:`PolicyConfig`,
-whose defaults are DESIGN.md's numbers; ``docs/RULES.md`` explains each rule.
+whose defaults are the documented numbers; ``docs/RULES.md`` explains each rule.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # Copyright 2026 memwarden contributors. MIT License.
-"""Every threshold the rules use, with DESIGN.md's numbers as defaults."""
+"""Every threshold the rules use, with the documented numbers as defaults."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _per_volatility(
 
 
 class EvidenceConfig(BaseModel):
-    """What an event does to a block (DESIGN.md §2 'Applying an event', §6 soft/hard)."""
+    """What an event does to a block."""
 
     model_config = _FROZEN
 
@@ -127,7 +127,7 @@ class StalenessConfig(BaseModel):
 
 
 class DecayConfig(BaseModel):
-    """Retention, archival and the heuristic cycle (seeds 003 and 004)."""
+    """Retention, archival and the heuristic cycle (docs/RULES.md)."""
 
     model_config = _FROZEN
 
@@ -150,7 +150,7 @@ class DecayConfig(BaseModel):
 
 
 class CompositeConfig(BaseModel):
-    """The default short-term → long-term scorer (seed 001)."""
+    """The default short-term → long-term scorer (the composite scorer, docs/RULES.md)."""
 
     model_config = _FROZEN
 
@@ -182,7 +182,7 @@ class CompositeConfig(BaseModel):
     fallback_importance: Annotated[float, Field(ge=0, le=10)] = 5.0
     fallback_reinforcement: Annotated[int, Field(ge=0)] = 3
     fallback_age: Duration = timedelta(hours=24)
-    # Not numbered in seed 001; our choices (docs/RULES.md, "Composite scorer").
+    # Not numbered in the composite scorer; our choices (docs/RULES.md, "Composite scorer").
     spread_gap: Duration = timedelta(hours=1)  # a gap this long counts as "distributed"
     spread_full: Duration = timedelta(days=3)  # an access span this long earns the full bonus
     recency_half_life: Duration = timedelta(days=7)  # access score x recency factor
@@ -219,7 +219,7 @@ def _default_axis_weights() -> dict[Axis, float]:
 
 
 class MultiAxisConfig(BaseModel):
-    """The six-axis scorer (seed 002): weights must sum to one or the config is rejected."""
+    """The six-axis scorer (docs/RULES.md): weights must sum to one or the config is rejected."""
 
     model_config = _FROZEN
 
@@ -245,7 +245,7 @@ class MultiAxisConfig(BaseModel):
 
 
 class CoreConfig(BaseModel):
-    """long_term → core on retrieval (seed 000)."""
+    """long_term → core on retrieval (the core rule, docs/RULES.md)."""
 
     model_config = _FROZEN
 
@@ -270,7 +270,7 @@ class PromotionConfig(BaseModel):
 
 
 class HealthConfig(BaseModel):
-    """The 0-100 health score and its warnings (seed 003 plus ours)."""
+    """The 0-100 health score and its warnings (the health and self-tuning rules plus ours)."""
 
     model_config = _FROZEN
 

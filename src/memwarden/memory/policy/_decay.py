@@ -1,5 +1,5 @@
 # Copyright 2026 memwarden contributors. MIT License.
-"""Retention, archival and the heuristic cycle (DESIGN.md section 2 "Decay"; seeds 003, 004).
+"""Retention, archival and the heuristic cycle (docs/RULES.md).
 
 ``retention = max(floor, importance * 2 ** (-age / half_life))``. Age counts from the
 block's last touch (the later of validation, access and creation); the half-life is the
@@ -70,7 +70,7 @@ def archive_reason(rec: BlockRecord, now: float, cfg: PolicyConfig) -> str | Non
     """Why the block should move to cold storage now, or ``None`` when it stays.
 
     Never for ``core`` (its floor sits above the threshold anyway), never for a block
-    validated inside its window (seed 004: validation prevents archiving), never twice.
+    validated inside its window (the archival rule: validation prevents archiving), never twice.
     """
     if rec.state == _ARCHIVED or rec.tier == _CORE:
         return None
@@ -89,7 +89,7 @@ def archive_reason(rec: BlockRecord, now: float, cfg: PolicyConfig) -> str | Non
 
 
 def heuristic_cycle(rec: BlockRecord, cfg: PolicyConfig) -> dict[str, object]:
-    """The periodic self-tuning pass over one block (seed 003's heuristic cycle).
+    """The periodic self-tuning pass over one block (the self-tuning rules' heuristic cycle).
 
     Counts the accesses since the previous cycle: >= 10 raise importance by 0.15, >= 5 by
     0.05 (capped at 1.0); at least ``extend_min_accesses`` stretch the half-life by 1.3,

@@ -139,7 +139,7 @@ def apply_event(
     validity_window_s: float | None = None,
     settled_by_binding: bool = True,
 ) -> Effect:
-    """Apply one observation to a block (DESIGN.md §2 and §6).
+    """Apply one observation to a block.
 
     ``observed_at`` is the time that counts; an observation not newer than the block's
     last validation changes nothing (a replayed message never makes a fact fresh).

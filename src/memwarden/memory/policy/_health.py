@@ -1,5 +1,5 @@
 # Copyright 2026 memwarden contributors. MIT License.
-"""The 0-100 health score and its categorized warnings (seed 003, plus memwarden's own).
+"""The 0-100 health score and its categorized warnings (docs/RULES.md, "Health").
 
 The score starts at 100 and each warning takes off its penalty (:data:`HEALTH_PENALTIES`);
 it never goes below 0. Status: green at >= 80, amber at >= 50, red below. Every
@@ -95,7 +95,7 @@ def _stale_warnings(inputs: HealthInputs) -> list[HealthWarning]:
                 f"all {inputs.total} blocks are stale: are the sensors running?",
             )
         ]
-    if inputs.stale_share > 0.5:  # seed 003: "majority", not a tunable
+    if inputs.stale_share > 0.5:  # the health and self-tuning rules: "majority", not a tunable
         return [
             HealthWarning(
                 "majority_stale",
@@ -117,7 +117,7 @@ def _sensor_warnings(inputs: HealthInputs) -> list[HealthWarning]:
 
 
 def health_report(inputs: HealthInputs, cfg: PolicyConfig) -> HealthReport:
-    """Score the memory's health 0..100 and say why (seed 003's categories plus ours)."""
+    """Score the memory's health 0..100 and say why (docs/RULES.md)."""
     h = cfg.health
     warnings = _stale_warnings(inputs) + _sensor_warnings(inputs)
     if inputs.total > h.low_retention_min_blocks and inputs.avg_retention < h.low_retention:

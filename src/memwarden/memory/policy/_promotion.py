@@ -1,11 +1,11 @@
 # Copyright 2026 memwarden contributors. MIT License.
 """Promotion: short_term -> long_term by a scorer and a consolidation pass; long_term -> core.
 
-A scorer (seed 001's ``composite`` or seed 002's ``multi_axis``) turns a block into a
+A scorer (``composite`` or ``multi_axis``, docs/RULES.md) turns a block into a
 :class:`ScoreResult`: a total, its full breakdown and whether the block is a *candidate*.
 A high score is necessary, never sufficient: :func:`consolidation_verdict` makes the
 final call and refuses whatever is not known to be true and lasting. Core promotion
-(seed 000) is checked on retrieval by :func:`record_access`.
+(the core rule, docs/RULES.md) is checked on retrieval by :func:`record_access`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ _GONE = frozenset({BlockState.ARCHIVED.value, BlockState.REFUTED.value})
 _DOUBTFUL = frozenset({BlockState.STALE.value, BlockState.REFUTED.value, BlockState.ARCHIVED.value})
 _SCAN_CHARS = 4096  # content analysis reads the title and the start of the content
 
-# Seed 001's content analysis, run over lowercased text (faster than IGNORECASE). Each
+# The composite scorer's content analysis, run over lowercased text (faster than IGNORECASE). Each
 # pattern counts occurrences; the weights live in config.
 _MARKERS: dict[str, re.Pattern[str]] = {
     "identity": re.compile(r"\bmy name is\b|\bi(?: am|'m) (?:a|an)\b|\bi was born\b|\bi work as\b"),
@@ -98,7 +98,7 @@ class ScoreResult:
     candidate: bool
     trigger: str | None = None  # an immediate trigger that bypassed the score
     blocked: list[str] = field(default_factory=list)  # why a good score is not enough
-    fallback_used: bool = False  # scoring failed; seed 001's simple rule decided
+    fallback_used: bool = False  # scoring failed; the composite scorer's simple rule decided
     error: str | None = None  # what made scoring fail
 
     def as_dict(self) -> dict[str, object]:
@@ -138,7 +138,7 @@ def _saturate(x: float, scale: float) -> float:
 
 
 def content_markers(rec: BlockRecord) -> dict[str, int]:
-    """How often each of seed 001's content markers occurs in the block's title and text."""
+    """How often each content marker occurs in the block's title and text."""
     text = f"{rec.title}\n{rec.content}"[:_SCAN_CHARS].lower()
     return {name: len(pattern.findall(text)) for name, pattern in _MARKERS.items()}
 
@@ -154,7 +154,7 @@ def _cooldown_block(rec: BlockRecord, now: float, cooldown_s: float) -> str | No
     return f"contradiction {(now - last) / _HOUR:.1f}h ago (cooldown {_hours(cooldown_s)})"
 
 
-# ------------------------------------------------------------- composite (seed 001)
+# ------------------------------------------------------------- composite (the composite scorer)
 
 
 def _time_spread(times: list[float], c: CompositeConfig) -> float:
@@ -254,11 +254,11 @@ def _immediate_trigger(inputs: PromotionInputs, c: CompositeConfig) -> str | Non
 
 
 def _fallback(inputs: PromotionInputs, cfg: PolicyConfig, error: str) -> ScoreResult:
-    """Seed 001's simple rule, used when scoring fails (the cooldown still applies)."""
+    """The composite scorer's simple rule, used when scoring fails (the cooldown still applies)."""
     c = cfg.promotion.composite
     rec = inputs.record
     age_s = inputs.now - rec.created_at
-    importance = rec.importance * 10.0  # the rule reads importance on seed 001's 0..10 scale
+    importance = rec.importance * 10.0  # the rule reads importance on a 0..10 scale
     min_age_s = c.fallback_age.total_seconds()
     blocked: list[str] = []
     if rec.access_count < c.fallback_access_count:
@@ -291,13 +291,13 @@ def _fallback(inputs: PromotionInputs, cfg: PolicyConfig, error: str) -> ScoreRe
 
 
 def score_composite(inputs: PromotionInputs, cfg: PolicyConfig) -> ScoreResult:
-    """Seed 001's four-part score, 0..10; candidate at >= 7.0 once the minimums hold.
+    """The composite scorer's four-part score, 0..10; candidate at >= 7.0 once the minimums hold.
 
     access pattern 30 %, content stability 25 %, user engagement 25 %, semantic
     importance 20 %. Minimums: age >= 6 h, access >= 3, no contradiction within 24 h.
     An immediate trigger (user correction, explicit importance, >= 3 sessions, emotional
     weight with repeated access) makes a candidate whatever the score, but not within
-    the contradiction cooldown. When scoring fails, seed 001's fallback rule decides.
+    the contradiction cooldown. When scoring fails, the composite scorer's fallback rule decides.
     """
     c = cfg.promotion.composite
     rec, now = inputs.record, inputs.now
@@ -346,11 +346,11 @@ def score_composite(inputs: PromotionInputs, cfg: PolicyConfig) -> ScoreResult:
     )
 
 
-# ------------------------------------------------------------ multi-axis (seed 002)
+# ------------------------------------------------------------ multi-axis (the multi-axis scorer)
 
 
 def score_multi_axis(inputs: PromotionInputs, cfg: PolicyConfig) -> ScoreResult:
-    """Seed 002's six axes, each 0..1 through a saturating curve; a weighted sum in 0..1.
+    """Six axes, each 0..1 through a saturating curve; a weighted sum in 0..1.
 
     frequency     accesses, ``1 - e^(-n/5)``
     relevance     reliability x importance (already 0..1)
@@ -462,7 +462,7 @@ def consolidation_verdict(
     return not reasons, reasons
 
 
-# ---------------------------------------------------------------- core (seed 000)
+# ---------------------------------------------------------------- core (the core rule)
 
 
 def record_access(rec: BlockRecord, now: float, *, new_session: bool, cfg: PolicyConfig) -> bool:

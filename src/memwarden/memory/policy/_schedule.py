@@ -1,5 +1,5 @@
 # Copyright 2026 memwarden contributors. MIT License.
-"""When to send revalidation requests: no storm after downtime (DESIGN.md section 6).
+"""When to send revalidation requests: no storm after downtime.
 
 A daemon that was down must not fire every overdue request the moment it starts. On a
 restart :func:`plan_revalidations` spreads what is overdue evenly over
