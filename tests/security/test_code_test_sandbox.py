@@ -240,3 +240,23 @@ def test_the_python_of_this_suite_is_what_the_sandbox_binds():
     paths = interpreter_paths([sys.executable, "-m", "pytest"], os.environ.get("PATH"))
     assert any(sys.prefix == str(p) for p in paths)
     assert any(sys.base_prefix == str(p) for p in paths)
+
+
+def test_an_executable_in_a_home_bin_does_not_expose_the_home(tmp_path):
+    """Only a Python installation is bound whole; ~/bin/pytest binds just that file."""
+    from memwarden.sensors._sandbox import interpreter_paths  # noqa: PLC0415
+
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    (home / ".ssh").mkdir()
+    exe = home / "bin" / "pytest"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    assert interpreter_paths([str(exe)], None) == [exe]
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    paths = interpreter_paths([str(venv / "bin" / "python")], None)
+    assert paths[0] == venv
+    assert home not in paths

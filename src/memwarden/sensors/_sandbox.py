@@ -54,24 +54,34 @@ def find_bwrap(path: str | None = None) -> str | None:
 
 
 def interpreter_paths(command: Sequence[str], path_env: str | None) -> list[Path]:
-    """The prefixes the command's executable needs: its venv and the Python behind it.
+    """What the command's executable needs to run: its venv and the Python behind it.
 
     For ``/x/.venv/bin/python`` that is ``/x/.venv`` and, through the symlink, the base
-    installation (``/usr``, ``~/.pyenv/versions/3.12.1`` ...). A ``/`` is never returned.
+    installation (``/usr``, ``~/.pyenv/versions/3.12.1`` ...). A directory is returned only
+    when it is a Python installation (``pyvenv.cfg`` or ``lib/python3.*`` in it), so that
+    ``~/bin/pytest`` never exposes the whole home directory: then only the executable
+    itself (and what it links to) is returned.
     """
     exe = command[0]
     found = exe if os.sep in exe else shutil.which(exe, path=path_env)
-    out: list[Path] = []
-    candidates: list[Path] = []
-    if found is not None:
-        candidates += [Path(found).absolute(), Path(found).resolve()]
-    if Path(exe).name.startswith("python") or exe == sys.executable:
+    if found is None:
+        return []
+    candidates = [Path(found).absolute(), Path(found).resolve()]
+    if exe == sys.executable:
         candidates += [Path(p) / "bin" / "python" for p in (sys.prefix, sys.base_prefix)]
+    out: list[Path] = []
     for candidate in candidates:
         prefix = candidate.parent.parent
-        if prefix != Path(prefix.anchor) and prefix not in out:
-            out.append(prefix)
+        keep = prefix if _is_python_prefix(prefix) else candidate
+        if keep != Path(keep.anchor) and keep not in out:
+            out.append(keep)
     return out
+
+
+def _is_python_prefix(path: Path) -> bool:
+    if path == Path(path.anchor):
+        return False
+    return (path / "pyvenv.cfg").is_file() or any((path / "lib").glob("python3*"))
 
 
 def _binds(spec: SandboxSpec) -> list[tuple[Path, str]]:

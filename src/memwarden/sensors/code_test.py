@@ -309,7 +309,11 @@ class CodeTestSensor:
         return sb.SandboxSpec(
             project_root=self.root,
             project_writable=self.config.sandbox_project_writable,
-            read_paths=(*interpreter, *self.config.sandbox_read_paths),
+            read_paths=(
+                *interpreter,
+                *self.config.sandbox_read_paths,
+                *([self.layout.ini] if self.layout.ini is not None else []),
+            ),
             write_paths=(report_dir,),
             hide=(home, state, *self.config.sandbox_hide),
             network=self.config.sandbox_network,
@@ -499,6 +503,10 @@ class CodeTestSensor:
     async def _execute(self, selectors: Sequence[CodeTestBinding]) -> dict[str, Verdict | None]:
         """Run the command for these selections; a verdict per selection (None: skipped)."""
         out: dict[str, Verdict | None] = {}
+        # The project's config (python_files) and files may have changed since the last run.
+        self.layout = await asyncio.to_thread(
+            picks.PytestLayout.load, self.root, self.config.pytest_ini
+        )
         checked = []
         for s in selectors:  # again, right before the run: the files may have changed
             problem = await asyncio.to_thread(
