@@ -7,10 +7,12 @@ root, and never beyond ``max_file_bytes``.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
 import os
+import stat
 import tomllib
 from dataclasses import dataclass
 from datetime import date, datetime, time
@@ -23,7 +25,7 @@ import yaml
 from memwarden.sensors._regex import UserRegex, compile_user_regex
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
 __all__ = [
     "MISSING",
@@ -181,36 +183,128 @@ class Look:
     matches: tuple[str, ...] = ()
 
 
-def look_at(path: str, roots: Sequence[str], max_file_bytes: int) -> Look:  # noqa: PLR0911 - one return per kind of path
-    """Look at one path; follows a symlink only when its target stays inside a root."""
+def look_at(path: str, roots: Sequence[str], max_file_bytes: int) -> Look:
+    """Look at one path; follows a symlink only when its target stays inside a root.
+
+    Only a regular file is opened, and without following any link: the resolved path is
+    opened one component at a time below its root with ``O_NOFOLLOW`` (a link swapped in
+    after the check makes the open fail), with ``O_NONBLOCK`` (a FIFO swapped in cannot
+    block the thread), and ``fstat`` on the open descriptor decides what it is.
+    """
     try:
         os.lstat(path)
     except FileNotFoundError:
         return Look(MISSING, exists=False)
     except OSError as err:
         return Look(f"error:{err.errno}", exists=False, problem=_os_problem(err))
-    real = os.path.realpath(path)
-    if not any(is_within(real, r) for r in roots):
+    try:
+        real = os.path.realpath(path)
+    except OSError as err:  # the path changed while it was resolved (a link came or went)
+        return Look(f"error:{err.errno}", exists=True, problem=_os_problem(err))
+    root = max((r for r in roots if is_within(real, r)), key=len, default=None)
+    if root is None:
         return Look(
             f"outside:{real}",
             exists=True,
             problem=f"{path} resolves to {real}, outside the allowed roots; not read",
         )
+    opened = _open_regular(path, real, root)
+    if isinstance(opened, Look):
+        return opened
+    return _read(opened, path, max_file_bytes)
+
+
+def _open_regular(path: str, real: str, root: str) -> int | Look:  # noqa: PLR0911 - one return per kind of path
+    """A descriptor on the regular file at ``real``, or what it is instead."""
+    swapped = Look(
+        "error:swapped",
+        exists=True,
+        problem=f"{path} changed into a symbolic link while being read; not read",
+    )
     try:
-        st = os.stat(real)
-        if os.path.isdir(real):
+        st = os.lstat(real)
+        if stat.S_ISLNK(st.st_mode):
+            return swapped
+        if stat.S_ISDIR(st.st_mode):
             return Look("directory", exists=True, is_dir=True)
-        if st.st_size > max_file_bytes:
-            return _too_large(st.st_size, st.st_mtime_ns)
-        with open(real, "rb") as fh:
-            data = fh.read(max_file_bytes + 1)
+        if not stat.S_ISREG(st.st_mode):  # not even opened: a FIFO, socket or device
+            return _special(path, st.st_mode)
+        return _open_beneath(real, root)
     except FileNotFoundError:
         return Look(MISSING, exists=False)
     except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            return swapped
         return Look(f"error:{err.errno}", exists=True, problem=_os_problem(err))
+
+
+def _read(fd: int, path: str, max_file_bytes: int) -> Look:
+    """Read an opened file (closed here) if ``fstat`` says it is a regular file."""
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            return Look("directory", exists=True, is_dir=True)
+        if not stat.S_ISREG(st.st_mode):
+            return _special(path, st.st_mode)
+        if st.st_size > max_file_bytes:
+            return _too_large(st.st_size, st.st_mtime_ns)
+        data = _read_at_most(fd, max_file_bytes + 1)
+    except OSError as err:
+        return Look(f"error:{err.errno}", exists=True, problem=_os_problem(err))
+    finally:
+        os.close(fd)
     if len(data) > max_file_bytes:  # it grew while we looked
         return _too_large(len(data), st.st_mtime_ns)
     return Look(hashlib.sha256(data).hexdigest(), exists=True, content=data, size=len(data))
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+
+
+def _open_beneath(real: str, root: str, *, directory: bool = False) -> int:
+    """Open ``real`` (a resolved path inside ``root``) following no symlink on the way."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the config's root
+    try:
+        parts = [p for p in real[len(root) :].split("/") if p]
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1 and not directory
+            child = os.open(part, _FILE_FLAGS if last else _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _special(path: str, mode: int) -> Look:
+    kind = (
+        "FIFO"
+        if stat.S_ISFIFO(mode)
+        else "socket"
+        if stat.S_ISSOCK(mode)
+        else "device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "special file"
+    )
+    return Look(
+        f"special:{kind}",
+        exists=True,
+        problem=f"{path} is a {kind}, not a regular file; not read",
+    )
 
 
 def _too_large(size: int, mtime_ns: int) -> Look:
@@ -222,13 +316,34 @@ def _os_problem(err: OSError) -> str:
 
 
 def look_at_glob(spec: GlobSpec, roots: Sequence[str], max_file_bytes: int) -> Look:
-    """Look at every file a glob matches (ignored directories are not entered)."""
+    """Look at every file a glob matches (ignored directories are not entered).
+
+    The glob's fixed directory must resolve inside a root; it is opened like a file
+    (component by component, no link followed) and walked from that descriptor without
+    following links, so no directory outside the roots is ever listed.
+    """
+    try:
+        real = os.path.realpath(spec.prefix)
+    except OSError as err:
+        return Look(f"error:{err.errno}", exists=False, problem=_os_problem(err))
+    root = max((r for r in roots if is_within(real, r)), key=len, default=None)
+    if root is None:
+        return Look(
+            f"outside:{real}",
+            exists=True,
+            problem=f"{spec.prefix} resolves to {real}, outside the allowed roots; not read",
+        )
+    try:
+        top = _open_beneath(real, root, directory=True)
+    except OSError:
+        return Look(MISSING, exists=False)  # not there, not a directory, or swapped for a link
     entries: list[str] = []
     names: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(spec.prefix, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not _ignored(d, spec.ignore))
-        for name in sorted(filenames):
-            full = os.path.join(dirpath, name)
+    base = spec.prefix.rstrip("/")
+    for rel, filenames in _walk(top, spec.ignore):
+        here = f"{base}/{rel}" if rel else base
+        for name in filenames:
+            full = f"{here}/{name}"
             if spec.matches(full):
                 look = look_at(full, roots, max_file_bytes)
                 entries.append(f"{full}\0{look.fingerprint}\n")
@@ -237,6 +352,62 @@ def look_at_glob(spec: GlobSpec, roots: Sequence[str], max_file_bytes: int) -> L
         return Look(MISSING, exists=False)
     digest = hashlib.sha256("".join(entries).encode("utf-8", "surrogateescape")).hexdigest()
     return Look(f"glob:{digest}", exists=True, matches=tuple(names))
+
+
+def _walk(top: int, ignore: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
+    """``(directory relative to top, sorted file names)`` for ``top`` (a descriptor, closed
+    here) and every directory below it, top-down and sorted like ``os.walk``.
+
+    Only real directories are entered, each opened relative to its parent with
+    ``O_NOFOLLOW``: a link to a directory is neither entered nor opened (``os.walk`` and
+    ``os.fwalk`` open a link's target before deciding to skip it), and a directory
+    swapped for a link during the walk makes its open fail.
+    """
+    stack: list[tuple[int, str, Iterator[str]]] = [(top, "", iter(()))]
+    try:
+        files, subdirs = _list(top, ignore)
+        stack[-1] = (top, "", iter(subdirs))
+        yield "", files
+        while stack:
+            fd, rel, pending = stack[-1]
+            name = next(pending, None)
+            if name is None:
+                stack.pop()
+                os.close(fd)
+                continue
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue
+            here = f"{rel}/{name}" if rel else name
+            stack.append((child, here, iter(())))
+            files, subdirs = _list(child, ignore)
+            stack[-1] = (child, here, iter(subdirs))
+            yield here, files
+    finally:  # a consumer that stopped early: close what is still open
+        for fd, _, _ in stack:
+            os.close(fd)
+
+
+def _list(fd: int, ignore: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The file names and the (not ignored) subdirectory names in directory ``fd``."""
+    try:
+        with os.scandir(fd) as it:
+            listing = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return [], []
+    files: list[str] = []
+    subdirs: list[str] = []
+    for entry in listing:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                if not _ignored(entry.name, ignore):
+                    subdirs.append(entry.name)
+            elif not entry.is_dir():  # a link to a directory is neither, like os.walk
+                files.append(entry.name)
+        except OSError:
+            continue
+    return files, subdirs
 
 
 # ---------------------------------------------------------------------- judging

@@ -1,0 +1,250 @@
+"""A real ``memwarden run`` with the fs and http sensors, a recording HTTP server on
+loopback, and a probe that measures how fast ``/healthz`` answers while hostile bindings
+are handled."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+import httpx
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+# ---------------------------------------------------------------------- a recording server
+
+
+@dataclass
+class Answer:
+    status: int = 200
+    body: bytes = b'{"version": "1.2"}'
+    headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "application/json"})
+
+
+class Recorder(ThreadingHTTPServer):
+    """Answers GETs from ``answers`` (by path) and records every request's headers."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.answers: dict[str, Answer] = {}
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.lock = threading.Lock()
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def url(self, path: str = "/") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def seen(self) -> list[tuple[str, dict[str, str]]]:
+        with self.lock:
+            return list(self.requests)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Recorder
+
+    def do_GET(self) -> None:
+        with self.server.lock:
+            self.server.requests.append(
+                (self.path, {k.lower(): v for k, v in self.headers.items()})
+            )
+        answer = self.server.answers.get(self.path, Answer())
+        self.send_response(answer.status)
+        for name, value in answer.headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.end_headers()
+        self.wfile.write(answer.body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def recording_server() -> Iterator[Recorder]:
+    server = Recorder()
+    thread = threading.Thread(target=server.serve_forever, name="recorder", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+# ---------------------------------------------------------------------- /healthz, measured
+
+
+class HealthProbe:
+    """Asks ``/healthz`` every 20 ms from its own thread and keeps the slowest answer."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.latencies_ms: list[float] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._enough = threading.Event()  # a few answers measured, whatever the test took
+        self._thread = threading.Thread(target=self._run, name="healthz-probe", daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._enough.wait(timeout=10)
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=5) as client:
+            while True:
+                began = time.perf_counter()
+                try:
+                    client.get(f"{self.url}/healthz").raise_for_status()
+                except httpx.HTTPError as err:
+                    self.failures.append(repr(err))
+                self.latencies_ms.append((time.perf_counter() - began) * 1000.0)
+                if len(self.latencies_ms) >= 3:
+                    self._enough.set()
+                if self._stop.wait(0.02):  # the probe's period, not a wait for a condition
+                    return
+
+    def assert_responsive(self, limit_ms: float = 200.0) -> None:
+        assert not self.failures, self.failures
+        assert len(self.latencies_ms) >= 3, "the probe did not run"
+        slowest = max(self.latencies_ms)
+        assert slowest < limit_ms, f"/healthz took {slowest:.0f} ms (limit {limit_ms:g} ms)"
+
+
+# ---------------------------------------------------------------------- the daemon
+
+
+@dataclass
+class RealDaemon:
+    home: Path
+    root: Path
+    url: str
+    token: str
+    process: subprocess.Popen[bytes]
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def add(self, *bindings: dict[str, Any], content: str = "a fact") -> httpx.Response:
+        body = {"content": content, "bindings": list(bindings)}
+        return httpx.post(f"{self.url}/v1/blocks", json=body, headers=self.auth, timeout=30)
+
+    def revalidate(self, block_id: str, wait: str = "20s") -> dict[str, Any]:
+        response = httpx.post(
+            f"{self.url}/v1/blocks/{block_id}/revalidate",
+            params={"wait": wait},
+            headers=self.auth,
+            timeout=60,
+        )
+        response.raise_for_status()
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    def events(self, block_id: str) -> list[dict[str, Any]]:
+        response = httpx.get(
+            f"{self.url}/v1/blocks/{block_id}/events", headers=self.auth, timeout=30
+        )
+        response.raise_for_status()
+        events: list[dict[str, Any]] = response.json()
+        return events
+
+    def block_count(self) -> int:
+        health = httpx.get(f"{self.url}/v1/health", headers=self.auth, timeout=30).json()
+        return int(health["counts"]["blocks"])
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+def _toml(value: Any) -> str:
+    """TOML for the few value types a test config needs (JSON strings are TOML strings)."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value)
+
+
+def write_config(path: Path, sensors: dict[str, dict[str, Any]]) -> None:
+    lines: list[str] = []
+    for name, table in sensors.items():
+        arrays = {k: v for k, v in table.items() if k == "headers"}
+        lines.append(f"[sensors.{name}]")
+        lines.extend(f"{k} = {_toml(v)}" for k, v in table.items() if k not in arrays)
+        for key, entries in arrays.items():
+            for entry in entries:
+                lines.append(f"[[sensors.{name}.{key}]]")
+                lines.extend(f"{k} = {_toml(v)}" for k, v in entry.items())
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def real_daemon(
+    tmp_path: Path, *, http: dict[str, Any] | None = None, fs: dict[str, Any] | None = None
+) -> Iterator[RealDaemon]:
+    """``memwarden run`` (a child process) with an fs sensor on ``tmp_path/root``."""
+    home = tmp_path / "home"
+    root = tmp_path / "root"
+    root.mkdir(exist_ok=True)
+    sensors: dict[str, dict[str, Any]] = {"fs": {"roots": [str(root)], **(fs or {})}}
+    if http is not None:
+        sensors["http"] = http
+    config = tmp_path / "memwarden.toml"
+    write_config(config, sensors)
+    env = {
+        **os.environ,
+        "MEMWARDEN_HOME": str(home),
+        "MEMWARDEN_API__PORT": "0",
+        "MEMWARDEN_LOG_LEVEL": "warning",
+    }
+    exe = Path(sys.executable).with_name("memwarden")
+    log = (tmp_path / "daemon.log").open("wb")
+    process = subprocess.Popen(
+        [str(exe), "run", "--config", str(config)], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (home / "api.json").exists():
+            if process.poll() is not None:
+                log.flush()
+                output = (tmp_path / "daemon.log").read_text(errors="replace")
+                raise RuntimeError(f"memwarden run exited with {process.returncode}:\n{output}")
+            assert time.monotonic() < deadline, "the daemon did not start within 30s"
+            time.sleep(0.02)  # polling a file with a deadline: the daemon says nothing else
+        url = json.loads((home / "api.json").read_text())["url"]
+        token = (home / "token").read_text().strip()
+        httpx.get(f"{url}/healthz", timeout=5).raise_for_status()
+        yield RealDaemon(home, root, url, token, process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
