@@ -106,12 +106,17 @@ class Live:
                 },
             )
 
-    async def healthz_ms(self) -> float:
+    async def healthz_ms(self, client: httpx.AsyncClient | None = None) -> float:
+        """How long /healthz took to answer (ms), on ``client`` or a new connection."""
         loop = asyncio.get_running_loop()
-        began = loop.time()
-        async with httpx.AsyncClient(base_url=self.url, timeout=5) as c:
-            (await c.get("/healthz")).raise_for_status()
-        return (loop.time() - began) * 1000
+        async with contextlib.AsyncExitStack() as stack:
+            if client is None:
+                client = await stack.enter_async_context(
+                    httpx.AsyncClient(base_url=self.url, timeout=5)
+                )
+            began = loop.time()
+            (await client.get(f"{self.url}/healthz")).raise_for_status()
+            return (loop.time() - began) * 1000
 
 
 @contextlib.asynccontextmanager

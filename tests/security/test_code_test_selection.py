@@ -43,6 +43,11 @@ OPTIONS_AS_SELECTION = {
 }
 
 
+_OPTIONS_KEYED = {
+    case: (binding, next(iter(binding)), "") for case, binding in OPTIONS_AS_SELECTION.items()
+}
+
+
 def _fill(binding: dict[str, str], other: Path) -> dict[str, str]:
     return {k: v.format(other=other) for k, v in binding.items()}
 
@@ -102,20 +107,23 @@ async def test_options_and_file_references_are_refused_in_every_key(case, projec
 
 
 async def test_the_daemon_api_answers_422_naming_the_field_and_nothing_runs(project, tmp_path):
-    """Through a running daemon: POST /v1/blocks with the @file prefix is a 422, no run."""
+    """Through a running daemon: POST /v1/blocks with each hostile binding is a 422 naming
+    the binding key; no block is stored, nothing runs, /healthz stays fast."""
     async with live_daemon(tmp_path / "home", project.root) as live:
+        for case, (raw, key, _) in {**HOSTILE, **_OPTIONS_KEYED}.items():
+            response = await live.add_block(_fill(raw, project.other))
+            assert response.status_code == 422, (case, response.text)
+            problems = response.json()["detail"]
+            assert problems[0]["loc"] == ["bindings", "0", key], (case, problems)
+            assert await live.healthz_ms() < 200
         response = await live.add_block({"prefix": f"@{project.other}/args.txt"})
-        assert response.status_code == 422
-        [problem] = response.json()["detail"]
-        assert problem["loc"] == ["bindings", "0", "prefix"]
-        assert "'@'" in problem["msg"]
+        assert "'@'" in response.json()["detail"][0]["msg"]
         response = await live.add_block({"prefix": "tests/helpers.py"})
-        assert response.status_code == 422
         assert "not a test file" in response.json()["detail"][0]["msg"]
-        assert await live.healthz_ms() < 200
-        sensor = live.daemon.runners["tests"].sensor
-        assert sensor.runs == 0
+        assert live.daemon.runners["tests"].sensor.runs == 0
         assert await live.daemon.store.list_blocks() == []
+        ok = await live.add_block({"test": OK_ID})  # the same daemon takes a good one
+        assert ok.status_code == 201, ok.text
     assert project.ran() == []
 
 
