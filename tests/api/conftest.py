@@ -63,7 +63,10 @@ def live_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaemon
         "MEMWARDEN_SENSORS": json.dumps({REMOTE_SENSOR: {"remote": True, "kind": "fs"}}),
     }
     log = (home.parent / "daemon.log").open("wb")
-    process = subprocess.Popen([str(exe), "run"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    # Run outside the checkout: `memwarden run` would otherwise use its memwarden.toml.
+    process = subprocess.Popen(
+        [str(exe), "run"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=home.parent
+    )
     try:
         _wait_for(home / "api.json", process, 30)
         url = json.loads((home / "api.json").read_text())["url"]

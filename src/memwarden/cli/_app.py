@@ -73,13 +73,42 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
+# The daemon this invocation talks to, from the global options (None: find it).
+_target: dict[str, str | None] = {"home": None, "url": None}
+
+
 @app.callback(invoke_without_command=True)
 def _root(
     version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
+    home: Annotated[
+        str | None,
+        typer.Option(
+            "--home",
+            help="The daemon's state dir. Default: MEMWARDEN_HOME, else ./.memwarden here or "
+            "in a parent directory, else the user state dir.",
+        ),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="The daemon's URL (http://host:port or unix:/path); default: the state "
+            "dir's api.json.",
+            envvar="MEMWARDEN_URL",
+        ),
+    ] = None,
 ) -> None:
+    _target["home"] = home
+    _target["url"] = url
     if version:
         out.print(f"memwarden {__version__}")
         raise typer.Exit
+
+
+def _client() -> AsyncClient:
+    from memwarden.client import AsyncClient  # noqa: PLC0415
+
+    return AsyncClient(_target["url"], home=_target["home"])
 
 
 # ---------------------------------------------------------------------- daemon
@@ -112,7 +141,64 @@ def mcp() -> None:
     """Serve MCP over stdio for agents (talks to the running daemon)."""
     from memwarden.mcp import run_stdio  # noqa: PLC0415
 
-    run_stdio()
+    run_stdio(home=_target["home"], url=_target["url"])
+
+
+# LSB's "program is not running" (what `systemctl status` answers for a stopped unit).
+EX_NOT_RUNNING = 3
+
+
+@app.command()
+def status(json_out: JsonOpt = False) -> None:
+    """Which daemon this directory talks to (state dir, URL) and whether it is up.
+
+    Exits 0 when the daemon answers with this token, 3 when it is not running, 1 otherwise.
+    """
+    from memwarden.client import Client, DaemonNotRunningError, find_home  # noqa: PLC0415
+
+    home = find_home(_target["home"])
+    info: dict[str, Any] = {
+        "home": str(home.path),
+        "found_by": home.found_by,
+        "url": None,
+        "up": False,
+        "version": None,
+        "sensors": None,
+        "error": None,
+    }
+    code = 1
+    try:
+        with Client(_target["url"], home=_target["home"], timeout=5.0) as client:
+            info["url"] = client.endpoint.shown or None
+            info["sensors"] = [
+                {"name": s["name"], "status": s.get("status")} for s in client.sensors()
+            ]
+            info["version"] = client.healthz().get("version")
+            info["up"] = True
+            code = 0
+    except DaemonNotRunningError as e:
+        info["error"] = str(e)
+        code = EX_NOT_RUNNING
+    except MemwardenError as e:  # a refused token, a daemon that answers oddly
+        info["error"] = str(e)
+    if json_out:
+        _print_json(info)
+        raise typer.Exit(code)
+    out.print(
+        f"home     {info['home']} (found by {info['found_by']})", highlight=False, soft_wrap=True
+    )
+    out.print(f"url      {info['url'] or '-'}", highlight=False, soft_wrap=True)
+    if info["up"]:
+        running = [s["name"] for s in info["sensors"] or [] if s["status"] == "running"]
+        out.print(
+            f"daemon   up (memwarden {info['version']}); sensors running: "
+            f"{', '.join(running) or 'none'}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    else:
+        out.print(f"daemon   down: {info['error']}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -200,7 +286,6 @@ def _call(
     local: Callable[[Store], Awaitable[Any]],
 ) -> Any:
     """Run a data command against the running daemon, or a database file with ``--db``."""
-    from memwarden.client import AsyncClient  # noqa: PLC0415
     from memwarden.daemon import configure_logging  # noqa: PLC0415
     from memwarden.memory._store import Store  # noqa: PLC0415
 
@@ -210,7 +295,7 @@ def _call(
         if db is not None:
             async with Store(db) as store:
                 return await local(store)
-        async with AsyncClient() as client:
+        async with _client() as client:
             return await api(client)
 
     try:

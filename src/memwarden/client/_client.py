@@ -1,8 +1,12 @@
 """Python clients for a running daemon: :class:`Client` (sync) and :class:`AsyncClient`.
 
-The URL and token are found like the CLI finds them: arguments, then ``MEMWARDEN_URL``
-/ ``MEMWARDEN_TOKEN``, then the state dir (``MEMWARDEN_HOME``), where the daemon writes
-``api.json`` and ``token``. Errors map to memwarden's own exceptions.
+A client finds its daemon the way ``git`` finds a repository (:func:`find_home`): the
+``home`` argument, then ``MEMWARDEN_HOME``, then ``./.memwarden`` in the current
+directory or the nearest parent that has one, then the user state dir. The URL
+(``api.json``) and the token always come from that one state dir, so a directory can
+never pair its own URL with a token kept elsewhere; a URL or token given explicitly
+(arguments, ``MEMWARDEN_URL`` / ``MEMWARDEN_TOKEN``) is used as given. Errors map to
+memwarden's own exceptions.
 """
 
 from __future__ import annotations
@@ -22,7 +26,17 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from types import TracebackType
 
-__all__ = ["AsyncClient", "Client", "DaemonNotRunningError", "resolve_endpoint"]
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "DaemonNotRunningError",
+    "Endpoint",
+    "Home",
+    "find_home",
+    "resolve_endpoint",
+]
+
+STATE_DIR_NAME = ".memwarden"  # a project's own state dir, as `memwarden init` sets it up
 
 
 class DaemonNotRunningError(TransportError):
@@ -30,47 +44,78 @@ class DaemonNotRunningError(TransportError):
 
 
 @dataclass(frozen=True, slots=True)
+class Home:
+    """A daemon's state dir and how it was found (``--home``, ``MEMWARDEN_HOME``, ...)."""
+
+    path: Path
+    found_by: str
+
+
+@dataclass(frozen=True, slots=True)
 class Endpoint:
+    """Where the daemon listens (``url`` is empty while no daemon advertises one)."""
+
     url: str
     token: str
     uds: str | None = None
+    home: Home | None = None
+
+    @property
+    def shown(self) -> str:
+        """The address as a person would write it."""
+        return f"unix:{self.uds}" if self.uds else self.url
+
+
+def find_home(home: str | Path | None = None, *, cwd: str | Path | None = None) -> Home:
+    """The state dir a client talks to: like ``git`` finds its repository.
+
+    ``home`` (the ``--home`` flag), then ``MEMWARDEN_HOME``, then ``.memwarden`` in
+    ``cwd`` (default: the current directory) or its nearest parent that has one, then
+    the user state dir (``$XDG_STATE_HOME/memwarden``, ``~/.local/state/memwarden``).
+    """
+    if home:
+        return Home(Path(home), "--home")
+    if env := os.environ.get("MEMWARDEN_HOME"):
+        return Home(Path(env), "MEMWARDEN_HOME")
+    here = Path(cwd or Path.cwd()).absolute()
+    for directory in (here, *here.parents):
+        candidate = directory / STATE_DIR_NAME
+        if candidate.is_dir():
+            return Home(candidate, f"{STATE_DIR_NAME} of {directory}")
+    return Home(_default_home(), "the user state dir")
 
 
 def resolve_endpoint(
     url: str | None = None, token: str | None = None, home: str | Path | None = None
 ) -> Endpoint:
-    """Where the daemon listens and the token to use.
+    """Where the daemon listens and the token to use, both from one state dir.
 
-    Arguments win, then ``MEMWARDEN_URL`` / ``MEMWARDEN_TOKEN``, then the state dir:
-    ``MEMWARDEN_HOME``, else the default one, else ``./.memwarden`` (where ``make run``
-    keeps its state) when that is where a daemon advertises itself.
+    Arguments win, then ``MEMWARDEN_URL`` / ``MEMWARDEN_TOKEN``, then the state dir
+    found by :func:`find_home`: its ``api.json`` and its ``token``. The URL is never
+    taken from one state dir and the token from another.
     """
-    state = Path(home or os.environ.get("MEMWARDEN_HOME") or _default_home())
-    if home is None and "MEMWARDEN_HOME" not in os.environ and not (state / "api.json").exists():
-        local = Path(".memwarden")
-        if (local / "api.json").exists():
-            state = local
-    url = url or os.environ.get("MEMWARDEN_URL")
-    if url is None:
-        try:
-            url = json.loads((state / "api.json").read_text())["url"]
-        except (OSError, ValueError, KeyError):
-            url = "http://127.0.0.1:7077"
-    token = token or os.environ.get("MEMWARDEN_TOKEN")
+    state = find_home(home)
+    url = url or os.environ.get("MEMWARDEN_URL") or None
+    token = token or os.environ.get("MEMWARDEN_TOKEN") or None
     if token is None:
         try:
-            token = (state / "token").read_text().strip()
+            token = (state.path / "token").read_text().strip()
         except OSError:
             token = ""
-    assert url is not None  # noqa: S101 - set above
     if not token:
         raise TransportError(
-            f"no API token: none in {state / 'token'} — set MEMWARDEN_HOME to the daemon's "
-            "state dir (make run uses ./.memwarden) or MEMWARDEN_TOKEN"
+            f"no API token: none in {state.path / 'token'} (found by {state.found_by}); "
+            "start the daemon there (`memwarden run`), or point at its state dir with "
+            "--home or MEMWARDEN_HOME, or set MEMWARDEN_TOKEN"
         )
+    if url is None:
+        try:
+            url = str(json.loads((state.path / "api.json").read_text())["url"])
+        except (OSError, ValueError, KeyError, TypeError):
+            url = ""  # not running: the first call says so
     if url.startswith("unix:"):
-        return Endpoint("http://memwarden", token, uds=url.removeprefix("unix:"))
-    return Endpoint(url.rstrip("/"), token)
+        return Endpoint("http://memwarden", token, uds=url.removeprefix("unix:"), home=state)
+    return Endpoint(url.rstrip("/"), token, home=state)
 
 
 def _default_home() -> Path:
@@ -109,11 +154,17 @@ def _body(data: Any) -> Any:
     return data
 
 
-def _unreachable(endpoint: Endpoint, err: Exception) -> DaemonNotRunningError:
-    where = f"unix:{endpoint.uds}" if endpoint.uds else endpoint.url
+def _unreachable(endpoint: Endpoint, err: Exception | None) -> DaemonNotRunningError:
+    home = endpoint.home.path if endpoint.home else None
+    if not endpoint.url:
+        return DaemonNotRunningError(
+            f"memwarden is not running for {home} (no api.json there; start it with "
+            "`memwarden run` in its project, or `make run`)"
+        )
+    cause = f" [{type(err).__name__}]" if err is not None else ""
     return DaemonNotRunningError(
-        f"memwarden is not running at {where} (start it with `memwarden run` or `make run`)"
-        f" [{type(err).__name__}]"
+        f"memwarden is not running at {endpoint.shown} (start it with `memwarden run` or "
+        f"`make run`){cause}"
     )
 
 
@@ -172,7 +223,7 @@ class AsyncClient:
         self.endpoint = resolve_endpoint(url, token, home)
         transport = httpx.AsyncHTTPTransport(uds=self.endpoint.uds) if self.endpoint.uds else None
         self._http = httpx.AsyncClient(
-            base_url=self.endpoint.url,
+            base_url=self.endpoint.url or "http://memwarden.invalid",
             headers={"Authorization": f"Bearer {self.endpoint.token}"},
             timeout=timeout,
             transport=transport,
@@ -193,6 +244,8 @@ class AsyncClient:
         await self._http.aclose()
 
     async def _call(self, method: str, path: str, params: Any = None, body: Any = None) -> Any:
+        if not self.endpoint.url:
+            raise _unreachable(self.endpoint, None)
         try:
             response = await self._http.request(method, path, params=params, json=body)
         except httpx.TransportError as err:
@@ -313,6 +366,10 @@ class AsyncClient:
     async def health(self) -> dict[str, Any]:
         return await self._call("GET", "/v1/health")  # type: ignore[no-any-return]
 
+    async def healthz(self) -> dict[str, Any]:
+        """Liveness and version (``/healthz``)."""
+        return await self._call("GET", "/healthz")  # type: ignore[no-any-return]
+
 
 class Client:
     """A blocking client for the daemon's HTTP API (same methods as :class:`AsyncClient`)."""
@@ -328,7 +385,7 @@ class Client:
         self.endpoint = resolve_endpoint(url, token, home)
         transport = httpx.HTTPTransport(uds=self.endpoint.uds) if self.endpoint.uds else None
         self._http = httpx.Client(
-            base_url=self.endpoint.url,
+            base_url=self.endpoint.url or "http://memwarden.invalid",
             headers={"Authorization": f"Bearer {self.endpoint.token}"},
             timeout=timeout,
             transport=transport,
@@ -349,6 +406,8 @@ class Client:
         self._http.close()
 
     def _call(self, method: str, path: str, params: Any = None, body: Any = None) -> Any:
+        if not self.endpoint.url:
+            raise _unreachable(self.endpoint, None)
         try:
             response = self._http.request(method, path, params=params, json=body)
         except httpx.TransportError as err:
@@ -465,3 +524,7 @@ class Client:
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/v1/health")  # type: ignore[no-any-return]
+
+    def healthz(self) -> dict[str, Any]:
+        """Liveness and version (``/healthz``)."""
+        return self._call("GET", "/healthz")  # type: ignore[no-any-return]

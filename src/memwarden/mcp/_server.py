@@ -247,8 +247,12 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
     return server
 
 
-def run_stdio() -> None:
-    """Serve MCP over stdio until the client goes away (logs go to stderr, quietly)."""
+def run_stdio(home: str | None = None, url: str | None = None) -> None:
+    """Serve MCP over stdio until the client goes away (logs go to stderr, quietly).
+
+    The daemon is found like the CLI finds it (``home``, ``MEMWARDEN_HOME``, ``./.memwarden``
+    here or in a parent, the user state dir), or at ``url`` when given.
+    """
     for name in ("httpx", "httpcore", "mcp"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    build_server().run("stdio")
+    build_server(lambda: AsyncClient(url, home=home)).run("stdio")
