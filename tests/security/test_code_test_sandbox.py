@@ -27,7 +27,7 @@ import structlog
 from memwarden.errors import PluginError
 from memwarden.plugins.testing import SensorHarness
 from memwarden.sensors import CodeTestSensor
-from tests.security._code_test_support import OK_ID, live_daemon, make_project
+from tests.security._code_test_support import FAST_ENV, OK_ID, live_daemon, make_project
 from tests.support import eventually
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ def _harness(tmp_path: Path, project: Path, **config: Any) -> SensorHarness:
     (tmp_path / "harness").mkdir(exist_ok=True)
     return SensorHarness(
         CodeTestSensor,
-        config={"project_root": str(project), "batch_window_ms": 0, **config},
+        config={"project_root": str(project), "batch_window_ms": 0, "env": FAST_ENV, **config},
         bindings=[{"test": OK_ID}],
         name="tests",
         tmp_path=tmp_path / "harness",

@@ -20,7 +20,7 @@ from memwarden.errors import ValidationInputError
 from memwarden.plugins.testing import SensorHarness
 from memwarden.sensors import CodeTestSensor
 from memwarden.sensors import _selection as picks
-from tests.security._code_test_support import OK_ID, live_daemon, make_project
+from tests.security._code_test_support import FAST_ENV, OK_ID, live_daemon, make_project
 
 # (binding, the key the refusal names, what the control run of plain pytest executes)
 HOSTILE = {
@@ -68,7 +68,7 @@ def _harness(tmp_path: Path, root: Path, **config) -> SensorHarness:
     (tmp_path / "harness").mkdir(exist_ok=True)
     return SensorHarness(
         CodeTestSensor,
-        config={"project_root": str(root), "batch_window_ms": 0, **config},
+        config={"project_root": str(root), "batch_window_ms": 0, "env": FAST_ENV, **config},
         name="tests",
         tmp_path=tmp_path / "harness",
         revalidate_timeout_s=60.0,
