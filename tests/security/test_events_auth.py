@@ -300,6 +300,18 @@ async def test_an_observation_from_the_future_is_refused(api):
     await api.healthz_fast()
 
 
+async def test_agent_sequence_numbers_cannot_be_sent_over_http(api):
+    """`agent`/`seq` would seed the gap detector's high-water mark: 422 over HTTP."""
+    block = await api.add({"sensor": REMOTE, "path": "a.txt"})
+    count = await api.event_count()
+    event = {"sensor": REMOTE, "block_id": block["id"], "outcome": "refuted"}
+    response = await api.post({**event, "observed_at": now_iso(), "agent": "edge1/r", "seq": 10**9})
+    _refusal(response, 422, "agent", "over MQTT")
+    response = await api.post({**event, "observed_at": now_iso(), "seq": 10**9})
+    _refusal(response, 422, "seq")
+    assert await api.event_count() == count
+
+
 async def test_a_sensor_limited_to_mqtt_cannot_report_over_http(api):
     """report_via = ["mqtt"]: the same event over HTTP is refused with the setting named."""
     block = await api.add({"sensor": MQTT_ONLY, "path": "a.txt"})
@@ -553,6 +565,14 @@ async def test_gap_tracking_follows_only_checked_agents_and_is_bounded(secured):
     assert "ghost" not in gaps.agents
     assert len(secured.bridge.agents) <= 2
     assert "edge1" not in secured.bridge.agents
+    # edge2 announces a sensor that does not take it: not shown as that sensor's agent.
+    status = json.dumps({"status": "online", "agent": "edge2/r", "sensors": ["only1"]})
+    assert (await secured.pub("edge2", f"{PREFIX}/agents/edge2/status", status))[0] == 0
+    await secured.sync()
+    await poll_until(lambda: secured.bridge.agents["edge2"].sensors == ["only1"], timeout_s=10)
+    rows = {row["name"]: row for row in secured.daemon.sensor_status()}
+    assert rows["only1"]["status"] == "unavailable"
+    assert rows["only1"]["agent"] is None
 
 
 async def test_the_daemon_and_a_real_agent_work_through_the_documented_config_over_tls(

@@ -117,6 +117,15 @@ class EventGate:
         :meth:`first_unbound` (it needs the store).
         """
         conf = self.sender(event.sensor, via)
+        if via == "http" and (event.agent is not None or event.seq is not None):
+            # Sequence numbers are an MQTT agent's, checked against its topic; over HTTP
+            # they could only fake the high-water mark that gap detection starts from.
+            raise self._refuse(
+                "agent_over_http",
+                "agent" if event.agent is not None else "seq",
+                "agent and seq are set by a memwarden agent over MQTT, not over HTTP",
+                forbidden=False,
+            )
         ahead = event.observed_at.timestamp() - self._clock.time()
         skew = max_future_skew.total_seconds()
         if ahead > skew:

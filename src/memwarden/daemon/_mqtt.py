@@ -1083,7 +1083,11 @@ class MqttBridge:
 
     def _agent_for(self, sensor: str) -> tuple[str, _Agent] | None:
         found: tuple[str, _Agent] | None = None
+        conf = self._remote().get(sensor)
+        allowed = None if conf is None else conf.agents
         for agent_id, info in sorted(self.agents.items()):
+            if allowed is not None and agent_id not in allowed:
+                continue  # it may announce the sensor, but its events would be refused
             if sensor in info.sensors:
                 if info.status == "online":
                     return agent_id, info
