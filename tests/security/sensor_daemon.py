@@ -121,16 +121,23 @@ class HealthProbe:
                 except httpx.HTTPError as err:
                     self.failures.append(repr(err))
                 self.latencies_ms.append((time.perf_counter() - began) * 1000.0)
-                if len(self.latencies_ms) >= 3:
+                if len(self.latencies_ms) >= 20:
                     self._enough.set()
                 if self._stop.wait(0.02):  # the probe's period, not a wait for a condition
                     return
 
-    def assert_responsive(self, limit_ms: float = 200.0) -> None:
+    def assert_responsive(self, limit_ms: float = 200.0, worst_ms: float = 1000.0) -> None:
+        """Answers within ``limit_ms`` throughout: 95 % of the samples, and none slower
+        than ``worst_ms``. On a loaded 2-core CI machine one request in a few dozen can
+        wait that long for a CPU; the stall this guards against (a backtracking regex
+        holding the GIL, seconds to hours per evaluation) shows in every sample."""
         assert not self.failures, self.failures
-        assert len(self.latencies_ms) >= 3, "the probe did not run"
-        slowest = max(self.latencies_ms)
-        assert slowest < limit_ms, f"/healthz took {slowest:.0f} ms (limit {limit_ms:g} ms)"
+        assert len(self.latencies_ms) >= 20, "the probe did not run long enough"
+        ordered = sorted(self.latencies_ms)
+        p95 = ordered[max(0, -(-len(ordered) * 95 // 100) - 1)]
+        shown = f"p95 {p95:.0f} ms, max {ordered[-1]:.0f} ms over {len(ordered)} answers"
+        assert p95 < limit_ms, f"/healthz too slow: {shown} (limit {limit_ms:g} ms)"
+        assert ordered[-1] < worst_ms, f"/healthz stalled: {shown}"
 
 
 # ---------------------------------------------------------------------- the daemon
@@ -203,6 +210,14 @@ def write_config(path: Path, sensors: dict[str, dict[str, Any]]) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def _api_url(home: Path) -> str:
+    """The daemon's URL once ``api.json`` is written whole, else ""."""
+    try:
+        return str(json.loads((home / "api.json").read_text())["url"])
+    except (OSError, ValueError, KeyError):
+        return ""
+
+
 @contextlib.contextmanager
 def real_daemon(
     tmp_path: Path, *, http: dict[str, Any] | None = None, fs: dict[str, Any] | None = None
@@ -229,14 +244,14 @@ def real_daemon(
     )
     try:
         deadline = time.monotonic() + 30
-        while not (home / "api.json").exists():
+        while not _api_url(home):
             if process.poll() is not None:
                 log.flush()
                 output = (tmp_path / "daemon.log").read_text(errors="replace")
                 raise RuntimeError(f"memwarden run exited with {process.returncode}:\n{output}")
             assert time.monotonic() < deadline, "the daemon did not start within 30s"
             time.sleep(0.02)  # polling a file with a deadline: the daemon says nothing else
-        url = json.loads((home / "api.json").read_text())["url"]
+        url = _api_url(home)
         token = (home / "token").read_text().strip()
         httpx.get(f"{url}/healthz", timeout=5).raise_for_status()
         yield RealDaemon(home, root, url, token, process)
