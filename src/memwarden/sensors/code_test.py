@@ -2,10 +2,13 @@
 
 The command comes only from the config (default ``python -m pytest``) and runs without
 a shell, in its own process group, under a timeout that kills the whole group, with an
-explicit environment and captured, capped output. The sensor adds ``--junitxml`` (into a
-private temp dir), ``--rootdir`` and the selection; the JUnit report is parsed with
-defusedxml. A passing test is ``confirmed`` (reliability 1.0), a failing or erroring one
-``refuted`` with the failure message; a skipped one changes nothing.
+explicit environment and captured, capped output, inside bubblewrap where it works
+(:mod:`memwarden.sensors._sandbox`: no state dir, no network). The sensor adds
+``--junitxml`` (into a private temp dir), the project's own ini (``-c``), ``--rootdir``,
+``--confcutdir`` and a selection checked by :mod:`memwarden.sensors._selection` — when
+the binding is added and again before every run — and nothing else; the JUnit report
+is parsed with defusedxml. A passing test is ``confirmed`` (reliability 1.0), a failing
+or erroring one ``refuted`` with the failure message; a skipped one changes nothing.
 
 Runs are triggered by revalidation requests (only the tests asked for, batched into one
 run when several arrive together), by changes under ``source_dirs`` (debounced) and by
@@ -247,6 +250,7 @@ class CodeTestSensor:
         self.layout = picks.PytestLayout(self.root, None)
         self.sandboxed = False
         self._bwrap: str | None = None
+        self._interpreter: list[Path] | None = None  # what the command needs to run
 
     # ------------------------------------------------------------------ contract
 
@@ -276,6 +280,9 @@ class CodeTestSensor:
     async def _setup_sandbox(self, ctx: SensorContext) -> None:
         mode = self.config.sandbox
         self.sandboxed, self._bwrap = False, None
+        self._interpreter = await asyncio.to_thread(
+            sb.interpreter_paths, self.config.command, self._env.get("PATH")
+        )
         if mode == "none":
             ctx.log.info("code_test_sandbox", sandbox="none")
             return
@@ -305,7 +312,9 @@ class CodeTestSensor:
         state = ctx.state_dir.resolve()
         # The daemon's home holds sensors/<name>: hide all of it (token, database, sockets).
         home = state.parents[1] if state.parent.name == "sensors" else state
-        interpreter = sb.interpreter_paths(self.config.command, self._env.get("PATH"))
+        if self._interpreter is None:
+            self._interpreter = sb.interpreter_paths(self.config.command, self._env.get("PATH"))
+        interpreter = self._interpreter
         return sb.SandboxSpec(
             project_root=self.root,
             project_writable=self.config.sandbox_project_writable,
