@@ -19,6 +19,7 @@ FIGURES = {
     "decay_cycle",
     "fs_latency",
     "fs_burst",
+    "regex_check",
     "startup",
     "idle_rss",
     "mqtt_ingest",
