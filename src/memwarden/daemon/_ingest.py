@@ -138,12 +138,14 @@ class EventGate:
             )
         capped: list[Capped] = []
         update: dict[str, object] = {}
-        max_rel = self.max_reliability(event.sensor, conf)
-        if event.reliability is not None and event.reliability > max_rel:
+        if event.reliability is not None and event.reliability > (
+            max_rel := self.max_reliability(event.sensor, conf)
+        ):
             capped.append(Capped("reliability", f"{event.reliability:g}", f"{max_rel:g}"))
             update["reliability"] = max_rel
-        max_window = self.max_validity_window(conf)
-        if event.validity_window is not None and event.validity_window > max_window:
+        if event.validity_window is not None and event.validity_window > (
+            max_window := self.max_validity_window(conf)
+        ):
             capped.append(
                 Capped(
                     "validity_window",
