@@ -297,6 +297,9 @@ async def test_an_observation_from_the_future_is_refused(api):
     response = await api.post({**ahead, "observed_at": now_iso(2)})
     assert response.status_code == 200, response.text
     assert response.json()["accepted"] == 1
+    [stored] = await api.events_of(block["id"])  # within the skew: stored as observed now
+    observed_at = datetime.fromisoformat(stored["observed_at"])
+    assert observed_at <= datetime.fromisoformat(stored["received_at"])
     await api.healthz_fast()
 
 

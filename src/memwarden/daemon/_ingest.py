@@ -11,7 +11,8 @@ their evidence comes from here or from nowhere. Then:
   sensor and subject anyway); checked here for a clear refusal, and again inside the
   transaction that applies it (:meth:`Store.apply_events` with ``bound_only``);
 - ``observed_at`` more than the transport's ``max_future_skew`` ahead of our clock is
-  refused: an observation is never stored as if from the future;
+  refused, and one ahead by less is stored as observed now: an observation is never
+  stored as if from the future;
 - ``reliability`` and ``validity_window`` are **clamped** to the sensor's
   ``max_reliability`` / ``max_validity_window``: the observation is kept (a remote
   plugin's default may simply be higher than this daemon grants), with the cap noted in
@@ -24,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from memwarden.memory import format_duration
+from memwarden.memory import format_duration, from_ts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -126,7 +127,8 @@ class EventGate:
                 "agent and seq are set by a memwarden agent over MQTT, not over HTTP",
                 forbidden=False,
             )
-        ahead = event.observed_at.timestamp() - self._clock.time()
+        now = self._clock.time()
+        ahead = event.observed_at.timestamp() - now
         skew = max_future_skew.total_seconds()
         if ahead > skew:
             raise self._refuse(
@@ -138,6 +140,8 @@ class EventGate:
             )
         capped: list[Capped] = []
         update: dict[str, object] = {}
+        if ahead > 0:  # within the skew: a clock slightly ahead, stored as observed now
+            update["observed_at"] = from_ts(now)
         if event.reliability is not None and event.reliability > (
             max_rel := self.max_reliability(event.sensor, conf)
         ):
@@ -161,6 +165,7 @@ class EventGate:
             update["message"] = message[:4096]
             for c in capped:
                 self.capped[(event.sensor, c.field)] += 1
+        if update:
             event = event.model_copy(update=update)
         return event, capped
 
