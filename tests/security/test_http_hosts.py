@@ -8,12 +8,15 @@ went to every allowed host, and ``"interval": "0s"`` was accepted.
 from __future__ import annotations
 
 import socket
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 from pydantic import ValidationError
 
-from memwarden.sensors.http import HostRule, HttpConfig, Target, url_allowed
+from memwarden.memory import Binding, RevalidationRequest
+from memwarden.sensors.http import HostRule, HttpConfig, HttpSensor, Target, url_allowed
 from tests.security.sensor_daemon import (
     Answer,
     HealthProbe,
@@ -186,8 +189,6 @@ def test_headers_for_every_host_are_refused_and_per_host_headers_bind():
     """The old ``headers = {...}`` (sent everywhere) is refused with the new shape named."""
     with pytest.raises(ValidationError, match=r"\[\[sensors\.http\.headers\]\] host"):
         HttpConfig.model_validate({"headers": {"Authorization": SECRET}})
-    from memwarden.sensors.http import HttpSensor  # noqa: PLC0415 - next to its use
-
     sensor = HttpSensor(
         HttpConfig.model_validate(
             {
@@ -213,3 +214,45 @@ def test_intervals_have_a_floor_in_the_config_too():
         HttpConfig.model_validate({"interval": "500ms"})
     with pytest.raises(ValidationError, match=r"min_interval: at least 0\.01s"):
         HttpConfig.model_validate({"min_interval": "0s", "interval": "1s"})
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        {"url": "http://127.0.0.1:8080/v", "interval": "0s"},
+        {"url": "http://127.0.0.1:9999/v"},
+        {"url": "http://127.0.0.1:8080/v", "body_regex": r"(a)\1"},
+    ],
+)
+async def test_a_stored_binding_that_breaks_the_rules_is_refused_when_revalidated(selector):
+    """A binding stored before these rules (or before the config narrowed) is answered
+    with an `error` naming the rule, and nothing is fetched."""
+    sensor = HttpSensor(HttpConfig.model_validate({"allowed_hosts": ["127.0.0.1:8080"]}))
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200)
+
+    class _Ctx:
+        def event(self, subject: str, outcome: str, **kwargs: Any) -> dict[str, Any]:
+            return {"subject": subject, "outcome": outcome, **kwargs}
+
+    sensor._ctx = _Ctx()  # type: ignore[assignment]
+    sensor._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    now = datetime.now(UTC)
+    request = RevalidationRequest(
+        block_id="b1",
+        sensor="http",
+        subject=selector["url"],
+        binding=Binding.model_validate({"sensor": "http", **selector}),
+        reason="manual",
+        created_at=now,
+        deadline=now + timedelta(seconds=10),
+        attempts=0,
+    )
+    event: Any = await sensor.revalidate(request)
+    await sensor._client.aclose()
+    assert event["outcome"] == "error"
+    assert event["message"].startswith("binding refused: ")
+    assert sent == []

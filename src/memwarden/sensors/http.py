@@ -480,7 +480,17 @@ class HttpSensor:
     async def revalidate(self, request: RevalidationRequest) -> ValidationEvent:
         """Check the binding now."""
         ctx = self._context()
-        selector = HttpBinding.model_validate(request.binding.selector)
+        try:  # a binding stored before today's rules: refused here too, never fetched
+            selector = HttpBinding.model_validate(request.binding.selector)
+            self.validate_binding(selector)
+        except ValueError as err:
+            return ctx.event(
+                request.subject,
+                Outcome.ERROR,
+                message=f"binding refused: {err}"[:1000],
+                request_id=request.id,
+                block_id=request.block_id,
+            )
         event, _ = await self._observe(
             ctx, selector, block_id=request.block_id, request_id=request.id
         )
