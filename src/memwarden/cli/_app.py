@@ -379,12 +379,29 @@ def get(
     block_id: Annotated[str, typer.Argument(help="The block id.")],
     db: DbOpt = None,
     json_out: JsonOpt = False,
+    max_age: Annotated[
+        str | None, typer.Option("--max-age", help="Re-check first if validated longer ago: 30s.")
+    ] = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Check it now if quick.")] = False,
 ) -> None:
-    """Show one block."""
-    block = _call(db, api=lambda c: c.get(block_id), local=lambda s: s.get(block_id))
+    """Show one block, with its verdict (verified, checking, stale, unreachable, ...)."""
+    receipt: dict[str, Any] = {}
+
+    async def read(c: AsyncClient) -> Block:
+        from memwarden.memory import Block  # noqa: PLC0415 - the CLI imports lazily
+
+        data = dict(await c.read(block_id, max_age=max_age, fresh=fresh))
+        receipt.update(data.pop("receipt", None) or {})
+        return Block.model_validate(data)
+
+    block = _call(db, api=read, local=lambda s: s.get(block_id))
     if json_out:
-        _print_json(block.model_dump(mode="json"))
+        _print_json({**block.model_dump(mode="json"), **({"receipt": receipt} if receipt else {})})
         return
+    if receipt:
+        why = f" ({receipt['why']})" if receipt.get("why") else ""
+        now = " · checked now" if receipt.get("checked_now") else ""
+        out.print(f"[bold]{receipt['verdict'].upper()}[/bold]{why}{now}", highlight=False)
     v = block.validation
     out.print(f"[bold]{block.title or block.id}[/bold]", highlight=False)
     out.print(block.content, highlight=False, soft_wrap=True)
@@ -411,6 +428,10 @@ def search(
     session: Annotated[str | None, typer.Option(help="Session id (feeds promotion).")] = None,
     db: DbOpt = None,
     json_out: JsonOpt = False,
+    max_age: Annotated[
+        str | None,
+        typer.Option("--max-age", help="Re-check results validated longer ago (30s) if quick."),
+    ] = None,
 ) -> None:
     """Search, ranked by relevance x freshness x reliability x retention."""
 
@@ -426,15 +447,22 @@ def search(
     answer = _call(
         db,
         api=lambda c: c.search(
-            query, limit=limit, fresh=fresh, session=session, include_refuted=refuted
+            query,
+            limit=limit,
+            fresh=fresh,
+            session=session,
+            include_refuted=refuted,
+            max_age=max_age,
         ),
         local=local,
     )
     if json_out:
         _print_json(answer)
         return
+    hidden = answer.get("hidden_refuted", 0)
+    hidden_line = f"{hidden} refuted fact{'s' if hidden != 1 else ''} hidden (--refuted to show)"
     if not answer["results"]:
-        out.print("no results")
+        out.print("no results" + (f"; {hidden_line}" if hidden else ""), highlight=False)
         return
     table = Table("score", "id", "state", "r", "text", "warnings")
     for h in answer["results"]:
@@ -442,12 +470,14 @@ def search(
         table.add_row(
             f"{h['score']:.3g}",
             b["id"][:13],
-            b["state"],
+            (h.get("receipt") or {}).get("verdict", b["state"]),
             f"{b['validation']['reliability']:.2f}",
             (b["title"] or b["content"])[:60],
             "; ".join(h["warnings"]),
         )
     out.print(table)
+    if hidden:
+        out.print(hidden_line, highlight=False)
     if answer["checked"] or answer["timed_out"]:
         out.print(
             f"checked now: {len(answer['checked'])}, no answer in time: {len(answer['timed_out'])}",

@@ -176,8 +176,15 @@ class _Ops:
         return "POST", "/v1/blocks", None, _body(block)
 
     @staticmethod
-    def get(block_id: str) -> tuple[str, str, Any, Any]:
-        return "GET", f"/v1/blocks/{block_id}", None, None
+    def get(
+        block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
+    ) -> tuple[str, str, Any, Any]:
+        params: dict[str, Any] | None = None
+        if max_age is not None or fresh:
+            params = {"fresh": fresh, "wait": wait}
+            if max_age is not None:
+                params["max_age"] = max_age
+        return "GET", f"/v1/blocks/{block_id}", params, None
 
     @staticmethod
     def update(block_id: str, patch: Mapping[str, Any]) -> tuple[str, str, Any, Any]:
@@ -196,6 +203,7 @@ class _Ops:
         session: str | None,
         include_refuted: bool,
         wait: str,
+        max_age: str | None = None,
     ) -> tuple[str, str, Any, Any]:
         params: dict[str, Any] = {
             "q": query,
@@ -204,6 +212,8 @@ class _Ops:
             "include_refuted": include_refuted,
             "wait": wait,
         }
+        if max_age is not None:
+            params["max_age"] = max_age
         if session:
             params["session"] = session
         return "GET", "/v1/search", params, None
@@ -256,8 +266,22 @@ class AsyncClient:
     async def add(self, block: NewBlock | Mapping[str, Any]) -> Block:
         return Block.model_validate(await self._call(*_Ops.add(block)))
 
-    async def get(self, block_id: str) -> Block:
-        return Block.model_validate(await self._call(*_Ops.get(block_id)))
+    async def get(
+        self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
+    ) -> Block:
+        """A block; with ``max_age`` (``30s``) or ``fresh``, re-checked first when old and
+        its check is quick. :meth:`read` also returns the receipt."""
+        data = await self.read(block_id, max_age=max_age, fresh=fresh, wait=wait)
+        data.pop("receipt", None)
+        return Block.model_validate(data)
+
+    async def read(
+        self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
+    ) -> dict[str, Any]:
+        """A block as JSON with its ``receipt`` (verdict, verified_by/at, age_s, ...)."""
+        return await self._call(  # type: ignore[no-any-return]
+            *_Ops.get(block_id, max_age=max_age, fresh=fresh, wait=wait)
+        )
 
     async def update(self, block_id: str, patch: Mapping[str, Any]) -> Block:
         return Block.model_validate(await self._call(*_Ops.update(block_id, patch)))
@@ -274,9 +298,11 @@ class AsyncClient:
         session: str | None = None,
         include_refuted: bool = False,
         wait: str = "2s",
+        max_age: str | None = None,
     ) -> dict[str, Any]:
-        """``{"query", "results": [{"block", "score", "stale", "warnings", "factors"}],
-        "checked", "timed_out"}``."""
+        """``{"query", "results": [{"block", "score", "rank", "stale", "warnings", "factors",
+        "receipt"}], "checked", "timed_out", "hidden_refuted"}``; ``max_age`` (``30s``)
+        re-checks older results first when their check is quick, ``fresh`` any age."""
         return await self._call(  # type: ignore[no-any-return]
             *_Ops.search(
                 query,
@@ -285,6 +311,7 @@ class AsyncClient:
                 session=session,
                 include_refuted=include_refuted,
                 wait=wait,
+                max_age=max_age,
             )
         )
 
@@ -418,8 +445,20 @@ class Client:
     def add(self, block: NewBlock | Mapping[str, Any]) -> Block:
         return Block.model_validate(self._call(*_Ops.add(block)))
 
-    def get(self, block_id: str) -> Block:
-        return Block.model_validate(self._call(*_Ops.get(block_id)))
+    def get(
+        self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
+    ) -> Block:
+        data = self.read(block_id, max_age=max_age, fresh=fresh, wait=wait)
+        data.pop("receipt", None)
+        return Block.model_validate(data)
+
+    def read(
+        self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
+    ) -> dict[str, Any]:
+        """A block as JSON with its ``receipt``."""
+        return self._call(  # type: ignore[no-any-return]
+            *_Ops.get(block_id, max_age=max_age, fresh=fresh, wait=wait)
+        )
 
     def update(self, block_id: str, patch: Mapping[str, Any]) -> Block:
         return Block.model_validate(self._call(*_Ops.update(block_id, patch)))
@@ -436,6 +475,7 @@ class Client:
         session: str | None = None,
         include_refuted: bool = False,
         wait: str = "2s",
+        max_age: str | None = None,
     ) -> dict[str, Any]:
         return self._call(  # type: ignore[no-any-return]
             *_Ops.search(
@@ -445,6 +485,7 @@ class Client:
                 session=session,
                 include_refuted=include_refuted,
                 wait=wait,
+                max_age=max_age,
             )
         )
 

@@ -136,12 +136,39 @@ async def _authorise(daemon: Daemon, payloads: list[Any]) -> tuple[list[Any], li
     return out, capped
 
 
+class Receipt(BaseModel):
+    """How a result is known: who verified it, when, and what an agent should make of it."""
+
+    verdict: Literal["verified", "checking", "unverified", "stale", "unreachable", "refuted"]
+    verified_by: str | None
+    verified_at: str | None
+    age_s: float | None = Field(description="Seconds since its last validation.")
+    checked_now: bool = Field(description="Checked by a sensor for this read.")
+    observation: dict[str, Any] | None = Field(
+        description="The confirmation behind its validation: sensor, observed_at, observed."
+    )
+    why: str | None = None
+    since: str | None = Field(default=None, description="Unreachable since (when known).")
+
+
 class SearchResult(BaseModel):
     block: Block
     score: float
+    rank: float | None = Field(
+        default=None,
+        description="0-1: match (relevance / best relevance of this answer) x freshness x "
+        "reliability x retention, halved when unreachable (docs/RULES.md, Ranking).",
+    )
     stale: bool
     warnings: list[str]
     factors: dict[str, float]
+    receipt: Receipt | None = None
+
+
+class BlockRead(Block):
+    """A block with the receipt of this read."""
+
+    receipt: Receipt | None = None
 
 
 class SearchAnswer(BaseModel):
@@ -153,6 +180,9 @@ class SearchAnswer(BaseModel):
     )
     observations: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Read through: what each checked block's sensor saw."
+    )
+    hidden_refuted: int = Field(
+        default=0, description="Refuted facts matching the query, left out (include_refuted)."
     )
 
 
@@ -180,6 +210,17 @@ class RevalidateAnswer(BaseModel):
     answered: list[str]
     timed_out: list[str]
     block: Block
+
+
+def _duration(name: str, text: str) -> float:
+    """Seconds from a duration parameter; a clear 422 naming it otherwise."""
+    try:
+        seconds = parse_duration(text).total_seconds()
+    except ValueError as err:
+        raise ValidationInputError([(name, str(err))]) from None
+    if seconds < 0:
+        raise ValidationInputError([(name, "must not be negative")])
+    return seconds
 
 
 def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024) -> FastAPI:
@@ -303,8 +344,24 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
         return await daemon.add_block(body, actor="api")
 
     @app.get("/v1/blocks/{block_id}", tags=["blocks"])
-    async def get_block(block_id: str, _: Auth) -> Block:
-        return await daemon.store.get(block_id)
+    async def get_block(
+        block_id: str,
+        _: Auth,
+        max_age: Annotated[
+            str | None,
+            Query(description="Re-check first (when quick) if validated longer ago: 30s."),
+        ] = None,
+        fresh: Annotated[bool, Query(description="max_age=0 for quick checks.")] = False,
+        wait: Annotated[str, Query(description="How long a re-check may take: 2s.")] = "2s",
+    ) -> BlockRead:
+        """One block with its receipt (verdict, who verified it, when, the observation)."""
+        max_age_s = _duration("max_age", max_age) if max_age is not None else None
+        wait_s = _duration("wait", wait)
+        return BlockRead.model_validate(
+            await daemon.read_block(
+                block_id, max_age_s=max_age_s, fresh=fresh, wait_s=min(wait_s, 30.0)
+            )
+        )
 
     @app.patch("/v1/blocks/{block_id}", tags=["blocks"])
     async def edit_block(block_id: str, body: BlockPatch, _: Auth) -> Block:
@@ -397,17 +454,20 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
         session: Annotated[str | None, Query(max_length=128)] = None,
         include_refuted: bool = False,
         wait: Annotated[str, Query()] = "2s",
+        max_age: Annotated[
+            str | None,
+            Query(description="Re-check results (when quick) validated longer ago: 30s."),
+        ] = None,
     ) -> SearchAnswer:
-        """Ranked results; each says whether it is stale and carries warnings."""
-        try:
-            wait_s = parse_duration(wait).total_seconds()
-        except ValueError as err:
-            raise ValidationInputError([("wait", str(err))]) from None
+        """Ranked results, each with its receipt; ``fresh`` = ``max_age=0`` for quick checks."""
+        wait_s = _duration("wait", wait)
+        max_age_s = _duration("max_age", max_age) if max_age is not None else None
         return SearchAnswer(
             **await daemon.search(
                 q,
                 limit=limit,
                 fresh=fresh,
+                max_age_s=max_age_s,
                 session=session,
                 include_refuted=include_refuted,
                 wait_s=min(wait_s, 30.0),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -23,6 +24,7 @@ from memwarden.daemon._config import (
     Settings,
     load_settings,
 )
+from memwarden.daemon._freshness import Liveness, receipt, verdict_factor
 from memwarden.daemon._ingest import EventGate
 from memwarden.daemon._metrics import DaemonMetrics
 from memwarden.daemon._mqtt import MqttBridge
@@ -36,8 +38,15 @@ from memwarden.errors import (
     PluginLoadError,
     ValidationInputError,
 )
-from memwarden.memory import Binding, NewBlock, RevalidationReason, SystemClock, Volatility
-from memwarden.memory._store import SearchHit, Store, validate_input
+from memwarden.memory import (
+    Binding,
+    BlockState,
+    NewBlock,
+    RevalidationReason,
+    SystemClock,
+    Volatility,
+)
+from memwarden.memory._store import Store, validate_input
 from memwarden.plugins import (
     BoundSubject,
     Registry,
@@ -52,9 +61,19 @@ if TYPE_CHECKING:
     from memwarden.memory import Block, Clock, ValidationEvent
     from memwarden.memory._store import ApplyResult
 
-__all__ = ["Daemon"]
+__all__ = ["Daemon", "ReadThrough"]
 
 log = structlog.get_logger("memwarden.daemon")
+
+
+@dataclass(slots=True)
+class ReadThrough:
+    """What a read's re-checks did, by block id."""
+
+    checked: list[str] = field(default_factory=list)  # checked and answered for this read
+    timed_out: list[str] = field(default_factory=list)  # asked, no answer within the wait
+    later: list[str] = field(default_factory=list)  # a retry waiting its interval
+    floored: list[str] = field(default_factory=list)  # checked moments ago: not again
 
 
 class Daemon:
@@ -96,6 +115,8 @@ class Daemon:
         self.metrics = DaemonMetrics()
         self.api: ApiServer | None = None
         self._answer_waiters: dict[str, asyncio.Future[None]] = {}
+        self._waiter_refs: dict[str, int] = {}  # reads waiting on each request
+        self._answered_recently: dict[str, None] = {}  # request ids, oldest first
         self._applied = asyncio.Condition()
         self.mqtt: MqttBridge | None = None  # the MQTT bridge, when [mqtt] is configured
         # Who may report what from outside (POST /v1/events, the MQTT bridge).
@@ -551,19 +572,190 @@ class Daemon:
     async def _dispatch_and_wait(
         self, request_ids: Sequence[str], wait_s: float
     ) -> tuple[list[str], list[str]]:
+        """Send what is due and wait up to ``wait_s`` for these requests' answers.
+
+        Waiters are shared: two reads waiting on one request (one check of a binding)
+        are both woken by its answer.
+        """
         loop = asyncio.get_running_loop()
-        waiters = {rid: loop.create_future() for rid in request_ids}
-        self._answer_waiters.update(waiters)
+        waiters: dict[str, asyncio.Future[None]] = {}
+        for rid in request_ids:
+            fut = self._answer_waiters.get(rid)
+            if fut is None:
+                fut = self._answer_waiters[rid] = loop.create_future()
+                if rid in self._answered_recently:  # answered before we started waiting
+                    fut.set_result(None)
+            self._waiter_refs[rid] = self._waiter_refs.get(rid, 0) + 1
+            waiters[rid] = fut
         try:
             await self.scheduler.dispatch_once()
-            if wait_s > 0 and waiters:
-                await asyncio.wait(waiters.values(), timeout=wait_s)
+            pending = [f for f in waiters.values() if not f.done()]
+            if wait_s > 0 and pending:
+                await asyncio.wait(pending, timeout=wait_s)
         finally:
             for rid in request_ids:
-                self._answer_waiters.pop(rid, None)
+                refs = self._waiter_refs.get(rid, 1) - 1
+                if refs <= 0:
+                    self._waiter_refs.pop(rid, None)
+                    self._answer_waiters.pop(rid, None)
+                else:
+                    self._waiter_refs[rid] = refs
         answered = [rid for rid, fut in waiters.items() if fut.done()]
         timed_out = [rid for rid, fut in waiters.items() if not fut.done()]
         return answered, timed_out
+
+    def liveness(self) -> dict[str, Liveness]:
+        """Whether each sensor (local or remote) can check anything now, since when not."""
+        out: dict[str, Liveness] = {}
+        for name, runner in self.runners.items():
+            if runner.status == "running":
+                out[name] = Liveness(alive=True)
+            else:
+                why = runner.status
+                if runner.counters.last_error:
+                    why += f" ({runner.counters.last_error})"
+                out[name] = Liveness(alive=False, since=runner.status_since, why=why)
+        if self.mqtt is not None:
+            for row in self.mqtt.sensor_status():
+                alive = row.get("status") == "running"
+                out[row["name"]] = Liveness(
+                    alive=alive,
+                    since=None if alive else row.get("down_since"),
+                    why="" if alive else f"remote: {row.get('reason') or 'offline'}",
+                )
+        for name in self.unavailable:
+            out.setdefault(name, Liveness(alive=False, why="its plugin failed to load"))
+        return out
+
+    def _binding_quick(self, sensor: str, subject: str, live: Mapping[str, Liveness]) -> bool:
+        """A binding whose sensor is up and whose checks are measured as quick."""
+        if not (sensor in live and live[sensor].alive):
+            return False
+        runner = self.runners.get(sensor)
+        # Until its first check is timed, a binding is taken as quick unless its sensor
+        # says otherwise (a test suite, a person): the wait bounds that first check.
+        prior = bool(getattr(runner.sensor, "quick_check", True)) if runner else True
+        limit_s = self.settings.read_through.quick.total_seconds()
+        return self.scheduler.stats.quick(sensor, subject, limit_s=limit_s, prior=prior)
+
+    def _floor_s(self, sensor: str) -> float:
+        """The re-check floor of a sensor's bindings: the setting, or the sensor's own
+        ``min_interval`` when that is longer."""
+        floor = self.settings.read_through.recheck_floor.total_seconds()
+        runner = self.runners.get(sensor)
+        config = getattr(runner.sensor, "config", None) if runner else None
+        own = getattr(config, "min_interval", None)
+        if own is not None and hasattr(own, "total_seconds"):
+            floor = max(floor, own.total_seconds())
+        return floor
+
+    async def read_through(
+        self,
+        blocks: Sequence[Block],
+        *,
+        max_age_s: float | None,
+        fresh: bool = False,
+        wait_s: float = 2.0,
+    ) -> ReadThrough:
+        """Re-check, before a read answers, the blocks older than ``max_age_s`` whose
+        check is quick (see :mod:`memwarden.daemon._freshness`); wait up to ``wait_s``.
+
+        With no ``max_age_s``, facts that change by the hour or minute (high, ephemeral)
+        are re-checked when a quick check can do it, as always. A binding checked less
+        than its re-check floor ago is not checked again. Concurrent reads share checks.
+        """
+        now = self.clock.time()
+        live = self.liveness()
+        fast_changing = (Volatility.HIGH, Volatility.EPHEMERAL)
+        stats = self.scheduler.stats
+        out = ReadThrough()
+        to_check: list[str] = []
+        for block in blocks:
+            validated = block.validation.validated_at
+            age = None if validated is None else now - validated.timestamp()
+            if max_age_s is not None:
+                needs = age is None or age > max_age_s
+            else:
+                needs = block.volatility in fast_changing
+            if fresh and block.state == BlockState.STALE:
+                needs = True
+            if not needs:
+                continue
+            quick = [
+                b
+                for b in block.bindings
+                if b.subject and self._binding_quick(b.sensor, b.subject, live)
+            ]
+            due = [
+                b
+                for b in quick
+                if not stats.checked_within(b.sensor, b.subject, now, self._floor_s(b.sensor))
+            ]
+            if due:
+                to_check.append(block.id)
+                for b in due:  # the floor counts the checks reads ask for
+                    stats.started(b.sensor, b.subject, now)
+            elif quick:
+                out.floored.append(block.id)
+        if not to_check:
+            return out
+        open_checks = await self.store.request_checks(to_check, reason=RevalidationReason.ON_READ)
+        after = self.clock.time()  # what was queued just now is due now
+        wait_for: dict[str, list[str]] = {}
+        for block_id, requests in open_checks.items():
+            now_due = [rid for rid, send_at in requests if send_at <= after]
+            if len(now_due) < len(requests):  # a retry waits its interval: not pulled forward
+                out.later.append(block_id)
+            elif now_due:
+                wait_for[block_id] = now_due
+        ids = [rid for rids in wait_for.values() for rid in rids]
+        _, late = await self._dispatch_and_wait(ids, wait_s)
+        late_set = set(late)
+        for block_id, rids in wait_for.items():
+            (out.timed_out if late_set.intersection(rids) else out.checked).append(block_id)
+        return out
+
+    async def receipts(
+        self, blocks: Sequence[Block], rt: ReadThrough | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """The receipt of each block (see :func:`memwarden.daemon._freshness.receipt`)."""
+        rt = rt or ReadThrough()
+        evidence = await self.store.receipts_for([b.id for b in blocks])
+        live = self.liveness()
+        now = self.clock.time()
+        checked, checking = set(rt.checked), set(rt.timed_out) | set(rt.later)
+        return {
+            b.id: receipt(
+                b,
+                now=now,
+                evidence=evidence.get(b.id),
+                liveness=live,
+                settings=self.settings.read_through,
+                checked_now=b.id in checked,
+                checking=b.id in checking,
+            )
+            for b in blocks
+        }
+
+    async def read_block(
+        self,
+        block_id: str,
+        *,
+        max_age_s: float | None = None,
+        fresh: bool = False,
+        wait_s: float = 2.0,
+    ) -> dict[str, Any]:
+        """One block with its receipt; with ``max_age_s``/``fresh``, checked first if old."""
+        block = await self.store.get(block_id)
+        rt = ReadThrough()
+        if max_age_s is not None or fresh:
+            rt = await self.read_through(
+                [block], max_age_s=0.0 if fresh else max_age_s, fresh=fresh, wait_s=wait_s
+            )
+            if rt.checked or rt.timed_out:
+                block = await self.store.get(block_id)
+        receipts = await self.receipts([block], rt)
+        return {**block.model_dump(mode="json"), "receipt": receipts[block.id]}
 
     async def search(
         self,
@@ -571,55 +763,29 @@ class Daemon:
         *,
         limit: int = 10,
         fresh: bool = False,
+        max_age_s: float | None = None,
         session: str | None = None,
         include_refuted: bool = False,
         wait_s: float = 2.0,
     ) -> dict[str, Any]:
-        """Search; with ``fresh`` (and always for high/ephemeral facts) stale results that
-        a sensor can check are revalidated first, up to ``wait_s``."""
+        """Search; results older than ``max_age_s`` (``fresh``: any age, and stale ones)
+        whose check is quick are re-checked first, up to ``wait_s``. Every result carries
+        a receipt and a ``rank`` on a 0-1 scale."""
         kwargs: dict[str, Any] = {"limit": limit, "include_refuted": include_refuted}
         if session is not None:
             kwargs["session"] = session
         hits = await self.store.search(query, **kwargs)
-        fast_changing = (Volatility.HIGH, Volatility.EPHEMERAL)
-        remote = self.remote_sensors()
-
-        def checkable(hit: SearchHit) -> bool:
-            return any(b.sensor in self.runners or b.sensor in remote for b in hit.block.bindings)
-
-        def quick(hit: SearchHit) -> bool:
-            # A sensor that says it answers in milliseconds (fs, http, runtime), not a suite.
-            return any(
-                getattr(self.runners[b.sensor].sensor, "quick_check", False)
-                for b in hit.block.bindings
-                if b.sensor in self.runners
-            )
-
-        # Stale facts are re-checked when the caller asks for fresh answers; facts that
-        # change by the hour or minute are always re-checked when a sensor can do it fast.
-        to_check = [
-            h.block.id
-            for h in hits
-            if checkable(h)
-            and ((fresh and h.stale) or (h.block.volatility in fast_changing and quick(h)))
-        ]
-        checked: list[str] = []
-        timed_out: list[str] = []
-        if to_check:
-            per_block: dict[str, list[str]] = {}
-            for block_id in to_check:
-                per_block[block_id] = await self.store.request_revalidation(
-                    block_id, reason=RevalidationReason.ON_READ
-                )
-            ids = [rid for rids in per_block.values() for rid in rids]
-            _, late = await self._dispatch_and_wait(ids, wait_s)
-            late_set = set(late)
-            for block_id, rids in per_block.items():
-                (timed_out if late_set.intersection(rids) else checked).append(block_id)
+        rt = await self.read_through(
+            [h.block for h in hits],
+            max_age_s=0.0 if fresh else max_age_s,
+            fresh=fresh,
+            wait_s=wait_s,
+        )
+        if rt.checked or rt.timed_out:
             again = {k: v for k, v in kwargs.items() if k != "session"}
             hits = await self.store.search(query, **again)
         observations = {}
-        for block_id in checked:
+        for block_id in rt.checked:
             for ev in await self.store.events_for(block_id, limit=1):
                 observations[block_id] = {
                     "sensor": ev.sensor,
@@ -628,12 +794,28 @@ class Daemon:
                     "message": ev.message,
                     "state": ev.state_after,
                 }
+        receipts = await self.receipts([h.block for h in hits], rt)
+        best = max((h.relevance for h in hits), default=0.0)
+        results = []
+        for h in hits:
+            row = h.as_dict()
+            rec = receipts[h.block.id]
+            match = h.relevance / best if best > 0 else 0.0
+            row["rank"] = round(
+                match * h.freshness * h.reliability * h.retention * verdict_factor(rec["verdict"]),
+                4,
+            )
+            row["receipt"] = rec
+            results.append(row)
+        results.sort(key=lambda r: r["rank"], reverse=True)
+        hidden = 0 if include_refuted else await self.store.count_refuted_matches(query)
         return {
             "query": query,
-            "results": [h.as_dict() for h in hits],
-            "checked": checked,
-            "timed_out": timed_out,
+            "results": results,
+            "checked": rt.checked,
+            "timed_out": rt.timed_out + rt.later,
             "observations": observations,
+            "hidden_refuted": hidden,
         }
 
     async def health(self) -> dict[str, Any]:
@@ -665,13 +847,20 @@ class Daemon:
         async with self._applied:
             self._applied.notify_all()
         now = self.clock.time()
+        scheduler = self._scheduler
         for request_id in result.answered:
-            sent = self.scheduler.sent_at.pop(request_id, None)
+            sent = scheduler.sent_at.pop(request_id, None) if scheduler else None
             if sent is not None:
                 self.metrics.revalidation_latency.observe(max(0.0, now - sent))
+                binding = scheduler.sent_binding.pop(request_id, None) if scheduler else None
+                if binding is not None and scheduler is not None:  # a remote check, timed
+                    scheduler.stats.finished(*binding, now - sent)
+            self._answered_recently[request_id] = None
             waiter = self._answer_waiters.get(request_id)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
+        while len(self._answered_recently) > 10_000:  # only the race window matters
+            del self._answered_recently[next(iter(self._answered_recently))]
         for change in result.changes:
             log.debug(
                 "block_state_changed",

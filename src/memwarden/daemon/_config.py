@@ -44,6 +44,7 @@ __all__ = [
     "ApiSettings",
     "BusSettings",
     "MqttSettings",
+    "ReadThroughSettings",
     "RestartSettings",
     "SchedulerSettings",
     "SensorSettings",
@@ -126,6 +127,31 @@ class SchedulerSettings(BaseModel):
     heuristic_interval: Duration = timedelta(hours=24)
     consolidation_interval: Duration = timedelta(hours=1)
     heartbeat_interval: Duration = timedelta(seconds=30)
+
+
+class ReadThroughSettings(BaseModel):
+    """``[read_through]``: what a read with ``max_age``/``fresh`` may check, and receipts."""
+
+    model_config = _FROZEN
+
+    quick: Duration = Field(
+        default=timedelta(milliseconds=500),
+        description="A binding whose recent checks take at most this (median) is re-checked "
+        "on read; slower ones (a test suite, a slow plugin) carry their age.",
+    )
+    recheck_floor: Duration = Field(
+        default=timedelta(seconds=1),
+        description="A binding checked this recently is not checked again for a read "
+        "(at least the sensor's own min_interval): readers cannot make it a load generator.",
+    )
+    unreachable_after: Annotated[int, Field(ge=1)] = Field(
+        default=2, description="Consecutive check errors after which a fact is unreachable."
+    )
+    unreachable_grace: Duration = Field(
+        default=timedelta(seconds=10),
+        description="How long a bound sensor may be down (failed, agent offline) before "
+        "its facts are unreachable.",
+    )
 
 
 class RestartSettings(BaseModel):
@@ -382,6 +408,7 @@ class Settings(BaseSettings):
     api: ApiSettings = Field(default_factory=ApiSettings)
     bus: BusSettings = Field(default_factory=BusSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    read_through: ReadThroughSettings = Field(default_factory=ReadThroughSettings)
     rules: PolicyConfig = Field(default_factory=PolicyConfig)
     sensors: dict[str, SensorSettings] = Field(default_factory=dict)
     mqtt: MqttSettings | None = Field(

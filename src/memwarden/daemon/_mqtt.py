@@ -1101,15 +1101,17 @@ class MqttBridge:
         for name, conf in sorted(self._remote().items()):
             owner = self._agent_for(name)
             status, reason, agent_id = "unavailable", "no agent has announced it", None
+            since: float | None = None  # when it stopped being available, if known
             if owner is not None:
                 agent_id, info = owner
-                status, reason = "unavailable", info.reason or info.status
+                status, reason, since = "unavailable", info.reason or info.status, info.since
                 if info.status == "online":
-                    status, reason = "running", ""
+                    status, reason, since = "running", "", None
                     beat = info.heartbeat_s
                     last = info.last_heartbeat
                     if beat is not None and last is not None and now - last > 3 * beat:
                         status, reason = "unavailable", f"no heartbeat for {now - last:.0f}s"
+                        since = last + 3 * beat
             out.append(
                 {
                     "name": name,
@@ -1120,6 +1122,7 @@ class MqttBridge:
                     "agent": agent_id,
                     "reason": reason,
                     "events": self.by_sensor[name],
+                    "down_since": since,
                 }
             )
         return out

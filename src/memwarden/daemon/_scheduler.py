@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from memwarden.daemon._freshness import CheckStats
 from memwarden.errors import MemwardenError
 from memwarden.memory.policy import plan_revalidations
 
@@ -68,6 +69,8 @@ class Scheduler:
         self.unroutable = 0
         self._inflight: set[asyncio.Task[Any]] = set()
         self.sent_at: dict[str, float] = {}  # request id -> when it went out (for latency)
+        self.sent_binding: dict[str, tuple[str, str]] = {}  # remote request id -> binding
+        self.stats = CheckStats()  # per binding: recent check durations, last check
         self._tasks: asyncio.TaskGroup | None = None
         self._loops: list[asyncio.Task[None]] = []
         self._stopped = False
@@ -127,7 +130,9 @@ class Scheduler:
                 if len(self.sent_at) > 100_000:  # unanswered ones: forget the oldest half
                     for key in list(self.sent_at)[:50_000]:
                         del self.sent_at[key]
+                        self.sent_binding.pop(key, None)
                 self.sent_at.update((r.id, now) for r in sent + remote)
+                self.sent_binding.update((r.id, (r.sensor, r.subject)) for r in remote)
                 for req in sent:
                     self._spawn(self._check(runners[req.sensor], req))
                 if route is not None:
@@ -143,7 +148,11 @@ class Scheduler:
 
     async def _check(self, runner: SensorRunner, req: RevalidationRequest) -> None:
         try:
+            loop = asyncio.get_running_loop()
+            began = loop.time()
             events = await runner.revalidate(req)
+            if events is not None:  # timed: what a read waiting for this check would wait
+                self.stats.finished(req.sensor, req.subject, loop.time() - began)
             if events is None:
                 # This binding is still being checked: not overlapped, and not lost either:
                 # back to pending, sent again on a later tick unless the answer lands first.

@@ -59,7 +59,18 @@ def context_line(result: dict[str, Any], now: datetime | None = None) -> str:
         f"r={reliability:.2f}",
     ]
     state = block["state"]
-    if state != "fresh":
+    receipt = result.get("receipt")
+    if receipt:  # the verdict of this read: what the agent should make of the fact
+        verdict = receipt["verdict"]
+        why = {
+            "stale": ", ".join(block.get("stale_reasons") or []),
+            "checking": "re-check pending",
+            "unreachable": receipt.get("why") or "",
+        }.get(verdict, "")
+        tags.insert(0, verdict.upper() + (f" ({why})" if why else ""))
+        if receipt.get("checked_now"):
+            tags.insert(1, "checked now")
+    elif state != "fresh":
         reasons = ", ".join(block.get("stale_reasons") or [])
         tags.insert(0, state.upper() + (f" ({reasons})" if reasons else ""))
     if reliability < 0.7:
@@ -89,6 +100,8 @@ def _compact(result: dict[str, Any], now: datetime) -> dict[str, Any]:
         "volatility": block["volatility"],
         "warnings": result.get("warnings", []),
         "score": result.get("score"),
+        "rank": result.get("rank"),
+        "receipt": result.get("receipt"),
         "line": context_line(result, now),
     }
 
@@ -108,19 +121,27 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
 
     @server.tool(
         description=(
-            "Search memory. Returns the most relevant facts, ranked by relevance x freshness "
-            "x reliability, each with its state (fresh/stale/unverified/refuted), reliability, "
-            "when it was last validated and warnings. Set fresh=true to have stale facts "
-            "re-checked by their sensors before the answer (slower, up to a few seconds)."
+            "Search memory. Returns the most relevant facts, ranked (rank 0-1) by relevance x "
+            "freshness x reliability, each with a receipt: verdict (verified, checking, "
+            "unverified, stale, unreachable, refuted), who verified it, when, and the "
+            "observation. Set fresh=true to have every fact a sensor can check quickly "
+            "checked now before the answer (up to a few seconds), or max_age_seconds to "
+            "re-check only facts validated longer ago than that."
         )
     )
     async def memory_search(
         query: Annotated[str, Field(description="Words to look for (plain text).")],
         limit: Annotated[int, Field(ge=1, le=50, description="How many results.")] = 5,
-        fresh: Annotated[bool, Field(description="Re-check stale facts first.")] = False,
+        fresh: Annotated[bool, Field(description="Check quick facts now (max_age 0).")] = False,
         session: Annotated[str | None, Field(description="Your conversation id.")] = None,
+        max_age_seconds: Annotated[
+            float | None, Field(ge=0, description="Re-check facts validated longer ago.")
+        ] = None,
     ) -> dict[str, Any]:
-        answer = await call(lambda c: c.search(query, limit=limit, fresh=fresh, session=session))
+        max_age = f"{max_age_seconds}s" if max_age_seconds is not None else None
+        answer = await call(
+            lambda c: c.search(query, limit=limit, fresh=fresh, session=session, max_age=max_age)
+        )
         if "error" in answer:
             return answer  # type: ignore[no-any-return]
         now = datetime.now(UTC)
@@ -129,6 +150,7 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
             "checked": answer.get("checked", []),
             "timed_out": answer.get("timed_out", []),
             "observations": answer.get("observations", {}),
+            "hidden_refuted": answer.get("hidden_refuted", 0),
         }
 
     @server.tool(
@@ -170,15 +192,25 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
             "reliability": block.validation.reliability,
         }
 
-    @server.tool(description="Read one fact by id, with its validation and bindings.")
+    @server.tool(
+        description=(
+            "Read one fact by id, with its validation, bindings and receipt (verdict). "
+            "fresh=true checks it now when its sensor answers quickly; max_age_seconds "
+            "only when it was validated longer ago."
+        )
+    )
     async def memory_get(
         id: Annotated[str, Field(description="The fact's id.")],  # noqa: A002 - the name agents expect
+        fresh: Annotated[bool, Field(description="Check it now if quick (max_age 0).")] = False,
+        max_age_seconds: Annotated[
+            float | None, Field(ge=0, description="Re-check if validated longer ago.")
+        ] = None,
     ) -> dict[str, Any]:
-        block = await call(lambda c: c.get(id))
-        if isinstance(block, dict):
-            return block
-        data: dict[str, Any] = block.model_dump(mode="json")
-        data["line"] = context_line(data)
+        max_age = f"{max_age_seconds}s" if max_age_seconds is not None else None
+        data: dict[str, Any] = await call(lambda c: c.read(id, max_age=max_age, fresh=fresh))
+        if "error" in data:
+            return data
+        data["line"] = context_line({"block": data, "receipt": data.get("receipt")})
         return data
 
     @server.tool(

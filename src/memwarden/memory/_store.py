@@ -73,6 +73,7 @@ __all__ = [
     "BlockPatch",
     "DueBlock",
     "EventRecord",
+    "FactEvidence",
     "SearchHit",
     "StateChange",
     "Store",
@@ -206,6 +207,17 @@ class EventRecord:
                 **(self.detail or {}),
             },
         }
+
+
+@dataclass(slots=True)
+class FactEvidence:
+    """What a read's receipt needs about a block beyond the block itself."""
+
+    consecutive_errors: int = 0
+    errors_since: float | None = None  # observed_at of the first error of the streak
+    last_error: str | None = None
+    open_checks: list[float] = field(default_factory=list)  # send_at of open requests
+    confirmation: dict[str, Any] | None = None  # the event behind validated_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -870,6 +882,111 @@ class Store:
                 return [r[0] for r in await cur.fetchall()]
 
         return await self._write(job)  # type: ignore[no-any-return]
+
+    async def request_checks(
+        self, block_ids: Sequence[str], *, reason: RevalidationReason
+    ) -> dict[str, list[tuple[str, float]]]:
+        """Queue a check of every binding of each block, in one transaction.
+
+        A binding with an open request keeps it (concurrent readers share one check).
+        Returns, per block, its open requests as ``(request id, send_at)``: a request
+        whose ``send_at`` is in the future is a retry that waits its interval.
+        """
+        now = self.clock.time()
+        timeout_s = self.policy.staleness.revalidation_timeout.total_seconds()
+        ids = list(dict.fromkeys(block_ids))
+
+        async def job(conn: aiosqlite.Connection) -> dict[str, list[tuple[str, float]]]:
+            bindings = await _select_in(
+                conn,
+                "SELECT k.id, g.sensor, g.subject FROM bindings g"
+                " JOIN blocks k ON k.rid = g.block_rid WHERE k.id IN ",
+                ids,
+            )
+            await conn.executemany(
+                _REVALIDATION_INSERT,
+                [
+                    (new_id(), b, sensor, subject, reason.value, now, now, timeout_s)
+                    for b, sensor, subject in bindings
+                ],
+            )
+            out: dict[str, list[tuple[str, float]]] = {b: [] for b in ids}
+            for rid, block_id, send_at in await _select_in(
+                conn,
+                "SELECT id, block_id, send_at FROM revalidations"
+                " WHERE status IN ('pending', 'sent') AND block_id IN ",
+                ids,
+            ):
+                out[block_id].append((rid, send_at))
+            return out
+
+        return await self._write(job)  # type: ignore[no-any-return]
+
+    async def receipts_for(self, block_ids: Sequence[str]) -> dict[str, FactEvidence]:
+        """What a receipt needs about each block, in one read: its error streak, its open
+        checks and the confirmation behind its current validation."""
+        ids = list(dict.fromkeys(block_ids))
+        out: dict[str, FactEvidence] = {}
+        if not ids:
+            return out
+        async with self._read() as conn:
+            for block_id, errors in await _select_in(
+                conn, "SELECT id, consecutive_errors FROM blocks WHERE id IN ", ids
+            ):
+                out[block_id] = FactEvidence(consecutive_errors=errors)
+            for block_id, send_at in await _select_in(  # open checks some sensor can answer
+                conn,
+                "SELECT r.block_id, r.send_at FROM revalidations r"
+                " JOIN blocks k ON k.id = r.block_id"
+                " JOIN bindings g ON g.block_rid = k.rid AND g.sensor = r.sensor"
+                " AND g.subject = r.subject"
+                " WHERE r.status IN ('pending', 'sent') AND r.block_id IN ",
+                ids,
+            ):
+                if block_id in out:
+                    out[block_id].open_checks.append(send_at)
+            for block_id, sensor, observed_at, observed, message in await _select_in(
+                conn,
+                "SELECT k.id, e.sensor, e.observed_at, e.observed, e.message"
+                " FROM blocks k JOIN effects f ON f.block_rid = k.rid"
+                " JOIN events e ON e.seq = f.event_seq"
+                " WHERE e.outcome = 'confirmed' AND e.observed_at = k.validated_at"
+                " AND k.id IN ",
+                ids,
+            ):
+                if block_id in out:
+                    out[block_id].confirmation = {
+                        "sensor": sensor,
+                        "observed_at": from_ts(observed_at).isoformat(),
+                        "observed": json.loads(observed) if observed is not None else None,
+                        "message": message,
+                    }
+            for block_id in [b for b, ev in out.items() if ev.consecutive_errors]:
+                rows = await conn.execute_fetchall(
+                    "SELECT e.observed_at, e.message FROM effects f"
+                    " JOIN events e ON e.seq = f.event_seq"
+                    " WHERE f.block_rid = (SELECT rid FROM blocks WHERE id = ?)"
+                    " AND e.outcome = 'error' ORDER BY f.event_seq DESC LIMIT ?",
+                    (block_id, out[block_id].consecutive_errors),
+                )
+                rows = list(rows)
+                if rows:
+                    out[block_id].errors_since = rows[-1][0]
+                    out[block_id].last_error = rows[0][1]
+        return out
+
+    async def count_refuted_matches(self, query: str) -> int:
+        """How many refuted blocks match ``query`` (what a search without them hides)."""
+        match = fts_query(query)
+        if match is None:
+            return 0
+        sql = (
+            "SELECT count(*) FROM blocks_fts f JOIN blocks b ON b.rid = f.rowid"
+            " WHERE blocks_fts MATCH ? AND b.state = 'refuted'"
+        )
+        async with self._read() as conn:
+            [(count,)] = list(await conn.execute_fetchall(sql, (match,)))
+        return int(count)
 
     async def request_review(self, block_id: str, *, reason: str) -> dict[str, Any]:
         """Put a block in the human review queue (one open item per block)."""

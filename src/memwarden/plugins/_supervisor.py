@@ -106,7 +106,8 @@ class SensorRunner:
         self.crash_loop_window_s = crash_loop_window_s
         self.healthy_after_s = healthy_after_s
         self.counters = SensorCounters()
-        self.status = "starting"
+        self._status = "starting"
+        self.status_since = ctx.clock.time()  # when the status last changed (clock time)
         self.log = log.bind(sensor=name, kind=kind)
         self._stop = asyncio.Event()
         self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -116,6 +117,16 @@ class SensorRunner:
         self._ran_once = False  # the startup policy governs only the first start
 
     # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def status(self) -> str:
+        return self._status
+
+    @status.setter
+    def status(self, value: str) -> None:
+        if value != self._status:
+            self._status = value
+            self.status_since = self.ctx.clock.time()
 
     async def started(self) -> None:
         """Wait until the first setup attempt settled (raises under policy ``error``)."""

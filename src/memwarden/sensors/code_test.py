@@ -232,6 +232,8 @@ class CodeTestSensor:
     kind: ClassVar[str] = "code_test"
     Config: ClassVar[type[BaseSensorConfig]] = CodeTestConfig
     Binding: ClassVar[type[BaseBinding]] = CodeTestBinding
+    # A read never waits for this check (a test run, a person) until it is measured.
+    quick_check: ClassVar[bool] = False
 
     def __init__(self, config: CodeTestConfig) -> None:
         self.config = config

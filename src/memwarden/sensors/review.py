@@ -87,6 +87,8 @@ class ReviewSensor:
     kind: ClassVar[str] = "review"
     Config: ClassVar[type[ReviewConfig]] = ReviewConfig
     Binding: ClassVar[type[ReviewBinding]] = ReviewBinding
+    # A read never waits for this check (a test run, a person) until it is measured.
+    quick_check: ClassVar[bool] = False
 
     def __init__(self, config: ReviewConfig) -> None:
         self.config = config
