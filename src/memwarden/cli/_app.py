@@ -543,7 +543,12 @@ def events(
         table.add_row(
             d["observed_at"][:19],
             d["sensor"],
-            d["outcome"],
+            d["outcome"]
+            + (
+                f" x{d['run']['count']} since {d['run']['first_observed_at'][:19]}"
+                if d.get("run")
+                else ""
+            ),
             " → ".join(eff.get("state", [])),
             " → ".join(f"{x:.2f}" for x in eff.get("reliability", [])),
             d["message"][:60],

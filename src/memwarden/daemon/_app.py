@@ -187,6 +187,7 @@ class Daemon:
                 readers=s.store.readers,
                 synchronous=s.store.synchronous,
                 score_log=s.store.score_log or s.home / "scores.jsonl",
+                compaction=s.store.compaction,
             )
             self._store = await stack.enter_async_context(store)
             stack.callback(self._clear)

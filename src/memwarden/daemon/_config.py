@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettin
 
 from memwarden.errors import ConfigError, PluginLoadError
 from memwarden.memory import Duration
+from memwarden.memory._compaction import CompactionConfig
 from memwarden.memory._model import Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
@@ -87,6 +88,7 @@ class StoreSettings(BaseModel):
         default=None,
         description="JSONL log of every promotion score (rotated). Default: <home>/scores.jsonl",
     )
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
 
 
 class ApiSettings(BaseModel):
@@ -126,6 +128,7 @@ class SchedulerSettings(BaseModel):
     decay_interval: Duration = timedelta(hours=1)
     heuristic_interval: Duration = timedelta(hours=24)
     consolidation_interval: Duration = timedelta(hours=1)
+    compaction_interval: Duration = timedelta(hours=1)
     heartbeat_interval: Duration = timedelta(seconds=30)
 
 

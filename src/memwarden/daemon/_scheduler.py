@@ -200,7 +200,12 @@ class Scheduler:
                 ("decay", s.decay_interval, "decay_cycle"),
                 ("heuristics", s.heuristic_interval, "heuristic_cycle"),
                 ("consolidation", s.consolidation_interval, "consolidate"),
+                ("compaction", s.compaction_interval, "compact_events"),
             ):
+                if name == "compaction" and not getattr(
+                    getattr(self.store, "compaction", None), "enabled", True
+                ):
+                    continue
                 fn = getattr(self.store, method, None)
                 if fn is not None:
                     loops.append((name, interval.total_seconds(), fn, False))

@@ -256,7 +256,55 @@ CREATE TABLE outbox (
 CREATE INDEX events_agent_seq ON events(agent, agent_seq) WHERE agent IS NOT NULL;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+_V5 = """
+-- Compaction, the one sanctioned delete from the event log. The append-only triggers
+-- let a DELETE through only while the compaction job holds this guard row, which it
+-- inserts and removes inside its own transaction (so no commit ever contains it).
+CREATE TABLE compaction_guard (
+    id INTEGER PRIMARY KEY CHECK (id = 1)
+);
+DROP TRIGGER events_no_delete;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+WHEN NOT EXISTS (SELECT 1 FROM compaction_guard) BEGIN
+    SELECT RAISE(ABORT, 'the event log is append-only');
+END;
+CREATE TRIGGER effects_no_delete BEFORE DELETE ON effects
+WHEN NOT EXISTS (SELECT 1 FROM compaction_guard) BEGIN
+    SELECT RAISE(ABORT, 'the event log is append-only');
+END;
+-- A compacted run of identical outcomes from one sensor on one block: its first and
+-- last events stay in the log, the ones between are counted here ("confirmed x count
+-- between first_observed_at and last_observed_at").
+CREATE TABLE event_runs (
+    block_rid INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    first_seq INTEGER NOT NULL,
+    sensor TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    first_observed_at REAL NOT NULL,
+    last_observed_at REAL NOT NULL,
+    compacted_at REAL NOT NULL,
+    PRIMARY KEY (block_rid, last_seq)
+) WITHOUT ROWID;
+CREATE TRIGGER event_runs_no_update BEFORE UPDATE ON event_runs BEGIN
+    SELECT RAISE(ABORT, 'the event log is append-only');
+END;
+CREATE TRIGGER event_runs_no_delete BEFORE DELETE ON event_runs
+WHEN NOT EXISTS (SELECT 1 FROM compaction_guard) BEGIN
+    SELECT RAISE(ABORT, 'the event log is append-only');
+END;
+-- Which blocks an event reached (an event routed by subject may reach several): an
+-- event leaves the log only when no block's history holds it any more.
+CREATE INDEX effects_event ON effects(event_seq);
+CREATE INDEX dead_letters_received ON dead_letters(received_at);
+-- A stored binding that today's rules refuse (written by an older memwarden) is
+-- quarantined at start instead of failing it: never checked, never sent to its sensor.
+ALTER TABLE bindings ADD COLUMN quarantine TEXT;
+ALTER TABLE bindings ADD COLUMN quarantined_at REAL;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -17,7 +17,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memwarden.errors import MemwardenError, NotFoundError, StorageError, ValidationInputError
-from memwarden.memory import _maintenance, _outbox, _reviews
+from memwarden.memory import _compaction, _maintenance, _outbox, _reviews
 from memwarden.memory._clock import Clock, SystemClock, from_ts
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
@@ -185,6 +185,9 @@ class EventRecord:
     reliability_before: float | None
     reliability_after: float | None
     detail: dict[str, Any] | None
+    # When compaction folded a run of identical outcomes into this (its last) event:
+    # (count, first observed_at, last observed_at).
+    run: tuple[int, float, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -205,6 +208,13 @@ class EventRecord:
                 "state": [self.state_before, self.state_after],
                 "reliability": [self.reliability_before, self.reliability_after],
                 **(self.detail or {}),
+            },
+            "run": None
+            if self.run is None
+            else {
+                "count": self.run[0],
+                "first_observed_at": from_ts(self.run[1]).isoformat(),
+                "last_observed_at": from_ts(self.run[2]).isoformat(),
             },
         }
 
@@ -335,8 +345,10 @@ class Store:
         synchronous: Literal["normal", "full"] = "normal",
         max_jobs_per_commit: int = 256,
         score_log: ScoreLog | str | Path | None = None,
+        compaction: _compaction.CompactionConfig | None = None,
     ) -> None:
         self.path = Path(path)
+        self.compaction = compaction or _compaction.CompactionConfig()
         self.clock: Clock = clock or SystemClock()
         self.policy = policy or PolicyConfig()
         self._n_readers = max(1, readers)
@@ -1186,8 +1198,9 @@ class Store:
                 "SELECT e.seq, e.event_id, e.sensor, e.subject, e.outcome, e.observed_at,"
                 " e.received_at, e.reliability, e.message, e.observed, e.request_id,"
                 " f.state_before, f.state_after, f.reliability_before, f.reliability_after,"
-                " f.detail"
+                " f.detail, r.count, r.first_observed_at"
                 " FROM effects f JOIN events e ON e.seq = f.event_seq"
+                " LEFT JOIN event_runs r ON r.block_rid = f.block_rid AND r.last_seq = f.event_seq"
                 " WHERE f.block_rid = (SELECT rid FROM blocks WHERE id = ?)"
                 " ORDER BY f.event_seq DESC LIMIT ?",
                 (block_id, limit),
@@ -1212,6 +1225,7 @@ class Store:
                 reliability_before=r[13],
                 reliability_after=r[14],
                 detail=json.loads(r[15]) if r[15] else None,
+                run=None if r[16] is None else (int(r[16]), r[17], r[5]),
             )
             for r in rows
         ]
@@ -1393,6 +1407,12 @@ class Store:
     async def consolidate(self, *, limit: int | None = None) -> _maintenance.ConsolidationReport:
         """The consolidation pass: score short_term blocks, promote the ones that pass."""
         return await _maintenance.consolidate(self, limit=limit)
+
+    async def compact_events(
+        self, cfg: _compaction.CompactionConfig | None = None
+    ) -> _compaction.CompactionReport:
+        """Compact old runs of identical outcomes in the event log; prune dead letters."""
+        return await _compaction.compact(self, cfg)
 
     async def explain(self, block_id: str) -> dict[str, Any]:
         """Why a block stands where it does: state, reliability, retention, rank, promotion."""

@@ -1,0 +1,331 @@
+"""Bounded growth without losing the record: compaction of the event log.
+
+The event log (``events`` + ``effects``) is the audit trail, so it is *compacted*, never
+truncated. A *run* is a sequence of effects on one block from one sensor with one outcome
+that changed nothing (same state, same reliability, no hard refutation, no review, no
+demotion, no flapping change), none of it younger than ``compaction.after``. Any effect
+on the block that did change something ends every run open on that block. A run of
+three or more keeps its first and last event; the ones between are deleted and counted
+in ``event_runs`` (keyed by the block and the run's last event), so a read can still say
+"confirmed x N between t1 and t2". Compacting again merges: a kept last event weighs
+the events it stands for. An event row leaves the log only when no block's history
+holds it any more. Every event and effect that changed a block is kept.
+
+``dead_letters`` are pruned by age and by count.
+
+The append-only triggers refuse every other ``DELETE``: they let one through only while
+the ``compaction_guard`` row exists, which each compaction job inserts and removes
+inside its own writer transaction. Work is split into writer jobs of at most
+``compaction.window_rows`` effects, so the writer is never held long.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Annotated, Any
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field
+
+from memwarden.memory._durations import Duration
+
+if TYPE_CHECKING:
+    import aiosqlite
+
+    from memwarden.memory._store import Store
+
+__all__ = ["CompactionConfig", "CompactionReport", "compact"]
+
+log = structlog.get_logger("memwarden.store")
+
+# Keys of an effect's detail that say nothing changed (a replayed or outdated event).
+_INERT_DETAIL = frozenset({"state", "reliability", "ignored", "notes"})
+_DELETE_CHUNK = 500  # host parameters per DELETE ... IN (...)
+
+
+class CompactionConfig(BaseModel):
+    """``[store.compaction]``: how the event log and the dead letters stay bounded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    after: Duration = Field(
+        default=timedelta(days=7),
+        description="Runs of identical outcomes older than this are compacted.",
+    )
+    window_rows: Annotated[int, Field(ge=16, le=1_000_000)] = Field(
+        default=2000, description="Effects read per writer job (keeps each job short)."
+    )
+    dead_letters_max_age: Duration = timedelta(days=30)
+    dead_letters_max_rows: Annotated[int, Field(ge=0)] = 10_000
+
+
+@dataclass(slots=True)
+class CompactionReport:
+    """What one compaction pass did."""
+
+    blocks: int = 0  # blocks whose history was walked
+    runs: int = 0  # runs compacted (or extended)
+    effects_deleted: int = 0
+    events_deleted: int = 0
+    dead_letters_deleted: int = 0
+    jobs: int = 0  # writer jobs
+    duration_s: float = 0.0
+    details: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "blocks": self.blocks,
+            "runs": self.runs,
+            "effects_deleted": self.effects_deleted,
+            "events_deleted": self.events_deleted,
+            "dead_letters_deleted": self.dead_letters_deleted,
+            "jobs": self.jobs,
+            "duration_s": round(self.duration_s, 3),
+        }
+
+
+@dataclass(slots=True)
+class _Member:
+    seq: int
+    observed_at: float
+    run: tuple[int, int, float] | None  # the event_runs row ending here: first seq, count, t1
+
+    @property
+    def weight(self) -> int:
+        """How many events this kept effect stands for (the last of a run: all but one)."""
+        return 1 if self.run is None else max(1, self.run[1] - 1)
+
+
+@dataclass(slots=True)
+class _Run:
+    sensor: str
+    outcome: str
+    members: list[_Member] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Window:
+    """The deletions and run rows one writer job makes for one block."""
+
+    rid: int
+    now: float
+    effects: list[int] = field(default_factory=list)
+    old_runs: list[int] = field(default_factory=list)  # event_runs.last_seq to replace
+    new_runs: list[tuple[Any, ...]] = field(default_factory=list)
+    events_deleted: int = 0
+
+    def close(self, run: _Run | None) -> bool:
+        """Compact a run if that saves rows; True when it did."""
+        if run is None:
+            return False
+        head, last = run.members[0], run.members[-1]
+        if head.run is not None:
+            # The window began at the kept last event of a run compacted before: this
+            # run goes on from there, so that event goes too (the run's first stays).
+            first_seq, count, first_at = head.run
+            count += sum(m.weight for m in run.members[1:])
+            gone = run.members[:-1]
+        else:
+            first_seq, first_at = head.seq, head.observed_at
+            count = 1 + sum(m.weight for m in run.members[1:])
+            gone = run.members[1:-1]
+        if not gone:
+            return False
+        self.effects.extend(m.seq for m in gone)
+        self.old_runs.extend(m.seq for m in gone if m.run is not None)
+        self.new_runs.append(
+            (
+                self.rid,
+                last.seq,
+                first_seq,
+                run.sensor,
+                run.outcome,
+                count,
+                first_at,
+                last.observed_at,
+                self.now,
+            )
+        )
+        if last.run is not None:
+            self.old_runs.append(last.seq)
+        return True
+
+
+def _inert(
+    state_before: str, state_after: str, rel_before: float, rel_after: float, detail: str | None
+) -> bool:
+    if state_before != state_after or rel_before != rel_after:
+        return False
+    if not detail:
+        return True
+    try:
+        keys = set(json.loads(detail))
+    except (ValueError, TypeError):
+        return False
+    return keys <= _INERT_DETAIL
+
+
+_WINDOW_SELECT = (
+    "SELECT f.event_seq, e.sensor, e.outcome, e.observed_at, e.received_at,"
+    " f.state_before, f.state_after, f.reliability_before, f.reliability_after, f.detail,"
+    " r.first_seq, r.count, r.first_observed_at"
+    " FROM effects f JOIN events e ON e.seq = f.event_seq"
+    " LEFT JOIN event_runs r ON r.block_rid = f.block_rid AND r.last_seq = f.event_seq"
+    " WHERE f.block_rid = ? AND f.event_seq >= ? ORDER BY f.event_seq LIMIT ?"
+)
+
+
+def _plan(rows: list[Any], window: _Window, cutoff: float, limit: int) -> int | None:
+    """Find the runs in one window of a block's effects; the seq to resume at, or None."""
+    open_runs: dict[str, _Run] = {}
+    done = True
+    for row in rows:
+        seq, sensor, outcome, observed_at, received_at = row[:5]
+        if received_at >= cutoff:  # this one and everything after is too young
+            break
+        if not _inert(*row[5:10]):
+            for ended in open_runs.values():
+                window.close(ended)
+            open_runs.clear()
+            continue
+        prior = None if row[10] is None else (int(row[10]), int(row[11]), float(row[12]))
+        member = _Member(seq=seq, observed_at=observed_at, run=prior)
+        current = open_runs.get(sensor)
+        if current is not None and current.outcome == outcome:
+            current.members.append(member)
+        else:
+            window.close(current)
+            open_runs[sensor] = _Run(sensor, outcome, [member])
+    else:
+        done = len(rows) < limit
+    if done or not rows:
+        for run in open_runs.values():
+            window.close(run)
+        return None
+    # Resume where the runs still open begin, so that they go on in the next window;
+    # a run that began with this window resumes at its (kept) last event instead.
+    first_seq = int(rows[0][0])
+    starts = []
+    for run in open_runs.values():
+        compacted = window.close(run)
+        head = run.members[0].seq
+        if head > first_seq:
+            starts.append(head)
+        elif compacted:
+            starts.append(run.members[-1].seq)
+    resume = min(starts, default=int(rows[-1][0]) + 1)
+    return resume if resume > first_seq else int(rows[-1][0]) + 1
+
+
+async def _compact_block_window(
+    conn: aiosqlite.Connection, rid: int, start: int, *, cutoff: float, limit: int, now: float
+) -> tuple[int | None, _Window]:
+    rows = list(await conn.execute_fetchall(_WINDOW_SELECT, (rid, start, limit)))
+    window = _Window(rid=rid, now=now)
+    resume = _plan(rows, window, cutoff, limit)
+    if not window.effects:
+        return resume, window
+    await conn.execute("INSERT INTO compaction_guard (id) VALUES (1)")
+    try:
+        for part in _parts(window.old_runs):
+            await conn.execute(
+                f"DELETE FROM event_runs WHERE block_rid = ? AND last_seq IN {_in(len(part))}",
+                (rid, *part),
+            )
+        await conn.executemany(
+            "INSERT INTO event_runs (block_rid, last_seq, first_seq, sensor, outcome, count,"
+            " first_observed_at, last_observed_at, compacted_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            window.new_runs,
+        )
+        for part in _parts(window.effects):
+            await conn.execute(
+                f"DELETE FROM effects WHERE block_rid = ? AND event_seq IN {_in(len(part))}",
+                (rid, *part),
+            )
+            async with conn.execute(
+                f"DELETE FROM events WHERE seq IN {_in(len(part))}"
+                " AND NOT EXISTS (SELECT 1 FROM effects WHERE event_seq = events.seq)",
+                part,
+            ) as cur:
+                window.events_deleted += max(0, cur.rowcount)
+    finally:
+        await conn.execute("DELETE FROM compaction_guard")
+    return resume, window
+
+
+def _parts(items: list[int]) -> list[list[int]]:
+    return [items[i : i + _DELETE_CHUNK] for i in range(0, len(items), _DELETE_CHUNK)]
+
+
+def _in(n: int) -> str:
+    return "(" + ",".join("?" * n) + ")"
+
+
+async def _prune_dead_letters(
+    conn: aiosqlite.Connection, cfg: CompactionConfig, now: float, limit: int
+) -> int:
+    """One bounded step of dead-letter pruning; returns how many rows went."""
+    oldest = now - cfg.dead_letters_max_age.total_seconds()
+    async with conn.execute(
+        "DELETE FROM dead_letters WHERE id IN (SELECT id FROM dead_letters"
+        " WHERE received_at < ? ORDER BY id LIMIT ?)",
+        (oldest, limit),
+    ) as cur:
+        deleted = max(0, cur.rowcount)
+    async with conn.execute(
+        "DELETE FROM dead_letters WHERE id IN (SELECT id FROM dead_letters"
+        " WHERE id <= (SELECT id FROM dead_letters ORDER BY id DESC LIMIT 1 OFFSET ?)"
+        " ORDER BY id LIMIT ?)",
+        (cfg.dead_letters_max_rows, limit),
+    ) as cur:
+        deleted += max(0, cur.rowcount)
+    return deleted
+
+
+async def compact(store: Store, cfg: CompactionConfig | None = None) -> CompactionReport:
+    """One compaction pass over the whole event log, then the dead letters."""
+    write, read = store._write, store._read  # noqa: SLF001 - the store's own pass
+    cfg = cfg or store.compaction
+    started = time.perf_counter()
+    now = store.clock.time()
+    cutoff = now - cfg.after.total_seconds()
+    report = CompactionReport()
+    limit = cfg.window_rows
+    async with read() as conn:
+        rows = await conn.execute_fetchall(
+            "SELECT block_rid FROM effects GROUP BY block_rid HAVING count(*) >= 3"
+        )
+    for (rid,) in rows:
+        report.blocks += 1
+        start: int | None = 0
+        while start is not None:
+
+            async def job(
+                conn: aiosqlite.Connection, rid: int = rid, start: int = start
+            ) -> tuple[int | None, _Window]:
+                return await _compact_block_window(
+                    conn, rid, start, cutoff=cutoff, limit=limit, now=now
+                )
+
+            start, window = await write(job, weight=limit)
+            report.jobs += 1
+            report.runs += len(window.new_runs)
+            report.effects_deleted += len(window.effects)
+            report.events_deleted += window.events_deleted
+
+    async def prune(conn: aiosqlite.Connection) -> int:
+        return await _prune_dead_letters(conn, cfg, now, limit)
+
+    while True:
+        deleted = await write(prune, weight=limit)
+        report.jobs += 1
+        report.dead_letters_deleted += deleted
+        if deleted == 0:
+            break
+    report.duration_s = time.perf_counter() - started
+    log.info("compaction_done", **report.as_dict())
+    return report
