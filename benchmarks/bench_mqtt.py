@@ -215,8 +215,8 @@ async def _daemon(ctx: Context, port: int, n: int) -> dict[str, Any]:
     committed: dict[int, int] = {}
     submit = daemon.bus.submit
 
-    async def timed_submit(source: str, payloads: Any) -> Any:
-        result = await submit(source, payloads)
+    async def timed_submit(source: str, payloads: Any, **options: Any) -> Any:
+        result = await submit(source, payloads, **options)
         now = time.monotonic_ns()
         for ev in payloads:
             committed.setdefault(ev.seq, now)
