@@ -267,3 +267,12 @@ def test_an_executable_in_a_home_bin_does_not_expose_the_home(tmp_path):
     paths = interpreter_paths([str(venv / "bin" / "python")], None)
     assert paths[0] == venv
     assert home not in paths
+
+
+async def test_a_project_inside_the_state_directory_is_a_config_error(tmp_path):
+    """The sandbox hides the state dir: a project inside it is refused at start, named."""
+    harness_dir = tmp_path / "harness"
+    project = make_project(harness_dir)  # the harness's state root holds the project
+    with pytest.raises(PluginError, match=r"project_root: .* lies inside .*hides"):
+        async with _harness(tmp_path, project.root):
+            pass

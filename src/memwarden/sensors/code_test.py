@@ -288,6 +288,15 @@ class CodeTestSensor:
         if mode == "none":
             ctx.log.info("code_test_sandbox", sandbox="none")
             return
+        covering = [
+            h for h in self._sandbox_spec(ctx, self.root).hide if self.root.is_relative_to(h)
+        ]
+        if covering:
+            raise ConfigError(
+                f"sensors.{ctx.name}.project_root: {str(self.root)!r} lies inside "
+                f"{str(covering[0])!r}, which the sandbox hides (the daemon's state directory "
+                "or sandbox_hide); move the project or set sandbox = 'none'"
+            )
         bwrap = sb.find_bwrap(self._env.get("PATH", os.defpath))
         problem = "bwrap (Debian package bubblewrap) is not installed" if bwrap is None else ""
         if bwrap is not None:
