@@ -1,5 +1,6 @@
 # memwarden — the same commands for people and CI.
-#   make run    start the daemon on the embedded default (SQLite in ./.memwarden, API on loopback)
+#   make run    start the daemon with this checkout's memwarden.toml (state in ./.memwarden,
+#               API on a free loopback port recorded in .memwarden/api.json)
 #   make test   create/refresh .venv, install everything, run lint and the whole suite
 #   make lint   ruff + mypy --strict
 #   make bench  the benchmarks; writes .bench/results.json
@@ -29,8 +30,10 @@ $(STAMP): pyproject.toml $(EXAMPLE)/pyproject.toml
 system-deps:
 	@bash scripts/system-deps.sh
 
-run: $(STAMP)
-	$(VENV)/bin/memwarden run
+# `make run VENV=/other/venv SKIP_INSTALL=1` runs an existing installation as it is, without
+# installing into it (the fresh-clone acceptance test does this with the suite's own venv).
+run: $(if $(SKIP_INSTALL),,$(STAMP))
+	$(VENV)/bin/memwarden run --config memwarden.toml
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples

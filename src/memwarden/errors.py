@@ -11,6 +11,7 @@ This module is a leaf: it imports nothing of ours.
 from __future__ import annotations
 
 __all__ = [
+    "AddressInUseError",
     "ConfigError",
     "MemwardenError",
     "NotFoundError",
@@ -61,6 +62,10 @@ class NotFoundError(StorageError):
 
 class TransportError(MemwardenError):
     """A network transport (HTTP, MQTT) failed."""
+
+
+class AddressInUseError(TransportError):
+    """The API's address is taken by another process: a temporary failure (retry later)."""
 
 
 class ValidationInputError(MemwardenError):

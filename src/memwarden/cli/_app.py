@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,11 +16,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from memwarden import __version__
 from memwarden.cli._review import review_app
-from memwarden.errors import ConfigError, MemwardenError, ValidationInputError
+from memwarden.errors import (
+    AddressInUseError,
+    ConfigError,
+    MemwardenError,
+    ValidationInputError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -41,6 +48,8 @@ app.add_typer(review_app, name="review")
 
 # sysexits.h EX_CONFIG: a configuration error; the systemd unit does not restart on it.
 EX_CONFIG = 78
+# sysexits.h EX_TEMPFAIL: try again later (the API's address is in use by another process).
+EX_TEMPFAIL = 75
 
 out = Console()
 err = Console(stderr=True)
@@ -65,7 +74,7 @@ def main() -> None:
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -114,24 +123,62 @@ def _client() -> AsyncClient:
 # ---------------------------------------------------------------------- daemon
 
 
+def _config_file(given: Path | None) -> Path | None:
+    """The file `run` uses: ``--config``, else ``memwarden.toml`` in the current directory."""
+    from memwarden.cli._init import CONFIG_NAME  # noqa: PLC0415
+
+    if given is not None:
+        return given
+    here = Path(CONFIG_NAME)
+    return here if here.is_file() else None
+
+
+def _print_config_problems(file: Path) -> None:
+    from memwarden.daemon._config import config_problems  # noqa: PLC0415
+    from memwarden.plugins import Registry  # noqa: PLC0415
+
+    _, problems = config_problems(file, lambda allow: Registry.from_entry_points(allow=allow))
+    for problem in problems:
+        err.print(problem, markup=False, highlight=False, soft_wrap=True)
+
+
 @app.command()
 def run(config: ConfigOpt = None) -> None:
-    """Run the daemon in the foreground (stop with SIGTERM or Ctrl-C)."""
+    """Run the daemon in the foreground (stop with SIGTERM or Ctrl-C).
+
+    The configuration is --config, else ./memwarden.toml (`memwarden init` writes one).
+    The daemon works in its config file's directory: relative paths in the file (home,
+    fs roots, project_root, the test command) are relative to that file.
+    """
     from memwarden.daemon import Daemon, configure_logging, load_settings  # noqa: PLC0415
 
+    file = _config_file(config)
+    overrides: dict[str, Any] = (
+        {"home": Path(_target["home"]).absolute()} if _target["home"] else {}
+    )
     try:
-        settings = load_settings(config)
+        settings = load_settings(file, **overrides)
     except ConfigError as e:
-        for problem in e.problems:
-            err.print(problem, highlight=False, soft_wrap=True)
+        if file is not None and file.is_file():
+            _print_config_problems(file)
+        else:
+            for problem in e.problems:
+                err.print(problem, markup=False, highlight=False, soft_wrap=True)
         raise _fail(str(e), EX_CONFIG) from None
     configure_logging(settings.log_level, settings.log_format)
-    daemon = Daemon(settings, config_file=config, install_signal_handlers=True)
+    if file is not None:
+        file = file.absolute()
+        os.chdir(file.parent)
+        if not settings.home.is_absolute():  # shown in logs and status: say where it is
+            settings = settings.model_copy(update={"home": file.parent / settings.home})
+    daemon = Daemon(settings, config_file=file, install_signal_handlers=True)
     try:
         asyncio.run(daemon.run())
     except* MemwardenError as group:
         for failure in group.exceptions:
-            err.print(f"[red]error:[/red] {failure}", highlight=False, soft_wrap=True)
+            err.print(f"[red]error:[/red] {escape(str(failure))}", highlight=False, soft_wrap=True)
+        if all(isinstance(f, AddressInUseError) for f in group.exceptions):
+            raise typer.Exit(EX_TEMPFAIL) from None
         config_only = all(isinstance(f, ConfigError) for f in group.exceptions)
         raise typer.Exit(EX_CONFIG if config_only else 1) from None
 
@@ -218,27 +265,72 @@ def demo(
 
 @config_app.command("check")
 def config_check(
-    file: Annotated[Path, typer.Argument(help="The TOML file to check.")],
+    file: Annotated[
+        Path | None,
+        typer.Argument(help="The TOML file to check. Default: the one `run` would use."),
+    ] = None,
 ) -> None:
-    """Check a configuration file; print every problem with its path."""
-    from memwarden.daemon import configure_logging, load_settings  # noqa: PLC0415
-    from memwarden.daemon._config import sensor_option_problems  # noqa: PLC0415
+    """Check a configuration file; print every problem with its path, in one pass."""
+    from memwarden.daemon import configure_logging  # noqa: PLC0415
+    from memwarden.daemon._config import config_problems  # noqa: PLC0415
     from memwarden.plugins import Registry  # noqa: PLC0415
 
     configure_logging("warning", "console", stream="stderr")  # stdout is the report
-    try:
-        settings = load_settings(file)
-    except ConfigError as e:
-        for problem in e.problems:
-            out.print(problem, highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
-    registry = Registry.from_entry_points(allow=settings.plugin_allowlist)
-    problems = sensor_option_problems(settings, registry)
+    path = _config_file(file)
+    if path is None:
+        raise _fail(
+            "no memwarden.toml here: give a file (memwarden config check FILE) or write one "
+            "with `memwarden init`"
+        )
+    path = path.absolute()
+    with contextlib.chdir(path.parent):  # relative paths in it are relative to it, as in `run`
+        settings, problems = config_problems(
+            path, lambda allow: Registry.from_entry_points(allow=allow)
+        )
     if problems:
         for problem in problems:
-            out.print(problem, highlight=False, soft_wrap=True)
+            out.print(problem, markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-    out.print(f"{file}: ok ({len(settings.sensors)} sensor(s))", highlight=False, soft_wrap=True)
+    assert settings is not None  # noqa: S101 - no problems means it loaded
+    out.print(f"{path}: ok ({len(settings.sensors)} sensor(s))", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def init(
+    directory: Annotated[
+        Path, typer.Argument(help="The project directory (default: here).")
+    ] = Path(),
+    python: Annotated[
+        str | None,
+        typer.Option(
+            help="The project's Python for its tests (default: .venv/bin/python or "
+            "venv/bin/python if there, else python3)."
+        ),
+    ] = None,
+) -> None:
+    """Write a commented memwarden.toml for a project (never overwrites one)."""
+    from memwarden.cli._init import CONFIG_NAME, detect_pytest, render_config  # noqa: PLC0415
+
+    if not directory.is_dir():
+        raise _fail(f"{directory}: not a directory")
+    target = directory / CONFIG_NAME
+    if target.exists():
+        raise _fail(f"{target} exists; not overwriting it (edit it, or remove it first)")
+    text = render_config(directory, python=python)
+    try:
+        with target.open("x", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as e:
+        raise _fail(f"{target}: {e.strerror or e}") from None
+    project = detect_pytest(directory)
+    sensors = "fs, " + ("tests (code_test), " if project else "") + "http, review"
+    out.print(f"wrote {target}: sensors {sensors}", highlight=False, soft_wrap=True)
+    out.print(
+        "next: `memwarden run` in that directory (state in .memwarden/, keep it out of "
+        "version control), then `memwarden status`",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -629,6 +721,8 @@ def tail(
 ) -> None:
     """Follow validation events live, as sensors report them."""
 
+    from memwarden.client import DaemonNotRunningError  # noqa: PLC0415
+
     async def api(c: AsyncClient) -> int:
         after = since or 0
         if since is None:  # from now: skip what is already in the log
@@ -638,7 +732,12 @@ def tail(
             after = latest[-1]["seq"] if latest else 0
         shown = 0
         while True:
-            for ev in await c.follow(after, wait="10s"):
+            try:
+                batch = await c.follow(after, wait="10s")
+            except DaemonNotRunningError:  # it stopped while we followed: the end of the stream
+                err.print("the daemon stopped: end of the event stream", highlight=False)
+                return shown
+            for ev in batch:
                 after = ev["seq"]
                 shown += 1
                 if json_out:
@@ -778,7 +877,7 @@ def backup(
             db = load_settings().db_path
         except ConfigError as e:
             for problem in e.problems:
-                err.print(problem, highlight=False, soft_wrap=True)
+                err.print(problem, markup=False, highlight=False, soft_wrap=True)
             raise _fail(str(e)) from None
     with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task("backing up", total=None)
@@ -826,12 +925,12 @@ def agent(
         runner = Agent(settings, install_signal_handlers=True)
     except ConfigError as e:
         for problem in e.problems:
-            err.print(problem, highlight=False, soft_wrap=True)
+            err.print(problem, markup=False, highlight=False, soft_wrap=True)
         raise _fail(str(e)) from None
     configure_logging(settings.log_level, settings.log_format)
     try:
         asyncio.run(runner.run())
     except* MemwardenError as group:
         for failure in group.exceptions:
-            err.print(f"[red]error:[/red] {failure}", highlight=False, soft_wrap=True)
+            err.print(f"[red]error:[/red] {escape(str(failure))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None

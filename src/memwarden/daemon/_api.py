@@ -9,11 +9,14 @@ never a traceback.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hmac
 import json
+import logging
 import os
 import secrets
+import socket
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import structlog
@@ -28,7 +31,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from memwarden import __version__
 from memwarden.daemon._ingest import Refused
 from memwarden.daemon._web import ReviewSessions, review_router
-from memwarden.errors import MemwardenError, NotFoundError, StorageError, ValidationInputError
+from memwarden.errors import (
+    AddressInUseError,
+    ConfigError,
+    MemwardenError,
+    NotFoundError,
+    StorageError,
+    ValidationInputError,
+)
 from memwarden.memory import Block, NewBlock, ValidationEvent, _reviews, parse_duration
 from memwarden.memory._model import MAX_CONTENT_CHARS
 from memwarden.memory._store import BlockPatch
@@ -549,6 +559,16 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
     return app
 
 
+class _NoBindNoise(logging.Filter):
+    """Drops uvicorn's own bind failure line: the daemon reports it once, clearly."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "error while attempting to bind" not in record.getMessage()
+
+
+logging.getLogger("uvicorn.error").addFilter(_NoBindNoise())
+
+
 class _Server(uvicorn.Server):
     """uvicorn without its own signal handling: the daemon owns the signals."""
 
@@ -580,12 +600,34 @@ class ApiServer:
             access_log=False,
             lifespan="off",
             server_header=False,
+            timeout_graceful_shutdown=10,  # then what is still running is cancelled
         )
         self._server = _Server(config)
         self.url = ""
+        self.failure: MemwardenError | None = None  # why it could not listen, once it gave up
 
     async def serve(self) -> None:
-        await self._server.serve()
+        """Serve until stopped; when it cannot listen, end with :attr:`failure` set."""
+        try:
+            await self._server.serve()
+        except SystemExit:  # uvicorn exits the process when it cannot listen: say why, once
+            self.failure = self._listen_error()
+
+    def _listen_error(self) -> MemwardenError:
+        cfg = self._server.config
+        if cfg.uds:
+            return ConfigError(f"api: could not listen on unix:{cfg.uds}")
+        try:
+            with socket.create_server((cfg.host, cfg.port)):
+                pass
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                return AddressInUseError(
+                    f"api: {cfg.host}:{cfg.port} is already in use (another memwarden? "
+                    "`memwarden status` says which; set [api] port = 0 for a free port)"
+                )
+            return ConfigError(f"api: could not listen on {cfg.host}:{cfg.port}: {err.strerror}")
+        return ConfigError(f"api: could not listen on {cfg.host}:{cfg.port}")
 
     @property
     def started(self) -> bool:

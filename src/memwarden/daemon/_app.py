@@ -118,6 +118,8 @@ class Daemon:
         self._waiter_refs: dict[str, int] = {}  # reads waiting on each request
         self._answered_recently: dict[str, None] = {}  # request ids, oldest first
         self._applied = asyncio.Condition()
+        self._closing = False  # shutting down: long-polls answer now instead of waiting
+        self._api_task: asyncio.Task[None] | None = None
         self.mqtt: MqttBridge | None = None  # the MQTT bridge, when [mqtt] is configured
         # Who may report what from outside (POST /v1/events, the MQTT bridge).
         self.gate = EventGate(
@@ -241,10 +243,17 @@ class Daemon:
                 self.notifier.status(await self._status_line())
                 log.info(
                     "daemon_ready",
+                    config=str(self.config_file) if self.config_file else None,
                     db=str(s.db_path),
                     sensors=sorted(self.runners),
                     down_since=down_since,
                 )
+                if not s.sensors:
+                    log.warning(
+                        "no_sensors_configured",
+                        hint="facts cannot be checked; `memwarden init` writes a "
+                        "memwarden.toml with fs, tests, http and review",
+                    )
                 await self._serve()
                 await self._shutdown(background)
         log.info("daemon_stopped")
@@ -277,11 +286,11 @@ class Daemon:
         )
         task = tg.create_task(self.api.serve(), name="api")
         background.append(task)
+        self._api_task = task
         while not self.api.started:  # uvicorn exposes no event; it starts within milliseconds
             if task.done():
-                raise ConfigError(
-                    f"api: could not listen on {s.api.host}:{s.api.port} "
-                    "(port in use? set [api] port or MEMWARDEN_API__PORT)"
+                raise self.api.failure or ConfigError(
+                    f"api: could not listen on {s.api.host}:{s.api.port}"
                 )
             await asyncio.sleep(0.005)
         await stack.enter_async_context(api_file(s.home, self.api.bound_url()))
@@ -297,9 +306,16 @@ class Daemon:
         """
         self.notifier.stopping()
         log.info("daemon_stopping")
-        if self.api is not None:
-            self.api.stop()
         drain_s = self.settings.bus.drain_timeout.total_seconds()
+        if self.api is not None:
+            # Long-polls (`memwarden tail`) answer at once; the server finishes what is in
+            # flight and closes its connections: a normal end of stream, never a 500.
+            self._closing = True
+            async with self._applied:
+                self._applied.notify_all()
+            self.api.stop()
+            if self._api_task is not None:
+                await asyncio.wait({self._api_task}, timeout=drain_s)
         self.scheduler.stop()
         try:
             async with asyncio.timeout(drain_s):
@@ -840,6 +856,8 @@ class Daemon:
 
     async def wait_for_events(self, timeout_s: float) -> None:
         """Wait until the next batch of events is committed, or the timeout (for ``tail``)."""
+        if self._closing:
+            return
         async with self._applied:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._applied.wait(), timeout=timeout_s)

@@ -33,7 +33,7 @@ from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from pydantic_core import ErrorDetails
     from pydantic_settings import PydanticBaseSettingsSource
@@ -51,6 +51,7 @@ __all__ = [
     "SensorSettings",
     "Settings",
     "StoreSettings",
+    "config_problems",
     "default_home",
     "format_problems",
     "hostname_id",
@@ -475,23 +476,64 @@ def validate_sensor_options(name: str, model: type[M], options: Mapping[str, Any
         raise ConfigError("; ".join(problems), problems=problems) from None
 
 
+def _one_sensor_problems(name: str, conf: SensorSettings, registry: Registry) -> list[str]:
+    if conf.remote:  # checked by the agent that runs it, not here
+        return []
+    kind = conf.kind or name
+    try:
+        info = registry.get(kind)
+    except PluginLoadError as err:
+        return [f"sensors.{name}.kind: {err}"]
+    try:
+        validate_sensor_options(name, info.cls.Config, conf.options)
+    except ConfigError as err:
+        return list(err.problems)
+    return []
+
+
 def sensor_option_problems(settings: Settings, registry: Registry) -> list[str]:
     """Every problem in the ``[sensors.*]`` tables: unknown kinds and bad options."""
     problems: list[str] = []
     for name, conf in settings.sensors.items():
-        if conf.remote:  # checked by the agent that runs it, not here
-            continue
-        kind = conf.kind or name
-        try:
-            info = registry.get(kind)
-        except PluginLoadError as err:
-            problems.append(f"sensors.{name}.kind: {err}")
-            continue
-        try:
-            validate_sensor_options(name, info.cls.Config, conf.options)
-        except ConfigError as err:
-            problems.extend(err.problems)
+        problems.extend(_one_sensor_problems(name, conf, registry))
     return problems
+
+
+def config_problems(
+    config_file: str | Path, registry_for: Callable[[list[str] | None], Registry]
+) -> tuple[Settings | None, list[str]]:
+    """Every problem of a configuration file in one pass: the top-level settings *and*
+    each sensor's own options, even when the top level has problems too.
+
+    ``registry_for(allowlist)`` gives the sensor plugins to check the sensors against.
+    Returns the settings (None when they do not load) and the problems.
+    """
+    try:
+        settings = load_settings(config_file)
+    except ConfigError as err:
+        problems = list(err.problems) or [str(err)]
+    else:
+        allow = settings.plugin_allowlist
+        return settings, sensor_option_problems(settings, registry_for(allow))
+    try:
+        raw = tomllib.loads(Path(config_file).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None, problems  # the file itself is the problem; nothing more to read
+    sensors = raw.get("sensors")
+    if not isinstance(sensors, dict):
+        return None, problems
+    plugins = raw.get("plugins")
+    allow = (
+        [p.strip() for p in plugins.split(",") if p.strip()] if isinstance(plugins, str) else None
+    )
+    registry = registry_for(allow)
+    for name, table in sensors.items():
+        try:
+            conf = SensorSettings.model_validate(table)
+        except ValidationError:
+            continue  # the top-level pass reported this table's own problems
+        problems.extend(_one_sensor_problems(str(name), conf, registry))
+    return None, problems
 
 
 def load_settings(
