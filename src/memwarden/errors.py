@@ -12,6 +12,7 @@ from __future__ import annotations
 
 __all__ = [
     "AddressInUseError",
+    "AmbiguousIdError",
     "ConfigError",
     "MemwardenError",
     "NotFoundError",
@@ -52,12 +53,27 @@ class StorageError(MemwardenError):
 
 
 class NotFoundError(StorageError):
-    """The thing asked for does not exist."""
+    """The thing asked for does not exist: ``no block with id '…'``.
 
-    def __init__(self, kind: str, ident: str) -> None:
-        super().__init__(f"{kind} {ident!r} not found")
+    ``message`` replaces the sentence (a client passes on the daemon's own words).
+    """
+
+    def __init__(self, kind: str, ident: str, *, message: str | None = None) -> None:
+        super().__init__(message or f"no {kind} with id {ident!r}")
         self.kind = kind
         self.ident = ident
+
+
+class AmbiguousIdError(MemwardenError):
+    """A short id matches more than one block; ``candidates`` are their ids."""
+
+    def __init__(self, ref: str, candidates: list[str], *, message: str | None = None) -> None:
+        shown = ", ".join(candidates)
+        super().__init__(
+            message or f"ambiguous id {ref!r}: matches {shown} (give more digits or the whole id)"
+        )
+        self.ref = ref
+        self.candidates = candidates
 
 
 class TransportError(MemwardenError):

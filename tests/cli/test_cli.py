@@ -90,7 +90,7 @@ def test_bad_input_is_one_clear_line_per_field(cli):
 def test_unknown_block_is_an_error_naming_it(cli):
     """get of a missing id says so in one line and exits 1."""
     result = cli("get", "no-such-id", code=1)
-    assert "not found" in result.output
+    assert result.output == "error: no block with id 'no-such-id'\n"
 
 
 def test_a_daemon_that_is_not_running_gives_one_clear_line(tmp_path, monkeypatch):

@@ -410,12 +410,24 @@ def _age(when: datetime | None) -> str:
     return f"{seconds:.0f}s ago"
 
 
+def id_table(ids: list[str], *columns: str) -> Table:
+    """A table whose first column shows ids whole, however narrow the terminal: an id
+    cut short would not be accepted back."""
+    table = Table()
+    table.add_column("id", no_wrap=True, min_width=max((len(i) for i in ids), default=2))
+    for column in columns:
+        table.add_column(column)
+    return table
+
+
 def _block_table(blocks: list[Block]) -> Table:
-    table = Table("id", "state", "r", "validated", "title / content")
+    table = id_table(
+        [b.short_id or b.id for b in blocks], "state", "r", "validated", "title / content"
+    )
     for b in blocks:
         text = b.title or b.content
         table.add_row(
-            b.id[:13],
+            b.short_id or b.id,
             b.state.value,
             f"{b.validation.reliability:.2f}",
             _age(b.validation.validated_at),
@@ -460,7 +472,7 @@ def add(
         _print_json(block.model_dump(mode="json"))
     else:
         out.print(
-            f"added {block.id} ({block.state.value}, reliability "
+            f"added {block.short_id or block.id} ({block.state.value}, reliability "
             f"{block.validation.reliability:.2f})",
             highlight=False,
         )
@@ -486,7 +498,10 @@ def get(
         receipt.update(data.pop("receipt", None) or {})
         return Block.model_validate(data)
 
-    block = _call(db, api=read, local=lambda s: s.get(block_id))
+    async def local(s: Store) -> Block:
+        return await s.get(await s.resolve_id(block_id))
+
+    block = _call(db, api=read, local=local)
     if json_out:
         _print_json({**block.model_dump(mode="json"), **({"receipt": receipt} if receipt else {})})
         return
@@ -495,7 +510,7 @@ def get(
         now = " · checked now" if receipt.get("checked_now") else ""
         out.print(f"[bold]{receipt['verdict'].upper()}[/bold]{why}{now}", highlight=False)
     v = block.validation
-    out.print(f"[bold]{block.title or block.id}[/bold]", highlight=False)
+    out.print(f"[bold]{block.title or block.id}[/bold]  {block.id}", highlight=False)
     out.print(block.content, highlight=False, soft_wrap=True)
     out.print(
         f"state {block.state.value}"
@@ -529,9 +544,13 @@ def search(
 
     async def local(s: Store) -> Any:
         hits = await s.search(query, limit=limit, include_refuted=refuted)
+        results = [h.as_dict() for h in hits]
+        short = await s.short_ids([h.block.id for h in hits])
+        for r in results:
+            r["block"]["short_id"] = short.get(r["block"]["id"])
         return {
             "query": query,
-            "results": [h.as_dict() for h in hits],
+            "results": results,
             "checked": [],
             "timed_out": [],
         }
@@ -556,12 +575,19 @@ def search(
     if not answer["results"]:
         out.print("no results" + (f"; {hidden_line}" if hidden else ""), highlight=False)
         return
-    table = Table("score", "id", "state", "r", "text", "warnings")
+    table = id_table(
+        [h["block"].get("short_id") or h["block"]["id"] for h in answer["results"]],
+        "score",
+        "state",
+        "r",
+        "text",
+        "warnings",
+    )
     for h in answer["results"]:
         b = h["block"]
         table.add_row(
+            b.get("short_id") or b["id"],
             f"{h['score']:.3g}",
-            b["id"][:13],
             (h.get("receipt") or {}).get("verdict", b["state"]),
             f"{b['validation']['reliability']:.2f}",
             (b["title"] or b["content"])[:60],
@@ -619,8 +645,8 @@ def events(
     """A block's validation history, newest first."""
 
     async def local(s: Store) -> Any:
-        await s.get(block_id)  # a clear error for an unknown id
-        return [r.as_dict() for r in await s.events_for(block_id, limit=limit)]
+        full = await s.resolve_id(block_id)  # a clear error for an unknown id
+        return [r.as_dict() for r in await s.events_for(full, limit=limit)]
 
     records = _call(db, api=lambda c: c.events(block_id, limit), local=local)
     if json_out:
@@ -657,10 +683,7 @@ def explain(
     """Why a block has its state, reliability, retention and rank."""
 
     async def local(s: Store) -> Any:
-        fn = getattr(s, "explain", None)
-        if fn is None:
-            return {"block": (await s.get(block_id)).model_dump(mode="json")}
-        return await fn(block_id)
+        return await s.explain(await s.resolve_id(block_id))
 
     data = _call(db, api=lambda c: c.explain(block_id), local=local)
     if json_out:
@@ -746,7 +769,7 @@ def tail(
                 else:
                     changes = (
                         ", ".join(
-                            f"{e['block_id'][:13] if e['block_id'] else '?'} "
+                            f"{e.get('short_id') or e['block_id'] or '?'} "
                             f"{e['state'][0]}→{e['state'][1]}"
                             for e in ev["effects"]
                         )

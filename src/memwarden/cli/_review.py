@@ -122,7 +122,9 @@ def list_items(
     if not items:
         cli.out.print("no reviews pending" if status == "pending" else "no reviews")
         return
-    table = Table("id", "block", "state", "r", "reason", "created", "decided")
+    table = cli.id_table(
+        [item["id"] for item in items], "block", "state", "r", "reason", "created", "decided"
+    )
     for item in items:
         block = item["block"] or {}
         table.add_row(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
-from memwarden.errors import NotFoundError, TransportError, ValidationInputError
+from memwarden.errors import AmbiguousIdError, NotFoundError, TransportError, ValidationInputError
 from memwarden.memory import Block, NewBlock, ValidationEvent
 
 if TYPE_CHECKING:
@@ -131,7 +131,10 @@ def _raise_for(response: httpx.Response) -> None:
     except ValueError:
         detail = response.text
     if response.status_code == 404:
-        raise NotFoundError("resource", str(detail))
+        raise NotFoundError("resource", str(detail), message=str(detail))
+    if response.status_code == 409 and isinstance(detail, str):
+        candidates = response.json().get("candidates") or []
+        raise AmbiguousIdError("", [str(c) for c in candidates], message=detail)
     if response.status_code == 422 and isinstance(detail, list):
         raise ValidationInputError(
             [
@@ -146,6 +149,14 @@ def _raise_for(response: httpx.Response) -> None:
     raise TransportError(
         f"{response.request.method} {response.request.url.path}: {response.status_code} {detail}"
     )
+
+
+def _block(data: Any) -> Block:
+    """A block from the daemon's answer; fields this client does not know are ignored
+    (a newer daemon may add fields: additive changes must not break older clients)."""
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k in Block.model_fields}
+    return Block.model_validate(data)
 
 
 def _body(data: Any) -> Any:
@@ -264,7 +275,7 @@ class AsyncClient:
         return response.json()
 
     async def add(self, block: NewBlock | Mapping[str, Any]) -> Block:
-        return Block.model_validate(await self._call(*_Ops.add(block)))
+        return _block(await self._call(*_Ops.add(block)))
 
     async def get(
         self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
@@ -273,7 +284,7 @@ class AsyncClient:
         its check is quick. :meth:`read` also returns the receipt."""
         data = await self.read(block_id, max_age=max_age, fresh=fresh, wait=wait)
         data.pop("receipt", None)
-        return Block.model_validate(data)
+        return _block(data)
 
     async def read(
         self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
@@ -284,10 +295,10 @@ class AsyncClient:
         )
 
     async def update(self, block_id: str, patch: Mapping[str, Any]) -> Block:
-        return Block.model_validate(await self._call(*_Ops.update(block_id, patch)))
+        return _block(await self._call(*_Ops.update(block_id, patch)))
 
     async def archive(self, block_id: str, reason: str = "archived via client") -> Block:
-        return Block.model_validate(await self._call(*_Ops.archive(block_id, reason)))
+        return _block(await self._call(*_Ops.archive(block_id, reason)))
 
     async def search(
         self,
@@ -317,7 +328,7 @@ class AsyncClient:
 
     async def stale(self, limit: int = 100) -> list[Block]:
         data = await self._call("GET", "/v1/stale", {"limit": limit})
-        return [Block.model_validate(b) for b in data]
+        return [_block(b) for b in data]
 
     async def events(self, block_id: str, limit: int = 50) -> list[dict[str, Any]]:
         return await self._call(  # type: ignore[no-any-return]
@@ -443,14 +454,14 @@ class Client:
         return response.json()
 
     def add(self, block: NewBlock | Mapping[str, Any]) -> Block:
-        return Block.model_validate(self._call(*_Ops.add(block)))
+        return _block(self._call(*_Ops.add(block)))
 
     def get(
         self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
     ) -> Block:
         data = self.read(block_id, max_age=max_age, fresh=fresh, wait=wait)
         data.pop("receipt", None)
-        return Block.model_validate(data)
+        return _block(data)
 
     def read(
         self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
@@ -461,10 +472,10 @@ class Client:
         )
 
     def update(self, block_id: str, patch: Mapping[str, Any]) -> Block:
-        return Block.model_validate(self._call(*_Ops.update(block_id, patch)))
+        return _block(self._call(*_Ops.update(block_id, patch)))
 
     def archive(self, block_id: str, reason: str = "archived via client") -> Block:
-        return Block.model_validate(self._call(*_Ops.archive(block_id, reason)))
+        return _block(self._call(*_Ops.archive(block_id, reason)))
 
     def search(
         self,
@@ -490,7 +501,7 @@ class Client:
         )
 
     def stale(self, limit: int = 100) -> list[Block]:
-        return [Block.model_validate(b) for b in self._call("GET", "/v1/stale", {"limit": limit})]
+        return [_block(b) for b in self._call("GET", "/v1/stale", {"limit": limit})]
 
     def events(self, block_id: str, limit: int = 50) -> list[dict[str, Any]]:
         return self._call(  # type: ignore[no-any-return]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import structlog
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
@@ -33,6 +34,7 @@ from memwarden.daemon._ingest import Refused
 from memwarden.daemon._web import ReviewSessions, review_router
 from memwarden.errors import (
     AddressInUseError,
+    AmbiguousIdError,
     ConfigError,
     MemwardenError,
     NotFoundError,
@@ -84,6 +86,25 @@ def require_token(request: Request) -> str:
 
 
 Auth = Annotated[str, Depends(require_token)]
+
+
+async def resolve_block(
+    block_id: Annotated[
+        str,
+        PathParam(
+            max_length=100,
+            description="A block's id, or its short id (the id's last hex digits, as listed).",
+        ),
+    ],
+    request: Request,
+    _: Auth,  # the token first: an unauthenticated caller learns nothing about ids
+) -> str:
+    """The full id a path's ``block_id`` names (404 unknown, 409 ambiguous)."""
+    daemon: Daemon = request.app.state.daemon
+    return await daemon.store.resolve_id(block_id)
+
+
+BlockId = Annotated[str, Depends(resolve_block)]
 
 
 class ErrorMessage(BaseModel):
@@ -243,6 +264,7 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
             400: {"model": ErrorMessage, "description": "The request could not be used."},
             401: {"model": ErrorMessage, "description": "Missing or wrong token."},
             404: {"model": ErrorMessage, "description": "No such block."},
+            409: {"model": ErrorMessage, "description": "A short id that matches several blocks."},
             413: {"model": ErrorMessage, "description": "Body too large."},
             422: {"model": ErrorMessage, "description": "Invalid input: each field named."},
             503: {"model": ErrorMessage, "description": "The store is unavailable."},
@@ -322,6 +344,10 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
     async def _not_found(_: Request, exc: NotFoundError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)
 
+    @app.exception_handler(AmbiguousIdError)
+    async def _ambiguous(_: Request, exc: AmbiguousIdError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc), "candidates": exc.candidates}, status_code=409)
+
     @app.exception_handler(MemwardenError)
     async def _failed(_: Request, exc: MemwardenError) -> JSONResponse:
         code = 503 if isinstance(exc, StorageError) else 400
@@ -332,6 +358,7 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
         log.error("api_error", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
         return JSONResponse({"detail": "internal error (see the daemon log)"}, status_code=500)
 
+    app.state.daemon = daemon
     sessions = ReviewSessions()
     app.state.review_sessions = sessions
     app.include_router(review_router(daemon, sessions))
@@ -355,7 +382,7 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
 
     @app.get("/v1/blocks/{block_id}", tags=["blocks"])
     async def get_block(
-        block_id: str,
+        block_id: BlockId,
         _: Auth,
         max_age: Annotated[
             str | None,
@@ -374,25 +401,27 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
         )
 
     @app.patch("/v1/blocks/{block_id}", tags=["blocks"])
-    async def edit_block(block_id: str, body: BlockPatch, _: Auth) -> Block:
+    async def edit_block(block_id: BlockId, body: BlockPatch, _: Auth) -> Block:
         return await daemon.store.update(block_id, body, actor="api")
 
     @app.delete("/v1/blocks/{block_id}", tags=["blocks"])
     async def archive_block(
-        block_id: str, _: Auth, reason: Annotated[str, Query(max_length=500)] = "archived via API"
+        block_id: BlockId,
+        _: Auth,
+        reason: Annotated[str, Query(max_length=500)] = "archived via API",
     ) -> Block:
         """Archive a block (cold storage, out of search)."""
         return await daemon.store.archive(block_id, reason=reason, actor="api")
 
     @app.get("/v1/blocks/{block_id}/events", tags=["blocks"])
     async def block_events(
-        block_id: str, _: Auth, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+        block_id: BlockId, _: Auth, limit: Annotated[int, Query(ge=1, le=1000)] = 50
     ) -> list[dict[str, Any]]:
         await daemon.store.get(block_id)
         return [e.as_dict() for e in await daemon.store.events_for(block_id, limit=limit)]
 
     @app.get("/v1/blocks/{block_id}/explain", tags=["blocks"])
-    async def explain(block_id: str, _: Auth) -> dict[str, Any]:
+    async def explain(block_id: BlockId, _: Auth) -> dict[str, Any]:
         """Why the block has this rank, retention, reliability and state."""
         fn = getattr(daemon.store, "explain", None)
         if fn is None:
@@ -403,7 +432,7 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
 
     @app.post("/v1/blocks/{block_id}/revalidate", tags=["blocks"])
     async def revalidate(
-        block_id: str,
+        block_id: BlockId,
         _: Auth,
         wait: Annotated[
             str, Query(description="How long to wait for the outcome, e.g. 2s.")
@@ -418,7 +447,7 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
         return RevalidateAnswer(**result)
 
     @app.post("/v1/blocks/{block_id}/review", tags=["reviews"])
-    async def ask_review(block_id: str, body: ReviewRequest, _: Auth) -> dict[str, Any]:
+    async def ask_review(block_id: BlockId, body: ReviewRequest, _: Auth) -> dict[str, Any]:
         """Ask a human to confirm a block: it joins the review queue with the reason."""
         return await daemon.store.request_review(block_id, reason=body.reason)
 

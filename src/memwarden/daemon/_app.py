@@ -825,6 +825,9 @@ class Daemon:
             row["receipt"] = rec
             results.append(row)
         results.sort(key=lambda r: r["rank"], reverse=True)
+        short = await self.store.short_ids([h.block.id for h in hits])
+        for r in results:
+            r["block"]["short_id"] = short.get(r["block"]["id"])
         hidden = 0 if include_refuted else await self.store.count_refuted_matches(query)
         return {
             "query": query,

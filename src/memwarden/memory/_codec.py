@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,9 @@ __all__ = [
     "BLOCK_COLUMNS",
     "EVIDENCE_COLUMNS",
     "EVIDENCE_UPDATE_COLUMNS",
+    "content_key",
     "new_record",
+    "normalise_content",
     "record_from_row",
     "record_to_block",
     "record_to_row",
@@ -257,3 +260,13 @@ def binding_from_row(sensor: str, subject: str, selector: str) -> Binding:
 
 def binding_selector_json(binding: Binding) -> str:
     return _dumps(binding.selector)
+
+
+def normalise_content(content: str) -> str:
+    """Content as duplicate detection compares it: casefolded, whitespace collapsed."""
+    return " ".join(content.casefold().split())
+
+
+def content_key(content: str) -> str:
+    """The indexed ``content_key`` of a block: a hash of its normalised content."""
+    return hashlib.sha256(normalise_content(content).encode()).hexdigest()[:32]

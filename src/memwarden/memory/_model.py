@@ -320,6 +320,16 @@ class Block(BaseModel):
     bindings: list[Binding] = Field(default_factory=list)
     depends_on: list[str] = Field(default_factory=list)
     signals: dict[str, float] = Field(default_factory=dict)
+    short_id: str | None = Field(
+        default=None,
+        description="The id's last hex digits, as many as tell it apart in this store "
+        "(at least 8); accepted wherever an id is.",
+    )
+    duplicate_of: str | None = Field(
+        default=None,
+        description="Only on an add with dedupe: this block already held the same content "
+        "(casefolded, whitespace collapsed) and was returned instead of a new one.",
+    )
 
 
 class ValidationEvent(BaseModel):

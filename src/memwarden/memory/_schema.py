@@ -304,7 +304,26 @@ ALTER TABLE bindings ADD COLUMN quarantine TEXT;
 ALTER TABLE bindings ADD COLUMN quarantined_at REAL;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+_V6 = """
+-- Short ids: the random part of a UUIDv7 id (its last 19 hex digits, the version digit
+-- left out) reversed, so "the ids ending in these digits" is an index range scan. A
+-- generated column: every way a block is inserted fills it.
+ALTER TABLE blocks ADD COLUMN id_key TEXT GENERATED ALWAYS AS (
+    substr(id, 36, 1) || substr(id, 35, 1) || substr(id, 34, 1) || substr(id, 33, 1) ||
+    substr(id, 32, 1) || substr(id, 31, 1) || substr(id, 30, 1) || substr(id, 29, 1) ||
+    substr(id, 28, 1) || substr(id, 27, 1) || substr(id, 26, 1) || substr(id, 25, 1) ||
+    substr(id, 23, 1) || substr(id, 22, 1) || substr(id, 21, 1) || substr(id, 20, 1) ||
+    substr(id, 18, 1) || substr(id, 17, 1) || substr(id, 16, 1)
+) VIRTUAL;
+CREATE INDEX blocks_id_key ON blocks(id_key);
+-- Duplicate detection: a hash of the normalised content (casefolded, whitespace
+-- collapsed), set by the store on add and edit; NULL for rows written before it existed
+-- until the store fills them in.
+ALTER TABLE blocks ADD COLUMN content_key TEXT;
+CREATE INDEX blocks_content_key ON blocks(content_key);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

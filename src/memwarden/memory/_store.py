@@ -16,8 +16,14 @@ import aiosqlite
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from memwarden.errors import MemwardenError, NotFoundError, StorageError, ValidationInputError
-from memwarden.memory import _compaction, _maintenance, _outbox, _reviews
+from memwarden.errors import (
+    AmbiguousIdError,
+    MemwardenError,
+    NotFoundError,
+    StorageError,
+    ValidationInputError,
+)
+from memwarden.memory import _compaction, _maintenance, _outbox, _reviews, _shortid
 from memwarden.memory._clock import Clock, SystemClock, from_ts
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
@@ -25,9 +31,11 @@ from memwarden.memory._codec import (
     EVIDENCE_UPDATE_COLUMNS,
     binding_from_row,
     binding_selector_json,
+    content_key,
     evidence_record,
     evidence_row,
     new_record,
+    normalise_content,
     record_from_row,
     record_to_block,
     record_to_row,
@@ -285,10 +293,11 @@ _EVIDENCE_UPDATE = (
     "UPDATE blocks SET " + ", ".join(f"{c} = ?" for c in EVIDENCE_UPDATE_COLUMNS) + " WHERE rid = ?"
 )
 _BLOCK_SELECT = f"SELECT {', '.join(BLOCK_COLUMNS)} FROM blocks"
-_BLOCK_INSERT = (
-    f"INSERT INTO blocks ({', '.join(BLOCK_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in BLOCK_COLUMNS)})"
+_BLOCK_INSERT = (  # the record's columns, then content_key
+    f"INSERT INTO blocks ({', '.join(BLOCK_COLUMNS)}, content_key) "
+    f"VALUES ({', '.join('?' for _ in BLOCK_COLUMNS)}, ?)"
 )
+_BACKFILL_CHUNK = 5000  # rows per transaction when content_key is filled in after migration
 _REVALIDATION_INSERT = (
     "INSERT OR IGNORE INTO revalidations (id, block_id, sensor, subject, reason,"
     " created_at, send_at, deadline_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -387,6 +396,7 @@ class Store:
             self._wconn = await aiosqlite.connect(self.path, isolation_level=None)
             await self._configure(self._wconn, writer=True)
             await migrate(self._wconn)
+            await _backfill_content_keys(self._wconn)
             for _ in range(self._n_readers):
                 conn = await aiosqlite.connect(self.path, isolation_level=None)
                 await self._configure(conn, writer=False)
@@ -504,15 +514,36 @@ class Store:
 
     # ------------------------------------------------------------------ blocks: writes
 
-    async def add(self, new: NewBlock | Mapping[str, Any], *, actor: str = "agent") -> Block:
-        """Store a block (with its bindings); returns it as stored."""
-        ids = await self.add_many([new], actor=actor)
-        return await self.get(ids[0])
+    async def add(
+        self, new: NewBlock | Mapping[str, Any], *, actor: str = "agent", dedupe: bool = False
+    ) -> Block:
+        """Store a block (with its bindings); returns it as stored.
+
+        With ``dedupe``, a block whose normalised content (casefolded, whitespace
+        collapsed) equals a live (not archived) block's is not stored again: that block
+        is returned, with ``duplicate_of`` set to its id.
+        """
+        duplicates: set[str] = set()
+        ids = await self.add_many([new], actor=actor, dedupe=dedupe, duplicates=duplicates)
+        block = await self.get(ids[0])
+        if ids[0] in duplicates:
+            block = block.model_copy(update={"duplicate_of": ids[0]})
+        return block
 
     async def add_many(
-        self, news: Sequence[NewBlock | Mapping[str, Any]], *, actor: str = "agent"
+        self,
+        news: Sequence[NewBlock | Mapping[str, Any]],
+        *,
+        actor: str = "agent",
+        dedupe: bool = False,
+        duplicates: set[str] | None = None,
     ) -> list[str]:
-        """Store many blocks in one transaction; returns their ids in order."""
+        """Store many blocks in one transaction; returns their ids in order.
+
+        With ``dedupe``, a block whose normalised content equals a live block's (or an
+        earlier one's in the same call) is not stored: its place in the answer holds the
+        existing id, which is also added to ``duplicates``.
+        """
         validated = []
         errors: list[tuple[str, str]] = []
         for i, item in enumerate(news):
@@ -524,13 +555,26 @@ class Store:
         if errors:
             raise ValidationInputError(errors)
         now = self.clock.time()
-        records = [new_record(n, block_id=new_id(), now=now, cfg=self.policy) for n in validated]
-        block_rows = [record_to_row(r) for r in records]
-        audit_rows = (
-            [(now, actor, "add", r.id, "{}") for r in records] if len(records) < 100 else []
-        )
+        all_records = [
+            new_record(n, block_id=new_id(), now=now, cfg=self.policy) for n in validated
+        ]
+        all_keys = [content_key(r.content) for r in all_records]
+        answer = [r.id for r in all_records]
+        records = all_records
+        found: dict[int, str] = {}
 
         async def job(conn: aiosqlite.Connection) -> None:
+            nonlocal validated, records
+            if dedupe:  # in the writer: two concurrent adds of one fact store it once
+                found.update(await _find_duplicates(conn, all_records, all_keys))
+                keep = [i for i in range(len(all_records)) if i not in found]
+                records = [all_records[i] for i in keep]
+                validated = [validated[i] for i in keep]
+            keys = [all_keys[i] for i in range(len(all_records)) if i not in found]
+            block_rows = [record_to_row(r) for r in records]
+            audit_rows = (
+                [(now, actor, "add", r.id, "{}") for r in records] if len(records) < 100 else []
+            )
             # One writer: the next rids are ours to hand out, so bindings can name them.
             # Never reuse a deleted block's rid: its effects (the event history) keep it.
             async with conn.execute(
@@ -538,7 +582,7 @@ class Store:
                 " coalesce((SELECT max(block_rid) FROM effects), 0))"
             ) as cur:
                 first = (await cur.fetchone() or (0,))[0] + 1
-            rows = [(*row[:-1], first + i) for i, row in enumerate(block_rows)]
+            rows = [(*row[:-1], first + i, keys[i]) for i, row in enumerate(block_rows)]
             await conn.executemany(_BLOCK_INSERT, rows)
             binding_rows = [
                 (first + i, b.sensor, b.subject, binding_selector_json(b), now)
@@ -559,7 +603,11 @@ class Store:
             await _insert_dependencies(conn, validated, first, {r.id for r in records})
 
         await self._write(job)
-        return [r.id for r in records]
+        for i, existing in found.items():
+            answer[i] = existing
+            if duplicates is not None:
+                duplicates.add(existing)
+        return answer
 
     async def update(
         self, block_id: str, patch: BlockPatch | Mapping[str, Any], *, actor: str = "agent"
@@ -586,6 +634,11 @@ class Store:
                     (rec.id, *old, now, actor),
                 )
             await self._save_record(conn, rec)
+            if "content" in changes:
+                await conn.execute(
+                    "UPDATE blocks SET content_key = ? WHERE rid = ?",
+                    (content_key(rec.content), rec.rid),
+                )
             await self._audit(conn, actor, "update", rec.id, changes)
 
         await self._write(job)
@@ -1043,18 +1096,59 @@ class Store:
     # ------------------------------------------------------------------ reads
 
     async def get(self, block_id: str) -> Block:
-        """A block with its bindings and its state as of now."""
+        """A block with its bindings, its short id and its state as of now."""
         async with self._read() as conn:
             rec = await self._load_record(conn, block_id)
             bindings = await self._bindings_of(conn, [block_id])
             depends = await self._depends_of(conn, [rec.rid])
-        return record_to_block(
+            short = await _short_ids(conn, [block_id])
+        block = record_to_block(
             rec,
             bindings=bindings.get(block_id, []),
             now=self.clock.time(),
             cfg=self.policy,
             depends_on=depends.get(rec.rid),
         )
+        return block.model_copy(update={"short_id": short.get(block_id)})
+
+    async def resolve_id(self, ref: str) -> str:
+        """The full id a caller means: a full id, or a short id (the id's last hex digits,
+        at least 8, dashes optional) that only one block's id ends with.
+
+        Raises :class:`NotFoundError` ("no block with id …"), :class:`AmbiguousIdError`
+        naming the candidates, or :class:`ValidationInputError` for too short a ref.
+        """
+        try:
+            kind, value = _shortid.parse_ref(ref)
+        except ValueError as err:
+            raise ValidationInputError([("id", str(err))]) from None
+        async with self._read() as conn:
+            if kind == "short":
+                rows = await conn.execute_fetchall(
+                    "SELECT id FROM blocks WHERE id_key >= ? AND id_key < ? ORDER BY id LIMIT 6",
+                    (value, value + "g"),  # 'g' sorts after every hex digit
+                )
+            else:
+                rows = await conn.execute_fetchall("SELECT id FROM blocks WHERE id = ?", (value,))
+            ids = [str(r[0]) for r in rows]
+            short = await _short_ids(conn, ids) if len(ids) > 1 else {}
+        if not ids:
+            raise NotFoundError("block", ref.strip())
+        if len(ids) > 1:
+            shown = [f"{short[i]} ({i})" for i in ids[:5]] + (["…"] if len(ids) > 5 else [])
+            raise AmbiguousIdError(
+                ref.strip(),
+                ids[:5],
+                message=f"ambiguous id {ref.strip()!r}: matches {', '.join(shown)}"
+                " (give more digits or the whole id)",
+            )
+        return ids[0]
+
+    async def short_ids(self, block_ids: Sequence[str]) -> dict[str, str]:
+        """Each block's short id: its last 8 hex digits, more while another id ends
+        the same way (git's abbreviations, from the end of the id)."""
+        async with self._read() as conn:
+            return await _short_ids(conn, block_ids)
 
     async def get_record(self, block_id: str) -> BlockRecord:
         """The raw record of a block (for rules and explanations)."""
@@ -1102,6 +1196,7 @@ class Store:
             recs = [record_from_row(r) for r in rows]
             bindings = await self._bindings_of(conn, [r.id for r in recs])
             depends = await self._depends_of(conn, [r.rid for r in recs])
+            short = await _short_ids(conn, [r.id for r in recs])
         return [
             record_to_block(
                 r,
@@ -1109,7 +1204,7 @@ class Store:
                 now=now,
                 cfg=self.policy,
                 depends_on=depends.get(r.rid),
-            )
+            ).model_copy(update={"short_id": short.get(r.id)})
             for r in recs
         ]
 
@@ -1905,6 +2000,72 @@ async def propagate_dependencies(
         )
         frontier = [r.id for r in staled]
     return changes
+
+
+async def _short_ids(conn: aiosqlite.Connection, block_ids: Sequence[str]) -> dict[str, str]:
+    """Short ids from the ``id_key`` index: each key's nearest neighbours decide how many
+    digits tell it apart (two index probes per block)."""
+    out: dict[str, str] = {}
+    for block_id in dict.fromkeys(block_ids):
+        key = _shortid.id_key(block_id)
+        if key is None:
+            out[block_id] = block_id
+            continue
+        below = await conn.execute_fetchall(
+            "SELECT id_key FROM blocks WHERE id_key < ? ORDER BY id_key DESC LIMIT 1", (key,)
+        )
+        above = await conn.execute_fetchall(
+            "SELECT id_key FROM blocks WHERE id_key >= ? AND id <> ? ORDER BY id_key LIMIT 1",
+            (key, block_id),
+        )
+        shared = max((_shortid.common_prefix(key, str(r[0])) for r in [*below, *above]), default=0)
+        out[block_id] = _shortid.short_form(block_id, shared + 1)
+    return out
+
+
+async def _find_duplicates(
+    conn: aiosqlite.Connection, records: Sequence[BlockRecord], keys: Sequence[str]
+) -> dict[int, str]:
+    """For each new record whose content a live block (or an earlier new one) already
+    holds: its index and that block's id."""
+    found: dict[int, str] = {}
+    first_new: dict[str, int] = {}
+    for i, (rec, key) in enumerate(zip(records, keys, strict=True)):
+        rows = await conn.execute_fetchall(
+            "SELECT id, content FROM blocks WHERE content_key = ? AND state <> 'archived'"
+            " ORDER BY id",
+            (key,),
+        )
+        wanted = normalise_content(rec.content)
+        match = next((str(r[0]) for r in rows if normalise_content(r[1]) == wanted), None)
+        if match is not None:
+            found[i] = match
+        elif key in first_new:
+            found[i] = records[first_new[key]].id
+        else:
+            first_new[key] = i
+    return found
+
+
+async def _backfill_content_keys(conn: aiosqlite.Connection) -> None:
+    """Fill ``content_key`` in for rows written before the column existed (once)."""
+    while True:
+        rows = await conn.execute_fetchall(
+            "SELECT rid, content FROM blocks WHERE content_key IS NULL LIMIT ?",
+            (_BACKFILL_CHUNK,),
+        )
+        if not rows:
+            return
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            await conn.executemany(
+                "UPDATE blocks SET content_key = ? WHERE rid = ?",
+                [(content_key(r[1]), r[0]) for r in rows],
+            )
+            await conn.execute("COMMIT")
+        except sqlite3.Error:
+            await conn.execute("ROLLBACK")
+            raise
 
 
 async def _executemany(conn: aiosqlite.Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
