@@ -20,3 +20,7 @@ def test_demo_runs_unattended_and_ends_with_every_checked_fact_fresh():
         "demo finished: every checked fact is fresh again",
     ):
         assert line in out, line
+    # Its daemon is gone when the demo ends: the last thing on screen links to nothing.
+    ending = out[out.index("A person settles") :]
+    assert "http://" not in ending
+    assert "unix:" not in ending

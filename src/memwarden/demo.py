@@ -151,7 +151,8 @@ async def _tour(root: Path, tour: _Tour) -> int:
 async def _story(daemon: Daemon, tour: _Tour, paths: dict[str, Path], world: _World) -> int:
     tour.step("A workspace with a config file, a tiny pytest project and an HTTP endpoint")
     tour.say(f"  workspace {paths['config'].parent.parent}")
-    tour.say(f"  daemon    {daemon.api.bound_url() if daemon.api else '-'}")
+    where = daemon.api.bound_url() if daemon.api else "-"
+    tour.say(f"  daemon    {where} (for the demo's length: it stops when the demo ends)")
 
     tour.step("Four facts an agent remembers, each bound to something that can check it")
     adds = {
@@ -226,11 +227,9 @@ async def _story(daemon: Daemon, tour: _Tour, paths: dict[str, Path], world: _Wo
     if not items:
         await daemon.store.request_review(facts["storage"], reason="a design decision")
         items = await daemon.store.list_reviews(status="pending")
-    link = ""
-    if daemon.api is not None:
-        link = daemon.api.bound_url() + "/review"
-    tour.say(f"  {len(items)} fact(s) wait for review; the review page is {link}")
-    tour.say("  (memwarden review --open prints a one-time sign-in link)")
+    # No link here: this daemon stops when the demo ends, and a link to it would dangle.
+    tour.say(f"  {len(items)} fact(s) wait for review: people see them on the review page")
+    tour.say("  of a running daemon (`memwarden review --open` prints a sign-in link to it)")
 
     health = await daemon.health()
     tour.say(f"\nhealth {health.get('score', '?')}/100 · {health['counts']['by_state']}")

@@ -106,3 +106,18 @@ def test_a_daemon_is_found_from_a_subdirectory_of_its_project(
     with Client() as client:
         assert client.healthz()["status"] == "ok"
         assert client.health()["score"] >= 0
+
+
+def test_a_given_token_never_goes_to_a_url_found_by_looking_around(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+):
+    repo = clean_env / "repo"
+    _state(repo / ".memwarden", url="http://evil.example:80", token="r" * 40)
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("MEMWARDEN_TOKEN", "s" * 40)
+    endpoint = resolve_endpoint()
+    assert (endpoint.url, endpoint.token) == ("http://127.0.0.1:7077", "s" * 40)
+    # a state dir the user names is trusted for its URL
+    named = _state(clean_env / "named", url="http://127.0.0.1:5555", token="n" * 40)
+    assert resolve_endpoint(home=named).url == "http://127.0.0.1:5555"
+    assert resolve_endpoint(home=named).token == "s" * 40

@@ -42,7 +42,7 @@ async def test_sigterm_loses_no_queued_event(  # noqa: PLR0917 - pytest fixtures
     await eventually(lambda: _emitted(counter) >= 3000, timeout_s=30)
     proc.send_signal(signal.SIGTERM)
     await sock.expect("STOPPING", "1")
-    out, err = await proc.communicate()
+    _, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     handed_over = _emitted(counter)  # written after each emit() returned, so a lower bound
 
@@ -51,7 +51,7 @@ async def test_sigterm_loses_no_queued_event(  # noqa: PLR0917 - pytest fixtures
     stored = sorted(json.loads(r[0]) for r in rows)
     assert len(stored) >= handed_over >= 3000
     assert stored == list(range(len(stored)))  # no gap, no duplicate: nothing queued was lost
-    log = {e["event"]: e for e in map(json.loads, out.decode().splitlines())}
+    log = {e["event"]: e for e in map(json.loads, err.decode().splitlines())}  # logs: stderr
     assert log["bus_draining"]["pending"] > 0  # events were in flight when the signal came
     assert "bus_drain_timed_out" not in log
     assert "daemon_stopped" in log

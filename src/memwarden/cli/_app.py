@@ -165,7 +165,7 @@ def run(config: ConfigOpt = None) -> None:
             for problem in e.problems:
                 err.print(problem, markup=False, highlight=False, soft_wrap=True)
         raise _fail(str(e), EX_CONFIG) from None
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, stream="stderr")
     if file is not None:
         file = file.absolute()
         os.chdir(file.parent)
@@ -950,7 +950,7 @@ def agent(
         for problem in e.problems:
             err.print(problem, markup=False, highlight=False, soft_wrap=True)
         raise _fail(str(e)) from None
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, stream="stderr")
     try:
         asyncio.run(runner.run())
     except* MemwardenError as group:

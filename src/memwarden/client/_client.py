@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 STATE_DIR_NAME = ".memwarden"  # a project's own state dir, as `memwarden init` sets it up
+DEFAULT_URL = "http://127.0.0.1:7077"  # [api] port's default: with a token given, no URL
 
 
 class DaemonNotRunningError(TransportError):
@@ -92,11 +93,18 @@ def resolve_endpoint(
 
     Arguments win, then ``MEMWARDEN_URL`` / ``MEMWARDEN_TOKEN``, then the state dir
     found by :func:`find_home`: its ``api.json`` and its ``token``. The URL is never
-    taken from one state dir and the token from another.
+    taken from one state dir and the token from another: with only the token given, the
+    URL is the one of a state dir the user named (``--home``, ``MEMWARDEN_HOME``), else
+    the default ``http://127.0.0.1:7077``.
     """
     state = find_home(home)
     url = url or os.environ.get("MEMWARDEN_URL") or None
     token = token or os.environ.get("MEMWARDEN_TOKEN") or None
+    # A state dir named by the user (--home, MEMWARDEN_HOME) is trusted for its URL; one
+    # found by looking around only when the token comes from it too.
+    url_from_home = token is None or state.found_by in ("--home", "MEMWARDEN_HOME")
+    if url is None and not url_from_home:
+        url = DEFAULT_URL
     if token is None:
         try:
             token = (state.path / "token").read_text().strip()
