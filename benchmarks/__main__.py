@@ -20,6 +20,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
     bench_daemon,
     bench_decay,
     bench_mqtt,
+    bench_read_through,
     bench_regex,
     bench_sensors,
 )

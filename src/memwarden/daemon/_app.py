@@ -801,17 +801,12 @@ class Daemon:
         if rt.checked or rt.timed_out:
             again = {k: v for k, v in kwargs.items() if k != "session"}
             hits = await self.store.search(query, **again)
-        observations = {}
-        for block_id in rt.checked:
-            for ev in await self.store.events_for(block_id, limit=1):
-                observations[block_id] = {
-                    "sensor": ev.sensor,
-                    "outcome": ev.outcome,
-                    "observed": ev.observed,
-                    "message": ev.message,
-                    "state": ev.state_after,
-                }
         receipts = await self.receipts([h.block for h in hits], rt)
+        observations = {  # what each check for this read saw (the block's last event)
+            block_id: ev.last_event
+            for block_id, ev in (await self.store.receipts_for(rt.checked)).items()
+            if ev.last_event is not None
+        }
         best = max((h.relevance for h in hits), default=0.0)
         results = []
         for h in hits:

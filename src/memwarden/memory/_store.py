@@ -236,6 +236,7 @@ class FactEvidence:
     last_error: str | None = None
     open_checks: list[float] = field(default_factory=list)  # send_at of open requests
     confirmation: dict[str, Any] | None = None  # the event behind validated_at
+    last_event: dict[str, Any] | None = None  # the block's latest event and its effect
 
 
 @dataclass(frozen=True, slots=True)
@@ -1025,6 +1026,22 @@ class Store:
                         "observed_at": from_ts(observed_at).isoformat(),
                         "observed": json.loads(observed) if observed is not None else None,
                         "message": message,
+                    }
+            for block_id, sensor, outcome, observed, message, state in await _select_in(
+                conn,
+                "SELECT k.id, e.sensor, e.outcome, e.observed, e.message, f.state_after"
+                " FROM blocks k JOIN effects f ON f.block_rid = k.rid"
+                " AND f.event_seq = (SELECT max(event_seq) FROM effects WHERE block_rid = k.rid)"
+                " JOIN events e ON e.seq = f.event_seq WHERE k.id IN ",
+                ids,
+            ):
+                if block_id in out:
+                    out[block_id].last_event = {
+                        "sensor": sensor,
+                        "outcome": outcome,
+                        "observed": json.loads(observed) if observed is not None else None,
+                        "message": message,
+                        "state": state,
                     }
             for block_id in [b for b, ev in out.items() if ev.consecutive_errors]:
                 rows = await conn.execute_fetchall(
