@@ -1,9 +1,10 @@
 """The HTTP API (``/v1``): FastAPI served by uvicorn inside the daemon's own loop.
 
-Loopback by default; every route but ``/healthz`` needs ``Authorization: Bearer
-<token>``, the token being created on first start in the state dir with mode 0600 and
-compared in constant time. Errors are JSON naming the field and the expectation,
-never a traceback.
+Loopback by default; every route but ``/healthz`` (and the review pages, which have
+their own sign-in) needs ``Authorization: Bearer <token>``, checked before any body is
+read (``_guard.py``), the token being created on first start in the state dir with mode
+0600 and compared in constant time (``_token.py``). Bodies are limited while they
+stream. Errors are JSON naming the field and the expectation, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import hmac
+import grp
 import json
 import logging
 import os
-import secrets
 import socket
+import stat
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import structlog
@@ -30,8 +31,10 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memwarden import __version__
+from memwarden.daemon._guard import UNAUTHORIZED, RequestGuard, bearer_matches
 from memwarden.daemon._ingest import Refused
-from memwarden.daemon._web import ReviewSessions, review_router
+from memwarden.daemon._token import TOKEN_FILE, ensure_token
+from memwarden.daemon._web import ReviewSessions, review_router, signed_out_page
 from memwarden.errors import (
     AddressInUseError,
     AmbiguousIdError,
@@ -42,45 +45,31 @@ from memwarden.errors import (
     ValidationInputError,
 )
 from memwarden.memory import Block, NewBlock, ValidationEvent, _reviews, parse_duration
+from memwarden.memory._files import write_private
 from memwarden.memory._model import MAX_CONTENT_CHARS
 from memwarden.memory._store import BlockPatch
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+    from collections.abc import AsyncIterator, Generator
     from pathlib import Path
 
     from memwarden.daemon._app import Daemon
 
-__all__ = ["ApiServer", "create_app", "ensure_token"]
+__all__ = ["TOKEN_FILE", "ApiServer", "create_app", "ensure_token"]
 
 log = structlog.get_logger("memwarden.api")
-TOKEN_FILE = "token"  # noqa: S105 - a file name, not a secret
 API_FILE = "api.json"
 
 
-def ensure_token(home: Path) -> str:
-    """The API token, created on first use in ``home/token`` with mode 0600."""
-    path = home / TOKEN_FILE
-    if path.exists():
-        return path.read_text().strip()
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(token + "\n")
-    return token
-
-
 def require_token(request: Request) -> str:
-    """The bearer token check, in constant time; 401 otherwise."""
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    expected: bytes = request.app.state.token
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+    """The bearer token check, in constant time; 401 otherwise.
+
+    The :class:`RequestGuard` middleware has already checked it before the body was
+    read; this dependency is the second line (and documents the need in the schema).
+    """
+    if not bearer_matches(request.headers.get("authorization"), request.app.state.token):
         raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing or wrong token (Authorization: Bearer <token from the state dir>)",
-            headers={"WWW-Authenticate": "Bearer"},
+            status.HTTP_401_UNAUTHORIZED, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"}
         )
     return "api"
 
@@ -254,12 +243,21 @@ def _duration(name: str, text: str) -> float:
     return seconds
 
 
-def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024) -> FastAPI:
-    """The FastAPI application over a running daemon."""
+def create_app(
+    daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024, docs: bool = True
+) -> FastAPI:
+    """The FastAPI application over a running daemon.
+
+    ``docs``: serve ``/docs``, ``/redoc`` and ``/openapi.json`` (behind the token like
+    every other route); ``False`` removes them.
+    """
     app = FastAPI(
         title="memwarden",
         version=__version__,
         description="Keeps an AI agent's memory true. docs/ARCHITECTURE.md describes the contract.",
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
         responses={
             400: {"model": ErrorMessage, "description": "The request could not be used."},
             401: {"model": ErrorMessage, "description": "Missing or wrong token."},
@@ -271,18 +269,15 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
         },
     )
     app.state.token = token.encode()
-
-    @app.middleware("http")
-    async def limit_body(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
-            return JSONResponse(
-                {"detail": [{"loc": ["body"], "msg": f"body larger than {max_body_bytes} bytes"}]},
-                status_code=status.HTTP_413_CONTENT_TOO_LARGE,
-            )
-        return await call_next(request)
+    sessions = ReviewSessions()
+    app.state.review_sessions = sessions
+    app.add_middleware(
+        RequestGuard,
+        token=app.state.token,
+        max_body_bytes=max_body_bytes,
+        session_ok=sessions.cookie_ok,
+        refuse_session=signed_out_page,
+    )
 
     @app.exception_handler(ValidationInputError)
     async def _invalid(_: Request, exc: ValidationInputError) -> JSONResponse:
@@ -359,8 +354,6 @@ def create_app(daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024)
         return JSONResponse({"detail": "internal error (see the daemon log)"}, status_code=500)
 
     app.state.daemon = daemon
-    sessions = ReviewSessions()
-    app.state.review_sessions = sessions
     app.include_router(review_router(daemon, sessions))
 
     @app.post("/v1/review-links", tags=["reviews"])
@@ -618,8 +611,13 @@ class ApiServer:
         unix_socket: Path | None,
         token: str,
         max_body_bytes: int,
+        docs: bool = True,
+        socket_group: str | None = None,
     ) -> None:
-        app = create_app(daemon, token=token, max_body_bytes=max_body_bytes)
+        app = create_app(daemon, token=token, max_body_bytes=max_body_bytes, docs=docs)
+        self._unix_socket = unix_socket
+        self._socket_group = socket_group
+        self._sockets: list[socket.socket] | None = None
         config = uvicorn.Config(
             app,
             host=host,
@@ -638,9 +636,19 @@ class ApiServer:
     async def serve(self) -> None:
         """Serve until stopped; when it cannot listen, end with :attr:`failure` set."""
         try:
-            await self._server.serve()
+            if self._unix_socket is not None and self._sockets is None:
+                self._sockets = [bind_unix_socket(self._unix_socket, group=self._socket_group)]
+            await self._server.serve(sockets=self._sockets)
+        except ConfigError as err:  # the socket could not be made
+            self.failure = err
         except SystemExit:  # uvicorn exits the process when it cannot listen: say why, once
             self.failure = self._listen_error()
+        finally:
+            if self._unix_socket is not None and self._sockets:
+                for sock in self._sockets:
+                    sock.close()
+                with contextlib.suppress(OSError):
+                    self._unix_socket.unlink()
 
     def _listen_error(self) -> MemwardenError:
         cfg = self._server.config
@@ -677,11 +685,52 @@ class ApiServer:
         self._server.should_exit = True
 
 
+def bind_unix_socket(path: Path, *, group: str | None = None) -> socket.socket:
+    """A listening Unix socket at ``path``, 0600 (0660 and that group with ``group``)
+    from the moment anyone can connect: bound under a temporary name, chmod-ed, then
+    renamed into place (no umask window). A stale socket at ``path`` is replaced; any
+    other file there is refused."""
+    mode = 0o600
+    gid = -1
+    if group is not None:
+        try:
+            gid = grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise ConfigError(f"api.socket_group: no group named {group!r}") from None
+        mode = 0o660
+    if path.exists() and not stat.S_ISSOCK(path.lstat().st_mode):
+        raise ConfigError(f"api.unix_socket: {path} exists and is not a socket")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(tmp))
+        try:
+            if gid != -1:
+                os.chown(tmp, -1, gid)
+            tmp.chmod(mode)
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        sock.listen(2048)
+        sock.setblocking(False)  # noqa: FBT003 - the stdlib signature
+    except OSError as err:
+        sock.close()
+        raise ConfigError(f"api.unix_socket: cannot listen on {path}: {err}") from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 @contextlib.asynccontextmanager
 async def api_file(home: Path, url: str) -> AsyncIterator[None]:
-    """Advertise the API URL in the state dir while it serves."""
+    """Advertise the API URL in the state dir while it serves (0600, replaced atomically)."""
     path = home / API_FILE
-    path.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n")
+    write_private(path, (json.dumps({"url": url, "pid": os.getpid()}) + "\n").encode())
     try:
         yield
     finally:

@@ -46,6 +46,7 @@ from memwarden.memory import (
     SystemClock,
     Volatility,
 )
+from memwarden.memory._files import private_dir
 from memwarden.memory._store import Store, validate_input
 from memwarden.plugins import (
     BoundSubject,
@@ -178,7 +179,12 @@ class Daemon:
 
     async def _run(self) -> None:
         s = self.settings
-        s.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            private_dir(s.home)  # 0700, tightened (and logged) if it was looser
+        except OSError as err:
+            raise ConfigError(f"home: cannot make the state dir {s.home} private: {err}") from None
+        # Checked before anything else is opened: an unfit token file changes nothing.
+        token = ensure_token(s.home) if s.api.enabled else ""
         self.notifier.status("starting")
         async with contextlib.AsyncExitStack() as stack:
             stack.callback(self.notifier.close)
@@ -234,7 +240,7 @@ class Daemon:
                 background.append(tg.create_task(self._scheduler.run(), name="scheduler"))
                 background.append(tg.create_task(self._refresh_bindings(), name="bindings"))
                 if s.api.enabled:
-                    await self._start_api(tg, stack, background)
+                    await self._start_api(tg, stack, background, token)
                 if self.notifier.watchdog_interval_s:
                     background.append(tg.create_task(self._watchdog(), name="watchdog"))
                 self._ready.set()
@@ -274,6 +280,7 @@ class Daemon:
         tg: asyncio.TaskGroup,
         stack: contextlib.AsyncExitStack,
         background: list[asyncio.Task[Any]],
+        token: str,
     ) -> None:
         s = self.settings
         self.api = ApiServer(
@@ -281,8 +288,10 @@ class Daemon:
             host=s.api.host,
             port=s.api.port,
             unix_socket=s.api.unix_socket,
-            token=ensure_token(s.home),
+            token=token,
             max_body_bytes=s.api.max_body_bytes,
+            docs=s.api.docs,
+            socket_group=s.api.socket_group,
         )
         task = tg.create_task(self.api.serve(), name="api")
         background.append(task)

@@ -101,10 +101,18 @@ class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: Port = 7077
     unix_socket: Path | None = None
+    socket_group: str | None = Field(
+        default=None,
+        description="Group that may use the Unix socket (0660); by default 0600, owner only.",
+    )
     max_body_bytes: Annotated[int, Field(ge=1024)] = 1024 * 1024
     max_future_skew: Duration = Field(
         default=timedelta(seconds=5),
         description="POST /v1/events: an observed_at further ahead of our clock is refused.",
+    )
+    docs: bool = Field(
+        default=True,
+        description="Serve /docs, /redoc and /openapi.json (behind the token); false: off.",
     )
 
 

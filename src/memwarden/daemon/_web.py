@@ -8,6 +8,7 @@ SameSite=Strict) that names the reviewer. Every form carries the session's CSRF 
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.requests import cookie_parser
 
 from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
 from memwarden.memory import _reviews
@@ -24,11 +26,13 @@ from memwarden.memory import _reviews
 if TYPE_CHECKING:
     from memwarden.daemon._app import Daemon
 
-__all__ = ["ReviewSessions", "review_router"]
+__all__ = ["ReviewSessions", "review_router", "signed_out_page"]
 
 COOKIE = "memwarden_review"
 LINK_TTL_S = 600.0
 SESSION_TTL_S = 12 * 3600.0
+# What new_link() makes (token_urlsafe(24): 32 characters); anything else is not a link token.
+LINK_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 _templates = Environment(
     loader=FileSystemLoader(Path(__file__).with_name("templates")),
@@ -58,12 +62,15 @@ class ReviewSessions:
         return token
 
     def redeem(self, token: str) -> tuple[str, _Session] | None:
+        """A session for a live one-time token (well-formed: see ``LINK_TOKEN``), once."""
         now = time.monotonic()
         for key in [k for k, (_, exp) in self.links.items() if exp < now]:
             del self.links[key]
+        if not LINK_TOKEN.fullmatch(token):
+            return None
         found = None
         for key in list(self.links):
-            if hmac.compare_digest(key, token):
+            if hmac.compare_digest(key.encode(), token.encode()):
                 found = key
         if found is None:
             return None
@@ -82,9 +89,20 @@ class ReviewSessions:
             return None
         return session
 
+    def cookie_ok(self, cookie_header: str | None) -> bool:
+        """Whether a raw ``Cookie`` header carries a live session (for the guard)."""
+        if not cookie_header:
+            return False
+        return self.get(cookie_parser(cookie_header).get(COOKIE)) is not None
+
 
 def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(_templates.get_template(name).render(**context), status_code=status)
+
+
+def signed_out_page() -> tuple[int, str]:
+    """The 401 page (status, HTML) for a request that needs a review session."""
+    return 401, _templates.get_template("signed_out.html").render()
 
 
 def review_router(daemon: Daemon, sessions: ReviewSessions) -> APIRouter:
@@ -96,6 +114,16 @@ def review_router(daemon: Daemon, sessions: ReviewSessions) -> APIRouter:
 
     @router.get("/login")
     async def login(token: str = "") -> Response:
+        if not LINK_TOKEN.fullmatch(token):
+            return _page(
+                "error.html",
+                status=400,
+                message=(
+                    "This sign-in link is malformed: its token should be 16-128 letters, "
+                    "digits, '-' or '_'. Copy the whole link, or get a new one with "
+                    "memwarden review --open."
+                ),
+            )
         redeemed = sessions.redeem(token)
         if redeemed is None:
             return _page("signed_out.html", status=401, expired=True)
@@ -132,7 +160,7 @@ def review_router(daemon: Daemon, sessions: ReviewSessions) -> APIRouter:
         session = sessions.get(request.cookies.get(COOKIE))
         if session is None:
             return signed_out()
-        if not csrf or not hmac.compare_digest(csrf, session.csrf):
+        if not csrf or not hmac.compare_digest(csrf.encode(), session.csrf.encode()):
             return _page(
                 "error.html",
                 status=403,

@@ -1,0 +1,117 @@
+"""Private state files: created 0600 (directories 0700) whatever the umask.
+
+The state dir holds the API token, the database and what the sensors saw: readable by
+the daemon's user only. Modes are set explicitly at each creation rather than by a
+process umask: a umask is process-wide (threads race on it) and would be inherited by
+the sensors' child processes (a test run writing caches into the user's project).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import uuid
+from typing import TYPE_CHECKING
+
+import structlog
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = [
+    "FILE_MODE",
+    "fsync_dir",
+    "open_private",
+    "private_dir",
+    "tighten_file",
+    "write_private",
+]
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+log = structlog.get_logger("memwarden.files")
+
+
+def private_dir(path: Path) -> None:
+    """Create ``path`` (and missing parents) 0700; tighten it to 0700 if it is looser.
+
+    A pre-existing directory readable or writable by group or others is chmod-ed, with
+    a ``state_dir_tightened`` log line naming the old mode.
+    """
+    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        path.chmod(mode & ~0o077 | DIR_MODE)
+        log.warning("state_dir_tightened", path=str(path), was=f"{mode:04o}", now=f"{DIR_MODE:04o}")
+
+
+def tighten_file(path: Path) -> None:
+    """Make an existing file 0600 if group or others may read or write it; no-op if absent."""
+    try:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+    except FileNotFoundError:
+        return
+    if mode & 0o077 and not path.is_symlink():
+        path.chmod(mode & ~0o077)
+        log.info("state_file_tightened", path=str(path), was=f"{mode:04o}")
+
+
+def open_private(path: Path, flags: int) -> int:
+    """``os.open`` with mode 0600 on creation, never following a symlink at ``path``;
+    an existing looser file is tightened. Returns the file descriptor."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode & 0o077:
+            os.fchmod(fd, mode & ~0o077)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new name in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_private(path: Path, data: bytes, *, durable: bool = True, replace: bool = True) -> bool:
+    """Write ``data`` to ``path`` atomically, 0600: a temp file in the same directory,
+    fsync, then renamed over ``path`` and the directory fsync-ed (``durable``).
+
+    With ``replace=False`` an existing ``path`` is left alone (the name is linked, not
+    renamed, so two writers cannot both win) and ``False`` is returned.
+    """
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(
+        tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
+    )
+    try:
+        try:
+            os.fchmod(fd, FILE_MODE)  # O_CREAT's mode is masked by the umask; this is not
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if replace:
+            tmp.replace(path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    if durable:
+        fsync_dir(path.parent)
+    return True
