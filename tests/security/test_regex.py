@@ -9,11 +9,13 @@ accepts matches in linear time, and ``/healthz`` answers within 200 ms throughou
 
 from __future__ import annotations
 
+import random
 import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from memwarden.sensors._regex import INLINE_BUDGET, RegexTimeoutError, compile_user_regex
 from tests.security.sensor_daemon import (
     Answer,
     HealthProbe,
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 # Backtracking in ``re`` takes ~2**n steps on "a" * n + "!": hours at n = 40.
 CATASTROPHIC = "^(a+)+$"
 HOSTILE_TEXT = "a" * 5000 + "!"
+# Linear for RE2, but its DFA gives up and the NFA needs ~10 us per byte: ~100 s on 10 MB.
+COSTLY = "(a|b)*a(a|b){200}c"
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +144,44 @@ def test_http_regexes_on_large_hostile_answers_do_not_block_the_loop(world):
                 assert len(event["observed"]["header"]) == 256
     probe.assert_responsive()
     assert daemon.alive()
+
+
+def _random_ab(size: int) -> bytes:
+    """Random a/b text: periodic text would let RE2's DFA cope."""
+    return random.Random(7).randbytes(size).translate(bytes(b"ab"[i & 1] for i in range(256)))
+
+
+def test_a_pattern_too_costly_even_for_re2_is_stopped_after_its_deadline(world):
+    """``(a|b)*a(a|b){200}c`` on 10 MB of a/b: linear for RE2, but ~100 s. It runs in the
+    regex helper process and is stopped after 5 s: an `error` saying it was not judged.
+    The daemon answers throughout, and the next check (a fresh helper) works."""
+    daemon, _ = world
+    (daemon.root / "ab.txt").write_bytes(_random_ab(10_000_000))
+    with HealthProbe(daemon.url) as probe:
+        event, elapsed = _judged(daemon, {"sensor": "fs", "path": "ab.txt", "regex": COSTLY})
+        assert event["outcome"] == "error"
+        assert (
+            "took longer than 5s on 10000000 bytes and was stopped; not judged"
+            in (event["message"])
+        )
+        again, _ = _judged(daemon, {"sensor": "fs", "path": "ab.txt", "regex": "^[ab]{100}"})
+        assert again["outcome"] == "confirmed"
+    assert elapsed < 15.0
+    probe.assert_responsive()
+    assert daemon.alive()
+
+
+def test_the_helper_process_answers_what_re2_answers_in_process():
+    """Above the in-process budget a search goes to the helper process; same answer."""
+    text = b"x" * 30_000 + b"needle" + b"y" * 30_000
+    regex = compile_user_regex("(?s).{1000}needle")
+    assert regex._compiled.programsize * len(text) > INLINE_BUDGET
+    found = regex.search(text)
+    assert found is not None
+    assert found.endswith("needle")
+    assert len(found) == 1006
+    assert compile_user_regex("(?s).{1000}absent").search(text) is None
+    small = compile_user_regex("needle")
+    assert small.search(text) == "needle"  # in process: a few instructions
+    with pytest.raises(RegexTimeoutError, match="not judged"):
+        compile_user_regex(COSTLY).search(_random_ab(10_000_000))

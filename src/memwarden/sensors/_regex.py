@@ -7,6 +7,14 @@ in linear time (backreferences, lookaround) — so such a pattern is refused whe
 block is added, never found out when a file changes. Every user-supplied pattern in
 the built-in sensors goes through :func:`compile_user_regex`.
 
+Linear is not cheap for every pattern: RE2 falls back from its DFA to an NFA whose cost
+per byte grows with the pattern (``(a|b)*a(a|b){200}c`` needs ~100 s for 10 MB). So a
+search whose worst case (program size x text length) is above a small budget does not
+run in the daemon: it runs in a helper process (one, started on first need, kept) and is
+abandoned, the process killed, after :data:`TIMEOUT_S` — :class:`RegexTimeoutError`,
+which the sensors report as an ``error`` ("not judged"). Below the budget (every common
+check: a few dozen instructions on a config file) it runs in the calling thread.
+
 Syntax: RE2's (https://github.com/google/re2/wiki/Syntax) — Python's minus
 backreferences, lookahead/lookbehind, possessive/atomic groups and ``\\Z`` (use
 ``\\z``). Texts are matched as UTF-8; bytes that are not valid UTF-8 match nothing
@@ -15,15 +23,47 @@ but themselves in a literal.
 
 from __future__ import annotations
 
+import atexit
+import os
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
 from functools import lru_cache
-from typing import Final
+from pathlib import Path
+from typing import IO, Final
 
 import re2
 
-__all__ = ["MAX_PATTERN_CHARS", "UserRegex", "compile_user_regex", "regex_field"]
+__all__ = [
+    "INLINE_BUDGET",
+    "MAX_PATTERN_CHARS",
+    "TIMEOUT_S",
+    "RegexTimeoutError",
+    "UserRegex",
+    "compile_user_regex",
+    "regex_field",
+]
 
 MAX_PATTERN_CHARS: Final = 4096
 _MAX_MEM: Final = 8 << 20  # RE2's default program + DFA budget; a bigger program is refused
+# Measured worst case ~21 ns per (program instruction x text byte) when RE2's DFA gives up:
+# 2e7 keeps a search in the calling thread under ~0.5 s.
+INLINE_BUDGET: Final = 20_000_000
+TIMEOUT_S: Final = 5.0
+_SHOWN_BYTES: Final = 4096  # of a match found in the helper process (observed values are cut)
+
+
+class RegexTimeoutError(TimeoutError):
+    """A search took longer than :data:`TIMEOUT_S`; it was stopped (nothing was judged)."""
+
+    def __init__(self, pattern: str, size: int) -> None:
+        super().__init__(
+            f"the regex {pattern!r} took longer than {TIMEOUT_S:g}s on {size} bytes and was "
+            "stopped; not judged (a simpler pattern, or a smaller text, checks in time)"
+        )
 
 
 def _options() -> re2.Options:
@@ -45,11 +85,16 @@ class UserRegex:
     def search(self, text: str | bytes) -> str | None:
         """The first match in ``text`` (bytes are taken as UTF-8), or None.
 
-        Linear in ``len(text)``; the GIL is released while RE2 matches, so a worker
-        thread matching a large text does not stall the event loop.
+        Linear in ``len(text)``, GIL released; above :data:`INLINE_BUDGET` it runs in the
+        helper process, at most :data:`TIMEOUT_S` (:class:`RegexTimeoutError`). Call it
+        from a worker thread when the text can be large: it blocks until answered.
         """
-        found = self._compiled.search(_utf8(text))
-        return None if found is None else found.group(0).decode("utf-8", "replace")
+        data = _utf8(text)
+        if self._compiled.programsize * len(data) <= INLINE_BUDGET:
+            found = self._compiled.search(data)
+            return None if found is None else found.group(0).decode("utf-8", "replace")
+        shown = _HELPER.search(self.pattern, data)
+        return None if shown is None else shown.decode("utf-8", "replace")
 
     def match(self, text: str | bytes) -> str | None:
         """Like :meth:`search`, anchored at the start of ``text``."""
@@ -57,13 +102,93 @@ class UserRegex:
         return None if found is None else found.group(0).decode("utf-8", "replace")
 
     def matches(self, text: str | bytes) -> bool:
-        return self._compiled.search(_utf8(text)) is not None
+        """Whether ``text`` contains a match (bounded like :meth:`search`)."""
+        return self.search(text) is not None
 
     def fullmatch(self, text: str | bytes) -> bool:
         return self._compiled.fullmatch(_utf8(text)) is not None
 
     def __repr__(self) -> str:
         return f"UserRegex({self.pattern!r})"
+
+
+class _Helper:
+    """One helper process for the expensive searches: started when first needed (``python
+    -I`` running ``_regex_worker.py``, which imports only RE2), asked one search at a
+    time, killed (and started again next time) when it overruns."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def search(self, pattern: str, data: bytes) -> bytes | None:
+        with self._lock:
+            deadline = time.monotonic() + TIMEOUT_S
+            process = self._running()
+            raw = pattern.encode("utf-8")
+            try:
+                assert process.stdin is not None  # noqa: S101 - Popen(stdin=PIPE)
+                assert process.stdout is not None  # noqa: S101 - Popen(stdout=PIPE)
+                process.stdin.write(struct.pack(">I", len(raw)) + raw)
+                process.stdin.write(struct.pack(">Q", len(data)))
+                process.stdin.write(data)
+                process.stdin.flush()
+                (size,) = struct.unpack(">q", _read_by(process.stdout, 8, deadline))
+                return None if size < 0 else _read_by(process.stdout, size, deadline)
+            except (OSError, EOFError, TimeoutError):
+                self._stop()
+                raise RegexTimeoutError(pattern, len(data)) from None
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        process = self._process
+        if process is None or process.poll() is not None:
+            self._stop()
+            # A fixed command: this interpreter, isolated (-I), running our worker file.
+            process = subprocess.Popen(  # noqa: S603
+                [sys.executable, "-I", str(Path(__file__).with_name("_regex_worker.py"))],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env={},
+                close_fds=True,
+            )
+            self._process = process
+        return process
+
+    def close(self) -> None:
+        """End the helper (at exit): it would end by itself when its stdin closes."""
+        with self._lock:
+            self._stop()
+
+    def _stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            process.kill()
+            process.wait(timeout=5)
+            for stream in (process.stdin, process.stdout):
+                if stream is not None:
+                    stream.close()
+
+
+def _read_by(stream: IO[bytes], size: int, deadline: float) -> bytes:
+    """Exactly ``size`` bytes from a pipe, or ``TimeoutError`` at ``deadline``."""
+    fd = stream.fileno()
+    chunks: list[bytes] = []
+    left = size
+    while left > 0:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            raise TimeoutError
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+_HELPER = _Helper()
+atexit.register(_HELPER.close)
 
 
 def _utf8(text: str | bytes) -> bytes:

@@ -30,7 +30,12 @@ from memwarden.memory import Outcome
 from memwarden.plugins import BaseBinding, BaseSensorConfig, BoundSubject
 from memwarden.sensors import _fscheck as fc
 from memwarden.sensors._observed import bounded
-from memwarden.sensors._regex import UserRegex, compile_user_regex, regex_field
+from memwarden.sensors._regex import (
+    RegexTimeoutError,
+    UserRegex,
+    compile_user_regex,
+    regex_field,
+)
 from memwarden.sensors._tasks import task_group
 from memwarden.sensors._watch import Change, Watcher, event_paths
 
@@ -631,7 +636,10 @@ class FsSensor:
     @staticmethod
     def _judge_regex(b: _Bound, content: bytes) -> fc.Verdict:
         assert b.pattern is not None  # noqa: S101 - made with the binding when regex is set
-        found = b.pattern.search(content)
+        try:
+            found = b.pattern.search(content)
+        except RegexTimeoutError as err:
+            return fc.Verdict("error", message=str(err))
         ok = (found is not None) == b.selector.match
         observed = bounded(found) if found is not None else None
         if ok:

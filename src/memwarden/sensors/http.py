@@ -50,7 +50,7 @@ from memwarden import __version__
 from memwarden.memory import Duration, Outcome, format_duration
 from memwarden.plugins import BaseBinding, BaseSensorConfig
 from memwarden.sensors._observed import bounded
-from memwarden.sensors._regex import compile_user_regex, regex_field
+from memwarden.sensors._regex import RegexTimeoutError, compile_user_regex, regex_field
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -161,6 +161,11 @@ class HttpBinding(BaseBinding):
     @property
     def target(self) -> Target:
         return Target.of(self.url)
+
+    @property
+    def has_regex(self) -> bool:
+        header_regex = self.header is not None and self.header.regex is not None
+        return header_regex or self.body_regex is not None or self.matches is not None
 
 
 class HostHeaders(BaseModel):
@@ -559,8 +564,9 @@ class HttpSensor:
             except _FetchError as err:
                 outcome, message, failed = Outcome.ERROR, str(err), err.transport
             else:
-                if len(answer.body) > _INLINE_BODY_BYTES:
-                    # Decoding, JSON parsing and matching a large body: off the event loop.
+                if len(answer.body) > _INLINE_BODY_BYTES or selector.has_regex:
+                    # Decoding, JSON parsing and matching a large body, or any regex (which
+                    # may wait for the regex helper process): off the event loop.
                     judged = await asyncio.to_thread(self._judge, selector, answer)
                 else:
                     judged = self._judge(selector, answer)
@@ -650,7 +656,10 @@ class HttpSensor:
         if selector.max_latency_ms is not None and answer.latency_ms > selector.max_latency_ms:
             message = f"answered in {answer.latency_ms:.0f} ms, over {selector.max_latency_ms:g} ms"
             return Outcome.REFUTED, message, observed
-        verdict = _judge_content(selector, answer, observed)
+        try:
+            verdict = _judge_content(selector, answer, observed)
+        except RegexTimeoutError as err:
+            return Outcome.ERROR, str(err), observed
         if verdict is not None:
             return Outcome.REFUTED, verdict, observed
         shown = (
