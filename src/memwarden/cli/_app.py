@@ -732,6 +732,12 @@ def health(json_out: JsonOpt = False) -> None:
         out.print(f"  [{w['severity']}] {w['category']}: {w['message']}", highlight=False)
     counts = data.get("counts", {})
     out.print(f"{counts.get('blocks', 0)} blocks: {counts.get('by_state', {})}", highlight=False)
+    for q in data.get("quarantined_bindings", []):
+        out.print(
+            f"  quarantined: {q['sensor']} binding of block {q['block_id']}: {q['rule']}",
+            highlight=False,
+            markup=False,
+        )
 
 
 @app.command()

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from memwarden.memory import Block, Clock, ValidationEvent
+    from memwarden.memory._quarantine import StoredBinding
     from memwarden.memory._store import ApplyResult
 
 __all__ = ["Daemon", "ReadThrough"]
@@ -122,6 +123,7 @@ class Daemon:
         self._closing = False  # shutting down: long-polls answer now instead of waiting
         self._api_task: asyncio.Task[None] | None = None
         self.mqtt: MqttBridge | None = None  # the MQTT bridge, when [mqtt] is configured
+        self.quarantined: dict[int, str] = {}  # binding id -> sensor, as of the last check
         # Who may report what from outside (POST /v1/events, the MQTT bridge).
         self.gate = EventGate(
             remote_sensors=self.remote_sensors,
@@ -193,7 +195,7 @@ class Daemon:
                 clock=self.clock,
                 policy=s.rules,
                 readers=s.store.readers,
-                synchronous=s.store.synchronous,
+                synchronous=s.store.synchronous_for(mqtt=s.mqtt is not None),
                 score_log=s.store.score_log or s.home / "scores.jsonl",
                 compaction=s.store.compaction,
             )
@@ -253,6 +255,7 @@ class Daemon:
                     db=str(s.db_path),
                     sensors=sorted(self.runners),
                     down_since=down_since,
+                    synchronous=s.store.synchronous_for(mqtt=s.mqtt is not None),
                 )
                 if not s.sensors:
                     log.warning(
@@ -396,6 +399,7 @@ class Daemon:
         """Give the runners their bindings, start them, wait for each first setup."""
         assert self._tg is not None  # noqa: S101 - run() set it
         self.runners.update(runners)
+        await self._quarantine_bindings(runners)
         self._dirty_bindings.update(runners)
         await self._push_bindings()  # before run() starts: its first wait sees them
         for name, runner in runners.items():
@@ -512,6 +516,52 @@ class Daemon:
                 bound.append(BoundSubject(block_id, binding, selector))
             runner.ctx.set_bindings(bound)
 
+    async def _quarantine_bindings(self, runners: Mapping[str, SensorRunner]) -> None:
+        """Re-check the stored bindings of these sensors with today's rules.
+
+        One that fails is quarantined (never checked, never sent to its sensor; its
+        block gets an error event naming the rule) instead of failing the start; one
+        quarantined before that passes again is released. Never raises for a binding.
+        """
+        try:
+            stored = await self.store.stored_bindings(sorted(runners))
+        except MemwardenError as err:
+            log.error("bindings_recheck_failed", error=str(err))
+            return
+        failing: list[tuple[StoredBinding, str]] = []
+        released: list[int] = []
+        for row in stored:
+            try:
+                _, problems = _check_binding(runners[row.sensor], row.as_binding())
+            except ValidationInputError as err:
+                problems = list(err.errors)
+            if problems:
+                failing.append((row, _rule_text(problems)[:1000]))
+            elif row.quarantine is not None:
+                released.append(row.id)
+        for row, rule in failing:
+            if row.quarantine != rule:
+                log.error(
+                    "binding_quarantined",
+                    sensor=row.sensor,
+                    block_id=row.block_id,
+                    binding_id=row.id,
+                    rule=rule,
+                )
+        if released:
+            log.info("bindings_released", count=len(released))
+        try:
+            await self.store.set_quarantine(failing, released)
+        except MemwardenError as err:  # a broken store: the start fails on the next write
+            log.error("bindings_quarantine_failed", error=str(err))
+        await self._refresh_quarantined()
+
+    async def _refresh_quarantined(self) -> None:
+        with contextlib.suppress(MemwardenError):
+            self.quarantined = {
+                row.id: row.sensor for row in await self.store.quarantined_bindings()
+            }
+
     def _mark_bindings_dirty(self, sensors: Sequence[str]) -> None:
         self._dirty_bindings.update(sensors)
         self._bindings_wake.set()
@@ -539,30 +589,13 @@ class Daemon:
                     (f"bindings.{i}.sensor", f"no sensor named {binding.sensor!r} (known: {known})")
                 )
                 continue
-            try:
-                selector = runner.ctx.parse_binding(binding)
-                check = getattr(runner.sensor, "validate_binding", None)
-                if check is not None:
-                    check(selector)
-                subject = binding.subject or selector.subject_of()
-            except ValidationInputError as err:
-                errors.extend((f"bindings.{i}.{f}", m) for f, m in err.errors)
-                continue
-            except ValueError as err:
-                errors.append((f"bindings.{i}", str(err)))
-                continue
-            except Exception as err:  # a bug in the plugin's hook: refuse, name the plugin
-                log.exception("validate_binding_failed", sensor=binding.sensor)
-                problem = f"{type(err).__name__}: {err}"
-                errors.append(
-                    (f"bindings.{i}", f"sensor {binding.sensor!r} could not check it: {problem}")
+            checked, problems = _check_binding(runner, binding)
+            if problems:
+                errors.extend(
+                    (f"bindings.{i}.{f}" if f else f"bindings.{i}", m) for f, m in problems
                 )
                 continue
-            if subject and subject != binding.subject:
-                binding = binding.model_copy(update={"subject": subject})  # noqa: PLW2901
-            if not binding.subject:
-                errors.append((f"bindings.{i}", "names no subject (path, test, url, check)"))
-            out.append(binding)
+            out.append(checked)
         if errors:
             raise ValidationInputError(errors)
         return out
@@ -581,6 +614,8 @@ class Daemon:
         block = await self.store.get(block_id)
         await self.store.delete(block_id, actor=actor, reason=reason)
         self._mark_bindings_dirty([b.sensor for b in block.bindings])
+        if self.quarantined:
+            await self._refresh_quarantined()
 
     # ------------------------------------------------------------------ reads through sensors
 
@@ -851,9 +886,21 @@ class Daemon:
         if fn is not None:
             result = await fn(failing_sensors=failing, sensors_total=len(self.runners))
             report = result.as_dict() if hasattr(result, "as_dict") else dict(result)
+        quarantined = [b.as_dict() for b in await self.store.quarantined_bindings()]
+        if quarantined:
+            report.setdefault("warnings", []).append(
+                {
+                    "severity": "warning",
+                    "category": "bindings",
+                    "message": f"{len(quarantined)} binding(s) quarantined: today's rules refuse"
+                    " them, so they are not checked (fix or delete their blocks;"
+                    " see quarantined_bindings)",
+                }
+            )
         return {
             **report,
             "counts": counts,
+            "quarantined_bindings": quarantined,
             "sensors": self.sensor_status(),
             "dead_letters": counts.get("dead_letters", 0),
             **({"mqtt": await self.mqtt.health()} if self.mqtt is not None else {}),
@@ -935,6 +982,7 @@ class Daemon:
                     "status": runner.status,
                     "ready": runner.ctx.is_ready,
                     **runner.counters.as_dict(),
+                    "quarantined_bindings": sum(1 for s in self.quarantined.values() if s == name),
                 }
             )
         if self.mqtt is not None:
@@ -960,6 +1008,34 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+
+
+def _check_binding(runner: SensorRunner, binding: Binding) -> tuple[Binding, list[tuple[str, str]]]:
+    """A binding checked by its sensor's model and ``validate_binding``: with its subject
+    filled in, and the problems as ``(field, message)`` (field "" for the whole)."""
+    try:
+        selector = runner.ctx.parse_binding(binding)
+        check = getattr(runner.sensor, "validate_binding", None)
+        if check is not None:
+            check(selector)
+        subject = binding.subject or selector.subject_of()
+    except ValidationInputError as err:
+        return binding, list(err.errors)
+    except ValueError as err:
+        return binding, [("", str(err))]
+    except Exception as err:  # a bug in the plugin's hook: refuse, name the plugin
+        log.exception("validate_binding_failed", sensor=binding.sensor)
+        problem = f"{type(err).__name__}: {err}"
+        return binding, [("", f"sensor {binding.sensor!r} could not check it: {problem}")]
+    if subject and subject != binding.subject:
+        binding = binding.model_copy(update={"subject": subject})
+    if not binding.subject:
+        return binding, [("", "names no subject (path, test, url, check)")]
+    return binding, []
+
+
+def _rule_text(problems: Sequence[tuple[str, str]]) -> str:
+    return "; ".join(f"{f}: {m}" if f else m for f, m in problems)
 
 
 def _single_error(group: BaseExceptionGroup[BaseException]) -> MemwardenError | None:

@@ -255,7 +255,18 @@ def record_to_block(
 
 
 def binding_from_row(sensor: str, subject: str, selector: str) -> Binding:
-    return Binding.model_validate({**json.loads(selector), "sensor": sensor, "subject": subject})
+    """A stored binding. One an older memwarden stored that today's model cannot read
+    comes back with only its sensor, subject and ``unreadable`` (why), never an error:
+    one bad row must not make its block, or a listing, unreadable."""
+    try:
+        raw = json.loads(selector)
+        if isinstance(raw, dict):
+            return Binding.model_validate({**raw, "sensor": sensor, "subject": subject})
+        problem = "the stored selector is not a JSON object"
+    except ValueError as err:  # not JSON, or refused by the model (a ValidationError)
+        problem = f"the stored selector is unreadable: {err}"[:300]
+    extra: dict[str, Any] = {"unreadable": problem}
+    return Binding.model_construct(sensor=sensor, subject=subject, **extra)
 
 
 def binding_selector_json(binding: Binding) -> str:

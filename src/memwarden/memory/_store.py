@@ -23,7 +23,7 @@ from memwarden.errors import (
     StorageError,
     ValidationInputError,
 )
-from memwarden.memory import _compaction, _maintenance, _outbox, _reviews, _shortid
+from memwarden.memory import _compaction, _maintenance, _outbox, _quarantine, _reviews, _shortid
 from memwarden.memory._clock import Clock, SystemClock, from_ts
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
@@ -809,7 +809,8 @@ class Store:
                 bindings = await _select_in(
                     conn,
                     "SELECT k.id, g.sensor, g.subject FROM bindings g"
-                    " JOIN blocks k ON k.rid = g.block_rid WHERE g.block_rid IN ",
+                    " JOIN blocks k ON k.rid = g.block_rid WHERE g.quarantine IS NULL"
+                    " AND g.block_rid IN ",
                     [r.rid for r in changed],
                 )
                 await conn.executemany(
@@ -846,7 +847,7 @@ class Store:
                 " r.deadline_s, r.attempts, g.selector FROM revalidations r"
                 " JOIN blocks k ON k.id = r.block_id"
                 " JOIN bindings g ON g.block_rid = k.rid AND g.sensor = r.sensor"
-                " AND g.subject = r.subject"
+                " AND g.subject = r.subject AND g.quarantine IS NULL"
                 " WHERE r.status = 'pending' AND r.send_at <= ? ORDER BY r.send_at LIMIT ?",
                 (at, limit),
             ) as cur,
@@ -924,7 +925,8 @@ class Store:
         async def job(conn: aiosqlite.Connection) -> list[str]:
             rec = await self._load_record(conn, block_id)
             async with conn.execute(
-                "SELECT sensor, subject FROM bindings WHERE block_rid = ?", (rec.rid,)
+                "SELECT sensor, subject FROM bindings WHERE block_rid = ? AND quarantine IS NULL",
+                (rec.rid,),
             ) as cur:
                 bindings = await cur.fetchall()
             rows = [
@@ -1257,12 +1259,19 @@ class Store:
             conn.execute(
                 "SELECT k.id, b.sensor, b.subject, b.selector FROM bindings b"
                 " JOIN blocks k ON k.rid = b.block_rid"
-                " WHERE b.sensor = ? AND k.state <> 'archived' ORDER BY b.id",
+                " WHERE b.sensor = ? AND k.state <> 'archived' AND b.quarantine IS NULL"
+                " ORDER BY b.id",
                 (sensor,),
             ) as cur,
         ):
             rows = await cur.fetchall()
-        return [(r[0], binding_from_row(r[1], r[2], r[3])) for r in rows]
+        out = []
+        for block_id, name, subject, selector in rows:
+            try:
+                out.append((block_id, binding_from_row(name, subject, selector)))
+            except (ValueError, ValidationError) as err:  # stored by an older memwarden
+                log.warning("binding_unreadable", sensor=name, block_id=block_id, error=str(err))
+        return out
 
     async def events_after(self, seq: int, *, limit: int = 100) -> list[dict[str, Any]]:
         """The event log after ``seq`` (oldest first), each with the blocks it changed."""
@@ -1519,6 +1528,25 @@ class Store:
     async def consolidate(self, *, limit: int | None = None) -> _maintenance.ConsolidationReport:
         """The consolidation pass: score short_term blocks, promote the ones that pass."""
         return await _maintenance.consolidate(self, limit=limit)
+
+    # ------------------------------------------------------------------ quarantine
+    # Implemented in _quarantine.py; these methods are its public face.
+
+    async def stored_bindings(self, sensors: Sequence[str]) -> list[_quarantine.StoredBinding]:
+        """Every stored binding of these sensors, raw (quarantined ones included)."""
+        return await _quarantine.stored_bindings(self, sensors)
+
+    async def quarantined_bindings(self) -> list[_quarantine.StoredBinding]:
+        """The bindings quarantined because today's rules refuse them."""
+        return await _quarantine.quarantined(self)
+
+    async def set_quarantine(
+        self,
+        failing: Sequence[tuple[_quarantine.StoredBinding, str]],
+        released: Sequence[int] = (),
+    ) -> int:
+        """Quarantine ``(binding, rule)`` pairs (an error event each), release others."""
+        return await _quarantine.set_quarantine(self, failing, released)
 
     async def compact_events(
         self, cfg: _compaction.CompactionConfig | None = None
@@ -2004,7 +2032,8 @@ async def propagate_dependencies(
         bindings = await _select_in(
             conn,
             "SELECT k.id, g.sensor, g.subject FROM bindings g"
-            " JOIN blocks k ON k.rid = g.block_rid WHERE g.block_rid IN ",
+            " JOIN blocks k ON k.rid = g.block_rid WHERE g.quarantine IS NULL"
+            " AND g.block_rid IN ",
             [r.rid for r in staled],
         )
         await _executemany(
