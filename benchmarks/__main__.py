@@ -19,6 +19,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
     _sweep,
     bench_daemon,
     bench_decay,
+    bench_durability,
     bench_mqtt,
     bench_read_through,
     bench_regex,

@@ -83,13 +83,25 @@ class StoreSettings(BaseModel):
     model_config = _FROZEN
 
     path: Path | None = Field(default=None, description="Default: <home>/memwarden.db")
-    synchronous: Literal["normal", "full"] = "normal"
+    synchronous: Literal["auto", "normal", "full"] = Field(
+        default="auto",
+        description="SQLite's fsync policy: normal survives a crash or kill -9 of the daemon;"
+        " full (fsync at every commit) also survives power loss or an OS crash after an"
+        " acknowledgement. auto: full when [mqtt] is configured (remote agents are told"
+        " their event is stored once acknowledged), normal otherwise.",
+    )
     readers: Annotated[int, Field(ge=1, le=16)] = 2
     score_log: Path | None = Field(
         default=None,
         description="JSONL log of every promotion score (rotated). Default: <home>/scores.jsonl",
     )
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+
+    def synchronous_for(self, *, mqtt: bool) -> Literal["normal", "full"]:
+        """The mode in effect: ``auto`` is ``full`` with the MQTT bridge on."""
+        if self.synchronous == "auto":
+            return "full" if mqtt else "normal"
+        return self.synchronous
 
 
 class ApiSettings(BaseModel):
