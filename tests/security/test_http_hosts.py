@@ -159,6 +159,9 @@ def test_credentials_go_only_to_their_host_and_never_follow_a_redirect(world):
         ("127.0.0.1", "http://2130706433/", False),  # another spelling is another host
         ("a.com", "http://a.com\\@evil.com/", False),  # parsed as httpx connects: evil.com
         ("a.com", "http://evil.com#@a.com/", False),
+        ("bücher.de", "http://xn--bcher-kva.de/", True),  # IDNA: the name httpx connects to
+        ("xn--bcher-kva.de", "http://bücher.de/", True),
+        ("*.bücher.de", "https://api.xn--bcher-kva.de/", True),
     ],
 )
 def test_allowed_hosts_entries_match_scheme_host_and_port(entry, url, allowed):

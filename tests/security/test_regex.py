@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from memwarden.sensors import _regex
 from memwarden.sensors._regex import INLINE_BUDGET, RegexTimeoutError, compile_user_regex
 from tests.security.sensor_daemon import (
     Answer,
@@ -185,3 +186,13 @@ def test_the_helper_process_answers_what_re2_answers_in_process():
     assert small.search(text) == "needle"  # in process: a few instructions
     with pytest.raises(RegexTimeoutError, match="not judged"):
         compile_user_regex(COSTLY).search(_random_ab(10_000_000))
+
+
+def test_a_helper_that_cannot_start_is_an_error_not_a_crash(monkeypatch):
+    """No interpreter to run the helper (a sandbox without exec): the costly search is
+    refused with the reason; nothing raises past the sensor's verdict."""
+    monkeypatch.setattr(_regex.sys, "executable", "/nonexistent/python")
+    helper = _regex._Helper()
+    with pytest.raises(RegexTimeoutError, match="the regex helper did not start"):
+        helper.search(COSTLY, b"ab" * 100)
+    helper.close()

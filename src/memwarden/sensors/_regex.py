@@ -59,10 +59,11 @@ _SHOWN_BYTES: Final = 4096  # of a match found in the helper process (observed v
 class RegexTimeoutError(TimeoutError):
     """A search took longer than :data:`TIMEOUT_S`; it was stopped (nothing was judged)."""
 
-    def __init__(self, pattern: str, size: int) -> None:
+    def __init__(self, pattern: str, size: int, why: str = "") -> None:
+        why = why or f"took longer than {TIMEOUT_S:g}s on {size} bytes and was stopped"
         super().__init__(
-            f"the regex {pattern!r} took longer than {TIMEOUT_S:g}s on {size} bytes and was "
-            "stopped; not judged (a simpler pattern, or a smaller text, checks in time)"
+            f"the regex {pattern!r} {why}; not judged "
+            "(a simpler pattern, or a smaller text, checks in time)"
         )
 
 
@@ -122,22 +123,33 @@ class _Helper:
         self._process: subprocess.Popen[bytes] | None = None
 
     def search(self, pattern: str, data: bytes) -> bytes | None:
-        with self._lock:
-            deadline = time.monotonic() + TIMEOUT_S
+        if not self._lock.acquire(timeout=TIMEOUT_S):  # bounded: never a queue of waiters
+            raise RegexTimeoutError(pattern, len(data), "found the regex helper busy")
+        try:
+            return self._search(pattern, data)
+        finally:
+            self._lock.release()
+
+    def _search(self, pattern: str, data: bytes) -> bytes | None:
+        deadline = time.monotonic() + TIMEOUT_S
+        try:
             process = self._running()
-            raw = pattern.encode("utf-8")
-            try:
-                assert process.stdin is not None  # noqa: S101 - Popen(stdin=PIPE)
-                assert process.stdout is not None  # noqa: S101 - Popen(stdout=PIPE)
-                process.stdin.write(struct.pack(">I", len(raw)) + raw)
-                process.stdin.write(struct.pack(">Q", len(data)))
-                process.stdin.write(data)
-                process.stdin.flush()
-                (size,) = struct.unpack(">q", _read_by(process.stdout, 8, deadline))
-                return None if size < 0 else _read_by(process.stdout, size, deadline)
-            except (OSError, EOFError, TimeoutError):
-                self._stop()
-                raise RegexTimeoutError(pattern, len(data)) from None
+        except OSError as err:
+            why = f"could not be run: the regex helper did not start ({err})"
+            raise RegexTimeoutError(pattern, len(data), why) from None
+        raw = pattern.encode("utf-8")
+        try:
+            assert process.stdin is not None  # noqa: S101 - Popen(stdin=PIPE)
+            assert process.stdout is not None  # noqa: S101 - Popen(stdout=PIPE)
+            process.stdin.write(struct.pack(">I", len(raw)) + raw)
+            process.stdin.write(struct.pack(">Q", len(data)))
+            process.stdin.write(data)
+            process.stdin.flush()
+            (size,) = struct.unpack(">q", _read_by(process.stdout, 8, deadline))
+            return None if size < 0 else _read_by(process.stdout, size, deadline)
+        except (OSError, EOFError, TimeoutError):
+            self._stop()
+            raise RegexTimeoutError(pattern, len(data)) from None
 
     def _running(self) -> subprocess.Popen[bytes]:
         process = self._process

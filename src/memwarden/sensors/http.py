@@ -250,7 +250,16 @@ class HttpConfig(BaseSensorConfig):
 
 
 def _norm_host(host: str) -> str:
-    return host.lower().strip("[]").rstrip(".")
+    """Lower case, no brackets, no trailing dot; a non-ASCII name in its IDNA (xn--) form,
+    as httpx connects to it (``*.`` kept in front of a wildcard)."""
+    host = host.strip().strip("[]").rstrip(".").lower()
+    if host.isascii():
+        return host
+    wild, name = ("*.", host[2:]) if host.startswith("*.") else ("", host)
+    try:
+        return wild + httpx.URL(f"http://{name}/").raw_host.decode("ascii").lower()
+    except (httpx.InvalidURL, UnicodeError, ValueError):
+        raise ValueError(f"{host!r} is not a host name") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +276,7 @@ class Target:
         parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
         scheme = parsed.scheme.lower()
         port = parsed.port if parsed.port is not None else _DEFAULT_PORTS.get(scheme, -1)
-        return cls(scheme, _norm_host(parsed.host), port)
+        return cls(scheme, _norm_host(parsed.raw_host.decode("ascii")), port)
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
