@@ -65,7 +65,7 @@ async def test_add_block_refuses_bindings_no_sensor_can_check(running_daemon, ma
     with pytest.raises(ValidationInputError) as err:
         await daemon.add_block({"content": "x", "bindings": [{"sensor": "nope", "path": "a"}]})
     assert err.value.field == "bindings.0.sensor"
-    assert "known: echo" in str(err.value)
+    assert "no sensor named 'nope'; running: echo" in str(err.value)
     with pytest.raises(ValidationInputError) as err:
         await daemon.add_block({"content": "x", "bindings": [{"sensor": "echo", "colour": "red"}]})
     assert err.value.field == "bindings.0.colour"

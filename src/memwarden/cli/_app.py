@@ -335,7 +335,7 @@ def init(
 
 @app.command()
 def sensors(json_out: JsonOpt = False) -> None:
-    """List the sensor plugins installed, with their distribution and version."""
+    """The sensor plugins installed, and which the daemon runs (or failed to start)."""
     from memwarden.daemon import configure_logging, load_settings  # noqa: PLC0415
     from memwarden.plugins import PluginInfo, Registry  # noqa: PLC0415
 
@@ -349,23 +349,60 @@ def sensors(json_out: JsonOpt = False) -> None:
         (registry.failed_origins.get(k) or PluginInfo(k, type(None)), str(e))
         for k, e in registry.failures.items()
     ]
-    rows = [
+
+    async def ask() -> tuple[str, list[dict[str, Any]]] | None:
+        try:
+            async with _client() as client:
+                where = client.endpoint.uds or client.endpoint.url
+                return where, await client.sensors()
+        except MemwardenError:
+            return None
+
+    daemon = asyncio.run(ask())
+    configured = daemon[1] if daemon else []
+    rows: list[dict[str, Any]] = [
         {
             "kind": p.kind,
             "distribution": p.distribution,
             "version": p.version,
             "entry_point": p.entry_point,
             "status": status,
+            "instances": [
+                {k: c[k] for k in ("name", "status", "error") if k in c}
+                for c in configured
+                if (c.get("kind") or c["name"]) == p.kind
+            ],
         }
         for p, status in listed
     ]
+    kinds = {p.kind for p, _ in listed}
+    orphans = [c for c in configured if (c.get("kind") or c["name"]) not in kinds]
     if json_out:
         _print_json(rows)
         return
-    table = Table("kind", "distribution", "version", "status")
+    table = Table("kind", "distribution", "version", "installed", "daemon runs it as")
     for r in rows:
-        table.add_row(r["kind"], r["distribution"], r["version"], r["status"])
+        runs = ", ".join(_instance(i) for i in r["instances"])
+        table.add_row(r["kind"], r["distribution"], r["version"], r["status"], runs or "-")
+    for c in orphans:  # remote sensors, or configured kinds not installed here
+        table.add_row(c.get("kind") or "?", "", "", "-", _instance(c))
     out.print(table)
+    if daemon is None:
+        out.print("daemon: not running (or not found): only installed plugins are shown")
+        return
+    running = sum(1 for c in configured if c.get("status") == "running")
+    out.print(
+        f"daemon at {daemon[0]}: {running} of {len(configured)} configured sensor(s) running"
+        " (GET /v1/sensors or MCP memory_sensors: what a binding to each may name)",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _instance(row: dict[str, Any]) -> str:
+    status = row.get("status", "?")
+    error = f": {row['error']}" if row.get("error") else ""
+    return f"{row['name']} ({status}{error})"
 
 
 # ---------------------------------------------------------------------- store commands
@@ -395,6 +432,8 @@ def _call(
     except ValidationInputError as e:
         for field, message in e.errors:
             err.print(f"{field or 'input'}: {message}", highlight=False, soft_wrap=True)
+        if any("no sensor named" in m for _, m in e.errors):
+            err.print("(`memwarden sensors` shows which sensors run)", highlight=False)
         raise typer.Exit(2) from None
     except MemwardenError as e:
         raise _fail(str(e)) from None
@@ -451,6 +490,14 @@ def add(
         list[str] | None,
         typer.Option("--bind", "-b", help='A binding as JSON: \'{"sensor":"fs","path":"a.yaml"}\''),
     ] = None,
+    dedupe: Annotated[
+        bool,
+        typer.Option(
+            "--dedupe/--no-dedupe",
+            help="Return the live block that already says this (casefolded, whitespace "
+            "collapsed) instead of storing it twice.",
+        ),
+    ] = True,
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -467,9 +514,20 @@ def add(
         payload["bindings"] = [json.loads(b) for b in bind or []]
     except json.JSONDecodeError as e:
         raise _fail(f"--bind: not JSON: {e}", 2) from None
-    block = _call(db, api=lambda c: c.add(payload), local=lambda s: s.add(payload, actor="cli"))
+    block = _call(
+        db,
+        api=lambda c: c.add(payload, dedupe=dedupe),
+        local=lambda s: s.add(payload, actor="cli", dedupe=dedupe),
+    )
     if json_out:
         _print_json(block.model_dump(mode="json"))
+    elif block.duplicate_of is not None:
+        out.print(
+            f"already stored as {block.short_id or block.id} ({block.state.value}, "
+            f"reliability {block.validation.reliability:.2f}); nothing added "
+            "(--no-dedupe stores it again)",
+            highlight=False,
+        )
     else:
         out.print(
             f"added {block.short_id or block.id} ({block.state.value}, reliability "
@@ -601,6 +659,59 @@ def search(
             f"checked now: {len(answer['checked'])}, no answer in time: {len(answer['timed_out'])}",
             highlight=False,
         )
+
+
+@app.command("list")
+def list_blocks(
+    state: Annotated[
+        str | None, typer.Option(help="fresh|unverified|stale|refuted|archived")
+    ] = None,
+    tag: Annotated[str | None, typer.Option("--tag", "-t", help="Blocks with this tag.")] = None,
+    sensor: Annotated[str | None, typer.Option(help="Blocks bound to this sensor.")] = None,
+    tier: Annotated[str | None, typer.Option(help="short_term|long_term|core")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Blocks per page.")] = 50,
+    after: Annotated[
+        str | None, typer.Option(help="Start after this id (the 'next page' hint).")
+    ] = None,
+    all_pages: Annotated[bool, typer.Option("--all", help="Every page, not just one.")] = False,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """List blocks (oldest first), filtered by state, tag, sensor or tier, a page at a time."""
+    filters: dict[str, Any] = {"state": state, "tag": tag, "sensor": sensor, "tier": tier}
+
+    async def local(s: Store) -> Any:
+        flt = {k: v for k, v in filters.items() if v is not None}
+        return await _pages(lambda cursor: s.list_blocks({**flt, "after": cursor, "limit": limit}))
+
+    async def api(c: AsyncClient) -> Any:
+        async def page(cursor: str | None) -> list[Block]:
+            data = await c.list_blocks(**filters, after=cursor, limit=limit)
+            blocks: list[Block] = data["blocks"]
+            return blocks
+
+        return await _pages(page)
+
+    async def _pages(fetch: Callable[[str | None], Awaitable[list[Block]]]) -> Any:
+        cursor = after
+        shown: list[Block] = []
+        while True:
+            page = await fetch(cursor)
+            shown.extend(page)
+            cursor = page[-1].id if len(page) == limit else None
+            if cursor is None or not all_pages:
+                return shown, cursor
+
+    blocks, more = _call(db, api=api, local=local)
+    if json_out:
+        _print_json({"blocks": [b.model_dump(mode="json") for b in blocks], "next": more})
+        return
+    if not blocks:
+        out.print("no blocks" + (" match" if any(filters.values()) else ""))
+        return
+    out.print(_block_table(blocks))
+    if more:
+        out.print(f"more: memwarden list --after {more} (or --all)", highlight=False)
 
 
 @app.command()

@@ -191,8 +191,13 @@ class _Ops:
     """The operations, shared by both clients: (method, path, params, json) and a parser."""
 
     @staticmethod
-    def add(block: NewBlock | Mapping[str, Any]) -> tuple[str, str, Any, Any]:
-        return "POST", "/v1/blocks", None, _body(block)
+    def add(block: NewBlock | Mapping[str, Any], *, dedupe: bool) -> tuple[str, str, Any, Any]:
+        return "POST", "/v1/blocks", {"dedupe": "true"} if dedupe else None, _body(block)
+
+    @staticmethod
+    def blocks(filters: Mapping[str, Any]) -> tuple[str, str, Any, Any]:
+        params = {k: v for k, v in filters.items() if v is not None}
+        return "GET", "/v1/blocks", params, None
 
     @staticmethod
     def get(
@@ -282,8 +287,16 @@ class AsyncClient:
         _raise_for(response)
         return response.json()
 
-    async def add(self, block: NewBlock | Mapping[str, Any]) -> Block:
-        return _block(await self._call(*_Ops.add(block)))
+    async def add(self, block: NewBlock | Mapping[str, Any], *, dedupe: bool = False) -> Block:
+        """Store a block. With ``dedupe``, a live block with the same content (casefolded,
+        whitespace collapsed) comes back instead, its ``duplicate_of`` set."""
+        return _block(await self._call(*_Ops.add(block, dedupe=dedupe)))
+
+    async def list_blocks(self, **filters: Any) -> dict[str, Any]:
+        """One page: ``{"blocks": [Block], "next": cursor | None}``; filters ``state``,
+        ``tag``, ``sensor``, ``tier``, ``volatility``, ``after`` (the cursor), ``limit``."""
+        data = await self._call(*_Ops.blocks(filters))
+        return {"blocks": [_block(b) for b in data["blocks"]], "next": data.get("next")}
 
     async def get(
         self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
@@ -461,8 +474,13 @@ class Client:
         _raise_for(response)
         return response.json()
 
-    def add(self, block: NewBlock | Mapping[str, Any]) -> Block:
-        return _block(self._call(*_Ops.add(block)))
+    def add(self, block: NewBlock | Mapping[str, Any], *, dedupe: bool = False) -> Block:
+        return _block(self._call(*_Ops.add(block, dedupe=dedupe)))
+
+    def list_blocks(self, **filters: Any) -> dict[str, Any]:
+        """One page: ``{"blocks": [Block], "next": cursor | None}`` (see AsyncClient)."""
+        data = self._call(*_Ops.blocks(filters))
+        return {"blocks": [_block(b) for b in data["blocks"]], "next": data.get("next")}
 
     def get(
         self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"

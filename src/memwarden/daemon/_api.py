@@ -44,7 +44,16 @@ from memwarden.errors import (
     StorageError,
     ValidationInputError,
 )
-from memwarden.memory import Block, NewBlock, ValidationEvent, _reviews, parse_duration
+from memwarden.memory import (
+    Block,
+    BlockState,
+    NewBlock,
+    Tier,
+    ValidationEvent,
+    Volatility,
+    _reviews,
+    parse_duration,
+)
 from memwarden.memory._files import write_private
 from memwarden.memory._model import MAX_CONTENT_CHARS
 from memwarden.memory._store import BlockPatch
@@ -225,6 +234,13 @@ class ReviewDecision(BaseModel):
     )
 
 
+class BlockPage(BaseModel):
+    """One page of ``GET /v1/blocks``."""
+
+    blocks: list[Block]
+    next: str | None = Field(description="Pass as `after` for the next page; null at the end.")
+
+
 class RevalidateAnswer(BaseModel):
     requested: list[str]
     answered: list[str]
@@ -368,10 +384,55 @@ def create_app(
         """Liveness: open, no token."""
         return {"status": "ok", "version": __version__}
 
-    @app.post("/v1/blocks", status_code=201, tags=["blocks"])
-    async def add_block(body: NewBlock, _: Auth) -> Block:
-        """Add a block (with bindings)."""
-        return await daemon.add_block(body, actor="api")
+    @app.post(
+        "/v1/blocks",
+        status_code=201,
+        tags=["blocks"],
+        responses={200: {"model": Block, "description": "dedupe: the block already stored."}},
+    )
+    async def add_block(
+        body: NewBlock,
+        response: Response,
+        _: Auth,
+        dedupe: Annotated[
+            bool,
+            Query(
+                description="Opt in: when a live block has the same content (casefolded, "
+                "whitespace collapsed), answer 200 with it (duplicate_of set) and store nothing."
+            ),
+        ] = False,
+    ) -> Block:
+        """Add a block (with bindings): 201. With dedupe, a duplicate answers 200."""
+        block = await daemon.add_block(body, actor="api", dedupe=dedupe)
+        if block.duplicate_of is not None:
+            response.status_code = status.HTTP_200_OK
+        return block
+
+    @app.get("/v1/blocks", tags=["blocks"])
+    async def list_blocks(
+        _: Auth,
+        state: BlockState | None = None,
+        tag: Annotated[str | None, Query(max_length=64)] = None,
+        sensor: Annotated[str | None, Query(max_length=64)] = None,
+        tier: Tier | None = None,
+        volatility: Volatility | None = None,
+        after: Annotated[
+            str | None, Query(max_length=100, description="The `next` of the previous page.")
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> BlockPage:
+        """Every block matching the filters, oldest first, a page at a time."""
+        flt = {
+            "state": state,
+            "tag": tag,
+            "sensor": sensor,
+            "tier": tier,
+            "volatility": volatility,
+            "after": after,
+            "limit": limit,
+        }
+        blocks = await daemon.store.list_blocks(flt)
+        return BlockPage(blocks=blocks, next=blocks[-1].id if len(blocks) == limit else None)
 
     @app.get("/v1/blocks/{block_id}", tags=["blocks"])
     async def get_block(
@@ -563,7 +624,10 @@ def create_app(
 
     @app.get("/v1/sensors", tags=["sensors"])
     async def sensors(_: Auth) -> list[dict[str, Any]]:
-        return daemon.sensor_status()
+        """Every configured sensor and its status. Each running one also says what a
+        binding to it may name (``binds``: roots, test files, checks, allowed hosts),
+        its ``binding_keys`` and ``examples`` of whole bindings to adapt."""
+        return daemon.sensor_status(describe=True)
 
     @app.get("/v1/health", tags=["ops"])
     async def health(_: Auth) -> dict[str, Any]:

@@ -584,9 +584,11 @@ class Daemon:
                 out.append(binding)
                 continue
             if runner is None:
-                known = ", ".join(sorted(self.runners)) or "none configured"
                 errors.append(
-                    (f"bindings.{i}.sensor", f"no sensor named {binding.sensor!r} (known: {known})")
+                    (
+                        f"bindings.{i}.sensor",
+                        f"no sensor named {binding.sensor!r}; {self.running_sensors_hint()}",
+                    )
                 )
                 continue
             checked, problems = _check_binding(runner, binding)
@@ -600,14 +602,21 @@ class Daemon:
             raise ValidationInputError(errors)
         return out
 
-    async def add_block(self, new: NewBlock | Mapping[str, Any], *, actor: str = "agent") -> Block:
-        """Validate (bindings included) and store a block; its sensors learn the binding."""
+    async def add_block(
+        self, new: NewBlock | Mapping[str, Any], *, actor: str = "agent", dedupe: bool = False
+    ) -> Block:
+        """Validate (bindings included) and store a block; its sensors learn the binding.
+
+        With ``dedupe``, a live block with the same normalised content is returned instead
+        (its ``duplicate_of`` set) and nothing is stored.
+        """
         block = validate_input(NewBlock, new)
         bindings = self.check_bindings(block.bindings)
         if bindings != block.bindings:
             block = block.model_copy(update={"bindings": bindings})
-        stored = await self.store.add(block, actor=actor)
-        self._mark_bindings_dirty([b.sensor for b in block.bindings])
+        stored = await self.store.add(block, actor=actor, dedupe=dedupe)
+        if stored.duplicate_of is None:
+            self._mark_bindings_dirty([b.sensor for b in block.bindings])
         return stored
 
     async def delete_block(self, block_id: str, *, actor: str, reason: str = "") -> None:
@@ -972,7 +981,9 @@ class Daemon:
         """The enabled sensors that run on another host (``remote = true``), by name."""
         return {n: c for n, c in self.settings.sensors.items() if c.remote and c.enabled}
 
-    def sensor_status(self) -> list[dict[str, Any]]:
+    def sensor_status(self, *, describe: bool = False) -> list[dict[str, Any]]:
+        """Every configured sensor's status; with ``describe``, what a binding to each
+        running one may name and examples (the sensor's optional ``describe()``)."""
         out = []
         for name, runner in sorted(self.runners.items()):
             out.append(
@@ -983,6 +994,7 @@ class Daemon:
                     "ready": runner.ctx.is_ready,
                     **runner.counters.as_dict(),
                     "quarantined_bindings": sum(1 for s in self.quarantined.values() if s == name),
+                    **(self._describe(name, runner) if describe else {}),
                 }
             )
         if self.mqtt is not None:
@@ -995,6 +1007,36 @@ class Daemon:
             if kind not in listed:
                 out.append({"name": kind, "kind": kind, "status": "load_failed", "error": str(err)})
         return out
+
+    def _describe(self, name: str, runner: SensorRunner) -> dict[str, Any]:
+        sensor = runner.sensor
+        fields = sorted(runner.ctx.binding_keys())
+        about: dict[str, Any] = {
+            "quick_check": bool(getattr(sensor, "quick_check", False)),
+            "binding_keys": fields,
+        }
+        fn = getattr(sensor, "describe", None)
+        if not callable(fn):
+            return {**about, "summary": "", "binds": {}, "keys": {}, "examples": []}
+        try:
+            info = dict(fn())
+        except Exception as err:  # noqa: BLE001 - a plugin's bug: say so, never fail the listing
+            log.warning("sensor_describe_failed", sensor=name, error=repr(err))
+            return {**about, "describe_error": f"{type(err).__name__}: {err}", "examples": []}
+        examples = [{"sensor": name, **dict(e)} for e in info.get("examples") or []]
+        return {
+            **about,
+            "summary": str(info.get("summary", "")),
+            "binds": info.get("binds") or {},
+            "keys": info.get("keys") or {},
+            "examples": examples,
+        }
+
+    def running_sensors_hint(self) -> str:
+        """``running: tests, http`` (or that none is), for error messages."""
+        running = sorted(n for n, r in self.runners.items() if r.available)
+        running += sorted(self.remote_sensors())
+        return "running: " + ", ".join(running) if running else "no sensor is running"
 
     # ------------------------------------------------------------------ signals
 

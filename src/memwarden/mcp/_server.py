@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import unquote
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from memwarden import __version__
 from memwarden.client import AsyncClient
-from memwarden.errors import MemwardenError
+from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -89,6 +90,7 @@ def _compact(result: dict[str, Any], now: datetime) -> dict[str, Any]:
     v = block["validation"]
     return {
         "id": block["id"],
+        "short_id": block.get("short_id"),
         "title": block["title"],
         "content": block["content"],
         "state": block["state"],
@@ -106,6 +108,37 @@ def _compact(result: dict[str, Any], now: datetime) -> dict[str, Any]:
     }
 
 
+ADD_DESCRIPTION = """\
+Store a fact. Say how it behaves: info_type static (principles, decisions), semi_static
+(configuration), dynamic (code status, runtime state) or ephemeral (seconds-to-minutes
+state). Bind it to a sensor that can check it, so memwarden keeps it true: call
+memory_sensors first to see which sensors run, what each may name and ready-made examples.
+A binding is {"sensor": <a running sensor's name>, ...its keys}, e.g.
+  {"sensor": "fs", "path": "config/app.yaml", "key": "/http/timeout", "equals": 30}
+  {"sensor": "fs", "path": "README.md", "regex": "Python 3\\.11"}
+  {"sensor": "tests", "test": "tests/test_api.py::test_timeout"}
+  {"sensor": "runtime", "check": "db-port"}
+  {"sensor": "http", "url": "http://localhost:8000/health", "status": [200]}
+  {"sensor": "review"}  (a person confirms it)
+Sensor names are the ones configured (memory_sensors lists them). The same fact stored
+twice comes back as the existing one (duplicate_of) unless dedupe is false."""
+
+
+def actionable(err: MemwardenError) -> str:
+    """The error as an agent can act on it: what went wrong and which tool helps."""
+    text = str(err)
+    if isinstance(err, NotFoundError):
+        return f"{text}. Use memory_search to find facts and their ids (short ids work too)."
+    if isinstance(err, ValidationInputError) and any(
+        f.startswith("bindings") for f, _ in err.errors
+    ):
+        return (
+            f"{text}. Use memory_sensors to see the running sensors, what each can check and "
+            "example bindings."
+        )
+    return text
+
+
 def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCPServer[Any]:
     """The MCP server; ``client_factory`` makes the daemon client (tests pass their own)."""
     server: MCPServer[Any] = MCPServer(
@@ -113,11 +146,11 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
     )
 
     async def call(fn: Callable[[AsyncClient], Any]) -> Any:
-        async with client_factory() as client:
-            try:
+        try:
+            async with client_factory() as client:
                 return await fn(client)
-            except MemwardenError as err:
-                return {"error": str(err)}
+        except MemwardenError as err:  # isError=true, with what to do about it
+            raise ToolError(actionable(err)) from None
 
     @server.tool(
         description=(
@@ -142,8 +175,6 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         answer = await call(
             lambda c: c.search(query, limit=limit, fresh=fresh, session=session, max_age=max_age)
         )
-        if "error" in answer:
-            return answer  # type: ignore[no-any-return]
         now = datetime.now(UTC)
         return {
             "results": [_compact(r, now) for r in answer["results"]],
@@ -153,15 +184,7 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
             "hidden_refuted": answer.get("hidden_refuted", 0),
         }
 
-    @server.tool(
-        description=(
-            "Store a fact. Say how it behaves: info_type static (principles, decisions), "
-            "semi_static (configuration), dynamic (code status, runtime state) or ephemeral "
-            "(seconds-to-minutes state). Bind it to a sensor that can check it, e.g. "
-            '{"sensor": "fs", "path": "config/app.yaml", "key": "/http/timeout", "equals": 30} '
-            'or {"sensor": "tests", "test": "tests/test_api.py::test_timeout"}.'
-        )
-    )
+    @server.tool(description=ADD_DESCRIPTION)
     async def memory_add(
         content: Annotated[str, Field(description="The fact, one self-contained statement.")],
         title: Annotated[str, Field(description="A short title.")] = "",
@@ -174,6 +197,13 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
             list[dict[str, Any]], Field(description="Sensor bindings that can check this fact.")
         ] = [],  # noqa: B006 - read-only default for the schema
         source: Annotated[str, Field(description="Who says so: agent or user.")] = "agent",
+        dedupe: Annotated[
+            bool,
+            Field(
+                description="When a live fact already says this (casefolded, whitespace "
+                "collapsed), return it (duplicate_of) instead of storing it twice."
+            ),
+        ] = True,
     ) -> dict[str, Any]:
         payload = {
             "content": content,
@@ -183,14 +213,42 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
             "bindings": bindings,
             "source": source,
         }
-        block = await call(lambda c: c.add(payload))
-        if isinstance(block, dict):
-            return block
+        block = await call(lambda c: c.add(payload, dedupe=dedupe))
         return {
             "id": block.id,
+            "short_id": block.short_id,
             "state": block.state.value,
             "reliability": block.validation.reliability,
+            "bindings": [b.model_dump(mode="json") for b in block.bindings],
+            **({"duplicate_of": block.duplicate_of} if block.duplicate_of else {}),
         }
+
+    @server.tool(
+        description=(
+            "The sensors running now and what each can check: for each, what a binding may "
+            "name (fs roots, test files, runtime checks, allowed HTTP hosts), its binding "
+            "keys, and example bindings to copy into memory_add. Call it before binding."
+        )
+    )
+    async def memory_sensors() -> dict[str, Any]:
+        rows: list[dict[str, Any]] = await call(lambda c: c.sensors())
+        keep = ("name", "kind", "summary", "binds", "keys", "binding_keys", "examples")
+        running = [
+            {k: row[k] for k in keep if k in row}
+            for row in rows
+            if row.get("status") == "running" and "examples" in row
+        ]
+        remote = [
+            {"name": row["name"], "kind": row.get("kind"), "status": row.get("status")}
+            for row in rows
+            if row.get("status") == "running" and "examples" not in row
+        ]
+        down = [
+            {"name": row["name"], "status": row.get("status"), "error": row.get("error", "")}
+            for row in rows
+            if row.get("status") != "running"
+        ]
+        return {"running": running, "remote": remote, "not_running": down}
 
     @server.tool(
         description=(
@@ -208,8 +266,6 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
     ) -> dict[str, Any]:
         max_age = f"{max_age_seconds}s" if max_age_seconds is not None else None
         data: dict[str, Any] = await call(lambda c: c.read(id, max_age=max_age, fresh=fresh))
-        if "error" in data:
-            return data
         data["line"] = context_line({"block": data, "receipt": data.get("receipt")})
         return data
 
@@ -235,8 +291,6 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         wait_seconds: Annotated[float, Field(ge=0, le=60)] = 5.0,
     ) -> dict[str, Any]:
         data = await call(lambda c: c.revalidate(id, wait=f"{wait_seconds}s"))
-        if "error" in data:
-            return data  # type: ignore[no-any-return]
         return {
             "answered": len(data["answered"]) > 0 or not data["requested"],
             "timed_out": data["timed_out"],
@@ -261,7 +315,7 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
     )
     async def memory_health() -> dict[str, Any]:
         data: dict[str, Any] = await call(lambda c: c.health())
-        return {k: data[k] for k in ("score", "status", "warnings", "counts", "error") if k in data}
+        return {k: data[k] for k in ("score", "status", "warnings", "counts") if k in data}
 
     @server.resource(
         "memwarden://context/{query}",
@@ -271,9 +325,10 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
     )
     async def context(query: str) -> str:
         text = unquote(query)
-        answer = await call(lambda c: c.search(text, limit=10))
-        if "error" in answer:
-            return f"(memwarden unavailable: {answer['error']})"
+        try:
+            answer = await call(lambda c: c.search(text, limit=10))
+        except ToolError as err:  # a resource has no error flag: say it in the text
+            return f"(memwarden unavailable: {err})"
         return render_context(answer)
 
     return server

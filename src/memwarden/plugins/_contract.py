@@ -85,6 +85,12 @@ class Sensor(Protocol):
     - ``revalidate(request)`` to check one bound subject now, under a deadline; return
       the event(s) observed (or emit them and return None);
     - ``teardown()`` once at the end; idempotent and safe after a partial setup.
+
+    Optional: ``describe() -> dict`` tells agents what a binding may name, as
+    ``{"summary": str, "binds": {...}, "keys": {key: meaning}, "examples": [selector, ...]}``
+    (``binds``: roots, test files, check names, allowed hosts; the daemon adds each
+    example's ``"sensor"``). It is called for ``GET /v1/sensors`` and MCP
+    ``memory_sensors``: keep it cheap and free of secrets.
     """
 
     kind: ClassVar[str]
@@ -166,6 +172,10 @@ class SensorContext:
     def touch_bindings(self) -> None:
         """Daemon side: make the next :meth:`wait_bindings_changed` return at once."""
         self._changed.set()
+
+    def binding_keys(self) -> list[str]:
+        """The selector keys a binding to this sensor may have (from its model)."""
+        return list(self._binding_model.model_fields)
 
     def parse_binding(self, binding: Binding) -> BaseBinding:
         """Validate a binding's selector with the sensor's model (ValidationInputError)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import functools
 import os
 import re
@@ -255,6 +256,27 @@ class CodeTestSensor:
         self._interpreter: list[Path] | None = None  # what the command needs to run
 
     # ------------------------------------------------------------------ contract
+
+    def describe(self) -> dict[str, Any]:
+        """What a binding may name (the project's test files) and examples to adapt."""
+        files = _test_files(self.root, self.config.ignore, limit=50)
+        first = files[0] if files else "tests/test_example.py"
+        name = _first_test_name(self.root / first) or "test_name"
+        return {
+            "summary": "A test, a test file or class, or a -k keyword of the project's pytest "
+            "suite: passing confirms, failing refutes.",
+            "binds": {"project_root": str(self.root), "test_files": files},
+            "keys": {
+                "test": "an exact test id, path::name (relative to project_root)",
+                "prefix": "a test file, directory or path::Class",
+                "keyword": "a pytest -k expression",
+            },
+            "examples": [
+                {"test": f"{first}::{name}"},
+                {"prefix": first},
+                {"keyword": name.removeprefix("test_") or "timeout"},
+            ],
+        }
 
     async def setup(self, ctx: SensorContext) -> None:
         self._ctx = ctx
@@ -760,3 +782,37 @@ def _aggregate(  # noqa: PLR0911 - one return per outcome
         path, message = next(iter(report.file_errors.items()))
         return Verdict(Outcome.ERROR, None, f"{path}: collection failed: {message}")
     return _error("no test matched this selection (not collected?)")
+
+
+_TEST_DEF = re.compile(r"^(?:async )?def (test_\w+)", re.MULTILINE)
+
+
+def _test_files(root: Path, ignore: list[str], *, limit: int) -> list[str]:
+    """Up to ``limit`` pytest files under ``root`` (relative, sorted; ignored names skipped)."""
+    found: list[str] = []
+    stack = [root]
+    seen = 0
+    while stack and len(found) < limit and seen < 5000:  # bounded: a describe, not a crawl
+        here = stack.pop()
+        try:
+            entries = sorted(os.scandir(here), key=lambda e: e.name, reverse=True)
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if any(fnmatch.fnmatch(entry.name, pat) for pat in ignore):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+            elif entry.name.startswith("test_") and entry.name.endswith(".py"):
+                found.append(Path(entry.path).relative_to(root).as_posix())
+    return sorted(found)[:limit]
+
+
+def _first_test_name(path: Path) -> str | None:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            match = _TEST_DEF.search(fh.read(200_000))
+    except OSError:
+        return None
+    return match.group(1) if match else None

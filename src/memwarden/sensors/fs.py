@@ -230,6 +230,30 @@ class FsSensor:
 
     # ------------------------------------------------------------------ contract
 
+    def describe(self) -> dict[str, Any]:
+        """What a binding may name (the roots) and examples an agent can adapt."""
+        root = Path(self.roots[0])
+        known = next(
+            (n for n in ("README.md", "pyproject.toml", "package.json") if (root / n).is_file()),
+            "README.md",
+        )
+        return {
+            "summary": "A file's existence, hash, a regex over it, or a value at a JSON pointer "
+            "in JSON/TOML/YAML. Relative paths start at the first root.",
+            "binds": {"roots": list(self.roots), "ignore": list(self.config.ignore)},
+            "keys": {
+                "path": "a file under a root (relative or absolute; a glob for many)",
+                "exists / absent / sha256 / regex (+ match) / key (+ equals, format)": (
+                    "at most one assertion; none: any change of the file refutes"
+                ),
+            },
+            "examples": [
+                {"path": known, "exists": True},
+                {"path": known, "regex": "memwarden"},
+                {"path": "config/app.yaml", "key": "/http/timeout", "equals": 30},
+            ],
+        }
+
     async def setup(self, ctx: SensorContext) -> None:
         self._ctx = ctx
         for root in self.roots:

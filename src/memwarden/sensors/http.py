@@ -460,6 +460,28 @@ class HttpSensor:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def describe(self) -> dict[str, Any]:
+        """What a binding may reach (the allowed hosts) and examples to adapt."""
+        first = self.config.allowed_hosts[0] if self.config.allowed_hosts else "localhost:*"
+        scheme, _, hostport = first.rpartition("://")
+        host = hostport.replace(":*", ":8000").replace("*.", "api.")
+        base = f"{scheme or 'http'}://{host}"
+        return {
+            "summary": "An HTTP answer: status, a value at a JSON pointer, a regex over the "
+            "body, a header, latency. Only the allowed hosts can be reached.",
+            "binds": {"allowed_hosts": list(self.config.allowed_hosts)},
+            "keys": {
+                "url": "an http(s) URL on an allowed host",
+                "status / key (+ equals or matches) / body_regex / header / max_latency_ms": (
+                    "what the answer must show (default: status 200)"
+                ),
+            },
+            "examples": [
+                {"url": f"{base}/health", "status": [200]},
+                {"url": f"{base}/version", "key": "/version", "equals": "1.2.0"},
+            ],
+        }
+
     async def setup(self, ctx: SensorContext) -> None:
         verify: ssl.SSLContext | bool = self.config.verify
         if self.config.verify and self.config.ca_file is not None:

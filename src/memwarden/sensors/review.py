@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 from collections import deque
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import Field
 
@@ -110,6 +110,15 @@ class ReviewSensor:
                 plugin="review",
             )
         return self._store
+
+    def describe(self) -> dict[str, Any]:
+        """A review binding names nothing: a person settles the block."""
+        return {
+            "summary": "A person confirms, rejects or edits the fact on the review page.",
+            "binds": {},
+            "keys": {},
+            "examples": [{}],
+        }
 
     async def setup(self, ctx: SensorContext) -> None:
         _ = self.store  # fail at setup, with the reason, rather than at the first item

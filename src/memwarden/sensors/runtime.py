@@ -296,6 +296,17 @@ class RuntimeSensor:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def describe(self) -> dict[str, Any]:
+        """What a binding may name (the configured checks) and an example for each."""
+        checks = {name: check.type for name, check in sorted(self.config.checks.items())}
+        return {
+            "summary": "A named check from the config (process, port, disk, memory, load, "
+            "file age, Nagios plugin): OK confirms, a failure refutes.",
+            "binds": {"checks": checks},
+            "keys": {"check": "the name of a configured check"},
+            "examples": [{"check": name} for name in list(checks)[:5]],
+        }
+
     async def setup(self, ctx: SensorContext) -> None:
         self._ctx = ctx
 
