@@ -201,14 +201,21 @@ class _Ops:
 
     @staticmethod
     def get(
-        block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
+        block_id: str,
+        *,
+        max_age: str | None = None,
+        fresh: bool = False,
+        wait: str = "2s",
+        session: str | None = None,
     ) -> tuple[str, str, Any, Any]:
-        params: dict[str, Any] | None = None
+        params: dict[str, Any] = {}
         if max_age is not None or fresh:
             params = {"fresh": fresh, "wait": wait}
             if max_age is not None:
                 params["max_age"] = max_age
-        return "GET", f"/v1/blocks/{block_id}", params, None
+        if session:
+            params["session"] = session
+        return "GET", f"/v1/blocks/{block_id}", params or None, None
 
     @staticmethod
     def update(block_id: str, patch: Mapping[str, Any]) -> tuple[str, str, Any, Any]:
@@ -307,12 +314,27 @@ class AsyncClient:
         data.pop("receipt", None)
         return _block(data)
 
+    async def session_events(
+        self, session: str, *, after: int = 0, wait: str = "10s", limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Notices for ``session`` after number ``after``: a fact it read was refuted or
+        went stale (long-polls up to ``wait``)."""
+        params = {"session": session, "after": after, "wait": wait, "limit": limit}
+        return await self._call("GET", "/v1/events", params, None)  # type: ignore[no-any-return]
+
     async def read(
-        self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
+        self,
+        block_id: str,
+        *,
+        max_age: str | None = None,
+        fresh: bool = False,
+        wait: str = "2s",
+        session: str | None = None,
     ) -> dict[str, Any]:
-        """A block as JSON with its ``receipt`` (verdict, verified_by/at, age_s, ...)."""
+        """A block as JSON with its ``receipt`` (verdict, verified_by/at, age_s, ...); a
+        ``session`` is told (:meth:`session_events`) if it later falls."""
         return await self._call(  # type: ignore[no-any-return]
-            *_Ops.get(block_id, max_age=max_age, fresh=fresh, wait=wait)
+            *_Ops.get(block_id, max_age=max_age, fresh=fresh, wait=wait, session=session)
         )
 
     async def update(self, block_id: str, patch: Mapping[str, Any]) -> Block:

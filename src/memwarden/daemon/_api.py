@@ -444,13 +444,21 @@ def create_app(
         ] = None,
         fresh: Annotated[bool, Query(description="max_age=0 for quick checks.")] = False,
         wait: Annotated[str, Query(description="How long a re-check may take: 2s.")] = "2s",
+        session: Annotated[
+            str | None,
+            Query(max_length=128, description="Told (GET /v1/events?session=) if it falls."),
+        ] = None,
     ) -> BlockRead:
         """One block with its receipt (verdict, who verified it, when, the observation)."""
         max_age_s = _duration("max_age", max_age) if max_age is not None else None
         wait_s = _duration("wait", wait)
         return BlockRead.model_validate(
             await daemon.read_block(
-                block_id, max_age_s=max_age_s, fresh=fresh, wait_s=min(wait_s, 30.0)
+                block_id,
+                max_age_s=max_age_s,
+                fresh=fresh,
+                wait_s=min(wait_s, 30.0),
+                session=session,
             )
         )
 
@@ -580,12 +588,27 @@ def create_app(
         ] = 0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         wait: Annotated[str, Query(description="Long-poll up to this long: 10s.")] = "0s",
+        session: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=128,
+                description="Instead of the log: this session's notices (a fact it read was "
+                "refuted or went stale), numbered per session; ``after`` is that number.",
+            ),
+        ] = None,
     ) -> list[dict[str, Any]]:
         """The event log after ``after``; with ``wait``, hold the request until there is some."""
         try:
             wait_s = min(parse_duration(wait).total_seconds(), 60.0)
         except ValueError as err:
             raise ValidationInputError([("wait", str(err))]) from None
+        if session is not None:
+            notices = daemon.sessions.after(session, after, limit=limit)
+            if not notices and wait_s > 0:
+                await daemon.sessions.wait(session, after, wait_s)
+                notices = daemon.sessions.after(session, after, limit=limit)
+            return notices
         events = await daemon.store.events_after(after, limit=limit)
         if not events and wait_s > 0:
             await daemon.wait_for_events(wait_s)

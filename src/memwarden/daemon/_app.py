@@ -31,6 +31,7 @@ from memwarden.daemon._mqtt import MqttBridge
 from memwarden.daemon._notify import Notifier
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
 from memwarden.daemon._sensors import build_runner
+from memwarden.daemon._sessions import SessionWatch
 from memwarden.errors import (
     ConfigError,
     MemwardenError,
@@ -119,6 +120,7 @@ class Daemon:
         self._answer_waiters: dict[str, asyncio.Future[None]] = {}
         self._waiter_refs: dict[str, int] = {}  # reads waiting on each request
         self._answered_recently: dict[str, None] = {}  # request ids, oldest first
+        self.sessions = SessionWatch()  # who read what: told when it is refuted or stale
         self._applied = asyncio.Condition()
         self._closing = False  # shutting down: long-polls answer now instead of waiting
         self._api_task: asyncio.Task[None] | None = None
@@ -231,6 +233,7 @@ class Daemon:
                 settings=s.scheduler,
                 down_since=down_since,
                 remote=self.mqtt,
+                on_stale=self._on_swept,
             )
             if self._signals:
                 self._install_signals()
@@ -814,9 +817,13 @@ class Daemon:
         max_age_s: float | None = None,
         fresh: bool = False,
         wait_s: float = 2.0,
+        session: str | None = None,
     ) -> dict[str, Any]:
-        """One block with its receipt; with ``max_age_s``/``fresh``, checked first if old."""
+        """One block with its receipt; with ``max_age_s``/``fresh``, checked first if old.
+        With a ``session``, that session is told when the block later falls."""
         block = await self.store.get(block_id)
+        if session is not None:
+            self.sessions.read(session, [block.id])
         rt = ReadThrough()
         if max_age_s is not None or fresh:
             rt = await self.read_through(
@@ -854,6 +861,8 @@ class Daemon:
         if rt.checked or rt.timed_out:
             again = {k: v for k, v in kwargs.items() if k != "session"}
             hits = await self.store.search(query, **again)
+        if session is not None:  # told later when one of these is refuted or goes stale
+            self.sessions.read(session, [h.block.id for h in hits])
         receipts = await self.receipts([h.block for h in hits], rt)
         observations = {  # what each check for this read saw (the block's last event)
             block_id: ev.last_event
@@ -944,6 +953,14 @@ class Daemon:
         while len(self._answered_recently) > 10_000:  # only the race window matters
             del self._answered_recently[next(iter(self._answered_recently))]
         for change in result.changes:
+            self.sessions.changed(
+                change.block_id,
+                before=change.before,
+                after=change.after,
+                at=now,
+                reliability=change.reliability,
+                event_id=change.event_id,
+            )
             log.debug(
                 "block_state_changed",
                 block_id=change.block_id,
@@ -952,6 +969,11 @@ class Daemon:
             )
         if self.mqtt is not None:
             await self.mqtt.on_applied(result)  # state changes out, answered requests off
+
+    def _on_swept(self, fallen: dict[str, str]) -> None:
+        now = self.clock.time()
+        for block_id, before in fallen.items():
+            self.sessions.changed(block_id, before=before, after="stale", at=now, reason="expired")
 
     def _sensors_line(self) -> str:
         running = sum(1 for r in self.runners.values() if r.available)

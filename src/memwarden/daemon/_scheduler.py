@@ -57,6 +57,7 @@ class Scheduler:
         settings: SchedulerSettings,
         down_since: float | None = None,
         remote: RemoteRoute | None = None,
+        on_stale: Callable[[dict[str, str]], None] | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
@@ -64,6 +65,7 @@ class Scheduler:
         self._remote = remote
         self.settings = settings
         self.down_since = down_since
+        self._on_stale = on_stale  # told {block id: state before} of what the sweep marked
         self.swept = 0
         self.dispatched = 0
         self.unroutable = 0
@@ -97,6 +99,9 @@ class Scheduler:
         if len(due) < limit:
             self.down_since = None  # the backlog from the downtime is planned
         self.swept += len(changed)
+        if changed and self._on_stale is not None:
+            before = {d.id: d.state for d in due}
+            self._on_stale({block_id: before.get(block_id, "fresh") for block_id in changed})
         if changed:
             log.info("blocks_went_stale", count=len(changed), restarting=restarting)
         return len(changed)

@@ -7,6 +7,7 @@ reliability, the age of the last validation, and warnings. ``memory_search`` wit
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -14,6 +15,9 @@ from urllib.parse import unquote
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.shared.subscriptions import ResourceUpdated
+from mcp_types import EmptyResult, SubscribeRequestParams, UnsubscribeRequestParams
 from pydantic import Field
 
 from memwarden import __version__
@@ -22,6 +26,12 @@ from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.session import ServerSession
+
+SESSION_CONTEXT = "memwarden://session/{session}/context"
+_SESSION_PREFIX, _SESSION_SUFFIX = "memwarden://session/", "/context"
 
 __all__ = ["build_server", "context_line", "render_context"]
 
@@ -141,9 +151,11 @@ def actionable(err: MemwardenError) -> str:
 
 def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCPServer[Any]:
     """The MCP server; ``client_factory`` makes the daemon client (tests pass their own)."""
+    bus = InMemorySubscriptionBus()  # subscriptions/listen clients (2026-07-28 protocol)
     server: MCPServer[Any] = MCPServer(
-        name="memwarden", version=__version__, instructions=INSTRUCTIONS
+        name="memwarden", version=__version__, instructions=INSTRUCTIONS, subscriptions=bus
     )
+    _serve_session_context(server, client_factory, bus)
 
     async def call(fn: Callable[[AsyncClient], Any]) -> Any:
         try:
@@ -263,9 +275,14 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         max_age_seconds: Annotated[
             float | None, Field(ge=0, description="Re-check if validated longer ago.")
         ] = None,
+        session: Annotated[
+            str | None, Field(description="Your conversation id: told if it later falls.")
+        ] = None,
     ) -> dict[str, Any]:
         max_age = f"{max_age_seconds}s" if max_age_seconds is not None else None
-        data: dict[str, Any] = await call(lambda c: c.read(id, max_age=max_age, fresh=fresh))
+        data: dict[str, Any] = await call(
+            lambda c: c.read(id, max_age=max_age, fresh=fresh, session=session)
+        )
         data["line"] = context_line({"block": data, "receipt": data.get("receipt")})
         return data
 
@@ -332,6 +349,104 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         return render_context(answer)
 
     return server
+
+
+def _serve_session_context(
+    server: MCPServer[Any], client_factory: Callable[[], AsyncClient], bus: Any
+) -> None:
+    """The session context resource, and subscriptions to it."""
+    watch = _SessionWatchers(client_factory, bus)
+    # resources/subscribe (the 2025 protocols, what stdio clients negotiate): MCPServer
+    # has no public hook for it, so the handler goes on its low-level server.
+    low = server._lowlevel_server  # noqa: SLF001 - no public way to serve resources/subscribe
+    low.add_request_handler("resources/subscribe", SubscribeRequestParams, watch.subscribe)
+    low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, watch.unsubscribe)
+
+    @server.resource(
+        SESSION_CONTEXT,
+        name="session_context",
+        description=(
+            "What changed in the facts this session read: one line each, with its verdict. "
+            "Subscribe to it: a notifications/resources/updated arrives when a fact the "
+            "session read (memory_search or memory_get with this session) is refuted or "
+            "goes stale."
+        ),
+        mime_type="text/plain",
+    )
+    async def session_context(session: str) -> str:
+        name = unquote(session)
+        lines = []
+        try:
+            async with client_factory() as client:
+                notices = await client.session_events(name, after=0, wait="0s", limit=1000)
+                for block_id in dict.fromkeys(n["block_id"] for n in reversed(notices)):
+                    try:
+                        data = await client.read(block_id)
+                    except MemwardenError:  # deleted since: nothing to show for it
+                        continue
+                    lines.append(context_line({"block": data, "receipt": data.get("receipt")}))
+        except MemwardenError as err:
+            return f"(memwarden unavailable: {err})"
+        return "\n".join(lines) if lines else "(nothing this session read has changed)"
+
+
+class _SessionWatchers:
+    """Per subscribed session resource, a long-poll of the daemon's session notices that
+    turns each one into ``notifications/resources/updated`` for its subscribers."""
+
+    def __init__(self, client_factory: Callable[[], AsyncClient], bus: Any) -> None:
+        self._client_factory = client_factory
+        self._bus = bus
+        self._subscribers: dict[str, set[ServerSession]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    async def subscribe(
+        self, ctx: ServerRequestContext[Any], params: SubscribeRequestParams
+    ) -> EmptyResult:
+        uri = str(params.uri)
+        self._subscribers.setdefault(uri, set()).add(ctx.session)
+        session = _session_of(uri)
+        if session is not None and uri not in self._tasks:
+            self._tasks[uri] = asyncio.create_task(self._follow(uri, session))
+        return EmptyResult()
+
+    async def unsubscribe(
+        self, ctx: ServerRequestContext[Any], params: UnsubscribeRequestParams
+    ) -> EmptyResult:
+        uri = str(params.uri)
+        self._subscribers.get(uri, set()).discard(ctx.session)
+        if not self._subscribers.get(uri):
+            self._subscribers.pop(uri, None)
+            task = self._tasks.pop(uri, None)
+            if task is not None:
+                task.cancel()
+        return EmptyResult()
+
+    async def _follow(self, uri: str, session: str) -> None:
+        after = 0
+        async with self._client_factory() as client:
+            while uri in self._subscribers:
+                try:
+                    notices = await client.session_events(session, after=after, wait="25s")
+                except MemwardenError:  # the daemon restarting: try again shortly
+                    await asyncio.sleep(1.0)
+                    continue
+                if not notices:
+                    continue
+                after = max(n["seq"] for n in notices)
+                await self._bus.publish(ResourceUpdated(uri=uri))
+                for subscriber in list(self._subscribers.get(uri, ())):
+                    try:
+                        await subscriber.send_resource_updated(uri)
+                    except Exception:  # noqa: BLE001 - a client gone away: forget it
+                        self._subscribers.get(uri, set()).discard(subscriber)
+
+
+def _session_of(uri: str) -> str | None:
+    if uri.startswith(_SESSION_PREFIX) and uri.endswith(_SESSION_SUFFIX):
+        name = unquote(uri[len(_SESSION_PREFIX) : -len(_SESSION_SUFFIX)])
+        return name or None
+    return None
 
 
 def run_stdio(home: str | None = None, url: str | None = None) -> None:
