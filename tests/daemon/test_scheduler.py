@@ -172,3 +172,22 @@ async def test_expired_blocks_are_revalidated_while_running(
 
     await eventually(fresh_again)
     assert daemon.scheduler.swept == 1
+
+
+async def test_the_daemon_compacts_the_log_on_schedule(running_daemon, make_settings, eventually):
+    """The compaction pass is a scheduler loop: dead letters beyond the cap go on their own."""
+    settings = make_settings(
+        scheduler={"compaction_interval": "50ms"},
+        store={"compaction": {"dead_letters_max_rows": 2}},
+    )
+    r = await running_daemon(settings)
+    store = r.daemon.store
+    for i in range(5):
+        await store.dead_letter(source="test", reason="bad", payload=f"payload {i}")
+
+    async def capped() -> bool:
+        return int((await store.counts())["dead_letters"]) == 2
+
+    await eventually(capped, timeout_s=10)
+    rows = _rows(settings.db_path, "SELECT payload FROM dead_letters ORDER BY id")
+    assert rows == [("payload 3",), ("payload 4",)]  # the newest kept

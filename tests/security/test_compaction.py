@@ -301,3 +301,50 @@ async def test_compaction_after_a_migration_from_version_4(tmp_path, clock):
         assert report.effects_deleted == 37
         assert len(history(store, block_id)) == 3
         assert query(store, "PRAGMA user_version") == [(len(MIGRATIONS),)]
+
+
+async def test_a_flood_about_unbound_subjects_leaves_only_counts(tmp_path, clock):
+    """Events that reached no block (any subject, none bound) are counted per sensor,
+    outcome and day, then leave the log once older than compaction.after; the ones that
+    reached a block and the young ones stay; a second pass counts nothing twice."""
+    cfg = CompactionConfig(window_rows=64)
+    async with Store(tmp_path / "u.db", clock=clock, compaction=cfg) as store:
+        block_id = await add_block(store)
+        await feed(store, clock, "CR")  # two events that reached the block (state changes)
+        flood = [
+            ValidationEvent(
+                sensor="agent1",
+                subject=f"nothing/{i}.txt",
+                outcome="refuted" if i % 4 == 0 else "confirmed",
+                observed_at=from_ts(clock.time()),
+            )
+            for i in range(1000)
+        ]
+        result = await store.apply_events(flood)
+        assert result.unmatched == 1000
+        clock.advance(timedelta(days=8))
+        young = await store.apply_events(
+            [
+                ValidationEvent(
+                    sensor="agent1",
+                    subject="nothing/new",
+                    outcome="confirmed",
+                    observed_at=from_ts(clock.time()),
+                )
+            ]
+        )
+        assert young.unmatched == 1
+
+        report = await store.compact_events()
+        again = await store.compact_events()
+
+        assert report.unmatched_deleted == 1000
+        assert again.unmatched_deleted == 0
+        day = from_ts(clock.time() - 8 * D).strftime("%Y-%m-%d")
+        assert query(
+            store, "SELECT sensor, day, outcome, count FROM unmatched_counts ORDER BY outcome"
+        ) == [("agent1", day, "confirmed", 750), ("agent1", day, "refuted", 250)]
+        assert query(store, "SELECT subject FROM events WHERE sensor = 'agent1'") == [
+            ("nothing/new",)
+        ]
+        assert len(history(store, block_id)) == 2

@@ -11,7 +11,10 @@ in ``event_runs`` (keyed by the block and the run's last event), so a read can s
 the events it stands for. An event row leaves the log only when no block's history
 holds it any more. Every event and effect that changed a block is kept.
 
-``dead_letters`` are pruned by age and by count.
+Events that reached no block (nothing was bound to their sensor and subject) are no
+block's record: older than ``compaction.after`` they are deleted and counted per sensor,
+outcome and UTC day in ``unmatched_counts``. ``dead_letters`` are pruned by age and by
+count.
 
 The append-only triggers refuse every other ``DELETE``: they let one through only while
 the ``compaction_guard`` row exists, which each compaction job inserts and removes
@@ -72,6 +75,7 @@ class CompactionReport:
     effects_deleted: int = 0
     events_deleted: int = 0
     dead_letters_deleted: int = 0
+    unmatched_deleted: int = 0  # events that reached no block (counted in unmatched_counts)
     jobs: int = 0  # writer jobs
     duration_s: float = 0.0
     details: list[str] = field(default_factory=list)
@@ -83,6 +87,7 @@ class CompactionReport:
             "effects_deleted": self.effects_deleted,
             "events_deleted": self.events_deleted,
             "dead_letters_deleted": self.dead_letters_deleted,
+            "unmatched_deleted": self.unmatched_deleted,
             "jobs": self.jobs,
             "duration_s": round(self.duration_s, 3),
         }
@@ -265,6 +270,66 @@ def _in(n: int) -> str:
     return "(" + ",".join("?" * n) + ")"
 
 
+_UNMATCHED_KEY = "compaction_unmatched_seq"  # meta: events below it were looked at
+
+
+async def _compact_unmatched(
+    conn: aiosqlite.Connection, *, cutoff: float, limit: int
+) -> tuple[int, int, bool]:
+    """One window of the events that reached no block: counted per sensor, outcome and
+    day, then deleted. Returns (rows looked at, events deleted, done)."""
+    async with conn.execute("SELECT value FROM meta WHERE key = ?", (_UNMATCHED_KEY,)) as cur:
+        row = await cur.fetchone()
+    start = int(row[0]) if row is not None else 0
+    rows = list(
+        await conn.execute_fetchall(
+            "SELECT e.seq, e.sensor, e.outcome, e.received_at,"
+            " EXISTS (SELECT 1 FROM effects f WHERE f.event_seq = e.seq)"
+            " FROM events e WHERE e.seq >= ? ORDER BY e.seq LIMIT ?",
+            (start, limit),
+        )
+    )
+    gone: list[int] = []
+    counts: dict[tuple[str, str, str], list[float]] = {}
+    resume = start
+    done = len(rows) < limit
+    for seq, sensor, outcome, received_at, reached in rows:
+        if received_at >= cutoff:  # too young: resume here next time
+            done = True
+            break
+        resume = seq + 1
+        if reached:
+            continue
+        gone.append(seq)
+        key = (sensor, time.strftime("%Y-%m-%d", time.gmtime(received_at)), outcome)
+        seen = counts.setdefault(key, [0, received_at, received_at])
+        seen[0] += 1
+        seen[1] = min(seen[1], received_at)
+        seen[2] = max(seen[2], received_at)
+    if gone:
+        await conn.executemany(
+            "INSERT INTO unmatched_counts (sensor, day, outcome, count, first_received_at,"
+            " last_received_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sensor, day, outcome)"
+            " DO UPDATE SET count = count + excluded.count,"
+            " first_received_at = min(first_received_at, excluded.first_received_at),"
+            " last_received_at = max(last_received_at, excluded.last_received_at)",
+            [(*key, int(c), first, last) for key, (c, first, last) in counts.items()],
+        )
+        await conn.execute("INSERT INTO compaction_guard (id) VALUES (1)")
+        try:
+            for part in _parts(gone):
+                await conn.execute(f"DELETE FROM events WHERE seq IN {_in(len(part))}", part)
+        finally:
+            await conn.execute("DELETE FROM compaction_guard")
+    if resume != start:
+        await conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (_UNMATCHED_KEY, str(resume)),
+        )
+    return len(rows), len(gone), done
+
+
 async def _prune_dead_letters(
     conn: aiosqlite.Connection, cfg: CompactionConfig, now: float, limit: int
 ) -> int:
@@ -316,6 +381,17 @@ async def compact(store: Store, cfg: CompactionConfig | None = None) -> Compacti
             report.runs += len(window.new_runs)
             report.effects_deleted += len(window.effects)
             report.events_deleted += window.events_deleted
+
+    async def unmatched(conn: aiosqlite.Connection) -> tuple[int, int, bool]:
+        return await _compact_unmatched(conn, cutoff=cutoff, limit=limit)
+
+    while True:
+        _, deleted_events, done = await write(unmatched, weight=limit)
+        report.jobs += 1
+        report.unmatched_deleted += deleted_events
+        report.events_deleted += deleted_events
+        if done:
+            break
 
     async def prune(conn: aiosqlite.Connection) -> int:
         return await _prune_dead_letters(conn, cfg, now, limit)

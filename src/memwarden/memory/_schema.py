@@ -323,7 +323,23 @@ ALTER TABLE blocks ADD COLUMN content_key TEXT;
 CREATE INDEX blocks_content_key ON blocks(content_key);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+_V7 = """
+-- Events that reached no block (no binding for their sensor and subject) are no block's
+-- record: once older than compaction.after they leave the log, and what they were stays
+-- as a count per sensor, outcome and UTC day of arrival. A flood of them, whatever its
+-- subjects, cannot fill the disk.
+CREATE TABLE unmatched_counts (
+    sensor TEXT NOT NULL,
+    day TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    first_received_at REAL NOT NULL,
+    last_received_at REAL NOT NULL,
+    PRIMARY KEY (sensor, day, outcome)
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
