@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -63,7 +63,7 @@ def daemon_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _wait_for(path: Path, process: subprocess.Popen[bytes], deadline_s: float) -> None:
+def wait_for(path: Path, process: subprocess.Popen[bytes], deadline_s: float) -> None:
     deadline = time.monotonic() + deadline_s
     while not path.exists():
         if process.poll() is not None:
@@ -89,6 +89,7 @@ def spawn_daemon() -> Iterator[Callable[..., Daemon]]:
     started: list[tuple[subprocess.Popen[bytes], object]] = []
 
     def factory(home: Path, *, umask: int = -1, **extra: str) -> Daemon:
+        home.parent.mkdir(parents=True, exist_ok=True)
         log_path = home.parent / f"{home.name}.log"
         log = log_path.open("wb")
         process = subprocess.Popen(
@@ -97,9 +98,10 @@ def spawn_daemon() -> Iterator[Callable[..., Daemon]]:
             stdout=log,
             stderr=subprocess.STDOUT,
             umask=umask,
+            cwd=home.parent,  # no ./memwarden.toml from wherever pytest runs
         )
         started.append((process, log))
-        _wait_for(home / "api.json", process, 30)
+        wait_for(home / "api.json", process, 30)
         url = json.loads((home / "api.json").read_text())["url"]
         token = (home / "token").read_text().strip()
         return Daemon(home, url, token, process, log_path)
@@ -117,15 +119,27 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     log_path = home.parent / "daemon.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [str(MEMWARDEN), "run"], env=daemon_env(home), stdout=log, stderr=subprocess.STDOUT
+            [str(MEMWARDEN), "run"],
+            env=daemon_env(home),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=home.parent,
         )
         try:
-            _wait_for(home / "api.json", process, 30)
+            wait_for(home / "api.json", process, 30)
             url = json.loads((home / "api.json").read_text())["url"]
             token = (home / "token").read_text().strip()
             yield Daemon(home, url, token, process, log_path)
         finally:
             _stop(process)
+
+
+def client_for(url: str, **kwargs: Any) -> httpx.Client:
+    """An httpx client for an API URL as api.json gives it (``http://...`` or ``unix:/...``)."""
+    if url.startswith("unix:"):
+        transport = httpx.HTTPTransport(uds=url.removeprefix("unix:"))
+        return httpx.Client(transport=transport, base_url="http://memwarden", timeout=5, **kwargs)
+    return httpx.Client(base_url=url, timeout=5, **kwargs)
 
 
 @dataclass
@@ -139,11 +153,11 @@ class HealthWatch:
     _probed: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
-        with httpx.Client(timeout=5) as client:
+        with client_for(self.url) as client:
             while not self._stop.is_set():
                 start = time.perf_counter()
                 try:
-                    response = client.get(f"{self.url}/healthz")
+                    response = client.get("/healthz")
                     if response.status_code != 200:
                         self.failures.append(f"status {response.status_code}")
                 except httpx.HTTPError as err:

@@ -47,7 +47,12 @@ def _refused(home: Path, *expected: str) -> None:
     path = home / "token"
     before = _snapshot(path)
     result = subprocess.run(
-        [str(MEMWARDEN), "run"], env=daemon_env(home), capture_output=True, timeout=60, check=False
+        [str(MEMWARDEN), "run"],
+        env=daemon_env(home),
+        capture_output=True,
+        timeout=60,
+        check=False,
+        cwd=home.parent,
     )
     output = (result.stdout + result.stderr).decode()
     assert result.returncode == EX_CONFIG, output

@@ -20,6 +20,7 @@ import aiosqlite
 import structlog
 
 from memwarden.errors import StorageError
+from memwarden.memory._files import prepare_database
 from memwarden.memory._writer import Writer
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ class AgentQueue:
     async def __aenter__(self) -> Self:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
+            prepare_database(self.path)  # 0600 (and so its -wal and -shm), whatever the umask
             self._wconn = await aiosqlite.connect(self.path, isolation_level=None)
             await self._wconn.execute("PRAGMA journal_mode = WAL")
             await self._wconn.execute("PRAGMA synchronous = NORMAL")
@@ -100,7 +102,7 @@ class AgentQueue:
             await self._wconn.executescript(_SCHEMA)
             self._rconn = await aiosqlite.connect(self.path, isolation_level=None)
             await self._rconn.execute("PRAGMA query_only = ON")
-        except sqlite3.Error as err:
+        except (sqlite3.Error, OSError) as err:
             await self._close()
             raise StorageError(f"cannot open the agent queue at {self.path}: {err}") from err
         except BaseException:

@@ -13,6 +13,7 @@ import structlog
 
 from memwarden.daemon._config import validate_sensor_options
 from memwarden.errors import ConfigError, PluginError, PluginLoadError
+from memwarden.memory._files import private_dir
 from memwarden.plugins import Backoff, SensorContext, SensorRunner
 
 if TYPE_CHECKING:
@@ -59,7 +60,8 @@ def build_runner(
     if prepare is not None:
         prepare(sensor)
     state_dir = state_root / "sensors" / name
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(state_dir.parent)  # each level 0700: mkdir(parents=True) follows the umask
+    private_dir(state_dir)
     ctx = SensorContext(
         name=name,
         binding_model=info.cls.Binding,

@@ -23,6 +23,7 @@ __all__ = [
     "FILE_MODE",
     "fsync_dir",
     "open_private",
+    "prepare_database",
     "private_dir",
     "tighten_file",
     "write_private",
@@ -70,6 +71,25 @@ def open_private(path: Path, flags: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def prepare_database(path: Path) -> None:
+    """Before SQLite opens ``path``: create it empty and 0600 if absent (SQLite gives its
+    ``-wal``, ``-shm`` and ``-journal`` files the database file's mode), and tighten an
+    existing database and its side files left looser by an older version or a umask.
+    A directory made for it is 0700; an existing one is left as it is."""
+    if str(path) == ":memory:" or str(path).startswith("file:"):
+        return
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=DIR_MODE)
+    try:
+        os.close(open_private(path, os.O_WRONLY | os.O_EXCL))
+    except FileExistsError:  # ours to tighten; another user's (read it only) or a symlink: not
+        with contextlib.suppress(PermissionError):
+            tighten_file(path)
+    for suffix in ("-wal", "-shm", "-journal"):
+        with contextlib.suppress(PermissionError):
+            tighten_file(path.with_name(path.name + suffix))
 
 
 def fsync_dir(path: Path) -> None:

@@ -9,13 +9,16 @@ verdict, so a promotion can be explained months later. The file rotates by size 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from memwarden.memory._clock import from_ts
+from memwarden.memory._files import open_private, tighten_file
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -59,6 +62,9 @@ class ScoreLog:
         self._lock = threading.Lock()
         self._file: IO[str] | None = None
         self._size = 0
+        for i in range(backups + 1):  # an older version's (or a umask's) 0644 files: 0600
+            with contextlib.suppress(PermissionError):
+                tighten_file(self.path.with_name(f"{self.path.name}.{i}") if i else self.path)
 
     def __enter__(self) -> Self:
         return self
@@ -100,8 +106,9 @@ class ScoreLog:
 
     def _open(self) -> IO[str]:
         if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a", encoding="utf-8")
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)  # 0600, whatever the umask
+            self._file = os.fdopen(fd, "a", encoding="utf-8")
             self._size = self.path.stat().st_size
         return self._file
 

@@ -41,6 +41,7 @@ from memwarden.memory._codec import (
     record_to_row,
 )
 from memwarden.memory._durations import Duration
+from memwarden.memory._files import prepare_database
 from memwarden.memory._fts import fts_query
 from memwarden.memory._ids import new_id
 from memwarden.memory._model import (
@@ -392,7 +393,10 @@ class Store:
         """Open (creating or migrating) the database and start the writer."""
         if self._open:
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            prepare_database(self.path)  # 0600 (and so its -wal and -shm), whatever the umask
+        except OSError as err:
+            raise StorageError(f"cannot open the store at {self.path}: {err}") from err
         try:
             self._wconn = await aiosqlite.connect(self.path, isolation_level=None)
             await self._configure(self._wconn, writer=True)

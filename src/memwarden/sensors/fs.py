@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field, JsonValue, field_validator, model_validator
 
 from memwarden.memory import Outcome
+from memwarden.memory._files import write_private
 from memwarden.plugins import BaseBinding, BaseSensorConfig, BoundSubject
 from memwarden.sensors import _fscheck as fc
 from memwarden.sensors._observed import bounded
@@ -752,10 +753,8 @@ class FsSensor:
         path = self._state_path
         if path is None:
             return
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
-            tmp.replace(path)
+        try:  # 0600 whatever the umask, atomically; not fsync-ed: a crash only re-reports
+            write_private(path, json.dumps(data, separators=(",", ":")).encode(), durable=False)
         except OSError as err:
             self._dirty.set()
             if self._ctx is not None:
