@@ -2,7 +2,8 @@
 
 ``spawn_daemon(home, **env)`` starts the daemon on a free loopback port (stopped at
 teardown); ``health_watch(url)`` probes ``/healthz`` from a thread while a test sends its
-input and fails the test if any answer took longer than 200 ms; ``raw_request`` speaks
+input and fails the test unless 95 % of at least 20 answers took under 200 ms and none
+over 1 s; ``raw_request`` speaks
 HTTP/1.1 over a bare socket, for what httpx will not send (chunked bodies left open,
 malformed headers).
 """
@@ -29,7 +30,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 MEMWARDEN = Path(sys.executable).with_name("memwarden")
-HEALTHZ_BUDGET_S = 0.2
+HEALTHZ_BUDGET_S = 0.2  # p95
+HEALTHZ_WORST_S = 1.0
+MIN_PROBES = 20
 
 
 @dataclass
@@ -166,6 +169,12 @@ class HealthWatch:
                 self._probed.set()
                 self._stop.wait(0.02)  # the probe's pace, not a wait for a condition
 
+    def enough(self, count: int, timeout_s: float = 10.0) -> None:
+        """Wait until ``count`` probes have answered (a short test still measures some)."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.latencies_s) < count and time.monotonic() < deadline:
+            self.next_probe()
+
     def next_probe(self, timeout_s: float = 5.0) -> None:
         """Wait until a probe that starts after this call has answered."""
         self._probed.clear()
@@ -175,6 +184,20 @@ class HealthWatch:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def assert_responsive(self) -> None:
+        """95 % of the answers within 200 ms, none slower than 1 s, at least 20 of them.
+
+        On a loaded 2-core machine one request in a few dozen can wait that long for a
+        CPU; a daemon stalled by the input (a body read whole, a handler stuck) shows in
+        every sample."""
+        assert not self.failures, self.failures
+        assert len(self.latencies_s) >= MIN_PROBES, f"only {len(self.latencies_s)} probes"
+        ordered = sorted(self.latencies_s)
+        p95 = ordered[max(0, -(-len(ordered) * 95 // 100) - 1)]
+        shown = f"p95 {p95 * 1000:.0f} ms, max {ordered[-1] * 1000:.0f} ms over {len(ordered)}"
+        assert p95 < HEALTHZ_BUDGET_S, f"/healthz too slow: {shown}"
+        assert ordered[-1] < HEALTHZ_WORST_S, f"/healthz stalled: {shown}"
 
 
 @pytest.fixture
@@ -190,16 +213,11 @@ def health_watch() -> Iterator[Callable[[str], contextlib.AbstractContextManager
             watch.next_probe()  # probing before the hostile input starts
             yield watch
             watch.next_probe()  # and after it: the daemon still answers
+            watch.enough(MIN_PROBES)
         finally:
             watch.stop()
             thread.join(timeout=10)
-        assert not watch.failures, watch.failures
-        assert watch.latencies_s, "no /healthz probe completed"
-        worst = max(watch.latencies_s)
-        assert worst < HEALTHZ_BUDGET_S, (
-            f"/healthz took {worst * 1000:.0f} ms (budget {HEALTHZ_BUDGET_S * 1000:.0f} ms) "
-            f"over {len(watch.latencies_s)} probes"
-        )
+        watch.assert_responsive()
 
     return watching
 
