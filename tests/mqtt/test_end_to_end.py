@@ -16,7 +16,10 @@ async def test_agent_file_change_changes_the_block_in_the_daemon(
     """A file changed on the agent's host changes the block's state in the daemon's store."""
     broker = mosquitto_broker()
     (world / "app.json").write_text('{"timeout": 30}')
-    d = await start_daemon(broker)
+    # A soft refutation's re-check waits the retry interval (minutes by default); a short
+    # one lets the agent's repeated refutations turn it hard within the test's deadline.
+    retry = {"retry_min": "100ms", "retry_max": "200ms"}
+    d = await start_daemon(broker, rules={"evidence": retry})
     block = await d.obj.add_block({"content": "The API timeout is 30 s", "bindings": [FS_BINDING]})
     a = await start_agent(broker)
     await wait_state(d.obj, block.id, "fresh")
