@@ -21,6 +21,7 @@ __all__ = [
     "StorageError",
     "TransportError",
     "ValidationInputError",
+    "VersionConflictError",
 ]
 
 
@@ -74,6 +75,20 @@ class AmbiguousIdError(MemwardenError):
         )
         self.ref = ref
         self.candidates = candidates
+
+
+class VersionConflictError(MemwardenError):
+    """An edit named the version it was based on, and the block has moved past it."""
+
+    def __init__(self, block_id: str, expected: int, current: int, *, message: str = "") -> None:
+        super().__init__(
+            message
+            or f"block {block_id!r} was edited meanwhile: it is at version {current}, the edit "
+            f"was based on version {expected}; read it again and re-apply the edit"
+        )
+        self.block_id = block_id
+        self.expected = expected
+        self.current = current
 
 
 class TransportError(MemwardenError):

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
-from memwarden.errors import AmbiguousIdError, NotFoundError, TransportError, ValidationInputError
+from memwarden.errors import (
+    AmbiguousIdError,
+    NotFoundError,
+    TransportError,
+    ValidationInputError,
+    VersionConflictError,
+)
 from memwarden.memory import Block, NewBlock, ValidationEvent
 
 if TYPE_CHECKING:
@@ -140,6 +146,9 @@ def _raise_for(response: httpx.Response) -> None:
         detail = response.text
     if response.status_code == 404:
         raise NotFoundError("resource", str(detail), message=str(detail))
+    if response.status_code == 412 and isinstance(detail, str):
+        current = int(response.json().get("version") or 0)
+        raise VersionConflictError("", 0, current, message=detail)
     if response.status_code == 409 and isinstance(detail, str):
         candidates = response.json().get("candidates") or []
         raise AmbiguousIdError("", [str(c) for c in candidates], message=detail)
@@ -165,6 +174,10 @@ def _block(data: Any) -> Block:
     if isinstance(data, dict):
         data = {k: v for k, v in data.items() if k in Block.model_fields}
     return Block.model_validate(data)
+
+
+def _if_match(version: int | None) -> dict[str, str] | None:
+    return None if version is None else {"If-Match": f'"{version}"'}
 
 
 def _body(data: Any) -> Any:
@@ -284,11 +297,20 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _call(self, method: str, path: str, params: Any = None, body: Any = None) -> Any:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        params: Any = None,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
         if not self.endpoint.url:
             raise _unreachable(self.endpoint, None)
         try:
-            response = await self._http.request(method, path, params=params, json=body)
+            response = await self._http.request(
+                method, path, params=params, json=body, headers=headers
+            )
         except httpx.TransportError as err:
             raise _unreachable(self.endpoint, err) from err
         _raise_for(response)
@@ -337,8 +359,12 @@ class AsyncClient:
             *_Ops.get(block_id, max_age=max_age, fresh=fresh, wait=wait, session=session)
         )
 
-    async def update(self, block_id: str, patch: Mapping[str, Any]) -> Block:
-        return _block(await self._call(*_Ops.update(block_id, patch)))
+    async def update(
+        self, block_id: str, patch: Mapping[str, Any], *, if_version: int | None = None
+    ) -> Block:
+        """Edit a block. With ``if_version`` (the ``version`` you read), the edit applies
+        only if nobody edited it since (else :class:`VersionConflictError`)."""
+        return _block(await self._call(*_Ops.update(block_id, patch), _if_match(if_version)))
 
     async def archive(self, block_id: str, reason: str = "archived via client") -> Block:
         return _block(await self._call(*_Ops.archive(block_id, reason)))
@@ -486,11 +512,18 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def _call(self, method: str, path: str, params: Any = None, body: Any = None) -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        params: Any = None,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
         if not self.endpoint.url:
             raise _unreachable(self.endpoint, None)
         try:
-            response = self._http.request(method, path, params=params, json=body)
+            response = self._http.request(method, path, params=params, json=body, headers=headers)
         except httpx.TransportError as err:
             raise _unreachable(self.endpoint, err) from err
         _raise_for(response)
@@ -519,8 +552,10 @@ class Client:
             *_Ops.get(block_id, max_age=max_age, fresh=fresh, wait=wait)
         )
 
-    def update(self, block_id: str, patch: Mapping[str, Any]) -> Block:
-        return _block(self._call(*_Ops.update(block_id, patch)))
+    def update(
+        self, block_id: str, patch: Mapping[str, Any], *, if_version: int | None = None
+    ) -> Block:
+        return _block(self._call(*_Ops.update(block_id, patch), _if_match(if_version)))
 
     def archive(self, block_id: str, reason: str = "archived via client") -> Block:
         return _block(self._call(*_Ops.archive(block_id, reason)))

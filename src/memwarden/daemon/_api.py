@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import structlog
 import uvicorn
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, status
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -43,6 +43,7 @@ from memwarden.errors import (
     NotFoundError,
     StorageError,
     ValidationInputError,
+    VersionConflictError,
 )
 from memwarden.memory import (
     Block,
@@ -103,6 +104,18 @@ async def resolve_block(
 
 
 BlockId = Annotated[str, Depends(resolve_block)]
+
+
+def _if_match(value: str | None) -> int | None:
+    """The version an If-Match names: ``"3"``, ``3`` or ``W/"3"``; ``*`` or none: any."""
+    if value is None or value.strip() == "*":
+        return None
+    text = value.strip().removeprefix("W/").strip('"')
+    if not text.isdigit():
+        raise ValidationInputError(
+            [("header.If-Match", f'{value!r} is not a block version (an ETag such as "3")')]
+        )
+    return int(text)
 
 
 class ErrorMessage(BaseModel):
@@ -359,6 +372,14 @@ def create_app(
     async def _ambiguous(_: Request, exc: AmbiguousIdError) -> JSONResponse:
         return JSONResponse({"detail": str(exc), "candidates": exc.candidates}, status_code=409)
 
+    @app.exception_handler(VersionConflictError)
+    async def _conflict(_: Request, exc: VersionConflictError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": str(exc), "version": exc.current},
+            status_code=412,
+            headers={"ETag": f'"{exc.current}"'},
+        )
+
     @app.exception_handler(MemwardenError)
     async def _failed(_: Request, exc: MemwardenError) -> JSONResponse:
         code = 503 if isinstance(exc, StorageError) else 400
@@ -437,6 +458,7 @@ def create_app(
     @app.get("/v1/blocks/{block_id}", tags=["blocks"])
     async def get_block(
         block_id: BlockId,
+        response: Response,
         _: Auth,
         max_age: Annotated[
             str | None,
@@ -452,7 +474,7 @@ def create_app(
         """One block with its receipt (verdict, who verified it, when, the observation)."""
         max_age_s = _duration("max_age", max_age) if max_age is not None else None
         wait_s = _duration("wait", wait)
-        return BlockRead.model_validate(
+        block = BlockRead.model_validate(
             await daemon.read_block(
                 block_id,
                 max_age_s=max_age_s,
@@ -461,10 +483,35 @@ def create_app(
                 session=session,
             )
         )
+        response.headers["ETag"] = f'"{block.version}"'  # If-Match for a PATCH
+        return block
 
-    @app.patch("/v1/blocks/{block_id}", tags=["blocks"])
-    async def edit_block(block_id: BlockId, body: BlockPatch, _: Auth) -> Block:
-        return await daemon.store.update(block_id, body, actor="api")
+    @app.patch(
+        "/v1/blocks/{block_id}",
+        tags=["blocks"],
+        responses={412: {"model": ErrorMessage, "description": "If-Match: edited meanwhile."}},
+    )
+    async def edit_block(
+        block_id: BlockId,
+        body: BlockPatch,
+        response: Response,
+        _: Auth,
+        if_match: Annotated[
+            str | None,
+            Header(
+                alias="If-Match",
+                max_length=40,
+                description='The version the edit is based on ("3", as the ETag said): '
+                "412 if the block was edited since. Without it the edit always applies.",
+            ),
+        ] = None,
+    ) -> Block:
+        """Edit a block; the answer's ETag is its new version (use it as If-Match)."""
+        block = await daemon.store.update(
+            block_id, body, actor="api", expected_version=_if_match(if_match)
+        )
+        response.headers["ETag"] = f'"{block.version}"'
+        return block
 
     @app.delete("/v1/blocks/{block_id}", tags=["blocks"])
     async def archive_block(

@@ -22,6 +22,7 @@ from memwarden.errors import (
     NotFoundError,
     StorageError,
     ValidationInputError,
+    VersionConflictError,
 )
 from memwarden.memory import _compaction, _maintenance, _outbox, _quarantine, _reviews, _shortid
 from memwarden.memory._clock import Clock, SystemClock, from_ts
@@ -615,10 +616,17 @@ class Store:
         return answer
 
     async def update(
-        self, block_id: str, patch: BlockPatch | Mapping[str, Any], *, actor: str = "agent"
+        self,
+        block_id: str,
+        patch: BlockPatch | Mapping[str, Any],
+        *,
+        actor: str = "agent",
+        expected_version: int | None = None,
     ) -> Block:
-        """Edit a block. A new text keeps the old one in history, makes the block
-        unverified again and demotes it from core."""
+        """Edit a block. A new text (title, content, tags) is a new ``version``: the old
+        one is kept in history, the block is unverified again and demoted from core.
+        With ``expected_version`` the edit applies only to that version (else
+        :class:`VersionConflictError`, nothing changed)."""
         p = validate_input(BlockPatch, patch)
         nulls = [k for k in sorted(p.model_fields_set) if getattr(p, k) is None]
         if nulls:  # None means "absent" only when left out; an explicit null is an error
@@ -631,6 +639,8 @@ class Store:
 
         async def job(conn: aiosqlite.Connection) -> None:
             rec = await self._load_record(conn, block_id)
+            if expected_version is not None and rec.version != expected_version:
+                raise VersionConflictError(rec.id, expected_version, rec.version)
             old = (rec.version, rec.title, rec.content, json.dumps(rec.tags))
             if _apply_patch(rec, changes, now, cfg):
                 await conn.execute(
