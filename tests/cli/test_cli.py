@@ -115,12 +115,20 @@ def test_offline_on_a_database_file_with_export_and_import(tmp_path):
     result = runner.invoke(app, ["export", str(dump), "--db", db])
     assert result.exit_code == 0, result.output
     lines = [json.loads(x) for x in dump.read_text().splitlines()]
-    assert sorted(x["content"] for x in lines) == ["alpha fact one", "beta fact two"]
+    assert sorted(x["block"]["content"] for x in lines) == ["alpha fact one", "beta fact two"]
+    assert all(x["format"] == "memwarden.export/1" and x["id"] for x in lines)
     other = str(tmp_path / "b.db")
     result = runner.invoke(app, ["import", str(dump), "--db", other])
     assert result.exit_code == 0, result.output
     found = json.loads(runner.invoke(app, ["search", "beta", "--db", other, "--json"]).stdout)
     assert [r["block"]["content"] for r in found["results"]] == ["beta fact two"]
+    assert found["results"][0]["block"]["id"] in {x["id"] for x in lines}  # ids kept
+    # plain objects (one new block per line, as earlier versions wrote) still import
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text('{"content": "gamma fact three", "tags": ["g"]}\n')
+    result = runner.invoke(app, ["import", str(plain), "--db", other])
+    assert result.exit_code == 0, result.output
+    assert "1 new block(s) created" in result.output
 
 
 def test_config_check_lists_every_problem_with_its_path(tmp_path):

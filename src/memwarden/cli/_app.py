@@ -413,12 +413,16 @@ def _call(
     *,
     api: Callable[[AsyncClient], Awaitable[Any]],
     local: Callable[[Store], Awaitable[Any]],
+    create: bool = False,
 ) -> Any:
-    """Run a data command against the running daemon, or a database file with ``--db``."""
+    """Run a data command against the running daemon, or a database file with ``--db``
+    (which must exist unless ``create``: only `add` and `import` start a new one)."""
     from memwarden.daemon import configure_logging  # noqa: PLC0415
     from memwarden.memory._store import Store  # noqa: PLC0415
 
     configure_logging("warning", "console", stream="stderr")
+    if db is not None and not create and not db.is_file():
+        raise _fail(f"--db {db}: no such database file")
 
     async def go() -> Any:
         if db is not None:
@@ -518,6 +522,7 @@ def add(
         db,
         api=lambda c: c.add(payload, dedupe=dedupe),
         local=lambda s: s.add(payload, actor="cli", dedupe=dedupe),
+        create=True,  # the first fact may start a database file
     )
     if json_out:
         _print_json(block.model_dump(mode="json"))
@@ -907,82 +912,124 @@ def tail(
         _call(None, api=api, local=local)
 
 
+_IMPORT_BATCH_BYTES = 512 * 1024  # under the API's default body limit (1 MiB)
+
+
 @app.command("export")
 def export_blocks(
     file: Annotated[Path, typer.Argument(help="JSONL file to write ('-' for stdout).")],
     db: DbOpt = None,
 ) -> None:
-    """Export every block (with bindings) as JSON lines that `import` reads back."""
+    """Export every block, whole: ids, bindings, state, validation and history.
 
-    async def local(s: Store) -> Any:
-        blocks: list[Any] = []
+    Works against the running daemon (or a database file with --db); `import` reads the
+    file back, here or into another memwarden.
+    """
+
+    async def pages(fetch: Callable[[str | None], Awaitable[list[dict[str, Any]]]]) -> Any:
+        rows: list[dict[str, Any]] = []
         after = None
         while True:
-            page = await s.list_blocks({"after": after, "limit": 1000})
-            blocks.extend(page)
-            if len(page) < 1000:
-                return blocks
-            after = page[-1].id
+            page = await fetch(after)
+            rows.extend(page)
+            if not page:
+                return rows
+            after = page[-1]["id"]
 
-    async def api(_: AsyncClient) -> Any:
-        raise MemwardenError("export reads the database: pass --db (or stop the daemon first)")
+    async def local(s: Store) -> Any:
+        return await pages(lambda after: s.export_blocks(after=after, limit=500))
 
-    blocks = _call(db, api=api, local=local)
-    keys = (
-        "title",
-        "content",
-        "tags",
-        "source",
-        "category",
-        "info_type",
-        "volatility",
-        "tier",
-        "importance",
-        "bindings",
-        "signals",
-    )
-    lines = []
-    for b in blocks:
-        data = b.model_dump(mode="json")
-        row = {k: data[k] for k in keys}
-        row["reliability"] = data["validation"]["reliability"]
-        lines.append(json.dumps(row, ensure_ascii=False))
-    text = "\n".join(lines) + ("\n" if lines else "")
+    async def api(c: AsyncClient) -> Any:
+        return await pages(lambda after: c.export(after=after, limit=200))
+
+    rows = _call(db, api=api, local=local)
+    text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
     if str(file) == "-":
         sys.stdout.write(text)
-    else:
-        file.write_text(text)
-        err.print(f"exported {len(lines)} block(s) to {file}", highlight=False)
+        return
+    try:
+        file.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise _fail(f"{file}: cannot write: {e.strerror or e}") from None
+    err.print(f"exported {len(rows)} block(s) to {file}", highlight=False, soft_wrap=True)
+
+
+def _read_jsonl(file: Path) -> list[dict[str, Any]]:
+    try:
+        text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _fail(f"{file}: no such file") from None
+    except IsADirectoryError:
+        raise _fail(f"{file}: is a directory, not a JSONL file") from None
+    except UnicodeDecodeError:
+        raise _fail(f"{file}: not UTF-8 text (a JSONL file, as `export` writes)", 2) from None
+    except OSError as e:
+        raise _fail(f"{file}: cannot read: {e.strerror or e}") from None
+    rows: list[dict[str, Any]] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise _fail(f"{file}:{n}: not JSON: {e}", 2) from None
+        if not isinstance(row, dict):
+            raise _fail(f"{file}:{n}: not a JSON object (one block per line)", 2)
+        rows.append(row)
+    return rows
+
+
+def _batches(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    out: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for row in rows:
+        n = len(json.dumps(row, ensure_ascii=False).encode())
+        if out[-1] and size + n > _IMPORT_BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(row)
+        size += n
+    return [b for b in out if b]
 
 
 @app.command("import")
 def import_blocks(
-    file: Annotated[Path, typer.Argument(help="JSONL file of blocks (as `export` writes).")],
+    file: Annotated[Path, typer.Argument(help="JSONL file (as `export` writes; '-': stdin).")],
     db: DbOpt = None,
 ) -> None:
-    """Import blocks from JSON lines (with a progress bar)."""
+    """Import blocks: whole blocks from `export` (idempotent by id: blocks already here are
+    left unchanged), or new blocks, one JSON object per line."""
     from rich.progress import track  # noqa: PLC0415
 
-    rows = []
-    for n, line in enumerate(file.read_text().splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise _fail(f"{file}:{n}: not JSON: {e}", 2) from None
+    from memwarden.memory._transfer import is_export_row  # noqa: PLC0415
+
+    rows = _read_jsonl(file)
+    batches = _batches(rows)
+    totals = {"added": 0, "existing": 0, "created": 0, "quarantined": 0}
 
     async def local(s: Store) -> Any:
-        for i in track(range(0, len(rows), 500), description="importing", console=err):
-            await s.add_many(rows[i : i + 500], actor="import")
-        return len(rows)
+        for batch in track(batches, description="importing", console=err, transient=True):
+            exported = [r for r in batch if is_export_row(r)]
+            report = await s.import_blocks(exported)
+            totals["added"] += len(report.added)
+            totals["existing"] += len(report.existing)
+            plain = [r for r in batch if not is_export_row(r)]
+            if plain:
+                totals["created"] += len(await s.add_many(plain, actor="import"))
 
     async def api(c: AsyncClient) -> Any:
-        for row in track(rows, description="importing", console=err):
-            await c.add(row)
-        return len(rows)
+        for batch in track(batches, description="importing", console=err, transient=True):
+            answer = await c.import_blocks(batch)
+            for key in totals:
+                totals[key] += int(answer.get(key, 0))
 
-    count = _call(db, api=api, local=local)
-    err.print(f"imported {count} block(s)", highlight=False)
+    _call(db, api=api, local=local, create=True)
+    line = f"imported {totals['added']} block(s), {totals['existing']} already here (unchanged)"
+    if totals["created"]:
+        line += f", {totals['created']} new block(s) created"
+    if totals["quarantined"]:
+        line += f"; {totals['quarantined']} binding(s) quarantined (see `memwarden health`)"
+    err.print(line, highlight=False, soft_wrap=True)
 
 
 # ---------------------------------------------------------------------- backup

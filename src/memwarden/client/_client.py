@@ -473,6 +473,17 @@ class AsyncClient:
     async def health(self) -> dict[str, Any]:
         return await self._call("GET", "/v1/health")  # type: ignore[no-any-return]
 
+    async def export(self, *, after: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        """A page of whole blocks as export objects (``after``: the last id of the previous)."""
+        params: dict[str, Any] = {"limit": limit}
+        if after:
+            params["after"] = after
+        return await self._call("GET", "/v1/export", params)  # type: ignore[no-any-return]
+
+    async def import_blocks(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+        """Import export objects (idempotent by id) and new blocks."""
+        return await self._call("POST", "/v1/import", None, list(rows))  # type: ignore[no-any-return]
+
     async def healthz(self) -> dict[str, Any]:
         """Liveness and version (``/healthz``)."""
         return await self._call("GET", "/healthz")  # type: ignore[no-any-return]
@@ -659,6 +670,17 @@ class Client:
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/v1/health")  # type: ignore[no-any-return]
+
+    def export(self, *, after: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        """A page of whole blocks as export objects (``after``: the last id of the previous)."""
+        params: dict[str, Any] = {"limit": limit}
+        if after:
+            params["after"] = after
+        return self._call("GET", "/v1/export", params)  # type: ignore[no-any-return]
+
+    def import_blocks(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+        """Import export objects (idempotent by id) and new blocks."""
+        return self._call("POST", "/v1/import", None, list(rows))  # type: ignore[no-any-return]
 
     def healthz(self) -> dict[str, Any]:
         """Liveness and version (``/healthz``)."""

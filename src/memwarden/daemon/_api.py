@@ -622,6 +622,33 @@ def create_app(
             )
         )
 
+    @app.get("/v1/export", tags=["blocks"])
+    async def export_blocks(
+        _: Auth,
+        after: Annotated[
+            str | None, Query(max_length=64, description="Blocks with ids after this one.")
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+    ) -> list[dict[str, Any]]:
+        """Whole blocks, by id, as `memwarden import` reads them: the block, its stored
+        record, bindings, dependencies, validation history and earlier versions."""
+        return await daemon.store.export_blocks(after=after, limit=limit)
+
+    @app.post("/v1/import", tags=["blocks"])
+    async def import_blocks(request: Request, _: Auth) -> dict[str, int]:
+        """Import export objects (idempotent by block id: blocks already here are left
+        unchanged; bindings this daemon's sensors refuse are stored quarantined). Objects
+        without ``format`` are new blocks, added as by ``POST /v1/blocks``."""
+        try:
+            body = json.loads(await request.body())
+        except ValueError as err:
+            raise ValidationInputError([("body", f"not JSON: {err}")]) from None
+        if not isinstance(body, list) or not all(isinstance(r, dict) for r in body):
+            raise ValidationInputError([("body", "a list of export objects")])
+        if len(body) > 10_000:
+            raise ValidationInputError([("body", "at most 10000 objects per request")])
+        return await daemon.import_blocks(body)
+
     @app.get("/v1/stale", tags=["search"])
     async def stale(_: Auth, limit: Annotated[int, Query(ge=1, le=10000)] = 100) -> list[Block]:
         """What is stale now, and why."""

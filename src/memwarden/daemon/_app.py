@@ -47,8 +47,10 @@ from memwarden.memory import (
     SystemClock,
     Volatility,
 )
+from memwarden.memory._codec import binding_from_row
 from memwarden.memory._files import private_dir
 from memwarden.memory._store import Store, validate_input
+from memwarden.memory._transfer import is_export_row
 from memwarden.plugins import (
     BoundSubject,
     Registry,
@@ -604,6 +606,35 @@ class Daemon:
         if errors:
             raise ValidationInputError(errors)
         return out
+
+    async def import_blocks(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+        """Import export objects (idempotent by id) and plain new blocks.
+
+        An exported binding this daemon's sensors refuse (a sensor not configured here,
+        a selector today's rules reject) is stored quarantined: the block keeps its record
+        and history, and nothing is checked or run for that binding.
+        """
+        exported = [r for r in rows if is_export_row(r)]
+        plain = [r for r in rows if not is_export_row(r)]
+        quarantine: dict[tuple[int, int], str] = {}
+        for i, row in enumerate(exported):
+            for j, raw in enumerate(row.get("bindings") or []):
+                try:
+                    binding = binding_from_row(
+                        str(raw["sensor"]), str(raw["subject"]), str(raw.get("selector") or "{}")
+                    )
+                    self.check_bindings([binding])
+                except ValidationInputError as err:
+                    quarantine[(i, j)] = f"refused on import: {err}"
+                except (KeyError, TypeError, ValueError):
+                    pass  # malformed: the store names it and refuses the object
+        report = await self.store.import_blocks(exported, quarantine=quarantine)
+        self._mark_bindings_dirty(sorted(report.sensors))
+        created = 0
+        for item in plain:
+            await self.add_block(item, actor="import")
+            created += 1
+        return {**report.as_dict(), "created": created, "quarantined": len(quarantine)}
 
     async def add_block(
         self, new: NewBlock | Mapping[str, Any], *, actor: str = "agent", dedupe: bool = False

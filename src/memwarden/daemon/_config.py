@@ -575,6 +575,10 @@ def load_settings(
                 tomllib.load(fh)
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"{path}: not valid TOML: {err}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not valid TOML: not UTF-8 text") from None
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
 
     class _FileSettings(Settings):
         @classmethod

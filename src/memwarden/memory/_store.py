@@ -24,7 +24,15 @@ from memwarden.errors import (
     ValidationInputError,
     VersionConflictError,
 )
-from memwarden.memory import _compaction, _maintenance, _outbox, _quarantine, _reviews, _shortid
+from memwarden.memory import (
+    _compaction,
+    _maintenance,
+    _outbox,
+    _quarantine,
+    _reviews,
+    _shortid,
+    _transfer,
+)
 from memwarden.memory._clock import Clock, SystemClock, from_ts
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
@@ -1638,6 +1646,37 @@ class Store:
 
     # ------------------------------------------------------------------ MQTT outbox
     # Implemented in _outbox.py; these methods are its public face.
+
+    async def export_blocks(
+        self, *, after: str | None = None, limit: int = 500
+    ) -> list[dict[str, Any]]:
+        """A page of whole blocks (by id, after ``after``) as export objects: record,
+        bindings, dependencies, validation history and earlier versions."""
+        blocks = await self.list_blocks({"after": after, "limit": limit})
+        async with self._read() as conn:
+            return await _transfer.export_rows(conn, [b.model_dump(mode="json") for b in blocks])
+
+    async def import_blocks(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        quarantine: Mapping[tuple[int, int], str] | None = None,
+        actor: str = "import",
+    ) -> _transfer.ImportReport:
+        """Store export objects whose block ids are new, as they were (state, validation,
+        history); blocks already here are left unchanged. All or nothing per call."""
+        now = self.clock.time()
+
+        async def job(conn: aiosqlite.Connection) -> _transfer.ImportReport:
+            report = await _transfer.import_rows(conn, rows, quarantine=quarantine, now=now)
+            if report.added:
+                await conn.execute(
+                    "INSERT INTO audit (at, actor, action, block_id, detail) VALUES (?,?,?,?,?)",
+                    (now, actor, "import", None, json.dumps({"blocks": len(report.added)})),
+                )
+            return report
+
+        return await self._write(job, weight=max(1, len(rows)))  # type: ignore[no-any-return]
 
     async def outbox_put(
         self, messages: Sequence[tuple[str, bytes, int, bool]], *, max_rows: int

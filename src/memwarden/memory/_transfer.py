@@ -1,0 +1,337 @@
+"""Export and import: whole blocks, as they are, from one store into another.
+
+One JSON object per block (``format: memwarden.export/1``): the public view of the block
+(``block``), its stored columns (``record``), its bindings, what it depends on, its
+validation history (each event with what it did to this block, and a compacted run's
+count) and its earlier versions. Sequence numbers and internal row ids stay behind:
+events are named by their ``event_id``, so an export is the same whichever store wrote it.
+
+Import is idempotent by block id: a block the store already holds is left as it is.
+Columns are matched by name, so an export of an older or newer schema imports (unknown
+columns are dropped, missing ones take their defaults); every imported block must read
+back as a valid block, or nothing of the batch is written.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from memwarden.errors import ValidationInputError
+from memwarden.memory._codec import (
+    BLOCK_COLUMNS,
+    binding_from_row,
+    record_from_row,
+    record_to_block,
+)
+from memwarden.memory._model import Outcome
+from memwarden.memory.policy import PolicyConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    import aiosqlite
+
+__all__ = ["EXPORT_FORMAT", "ImportReport", "export_rows", "import_rows", "is_export_row"]
+
+EXPORT_FORMAT = "memwarden.export/1"
+_OUTCOMES = frozenset(o.value for o in Outcome)
+_POLICY = PolicyConfig()  # only to read a record back as a block: any policy does
+
+
+@dataclass
+class ImportReport:
+    """What an import did: block ids added, and those already there (left unchanged)."""
+
+    added: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+    sensors: set[str] = field(default_factory=set)  # whose bindings changed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"added": len(self.added), "existing": len(self.existing)}
+
+
+def is_export_row(row: Mapping[str, Any]) -> bool:
+    return row.get("format") == EXPORT_FORMAT
+
+
+async def _columns(conn: aiosqlite.Connection, table: str) -> list[str]:
+    """The table's stored columns (generated ones left out: they are computed)."""
+    async with conn.execute(f"PRAGMA table_xinfo({table})") as cur:
+        return [r[1] for r in await cur.fetchall() if r[6] == 0]
+
+
+async def _dicts(conn: aiosqlite.Connection, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:
+    async with conn.execute(sql, args) as cur:
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
+
+
+async def export_rows(
+    conn: aiosqlite.Connection, blocks: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The export objects of ``blocks`` (their public views, in order)."""
+    ids = [str(b["id"]) for b in blocks]
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    block_cols = [c for c in await _columns(conn, "blocks") if c != "rid"]
+    records = {
+        r["id"]: r
+        for r in await _dicts(
+            conn,
+            f"SELECT rid AS _rid, {', '.join(block_cols)} FROM blocks WHERE id IN ({marks})",
+            ids,
+        )
+    }
+    binding_cols = [c for c in await _columns(conn, "bindings") if c not in ("id", "block_rid")]
+    event_cols = [c for c in await _columns(conn, "events") if c != "seq"]
+    effect_cols = [
+        c for c in await _columns(conn, "effects") if c not in ("block_rid", "event_seq")
+    ]
+    out = []
+    for block in blocks:
+        rec = dict(records[block["id"]])
+        rid = rec.pop("_rid")
+        bindings = await _dicts(
+            conn,
+            f"SELECT {', '.join(binding_cols)} FROM bindings WHERE block_rid = ? ORDER BY id",
+            (rid,),
+        )
+        depends = [
+            r["depends_on"]
+            for r in await _dicts(
+                conn,
+                "SELECT depends_on FROM dependencies WHERE block_rid = ? ORDER BY depends_on",
+                (rid,),
+            )
+        ]
+        history = []
+        for row in await _dicts(
+            conn,
+            "SELECT e.seq AS _seq, "
+            + ", ".join(f"e.{c}" for c in event_cols)
+            + ", "
+            + ", ".join(f"f.{c} AS _effect_{c}" for c in effect_cols)
+            + ", r.count AS _run_count, r.first_observed_at AS _run_first_observed_at,"
+            " r.last_observed_at AS _run_last_observed_at, r.compacted_at AS _run_compacted_at,"
+            " (SELECT event_id FROM events WHERE seq = r.first_seq) AS _run_first_event_id"
+            " FROM effects f JOIN events e ON e.seq = f.event_seq"
+            " LEFT JOIN event_runs r ON r.block_rid = f.block_rid AND r.last_seq = f.event_seq"
+            " WHERE f.block_rid = ? ORDER BY f.event_seq",
+            (rid,),
+        ):
+            event = {c: row[c] for c in event_cols}
+            effect = {c: row[f"_effect_{c}"] for c in effect_cols}
+            run = (
+                None
+                if row["_run_count"] is None
+                else {
+                    "count": row["_run_count"],
+                    "first_observed_at": row["_run_first_observed_at"],
+                    "last_observed_at": row["_run_last_observed_at"],
+                    "compacted_at": row["_run_compacted_at"],
+                    "first_event_id": row["_run_first_event_id"],
+                }
+            )
+            history.append({"event": event, "effect": effect, "run": run})
+        versions = await _dicts(
+            conn,
+            "SELECT * FROM block_history WHERE block_id = ? ORDER BY version",
+            (block["id"],),
+        )
+        view = {k: v for k, v in block.items() if k != "short_id"}  # short ids are per store
+        out.append(
+            {
+                "format": EXPORT_FORMAT,
+                "id": block["id"],
+                "block": view,
+                "record": rec,
+                "bindings": bindings,
+                "depends_on": depends,
+                "history": history,
+                "versions": versions,
+            }
+        )
+    return out
+
+
+def _check_row(i: int, row: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Shape errors of one export object, named by its place in the input."""
+    problems: list[tuple[str, str]] = []
+    rec = row.get("record")
+    if not isinstance(row.get("id"), str) or not isinstance(rec, dict):
+        return [(f"{i}", "an export object needs an id and a record")]
+    if rec.get("id") != row["id"]:
+        problems.append((f"{i}.record.id", "differs from the object's id"))
+    problems.extend(
+        (f"{i}.{name}", "must be a list")
+        for name in ("bindings", "depends_on", "history", "versions")
+        if not isinstance(row.get(name, []), list)
+    )
+    if problems:
+        return problems
+    for j, b in enumerate(row.get("bindings", [])):
+        try:
+            binding_from_row(str(b["sensor"]), str(b["subject"]), str(b.get("selector") or "{}"))
+        except (KeyError, TypeError, ValueError, ValidationError) as err:
+            problems.append((f"{i}.bindings.{j}", f"not a binding: {err}"))
+    for j, h in enumerate(row.get("history", [])):
+        event = h.get("event") if isinstance(h, dict) else None
+        if (
+            not isinstance(event, dict)
+            or not isinstance(event.get("event_id"), str)
+            or event.get("outcome") not in _OUTCOMES
+            or not isinstance(h.get("effect"), dict)
+        ):
+            problems.append((f"{i}.history.{j}", "not an event with its effect"))
+    return problems
+
+
+async def import_rows(
+    conn: aiosqlite.Connection,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    quarantine: Mapping[tuple[int, int], str] | None = None,
+    now: float,
+) -> ImportReport:
+    """Insert the export objects whose block ids are new; in the caller's transaction.
+
+    ``quarantine`` maps (object, binding) positions to the rule a binding breaks here:
+    those are stored quarantined (never checked, listed by health), not refused.
+    Raises :class:`ValidationInputError` naming the object when one is malformed or does
+    not read back as a valid block; the caller's transaction then writes nothing.
+    """
+    problems = [p for i, row in enumerate(rows) for p in _check_row(i, row)]
+    if problems:
+        raise ValidationInputError(problems)
+    report = ImportReport()
+    ids = [str(r["id"]) for r in rows]
+    existing: set[str] = set()
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        async with conn.execute(
+            f"SELECT id FROM blocks WHERE id IN ({','.join('?' * len(chunk))})", chunk
+        ) as cur:
+            existing.update(r[0] for r in await cur.fetchall())
+    cols = {t: set(await _columns(conn, t)) for t in ("blocks", "bindings", "events", "effects")}
+    history_cols = set(await _columns(conn, "block_history"))
+    # Never reuse a deleted block's rid: its effects (the event history) keep it.
+    async with conn.execute(
+        "SELECT max(coalesce((SELECT max(rid) FROM blocks), 0),"
+        " coalesce((SELECT max(block_rid) FROM effects), 0))"
+    ) as cur:
+        rid = (await cur.fetchone() or (0,))[0]
+    for i, row in enumerate(rows):
+        block_id = str(row["id"])
+        if block_id in existing:
+            report.existing.append(block_id)
+            continue
+        existing.add(block_id)
+        rid += 1
+        try:
+            await _import_block(conn, i, row, rid, cols, history_cols, quarantine or {}, now)
+        except sqlite3.Error as err:  # a missing column, a value of the wrong kind
+            raise ValidationInputError([(f"{i}", f"cannot be stored: {err}")]) from None
+        report.sensors.update(str(b["sensor"]) for b in row.get("bindings", []))
+        report.added.append(block_id)
+    return report
+
+
+async def _import_block(  # noqa: PLR0917 - the pieces of one object, in one place
+    conn: aiosqlite.Connection,
+    i: int,
+    row: Mapping[str, Any],
+    rid: int,
+    cols: Mapping[str, set[str]],
+    history_cols: set[str],
+    quarantine: Mapping[tuple[int, int], str],
+    now: float,
+) -> None:
+    rec = {k: v for k, v in row["record"].items() if k in cols["blocks"] and k != "rid"}
+    await _insert(conn, "blocks", {**rec, "rid": rid})
+    for j, b in enumerate(row.get("bindings", [])):
+        values = {k: v for k, v in b.items() if k in cols["bindings"] and k != "id"}
+        reason = quarantine.get((i, j))
+        if reason is not None and "quarantine" in cols["bindings"]:
+            values.update(quarantine=reason, quarantined_at=now)
+        await _insert(conn, "bindings", {**values, "block_rid": rid})
+    for dep in row.get("depends_on", []):
+        await conn.execute(
+            "INSERT OR IGNORE INTO dependencies (depends_on, block_rid) VALUES (?, ?)",
+            (str(dep), rid),
+        )
+    for h in row.get("history", []):
+        await _import_event(conn, h, rid, cols)
+    for v in row.get("versions", []):
+        if isinstance(v, dict):
+            values = {k: val for k, val in v.items() if k in history_cols}
+            await _insert(conn, "block_history", values, ignore=True)
+    await _check_readable(conn, i, str(row["id"]))
+
+
+async def _import_event(
+    conn: aiosqlite.Connection, h: Mapping[str, Any], rid: int, cols: Mapping[str, set[str]]
+) -> None:
+    event = {k: v for k, v in h["event"].items() if k in cols["events"] and k != "seq"}
+    await _insert(conn, "events", event, ignore=True)  # another block may have brought it
+    async with conn.execute("SELECT seq FROM events WHERE event_id = ?", (event["event_id"],)) as c:
+        seq = (await c.fetchone() or (None,))[0]
+    effect = {
+        k: v
+        for k, v in h["effect"].items()
+        if k in cols["effects"] and k not in ("block_rid", "event_seq")
+    }
+    await _insert(conn, "effects", {**effect, "block_rid": rid, "event_seq": seq}, ignore=True)
+    run = h.get("run")
+    if isinstance(run, dict):
+        first = seq
+        if run.get("first_event_id"):
+            async with conn.execute(
+                "SELECT seq FROM events WHERE event_id = ?", (run["first_event_id"],)
+            ) as c:
+                first = (await c.fetchone() or (seq,))[0]
+        await conn.execute(
+            "INSERT OR IGNORE INTO event_runs (block_rid, last_seq, first_seq, sensor, outcome,"
+            " count, first_observed_at, last_observed_at, compacted_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                rid,
+                seq,
+                first,
+                event.get("sensor"),
+                event.get("outcome"),
+                run.get("count"),
+                run.get("first_observed_at"),
+                run.get("last_observed_at"),
+                run.get("compacted_at"),
+            ),
+        )
+
+
+async def _insert(
+    conn: aiosqlite.Connection, table: str, values: Mapping[str, Any], *, ignore: bool = False
+) -> None:
+    names = list(values)
+    verb = "INSERT OR IGNORE" if ignore else "INSERT"
+    data = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in values.values()]
+    await conn.execute(
+        f"{verb} INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})", data
+    )
+
+
+async def _check_readable(conn: aiosqlite.Connection, i: int, block_id: str) -> None:
+    async with conn.execute(
+        f"SELECT {', '.join(BLOCK_COLUMNS)} FROM blocks WHERE id = ?", (block_id,)
+    ) as cur:
+        row = await cur.fetchone()
+    try:
+        assert row is not None  # noqa: S101 - inserted just above
+        rec = record_from_row(row)
+        record_to_block(rec, bindings=[], now=rec.created_at, cfg=_POLICY)
+    except (ValueError, TypeError, KeyError, AttributeError, ValidationError) as err:
+        raise ValidationInputError([(f"{i}.record", f"not a valid block: {err}")]) from None
