@@ -159,12 +159,23 @@ def test_a_pattern_too_costly_even_for_re2_is_stopped_after_its_deadline(world):
     daemon, _ = world
     (daemon.root / "ab.txt").write_bytes(_random_ab(10_000_000))
     with HealthProbe(daemon.url) as probe:
-        event, elapsed = _judged(daemon, {"sensor": "fs", "path": "ab.txt", "regex": COSTLY})
-        assert event["outcome"] == "error"
+        response = daemon.add({"sensor": "fs", "path": "ab.txt", "regex": COSTLY})
+        assert response.status_code == 201, response.text
+        block_id = response.json()["id"]
+        began = time.perf_counter()
+        assert daemon.revalidate(block_id)["answered"]
+        elapsed = time.perf_counter() - began
+        # Judged when added: stopped after 5 s. The revalidation of the same text is then
+        # answered at once from that, without running the search again.
+        first, *more = reversed([e for e in daemon.events(block_id) if e["sensor"] == "fs"])
+        assert first["outcome"] == "error"
         assert (
             "took longer than 5s on 10000000 bytes and was stopped; not judged"
-            in (event["message"])
+            in (first["message"])
         )
+        assert more
+        assert more[-1]["outcome"] == "error"
+        assert "on this same text before and was not run again" in more[-1]["message"]
         again, _ = _judged(daemon, {"sensor": "fs", "path": "ab.txt", "regex": "^[ab]{100}"})
         assert again["outcome"] == "confirmed"
     assert elapsed < 15.0
@@ -184,8 +195,15 @@ def test_the_helper_process_answers_what_re2_answers_in_process():
     assert compile_user_regex("(?s).{1000}absent").search(text) is None
     small = compile_user_regex("needle")
     assert small.search(text) == "needle"  # in process: a few instructions
-    with pytest.raises(RegexTimeoutError, match="not judged"):
-        compile_user_regex(COSTLY).search(_random_ab(10_000_000))
+    text = _random_ab(10_000_000)
+    began = time.perf_counter()
+    with pytest.raises(RegexTimeoutError, match="took longer than 5s on 10000000 bytes"):
+        compile_user_regex(COSTLY).search(text)
+    assert 4.5 < time.perf_counter() - began < 15
+    began = time.perf_counter()  # the same search again: refused at once, no CPU burnt
+    with pytest.raises(RegexTimeoutError, match="on this same text before and was not run"):
+        compile_user_regex(COSTLY).search(text)
+    assert time.perf_counter() - began < 1.0
 
 
 def test_a_helper_that_cannot_start_is_an_error_not_a_crash(monkeypatch):

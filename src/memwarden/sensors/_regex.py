@@ -24,6 +24,7 @@ but themselves in a literal.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import select
 import struct
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 from typing import IO, Final
@@ -54,6 +56,12 @@ _MAX_MEM: Final = 8 << 20  # RE2's default program + DFA budget; a bigger progra
 INLINE_BUDGET: Final = 20_000_000
 TIMEOUT_S: Final = 5.0
 _SHOWN_BYTES: Final = 4096  # of a match found in the helper process (observed values are cut)
+# Searches (pattern, sha256 of the text) that overran: answered at once next time, so an
+# unchanged file or answer re-checked every interval does not pin a CPU.
+_REMEMBERED_TIMEOUTS: Final = 1024
+_TIMED_OUT: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+_TIMED_OUT_LOCK = threading.Lock()
+_AGAIN: Final = f"took longer than {TIMEOUT_S:g}s on this same text before and was not run again"
 
 
 class RegexTimeoutError(TimeoutError):
@@ -94,7 +102,19 @@ class UserRegex:
         if self._compiled.programsize * len(data) <= INLINE_BUDGET:
             found = self._compiled.search(data)
             return None if found is None else found.group(0).decode("utf-8", "replace")
-        shown = _HELPER.search(self.pattern, data)
+        key = (self.pattern, hashlib.sha256(data).digest())
+        with _TIMED_OUT_LOCK:
+            again = key in _TIMED_OUT
+        if again:  # the same search overran before: do not burn 5 s on it again
+            raise RegexTimeoutError(self.pattern, len(data), _AGAIN)
+        try:
+            shown = _HELPER.search(self.pattern, data)
+        except RegexTimeoutError:
+            with _TIMED_OUT_LOCK:
+                _TIMED_OUT[key] = None
+                while len(_TIMED_OUT) > _REMEMBERED_TIMEOUTS:
+                    _TIMED_OUT.popitem(last=False)
+            raise
         return None if shown is None else shown.decode("utf-8", "replace")
 
     def match(self, text: str | bytes) -> str | None:
