@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import stat
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import structlog
@@ -54,6 +55,7 @@ from memwarden.memory import (
     Volatility,
     _reviews,
     parse_duration,
+    to_ts,
 )
 from memwarden.memory._files import write_private
 from memwarden.memory._model import MAX_CONTENT_CHARS
@@ -207,6 +209,28 @@ class SearchResult(BaseModel):
     receipt: Receipt | None = None
 
 
+class BelievedAt(BaseModel):
+    """What memwarden believed about a block at ``as_of`` (from the event log and history)."""
+
+    as_of: str
+    block_id: str
+    version: int
+    title: str
+    content: str
+    tags: list[str]
+    state: str
+    stale_reasons: list[str]
+    reliability: float
+    validated_by: str | None
+    validated_at: str | None
+    stale_at: str | None
+    last_evidence: dict[str, Any] | None = Field(
+        description="The last evidence committed before as_of: sensor, outcome, "
+        "observed_at (when the world was seen), committed_at (when we learned it)."
+    )
+    current_version: int
+
+
 class BlockRead(Block):
     """A block with the receipt of this read."""
 
@@ -225,6 +249,10 @@ class SearchAnswer(BaseModel):
     )
     hidden_refuted: int = Field(
         default=0, description="Refuted facts matching the query, left out (include_refuted)."
+    )
+    as_of: str | None = Field(default=None, description="With as_of: the instant answered.")
+    believed: list[BelievedAt] | None = Field(
+        default=None, description="With as_of: each match as believed then (results empty)."
     )
 
 
@@ -259,6 +287,17 @@ class RevalidateAnswer(BaseModel):
     answered: list[str]
     timed_out: list[str]
     block: Block
+
+
+def _instant(text: str) -> float:
+    """POSIX seconds from an ISO 8601 ``as_of`` (naive is UTC); a clear 422 otherwise."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValidationInputError(
+            [("as_of", f"{text!r} is not an ISO 8601 time, e.g. 2026-11-23T22:00:00Z")]
+        ) from None
+    return to_ts(when)
 
 
 def _duration(name: str, text: str) -> float:
@@ -470,8 +509,17 @@ def create_app(
             str | None,
             Query(max_length=128, description="Told (GET /v1/events?session=) if it falls."),
         ] = None,
-    ) -> BlockRead:
-        """One block with its receipt (verdict, who verified it, when, the observation)."""
+        as_of: Annotated[
+            str | None,
+            Query(
+                max_length=64, description="Answer what was believed then (ISO 8601; naive: UTC)."
+            ),
+        ] = None,
+    ) -> BlockRead | BelievedAt:
+        """One block with its receipt (verdict, who verified it, when, the observation);
+        with ``as_of``, what memwarden believed about it at that time."""
+        if as_of is not None:
+            return BelievedAt(**await daemon.store.believed_at(block_id, _instant(as_of)))
         max_age_s = _duration("max_age", max_age) if max_age is not None else None
         wait_s = _duration("wait", wait)
         block = BlockRead.model_validate(
@@ -606,8 +654,19 @@ def create_app(
             str | None,
             Query(description="Re-check results (when quick) validated longer ago: 30s."),
         ] = None,
+        as_of: Annotated[
+            str | None,
+            Query(max_length=64, description="Answer what was believed then, in `believed`."),
+        ] = None,
     ) -> SearchAnswer:
-        """Ranked results, each with its receipt; ``fresh`` = ``max_age=0`` for quick checks."""
+        """Ranked results, each with its receipt; ``fresh`` = ``max_age=0`` for quick checks.
+        With ``as_of``: the matches as believed then (``believed``)."""
+        if as_of is not None:
+            return SearchAnswer(
+                **await daemon.search_as_of(
+                    q, _instant(as_of), limit=limit, include_refuted=include_refuted
+                )
+            )
         wait_s = _duration("wait", wait)
         max_age_s = _duration("max_age", max_age) if max_age is not None else None
         return SearchAnswer(

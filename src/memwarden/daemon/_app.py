@@ -46,6 +46,7 @@ from memwarden.memory import (
     RevalidationReason,
     SystemClock,
     Volatility,
+    from_ts,
 )
 from memwarden.memory._codec import binding_from_row
 from memwarden.memory._files import private_dir
@@ -864,6 +865,32 @@ class Daemon:
                 block = await self.store.get(block_id)
         receipts = await self.receipts([block], rt)
         return {**block.model_dump(mode="json"), "receipt": receipts[block.id]}
+
+    async def search_as_of(
+        self, query: str, at: float, *, limit: int = 10, include_refuted: bool = False
+    ) -> dict[str, Any]:
+        """What a search would have answered at ``at``: the matching blocks that existed
+        then, each as believed then (:meth:`Store.believed_at`). Matching uses today's
+        text: words only an older version had are not found."""
+        hits = await self.store.search(
+            query, limit=min(1000, limit * 3), include_refuted=True, record=False
+        )
+        believed: list[dict[str, Any]] = []
+        for hit in hits:
+            if hit.block.created_at.timestamp() > at:
+                continue
+            then = await self.store.believed_at(hit.block.id, at)
+            if then["state"] == "archived" or (then["state"] == "refuted" and not include_refuted):
+                continue
+            believed.append(then)
+            if len(believed) >= limit:
+                break
+        return {
+            "query": query,
+            "results": [],
+            "as_of": from_ts(at).isoformat(),
+            "believed": believed,
+        }
 
     async def search(
         self,

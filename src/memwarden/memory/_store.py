@@ -1081,6 +1081,114 @@ class Store:
                     out[block_id].last_error = rows[0][1]
         return out
 
+    async def believed_at(self, block_id: str, at: float) -> dict[str, Any]:
+        """What we believed about a block at ``at``: its content version, state,
+        reliability, validation and the last evidence committed before then.
+
+        Rebuilt from the append-only event log (events and their effects, in commit
+        order), the block's history of edits (``block_history``) and the audit log
+        (archive, restore). Bi-temporal as far as the evidence goes: each piece of
+        evidence says when the world was observed (``observed_at``) and when we learned
+        it (``committed_at``); ``at`` is compared with the latter.
+        """
+        async with self._read() as conn:
+            rows = list(
+                await conn.execute_fetchall(
+                    "SELECT rid, created_at, version, title, content, tags, validity_window_s,"
+                    " reliability FROM blocks WHERE id = ?",
+                    (block_id,),
+                )
+            )
+            if not rows:
+                raise NotFoundError("block", block_id)
+            rid, created_at, version, title, content, tags, window_s, reliability = rows[0]
+            if created_at > at:
+                raise NotFoundError(
+                    "block",
+                    block_id,
+                    message=f"block {block_id!r} did not exist yet at {from_ts(at).isoformat()}",
+                )
+            history = list(
+                await conn.execute_fetchall(
+                    "SELECT version, title, content, tags, replaced_at FROM block_history"
+                    " WHERE block_id = ? ORDER BY version",
+                    (block_id,),
+                )
+            )
+            effects = list(
+                await conn.execute_fetchall(
+                    "SELECT e.sensor, e.outcome, e.observed_at, e.received_at, e.message,"
+                    " e.observed, e.validity_window_s, f.state_after, f.reliability_before,"
+                    " f.reliability_after, f.detail FROM effects f"
+                    " JOIN events e ON e.seq = f.event_seq WHERE f.block_rid = ?"
+                    " ORDER BY e.seq",
+                    (rid,),
+                )
+            )
+            archive = list(
+                await conn.execute_fetchall(
+                    "SELECT at, action FROM audit WHERE block_id = ?"
+                    " AND action IN ('archive', 'restore') AND at <= ? ORDER BY id",
+                    (block_id, at),
+                )
+            )
+        shown = (version, title, content, tags)
+        for v, t, c, g, replaced_at in history:  # the first version replaced after `at`
+            if replaced_at > at:
+                shown = (v, t, c, g)
+                break
+        timeline: list[tuple[float, int, Any]] = [(h[4], 0, h) for h in history if h[4] <= at]
+        timeline += [(e[3], 1, e) for e in effects if e[3] <= at]
+        timeline.sort(key=lambda item: (item[0], item[1]))
+        state = "unverified"
+        rel = effects[0][8] if effects else reliability
+        validated_by: str | None = None
+        validated_at: float | None = None
+        window = window_s
+        evidence: dict[str, Any] | None = None
+        for _when, kind, item in timeline:
+            if kind == 0:  # an edit: a new text was never checked
+                if state in ("fresh", "stale", "refuted"):
+                    state = "unverified"
+                continue
+            sensor, outcome, observed_at, received_at, message, observed, ev_window = item[:7]
+            detail = json.loads(item[10]) if item[10] else {}
+            if detail.get("ignored"):
+                continue
+            state, rel = item[7], item[9]
+            if outcome == "confirmed":
+                validated_by, validated_at = sensor, observed_at
+                window = ev_window if ev_window is not None else window_s
+            evidence = {
+                "sensor": sensor,
+                "outcome": outcome,
+                "observed_at": from_ts(observed_at).isoformat(),
+                "committed_at": from_ts(received_at).isoformat(),
+                "observed": json.loads(observed) if observed is not None else None,
+                "message": message,
+            }
+        reasons: list[str] = []
+        if state == "fresh" and validated_at is not None and validated_at + window <= at:
+            state, reasons = "stale", ["expired"]
+        if archive and archive[-1][1] == "archive":
+            state = "archived"
+        return {
+            "as_of": from_ts(at).isoformat(),
+            "block_id": block_id,
+            "version": shown[0],
+            "title": shown[1],
+            "content": shown[2],
+            "tags": json.loads(shown[3]) if isinstance(shown[3], str) else shown[3],
+            "state": state,
+            "stale_reasons": reasons,
+            "reliability": round(rel, 4),
+            "validated_by": validated_by,
+            "validated_at": from_ts(validated_at).isoformat() if validated_at else None,
+            "stale_at": from_ts(validated_at + window).isoformat() if validated_at else None,
+            "last_evidence": evidence,
+            "current_version": version,
+        }
+
     async def count_refuted_matches(self, query: str) -> int:
         """How many refuted blocks match ``query`` (what a search without them hides)."""
         match = fts_query(query)
