@@ -17,6 +17,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
     _ingest,
     _search,
     _sweep,
+    bench_compaction,
     bench_daemon,
     bench_decay,
     bench_durability,

@@ -77,6 +77,7 @@ class CompactionReport:
     dead_letters_deleted: int = 0
     unmatched_deleted: int = 0  # events that reached no block (counted in unmatched_counts)
     jobs: int = 0  # writer jobs
+    max_job_s: float = 0.0  # the longest a job held the writer
     duration_s: float = 0.0
     details: list[str] = field(default_factory=list)
 
@@ -89,6 +90,7 @@ class CompactionReport:
             "dead_letters_deleted": self.dead_letters_deleted,
             "unmatched_deleted": self.unmatched_deleted,
             "jobs": self.jobs,
+            "max_job_s": round(self.max_job_s, 4),
             "duration_s": round(self.duration_s, 3),
         }
 
@@ -353,12 +355,23 @@ async def _prune_dead_letters(
 
 async def compact(store: Store, cfg: CompactionConfig | None = None) -> CompactionReport:
     """One compaction pass over the whole event log, then the dead letters."""
-    write, read = store._write, store._read  # noqa: SLF001 - the store's own pass
+    submit, read = store._write, store._read  # noqa: SLF001 - the store's own pass
     cfg = cfg or store.compaction
+    report = CompactionReport()
+
+    async def write(fn: Any, *, weight: int) -> Any:
+        async def timed(conn: aiosqlite.Connection) -> Any:
+            began = time.perf_counter()
+            try:
+                return await fn(conn)
+            finally:
+                report.max_job_s = max(report.max_job_s, time.perf_counter() - began)
+
+        return await submit(timed, weight=weight)
+
     started = time.perf_counter()
     now = store.clock.time()
     cutoff = now - cfg.after.total_seconds()
-    report = CompactionReport()
     limit = cfg.window_rows
     async with read() as conn:
         rows = await conn.execute_fetchall(
