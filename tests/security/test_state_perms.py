@@ -82,6 +82,22 @@ def test_state_files_are_0600_and_a_loose_state_dir_is_tightened(
     assert "state_dir_tightened" in log
     assert "0755" in log
 
+    # A backup of the live database, taken under umask 000 too: 0600.
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    taken = subprocess.run(
+        [str(MEMWARDEN), "backup", str(backups / "copy.db")],
+        env=daemon_env(home),
+        capture_output=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        umask=0,
+    )
+    assert taken.returncode == 0, taken.stderr.decode()
+    assert _mode(backups / "copy.db") == 0o600
+    assert [p.name for p in backups.iterdir()] == ["copy.db"]
+
 
 def test_the_unix_socket_is_0600_from_the_start(tmp_path, spawn_daemon, health_watch):
     """[api] unix_socket under umask 000: a socket file, 0600, that serves the API."""
