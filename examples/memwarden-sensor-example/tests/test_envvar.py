@@ -136,3 +136,12 @@ async def test_stops_cleanly(tmp_path):
     assert h.status == "stopped"
     assert h.sensor._ctx is None
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("sensor[")]
+
+
+async def test_describe_offers_bindings_the_sensor_accepts(tmp_path):
+    """describe() names what may be bound, and each example passes validation as it is."""
+    async with SensorHarness(EnvVarSensor, config=ALLOW, clock=FakeClock(), tmp_path=tmp_path) as h:
+        info = h.runner.sensor.describe()
+        assert info["binds"] == {"allow": ["APP_*"]}
+        bound = await h.set_bindings(info["examples"])
+        assert [b.subject for b in bound] == ["APP_MODE", "APP_MODE"]

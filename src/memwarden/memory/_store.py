@@ -2209,24 +2209,36 @@ async def propagate_dependencies(
     return changes
 
 
+_SHORT_CHUNK = 400  # blocks per neighbour query (two host parameters each)
+
+
 async def _short_ids(conn: aiosqlite.Connection, block_ids: Sequence[str]) -> dict[str, str]:
     """Short ids from the ``id_key`` index: each key's nearest neighbours decide how many
-    digits tell it apart (two index probes per block)."""
+    digits tell it apart (two index probes per block, one query per chunk of blocks)."""
     out: dict[str, str] = {}
+    keyed: list[tuple[str, str]] = []
     for block_id in dict.fromkeys(block_ids):
         key = _shortid.id_key(block_id)
         if key is None:
             out[block_id] = block_id
-            continue
-        below = await conn.execute_fetchall(
-            "SELECT id_key FROM blocks WHERE id_key < ? ORDER BY id_key DESC LIMIT 1", (key,)
+        else:
+            keyed.append((block_id, key))
+    for chunk in _chunks(keyed, _SHORT_CHUNK):
+        values = ",".join("(?, ?)" for _ in chunk)
+        rows = await conn.execute_fetchall(
+            f"WITH k(id, key) AS (VALUES {values}) SELECT k.id, k.key,"
+            " (SELECT id_key FROM blocks WHERE id_key < k.key ORDER BY id_key DESC LIMIT 1),"
+            " (SELECT id_key FROM blocks WHERE id_key >= k.key AND id <> k.id"
+            "  ORDER BY id_key LIMIT 1)"
+            " FROM k",
+            [v for pair in chunk for v in pair],
         )
-        above = await conn.execute_fetchall(
-            "SELECT id_key FROM blocks WHERE id_key >= ? AND id <> ? ORDER BY id_key LIMIT 1",
-            (key, block_id),
-        )
-        shared = max((_shortid.common_prefix(key, str(r[0])) for r in [*below, *above]), default=0)
-        out[block_id] = _shortid.short_form(block_id, shared + 1)
+        for block_id, key, below, above in rows:
+            shared = max(
+                (_shortid.common_prefix(key, str(n)) for n in (below, above) if n is not None),
+                default=0,
+            )
+            out[block_id] = _shortid.short_form(block_id, shared + 1)
     return out
 
 

@@ -19,7 +19,7 @@ import asyncio
 import fnmatch
 import os
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from memwarden.plugins import BaseBinding, BaseSensorConfig, Outcome
 from pydantic import Field
@@ -90,6 +90,17 @@ class EnvVarSensor:
                 f"(allow = {allowed}; add a pattern to its [sensors.<name>] allow list)"
             )
             raise ValueError(msg)
+
+    def describe(self) -> dict[str, Any]:
+        """What a binding may name and examples (GET /v1/sensors, MCP memory_sensors)."""
+        allowed = list(self.config.allow)
+        var = next((p for p in allowed if "*" not in p and "?" not in p), "APP_MODE")
+        return {
+            "summary": "An environment variable of the daemon: set, or equal to a value.",
+            "binds": {"allow": allowed},
+            "keys": {"var": "a variable the allow list admits", "equals": "its expected value"},
+            "examples": [{"var": var}, {"var": var, "equals": "production"}],
+        }
 
     # -- the contract
 
