@@ -20,6 +20,7 @@ FIGURES = {
     "fs_latency",
     "fs_burst",
     "regex_check",
+    "short_id_lookup",
     "startup",
     "idle_rss",
     "mqtt_ingest",
