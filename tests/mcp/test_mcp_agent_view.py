@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -135,3 +136,18 @@ async def test_the_same_fact_twice_comes_back_as_the_first(five):
         got = await call(session, "memory_get", {"id": first["short_id"]})
         assert got["id"] == first["id"]
     assert json.dumps(got)  # plain JSON for the agent
+
+
+async def test_no_daemon_is_an_error_result_saying_how_to_start_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMWARDEN_URL", "http://127.0.0.1:9")  # discard port: nothing listens
+    monkeypatch.setenv("MEMWARDEN_TOKEN", "left-over")
+    nowhere = SimpleNamespace(settings=SimpleNamespace(home=tmp_path))
+    async with mcp_session(nowhere) as session:  # type: ignore[arg-type]
+        for tool, args in (
+            ("memory_search", {"query": "x"}),
+            ("memory_sensors", {}),
+            ("memory_health", {}),
+        ):
+            text = await _error(session, tool, args)
+            assert "memwarden is not running" in text
+            assert "memwarden run" in text
