@@ -22,6 +22,7 @@ import httpx
 
 from memwarden.memory import FakeClock
 from memwarden.memory._store import Store
+from tests.security._code_test_support import OK_ID, live_daemon, make_project
 from tests.security.sensor_daemon import HealthProbe, real_daemon
 
 if TYPE_CHECKING:
@@ -163,3 +164,41 @@ async def test_quarantined_bindings_feed_no_sensor_and_no_revalidation(tmp_path)
         await store.set_quarantine([], released=[bad.id])
         assert len(await store.bindings_for_sensor("fs")) == 2
         assert await store.quarantined_bindings() == []
+
+
+async def test_code_test_judges_stored_selections_by_the_projects_own_config(tmp_path):
+    """At start a stored code_test selection is judged with the project's pytest config
+    loaded (python_files = check_*.py here), not pytest's defaults: a valid check_*.py
+    selection stays active, an ``@file`` one is quarantined, and nothing hostile runs."""
+    project = make_project(tmp_path)
+    (project.root / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\npython_files = ["check_*.py", "test_*.py"]\n'
+    )
+    (project.root / "tests" / "check_cfg.py").write_text("def test_cfg():\n    pass\n")
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    selections = {
+        "check": {"sensor": "tests", "test": "tests/check_cfg.py::test_cfg"},
+        "ok": {"sensor": "tests", "test": OK_ID},
+        "at_file": {"sensor": "tests", "prefix": f"@{project.other}/args.txt"},
+    }
+    async with Store(home / "memwarden.db", clock=FakeClock()) as store:
+        ids = {
+            name: (await store.add({"content": name, "bindings": [binding]})).id
+            for name, binding in selections.items()
+        }
+    for path in home.iterdir():
+        path.chmod(0o600)
+
+    async with live_daemon(home, project.root) as live:
+        quarantined = await live.daemon.store.quarantined_bindings()
+        assert [q.block_id for q in quarantined] == [ids["at_file"]]
+        assert "'@'" in (quarantined[0].quarantine or "")
+        bound = await live.daemon.store.bindings_for_sensor("tests")
+        assert sorted(b.subject for _, b in bound) == sorted(
+            ["tests/check_cfg.py::test_cfg", OK_ID]
+        )
+        answer = await live.daemon.revalidate(ids["check"], wait_s=30)
+        assert answer["answered"]
+        assert answer["block"].state == "fresh"
+    assert project.ran() == []

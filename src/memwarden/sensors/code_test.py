@@ -423,6 +423,13 @@ class CodeTestSensor:
         # Runs (and their process groups) end with ``run``'s cancellation; nothing is held.
         self._accepting = False
 
+    async def prepare_validation(self) -> None:
+        """Load the project's pytest config (``python_files``), which selections are
+        judged by, before the daemon re-checks stored bindings at start."""
+        self.layout = await asyncio.to_thread(
+            picks.PytestLayout.load, self.root, self.config.pytest_ini
+        )
+
     def validate_binding(self, selector: BaseBinding) -> None:
         """A selection names tests of this project, never an option or another file.
 
