@@ -238,6 +238,7 @@ class Daemon:
                 remote=self.mqtt,
                 on_stale=self._on_swept,
             )
+            self._scheduler.stats.observe = self.metrics.observe_check
             if self._signals:
                 self._install_signals()
                 stack.callback(self._remove_signals)
@@ -845,7 +846,7 @@ class Daemon:
         live = self.liveness()
         now = self.clock.time()
         checked, checking = set(rt.checked), set(rt.timed_out) | set(rt.later)
-        return {
+        out = {
             b.id: receipt(
                 b,
                 now=now,
@@ -857,6 +858,10 @@ class Daemon:
             )
             for b in blocks
         }
+        for rec in out.values():  # the SLI: how old what we serve is, by verdict
+            if rec["age_s"] is not None:
+                self.metrics.served_age.labels(rec["verdict"]).observe(max(0.0, rec["age_s"]))
+        return out
 
     async def read_block(
         self,
@@ -1027,6 +1032,10 @@ class Daemon:
         while len(self._answered_recently) > 10_000:  # only the race window matters
             del self._answered_recently[next(iter(self._answered_recently))]
         for change in result.changes:
+            if change.sensor and change.after in ("stale", "refuted"):
+                self.metrics.invalidation_latency.labels(change.sensor).observe(
+                    max(0.0, now - change.observed_at)
+                )
             self.sessions.changed(
                 change.block_id,
                 before=change.before,

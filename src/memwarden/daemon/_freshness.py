@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from memwarden.memory import from_ts
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from memwarden.daemon._config import ReadThroughSettings
     from memwarden.memory import Block
     from memwarden.memory._store import FactEvidence
@@ -53,6 +55,7 @@ class CheckStats:
     def __init__(self, *, max_bindings: int = 100_000) -> None:
         self._stats: dict[tuple[str, str], _BindingStat] = {}
         self._max = max_bindings
+        self.observe: Callable[[str, float], None] | None = None  # (sensor, seconds): metrics
 
     def _get(self, sensor: str, subject: str) -> _BindingStat:
         key = (sensor, subject)
@@ -71,6 +74,8 @@ class CheckStats:
     def finished(self, sensor: str, subject: str, seconds: float) -> None:
         """A check of the binding took ``seconds``."""
         self._get(sensor, subject).durations.append(max(0.0, seconds))
+        if self.observe is not None:
+            self.observe(sensor, max(0.0, seconds))
 
     def median_s(self, sensor: str, subject: str) -> float | None:
         stat = self._stats.get((sensor, subject))

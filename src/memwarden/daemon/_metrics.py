@@ -30,7 +30,32 @@ class DaemonMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
             registry=self.registry,
         )
+        self.served_age = Histogram(
+            "memwarden_served_fact_age_seconds",
+            "Age of the validation behind each fact served by a read, by its verdict.",
+            labelnames=["verdict"],
+            buckets=(1, 5, 15, 60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400, 30 * 86400),
+            registry=self.registry,
+        )
+        self.invalidation_latency = Histogram(
+            "memwarden_invalidation_latency_seconds",
+            "From a change observed (observed_at) to the fact's fall (stale or refuted) "
+            "committed, by the sensor that reported it.",
+            labelnames=["sensor"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
+        self.check_duration = Histogram(
+            "memwarden_sensor_check_duration_seconds",
+            "How long a sensor's check (a revalidation) took, by sensor.",
+            labelnames=["sensor"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=self.registry,
+        )
         self._snapshot: dict[str, object] = {}
+
+    def observe_check(self, sensor: str, seconds: float) -> None:
+        self.check_duration.labels(sensor).observe(seconds)
 
     def set_snapshot(self, counts: dict[str, object]) -> None:
         self._snapshot = counts
@@ -104,13 +129,28 @@ class _DaemonCollector(Collector):
         up = GaugeMetricFamily(
             "memwarden_sensor_up", "1 when the sensor is running.", labels=["sensor", "status"]
         )
+        errors = CounterMetricFamily(
+            "memwarden_sensor_errors",
+            "Checks that could not run (source unreachable, timeout, crash).",
+            labels=["sensor"],
+        )
+        success = GaugeMetricFamily(
+            "memwarden_sensor_last_success_timestamp_seconds",
+            "When the sensor last answered a check (not an error), POSIX seconds.",
+            labels=["sensor"],
+        )
         for name, runner in sorted(self.daemon.runners.items()):
             restarts.add_metric([name], runner.counters.restarts)
             timeouts.add_metric([name], runner.counters.timeouts)
             up.add_metric([name, runner.status], 1.0 if runner.available else 0.0)
+            errors.add_metric([name], runner.counters.errors)
+            if runner.counters.last_success is not None:
+                success.add_metric([name], runner.counters.last_success)
         yield restarts
         yield timeouts
         yield up
+        yield errors
+        yield success
         if self.daemon.mqtt is not None:  # memwarden_mqtt_gaps_total{agent} and friends
             yield from self.daemon.mqtt.metrics()
 

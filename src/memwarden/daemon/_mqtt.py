@@ -41,6 +41,7 @@ import re
 import ssl
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self
 
 import aiomqtt
@@ -51,7 +52,7 @@ from pydantic import ValidationError
 from memwarden.daemon._config import hostname_id
 from memwarden.daemon._ingest import Refused
 from memwarden.errors import ConfigError, StorageError, ValidationInputError
-from memwarden.memory import Outcome, ValidationEvent, from_ts
+from memwarden.memory import Outcome, ValidationEvent, from_ts, to_ts
 from memwarden.plugins import Backoff
 
 if TYPE_CHECKING:
@@ -82,6 +83,9 @@ log = structlog.get_logger("memwarden.mqtt")
 _AGENT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _SOURCE = "remote:mqtt"
 _MAX_RESEND_RANGES = 64  # per heartbeat
+_SKEW_SAMPLES = 8  # heartbeats the clock-offset estimate looks back on
+_MAX_CLOCK_CORRECTION_S = 600.0  # a larger skew is a broken clock: corrected this far only
+_MIN_CLOCK_CORRECTION_S = 1.0  # below this, delivery jitter: observed_at is left alone
 
 
 # ---------------------------------------------------------------------- shared pieces
@@ -448,6 +452,19 @@ class _Agent:
     last_heartbeat: float | None = None
     reason: str = ""
     heard: float = 0.0  # last message from it (status or heartbeat), for eviction
+    # Clock skew: our receive time minus its heartbeat's "at", last few; the smallest is
+    # the offset plus the smallest delivery delay (NTP's minimum-delay filter).
+    skew_samples: collections.deque[float] = field(
+        default_factory=lambda: collections.deque(maxlen=_SKEW_SAMPLES)
+    )
+
+    @property
+    def clock_offset_s(self) -> float | None:
+        """How far its clock runs behind ours (negative: ahead), bounded; None: unknown."""
+        if not self.skew_samples:
+            return None
+        offset = min(self.skew_samples)
+        return max(-_MAX_CLOCK_CORRECTION_S, min(_MAX_CLOCK_CORRECTION_S, offset))
 
 
 class MqttBridge:
@@ -730,6 +747,7 @@ class MqttBridge:
             raise _Rejected(
                 "sensor_mismatch", f"event says sensor {event.sensor!r} but came on {where}"
             )
+        event = self._corrected(event, agent_id)
         try:
             event, _ = self.gate.check(
                 event, via="mqtt", max_future_skew=self.settings.max_future_skew
@@ -739,6 +757,19 @@ class MqttBridge:
         if agent_id is None:  # no identity but the payload's: followed once all checks passed
             await self._note_seq(event.agent, event.seq)
         return event
+
+    def _corrected(self, event: ValidationEvent, agent_id: str | None) -> ValidationEvent:
+        """``observed_at`` moved onto our clock by the agent's estimated offset, so a host
+        whose clock runs behind cannot have its refutations ignored as outdated (and one
+        ahead is not refused as from the future). Never later than now."""
+        who = agent_id or (split_agent(event.agent)[0] if event.agent else None)
+        info = self.agents.get(who) if who is not None else None
+        offset = info.clock_offset_s if info is not None else None
+        if offset is None or abs(offset) < _MIN_CLOCK_CORRECTION_S:
+            return event
+        now = self.clock.time()
+        observed = min(now, event.observed_at.timestamp() + offset)
+        return event.model_copy(update={"observed_at": from_ts(observed)})
 
     async def _bound(self, events: list[ValidationEvent]) -> list[ValidationEvent]:
         """The events that may reach their block: one naming a block_id not bound to its
@@ -886,6 +917,10 @@ class MqttBridge:
         info = self._agent(agent_id)
         info.last_heartbeat = self.clock.time()
         info.agent = agent
+        sent = data.get("at")
+        if isinstance(sent, str):
+            with contextlib.suppress(ValueError):
+                info.skew_samples.append(info.last_heartbeat - to_ts(datetime.fromisoformat(sent)))
         if info.status != "online":
             info.status = "online"
             info.reason = "heartbeat"
@@ -1123,6 +1158,11 @@ class MqttBridge:
                     "reason": reason,
                     "events": self.by_sensor[name],
                     "down_since": since,
+                    "clock_offset_s": (
+                        None
+                        if owner is None or owner[1].clock_offset_s is None
+                        else round(owner[1].clock_offset_s, 3)
+                    ),
                 }
             )
         return out

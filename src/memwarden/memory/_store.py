@@ -167,6 +167,7 @@ class StateChange:
     reliability: float
     observed_at: float
     event_id: str
+    sensor: str = ""  # who reported it ("" for a dependency)
 
 
 @dataclass(slots=True)
@@ -2059,6 +2060,7 @@ class _EventBatch:
                             rec.reliability,
                             observed_at,
                             eid,
+                            sensor,
                         )
                     )
                 if eff.demoted:
