@@ -502,6 +502,9 @@ def add(
             "collapsed) instead of storing it twice.",
         ),
     ] = True,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only the id: id=$(memwarden add ... -q)")
+    ] = False,
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -526,6 +529,8 @@ def add(
     )
     if json_out:
         _print_json(block.model_dump(mode="json"))
+    elif quiet:
+        sys.stdout.write(f"{block.short_id or block.id}\n")
     elif block.duplicate_of is not None:
         out.print(
             f"already stored as {block.short_id or block.id} ({block.state.value}, "
