@@ -348,3 +348,36 @@ async def test_a_flood_about_unbound_subjects_leaves_only_counts(tmp_path, clock
             ("nothing/new",)
         ]
         assert len(history(store, block_id)) == 2
+
+
+async def test_the_newest_event_is_never_compacted_so_no_seq_is_reused(store, clock):
+    """A log that went quiet for a week whose last event reached no block: that event
+    stays (the next event's seq is max(seq) + 1, and a reader following the log by seq
+    must never see a number twice)."""
+    await store.apply_events(
+        [
+            ValidationEvent(
+                sensor="agent1",
+                subject=f"x/{i}",
+                outcome="confirmed",
+                observed_at=from_ts(clock.time()),
+            )
+            for i in range(3)
+        ]
+    )
+    (last,) = query(store, "SELECT max(seq) FROM events")[0]
+    clock.advance(timedelta(days=8))
+    report = await store.compact_events()
+    assert report.unmatched_deleted == 2
+    assert query(store, "SELECT seq FROM events") == [(last,)]
+    await store.apply_events(
+        [
+            ValidationEvent(
+                sensor="agent1",
+                subject="x/new",
+                outcome="confirmed",
+                observed_at=from_ts(clock.time()),
+            )
+        ]
+    )
+    assert query(store, "SELECT max(seq) FROM events") == [(last + 1,)]

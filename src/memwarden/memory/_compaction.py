@@ -291,12 +291,19 @@ async def _compact_unmatched(
             (start, limit),
         )
     )
+    # The newest event stays whatever it is: seq is max(seq) + 1, and a reused seq would
+    # be skipped by a reader following the log (``events_after``).
+    async with conn.execute("SELECT coalesce(max(seq), 0) FROM events") as cur:
+        newest = int((await cur.fetchone() or (0,))[0])
     gone: list[int] = []
     counts: dict[tuple[str, str, str], list[float]] = {}
     resume = start
     done = len(rows) < limit
     for seq, sensor, outcome, received_at, reached in rows:
         if received_at >= cutoff:  # too young: resume here next time
+            done = True
+            break
+        if seq == newest:
             done = True
             break
         resume = seq + 1
