@@ -54,9 +54,17 @@ def test_export_import_through_the_api(live_daemon: LiveDaemon):
         other["id"] = other["record"]["id"] = other["block"]["id"] = new_id()
         other["bindings"][0]["sensor"] = "their-sensor"
         other["history"] = []
+        # it claims to have been confirmed by a person: a token holder cannot vouch
+        other["record"].update(
+            state="fresh", reliability=1.0, validated_by="review", validated_at=1.0
+        )
         answer = client.import_blocks([other, {"content": "a plain new block"}])
         assert answer == {"added": 1, "existing": 0, "created": 1, "quarantined": 1}
-        assert client.get(other["id"]).content == "The edge host keeps app.yaml"
+        imported = client.get(other["id"])
+        assert imported.content == "The edge host keeps app.yaml"
+        assert imported.state == "unverified"
+        assert imported.validation.reliability == 0.6  # the agent source's
+        assert imported.validation.validated_by is None
         assert client.import_blocks([other])["added"] == 0
 
 

@@ -628,11 +628,15 @@ class Daemon:
     async def import_blocks(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         """Import export objects (idempotent by id) and plain new blocks.
 
-        An exported binding this daemon's sensors refuse (a sensor not configured here,
-        a selector today's rules reject) is stored quarantined: the block keeps its record
-        and history, and nothing is checked or run for that binding.
+        A token holder may bring facts, never vouch for them: a new block comes in
+        ``unverified`` (archived ones stay archived), its reliability capped at its
+        source's, with its ids, bindings, history and versions; its sensors are asked to
+        check it now. (``memwarden import --db``, with the file itself, restores blocks
+        exactly as exported.) An exported binding this daemon's sensors refuse (a sensor
+        not configured here, a selector today's rules reject) is stored quarantined: nothing
+        is checked or run for it.
         """
-        exported = [r for r in rows if is_export_row(r)]
+        exported = [self._unvouched(r) for r in rows if is_export_row(r)]
         plain = [r for r in rows if not is_export_row(r)]
         quarantine: dict[tuple[int, int], str] = {}
         for i, row in enumerate(exported):
@@ -646,13 +650,36 @@ class Daemon:
                     quarantine[(i, j)] = f"refused on import: {err}"
                 except (KeyError, TypeError, ValueError):
                     pass  # malformed: the store names it and refuses the object
-        report = await self.store.import_blocks(exported, quarantine=quarantine)
+        report = await self.store.import_blocks(exported, quarantine=quarantine, actor="api")
         self._mark_bindings_dirty(sorted(report.sensors))
+        for block_id in report.added:  # validation is earned here, by this daemon's sensors
+            with contextlib.suppress(MemwardenError):
+                await self.store.request_revalidation(block_id)
         created = 0
         for item in plain:
             await self.add_block(item, actor="import")
             created += 1
         return {**report.as_dict(), "created": created, "quarantined": len(quarantine)}
+
+    def _unvouched(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """An export object with its validation claims dropped (see import_blocks)."""
+        rec = row.get("record")
+        if not isinstance(rec, dict) or rec.get("state") == BlockState.ARCHIVED.value:
+            return dict(row)
+        cap = self.settings.rules.source_reliability(str(rec.get("source", "")))
+        given = rec.get("reliability")
+        reliability = min(given, cap) if isinstance(given, (int, float)) else cap
+        return {
+            **row,
+            "record": {
+                **rec,
+                "state": BlockState.UNVERIFIED.value,
+                "stale_reasons": "",
+                "validated_by": None,
+                "validated_at": None,
+                "reliability": reliability,
+            },
+        }
 
     async def add_block(
         self, new: NewBlock | Mapping[str, Any], *, actor: str = "agent", dedupe: bool = False
