@@ -139,3 +139,14 @@ def test_the_repository_config_is_what_init_writes_for_the_checkout(tmp_path: Pa
     assert committed == render_config(root, python=".venv/bin/python")
     settings = load_settings(root / "memwarden.toml")
     assert sorted(settings.sensors) == ["fs", "http", "review", "tests"]
+
+
+def test_backup_finds_the_database_of_the_project_it_runs_in(runner: CliRunner, tmp_path: Path):
+    assert runner.invoke(app, ["init"]).exit_code == 0
+    db = tmp_path / ".memwarden" / "memwarden.db"
+    assert runner.invoke(app, ["add", "a fact of this project", "--db", str(db)]).exit_code == 0
+    copy = tmp_path / "copy.db"
+    result = runner.invoke(app, ["backup", str(copy)])
+    assert result.exit_code == 0, result.output
+    assert f"backed up {db}" in result.stdout.replace("\n", "")
+    assert copy.is_file()

@@ -1040,6 +1040,28 @@ def import_blocks(
 # ---------------------------------------------------------------------- backup
 
 
+def _database_here() -> Path:
+    """The database `run` would use here: ./memwarden.toml's (relative to the file), else
+    the one in the state dir the CLI talks to (--home, MEMWARDEN_HOME, ./.memwarden, ...)."""
+    from memwarden.client import find_home  # noqa: PLC0415
+    from memwarden.daemon import load_settings  # noqa: PLC0415
+
+    file = _config_file(None)
+    if file is None:
+        return find_home(_target["home"]).path / "memwarden.db"
+    overrides: dict[str, Any] = {}
+    if _target["home"]:
+        overrides["home"] = Path(_target["home"]).absolute()
+    try:
+        settings = load_settings(file, **overrides)
+    except ConfigError as e:
+        for problem in e.problems:
+            err.print(problem, markup=False, highlight=False, soft_wrap=True)
+        raise _fail(str(e)) from None
+    db = settings.db_path
+    return db if db.is_absolute() else file.absolute().parent / db
+
+
 @app.command()
 def backup(
     dest: Annotated[
@@ -1063,14 +1085,7 @@ def backup(
     from memwarden.memory._backup import backup_database  # noqa: PLC0415
 
     if db is None:
-        from memwarden.daemon import load_settings  # noqa: PLC0415
-
-        try:
-            db = load_settings().db_path
-        except ConfigError as e:
-            for problem in e.problems:
-                err.print(problem, markup=False, highlight=False, soft_wrap=True)
-            raise _fail(str(e)) from None
+        db = _database_here()
     with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task("backing up", total=None)
         try:
