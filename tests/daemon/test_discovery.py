@@ -23,6 +23,7 @@ async def test_sensors_lists_a_broken_plugin_beside_the_good(make_env, memwarden
         "version": "0.3",
         "entry_point": "mw_test_sensors:EchoSensor",
         "status": "ok",
+        "instances": [],  # no daemon runs here
     }
     assert rows["broken"]["distribution"] == "mw-test-sensors"
     assert rows["broken"]["status"] == (

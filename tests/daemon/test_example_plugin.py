@@ -36,6 +36,7 @@ def test_sensors_lists_it_with_its_distribution(isolated_logging, example_versio
             "version": example_version,
             "entry_point": "memwarden_sensor_example:EnvVarSensor",
             "status": "ok",
+            "instances": [],  # no daemon runs here
         }
     ]
 
