@@ -175,19 +175,21 @@ async def test_expired_blocks_are_revalidated_while_running(
 
 
 async def test_the_daemon_compacts_the_log_on_schedule(running_daemon, make_settings, eventually):
-    """The compaction pass is a scheduler loop: dead letters beyond the cap go on their own."""
+    """The compaction pass is a scheduler loop: dead letters past their age go on their own."""
+    clock = FakeClock()
     settings = make_settings(
         scheduler={"compaction_interval": "50ms"},
-        store={"compaction": {"dead_letters_max_rows": 2}},
+        store={"compaction": {"dead_letters_max_age": "1d"}},
     )
-    r = await running_daemon(settings)
+    r = await running_daemon(settings, clock=clock)
     store = r.daemon.store
-    for i in range(5):
-        await store.dead_letter(source="test", reason="bad", payload=f"payload {i}")
+    for i in range(3):
+        await store.dead_letter(source="test", reason="old", payload=f"old {i}")
+    clock.advance(timedelta(days=2))
+    await store.dead_letter(source="test", reason="new", payload="new")
 
-    async def capped() -> bool:
-        return int((await store.counts())["dead_letters"]) == 2
+    async def pruned() -> bool:
+        return int((await store.counts())["dead_letters"]) == 1
 
-    await eventually(capped, timeout_s=10)
-    rows = _rows(settings.db_path, "SELECT payload FROM dead_letters ORDER BY id")
-    assert rows == [("payload 3",), ("payload 4",)]  # the newest kept
+    await eventually(pruned, timeout_s=10)
+    assert _rows(settings.db_path, "SELECT payload FROM dead_letters") == [("new",)]

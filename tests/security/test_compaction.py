@@ -247,18 +247,26 @@ async def test_two_sensors_are_two_runs_and_a_shared_event_stays(store, clock):
     assert len(history(store, a)) > 3  # the refutation split a's run
 
 
-async def test_dead_letters_are_bounded_by_age_and_count(tmp_path, clock):
+async def test_dead_letters_are_bounded_by_count_at_once_and_by_age(tmp_path, clock):
+    """A flood of rejected input never holds more than dead_letters_max_rows rows, even
+    between passes (the newest are kept); the pass removes what is older than the age."""
     cfg = CompactionConfig(dead_letters_max_rows=10, dead_letters_max_age=timedelta(days=30))
     async with Store(tmp_path / "d.db", clock=clock, compaction=cfg) as store:
-        for i in range(5):
-            await store.dead_letter(source="mqtt", reason="old", payload=f"old {i}")
-        clock.advance(timedelta(days=31))
         for i in range(40):
-            await store.dead_letter(source="mqtt", reason="flood", payload=f"new {i}")
+            await store.dead_letter(source="mqtt", reason="flood", payload=f"flood {i}")
+        future = ev("confirmed", clock.time() + 3600)  # rejected: observed in the future
+        await store.apply_events([future])
+        rows = query(store, "SELECT reason, payload FROM dead_letters ORDER BY id")
+        assert len(rows) == 10
+        assert rows[:9] == [("flood", f"flood {i}") for i in range(31, 40)]
+        assert rows[9][0] == "observed_at is in the future"
+
+        clock.advance(timedelta(days=31))
+        await store.dead_letter(source="mqtt", reason="recent", payload="recent")
         report = await store.compact_events()
         rows = query(store, "SELECT reason, payload FROM dead_letters ORDER BY id")
-    assert report.dead_letters_deleted == 35
-    assert rows == [("flood", f"new {i}") for i in range(30, 40)]  # the newest ten
+    assert report.dead_letters_deleted == 9  # the 11th row pushed one out at once
+    assert rows == [("recent", "recent")]
 
 
 @pytest.mark.parametrize(

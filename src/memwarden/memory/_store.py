@@ -770,9 +770,23 @@ class Store:
         async def job(conn: aiosqlite.Connection) -> ApplyResult:
             if direct:
                 await _reject_unbound(conn, prepared, rejected, direct)
-            return await _apply_job(conn, prepared, rejected, now, cfg)
+            result = await _apply_job(conn, prepared, rejected, now, cfg)
+            if rejected:
+                await self._cap_dead_letters(conn)
+            return result
 
         return await self._write(job, weight=len(prepared))  # type: ignore[no-any-return]
+
+    async def _cap_dead_letters(self, conn: aiosqlite.Connection) -> None:
+        """Keep at most ``compaction.dead_letters_max_rows`` dead letters, at every insert:
+        a flood of rejected input is bounded at once, not at the next compaction pass.
+        (ids grow by one per row, so this is one range delete on the primary key.)"""
+        cfg = self.compaction
+        if cfg.enabled:
+            await conn.execute(
+                "DELETE FROM dead_letters WHERE id <= (SELECT max(id) FROM dead_letters) - ?",
+                (cfg.dead_letters_max_rows,),
+            )
 
     async def dead_letter(self, *, source: str, reason: str, payload: str | bytes) -> None:
         """Keep a rejected input with the reason (never applied)."""
@@ -784,6 +798,7 @@ class Store:
                 "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)",
                 (now, source, reason, text[:65536]),
             )
+            await self._cap_dead_letters(conn)
 
         await self._write(job)
 
