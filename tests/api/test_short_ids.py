@@ -46,3 +46,22 @@ def test_without_the_token_an_id_is_neither_found_nor_missing(live_daemon):
     for ref in (block["short_id"], "deadbeefdeadbeef"):
         r = httpx.get(f"{live_daemon.url}/v1/blocks/{ref}", timeout=5)
         assert r.status_code == 401
+
+
+def test_depends_on_takes_short_ids_and_names_a_bad_one(live_daemon):
+    base = _add(live_daemon, "the base fact others rest on")
+    url = f"{live_daemon.url}/v1/blocks"
+    body = {"content": "rests on the base", "depends_on": [base["short_id"]]}
+    r = httpx.post(url, json=body, headers=live_daemon.auth, timeout=5)
+    assert r.status_code == 201, r.text
+    assert r.json()["depends_on"] == [base["id"]]
+    body = {"content": "rests on nothing", "depends_on": [base["short_id"], "deadbeefdeadbeef"]}
+    r = httpx.post(url, json=body, headers=live_daemon.auth, timeout=5)
+    assert r.status_code == 422
+    assert r.json()["detail"] == [
+        {
+            "loc": ["depends_on", "1"],
+            "msg": "no block with id 'deadbeefdeadbeef'",
+            "type": "value_error",
+        }
+    ]

@@ -33,8 +33,10 @@ from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
 from memwarden.daemon._sensors import build_runner
 from memwarden.daemon._sessions import SessionWatch
 from memwarden.errors import (
+    AmbiguousIdError,
     ConfigError,
     MemwardenError,
+    NotFoundError,
     PluginError,
     PluginLoadError,
     ValidationInputError,
@@ -690,6 +692,9 @@ class Daemon:
         (its ``duplicate_of`` set) and nothing is stored.
         """
         block = validate_input(NewBlock, new)
+        depends = await self._resolve_depends(block.depends_on)
+        if depends != block.depends_on:
+            block = block.model_copy(update={"depends_on": depends})
         bindings = self.check_bindings(block.bindings)
         if bindings != block.bindings:
             block = block.model_copy(update={"bindings": bindings})
@@ -697,6 +702,21 @@ class Daemon:
         if stored.duplicate_of is None:
             self._mark_bindings_dirty([b.sensor for b in block.bindings])
         return stored
+
+    async def _resolve_depends(self, refs: Sequence[str]) -> list[str]:
+        """``depends_on`` as full ids (short ids accepted); each bad one named."""
+        out: list[str] = []
+        errors: list[tuple[str, str]] = []
+        for j, ref in enumerate(refs):
+            try:
+                out.append(await self.store.resolve_id(ref))
+            except ValidationInputError as err:
+                errors.append((f"depends_on.{j}", err.errors[0][1]))
+            except (NotFoundError, AmbiguousIdError) as err:
+                errors.append((f"depends_on.{j}", str(err)))
+        if errors:
+            raise ValidationInputError(errors)
+        return out
 
     async def delete_block(self, block_id: str, *, actor: str, reason: str = "") -> None:
         block = await self.store.get(block_id)
