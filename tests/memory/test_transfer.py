@@ -163,3 +163,18 @@ async def test_quarantined_bindings_are_stored_as_such(make_store, clock):
         assert conn.execute("SELECT quarantine FROM bindings").fetchall() == [
             ("refused on import: no sensor",)
         ]
+
+
+async def test_an_imported_block_is_seen_by_dedupe_and_by_its_short_id(make_store, clock):
+    """An export from before content keys existed still imports into a deduplicating store."""
+    source = await make_store()
+    ids = await _a_lived_in_store(source, clock)
+    row = next(r for r in await _everything(source) if r["id"] == ids["timeout"])
+    row["record"].pop("content_key", None)  # as an older memwarden wrote it
+    target = await make_store()
+    await target.import_blocks([row])
+    same = await target.add({"content": "  " + row["record"]["content"].upper()}, dedupe=True)
+    assert same.duplicate_of == ids["timeout"]
+    short = (await target.get(ids["timeout"])).short_id
+    assert short is not None
+    assert await target.resolve_id(short) == ids["timeout"]

@@ -25,6 +25,7 @@ from memwarden.errors import ValidationInputError
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
     binding_from_row,
+    content_key,
     record_from_row,
     record_to_block,
 )
@@ -253,6 +254,8 @@ async def _import_block(  # noqa: PLR0917 - the pieces of one object, in one pla
     now: float,
 ) -> None:
     rec = {k: v for k, v in row["record"].items() if k in cols["blocks"] and k != "rid"}
+    if "content_key" in cols["blocks"] and isinstance(rec.get("content"), str):
+        rec["content_key"] = content_key(rec["content"])  # dedupe sees imported blocks too
     await _insert(conn, "blocks", {**rec, "rid": rid})
     for j, b in enumerate(row.get("bindings", [])):
         values = {k: v for k, v in b.items() if k in cols["bindings"] and k != "id"}
