@@ -70,7 +70,10 @@ def test_two_projects_each_with_its_own_daemon(projects: tuple[Project, Project]
     assert gamma.cli("init").returncode == 0
     taken = gamma.cli("run")
     assert taken.returncode == 75, taken.stderr
-    errors = [line for line in taken.stderr.splitlines() if "error" in line.lower()]
+    lines = taken.stderr.splitlines()
+    errors = [line for line in lines if line.startswith("error")]
+    logged = [json.loads(line) for line in lines if line.startswith("{")]  # stderr: a pipe
+    assert not [e for e in logged if e["level"] in ("error", "critical")]  # said once, above
     expected = (
         f"error: api: 127.0.0.1:{port} is already in use (another memwarden? `memwarden "
         "status` says which; set [api] port = 0 for a free port)"
