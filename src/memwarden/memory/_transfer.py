@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -94,57 +95,68 @@ async def export_rows(
     effect_cols = [
         c for c in await _columns(conn, "effects") if c not in ("block_rid", "event_seq")
     ]
+    rids = [records[i]["_rid"] for i in ids]
+    rmarks = ",".join("?" * len(rids))
+    bindings: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in await _dicts(
+        conn,
+        f"SELECT block_rid AS _rid, {', '.join(binding_cols)} FROM bindings"
+        f" WHERE block_rid IN ({rmarks}) ORDER BY block_rid, id",
+        rids,
+    ):
+        bindings[row.pop("_rid")].append(row)
+    depends: dict[int, list[str]] = defaultdict(list)
+    for row in await _dicts(
+        conn,
+        f"SELECT block_rid, depends_on FROM dependencies WHERE block_rid IN ({rmarks})"
+        " ORDER BY block_rid, depends_on",
+        rids,
+    ):
+        depends[row["block_rid"]].append(row["depends_on"])
+    history: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in await _dicts(
+        conn,
+        "SELECT f.block_rid AS _rid, "
+        + ", ".join(f"e.{c}" for c in event_cols)
+        + ", "
+        + ", ".join(f"f.{c} AS _effect_{c}" for c in effect_cols)
+        + ", r.count AS _run_count, r.first_observed_at AS _run_first_observed_at,"
+        " r.last_observed_at AS _run_last_observed_at, r.compacted_at AS _run_compacted_at,"
+        " (SELECT event_id FROM events WHERE seq = r.first_seq) AS _run_first_event_id"
+        " FROM effects f JOIN events e ON e.seq = f.event_seq"
+        " LEFT JOIN event_runs r ON r.block_rid = f.block_rid AND r.last_seq = f.event_seq"
+        f" WHERE f.block_rid IN ({rmarks}) ORDER BY f.block_rid, f.event_seq",
+        rids,
+    ):
+        run = (
+            None
+            if row["_run_count"] is None
+            else {
+                "count": row["_run_count"],
+                "first_observed_at": row["_run_first_observed_at"],
+                "last_observed_at": row["_run_last_observed_at"],
+                "compacted_at": row["_run_compacted_at"],
+                "first_event_id": row["_run_first_event_id"],
+            }
+        )
+        history[row["_rid"]].append(
+            {
+                "event": {c: row[c] for c in event_cols},
+                "effect": {c: row[f"_effect_{c}"] for c in effect_cols},
+                "run": run,
+            }
+        )
+    versions: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in await _dicts(
+        conn,
+        f"SELECT * FROM block_history WHERE block_id IN ({marks}) ORDER BY block_id, version",
+        ids,
+    ):
+        versions[row["block_id"]].append(row)
     out = []
     for block in blocks:
         rec = dict(records[block["id"]])
         rid = rec.pop("_rid")
-        bindings = await _dicts(
-            conn,
-            f"SELECT {', '.join(binding_cols)} FROM bindings WHERE block_rid = ? ORDER BY id",
-            (rid,),
-        )
-        depends = [
-            r["depends_on"]
-            for r in await _dicts(
-                conn,
-                "SELECT depends_on FROM dependencies WHERE block_rid = ? ORDER BY depends_on",
-                (rid,),
-            )
-        ]
-        history = []
-        for row in await _dicts(
-            conn,
-            "SELECT e.seq AS _seq, "
-            + ", ".join(f"e.{c}" for c in event_cols)
-            + ", "
-            + ", ".join(f"f.{c} AS _effect_{c}" for c in effect_cols)
-            + ", r.count AS _run_count, r.first_observed_at AS _run_first_observed_at,"
-            " r.last_observed_at AS _run_last_observed_at, r.compacted_at AS _run_compacted_at,"
-            " (SELECT event_id FROM events WHERE seq = r.first_seq) AS _run_first_event_id"
-            " FROM effects f JOIN events e ON e.seq = f.event_seq"
-            " LEFT JOIN event_runs r ON r.block_rid = f.block_rid AND r.last_seq = f.event_seq"
-            " WHERE f.block_rid = ? ORDER BY f.event_seq",
-            (rid,),
-        ):
-            event = {c: row[c] for c in event_cols}
-            effect = {c: row[f"_effect_{c}"] for c in effect_cols}
-            run = (
-                None
-                if row["_run_count"] is None
-                else {
-                    "count": row["_run_count"],
-                    "first_observed_at": row["_run_first_observed_at"],
-                    "last_observed_at": row["_run_last_observed_at"],
-                    "compacted_at": row["_run_compacted_at"],
-                    "first_event_id": row["_run_first_event_id"],
-                }
-            )
-            history.append({"event": event, "effect": effect, "run": run})
-        versions = await _dicts(
-            conn,
-            "SELECT * FROM block_history WHERE block_id = ? ORDER BY version",
-            (block["id"],),
-        )
         view = {k: v for k, v in block.items() if k != "short_id"}  # short ids are per store
         out.append(
             {
@@ -152,10 +164,10 @@ async def export_rows(
                 "id": block["id"],
                 "block": view,
                 "record": rec,
-                "bindings": bindings,
-                "depends_on": depends,
-                "history": history,
-                "versions": versions,
+                "bindings": bindings[rid],
+                "depends_on": depends[rid],
+                "history": history[rid],
+                "versions": versions[block["id"]],
             }
         )
     return out
