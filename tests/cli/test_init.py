@@ -136,7 +136,9 @@ def test_the_repository_config_is_what_init_writes_for_the_checkout(tmp_path: Pa
 
     root = Path(__file__).resolve().parents[2]
     committed = (root / "memwarden.toml").read_text()
-    assert committed == render_config(root, python=".venv/bin/python")
+    assert committed == render_config(root, python=".venv/bin/python"), (
+        "memwarden.toml is stale: rm memwarden.toml && memwarden init --python .venv/bin/python"
+    )
     settings = load_settings(root / "memwarden.toml")
     assert sorted(settings.sensors) == ["fs", "http", "review", "tests"]
 
