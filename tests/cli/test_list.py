@@ -69,3 +69,14 @@ def test_sensors_shows_what_the_daemon_runs(live_daemon):
     fs = next(r for r in rows if r["kind"] == "fs")
     assert fs["status"] == "ok"
     assert isinstance(fs["instances"], list)
+
+
+def test_after_takes_a_short_id_or_a_deleted_blocks_full_id(tmp_path):
+    db = str(tmp_path / "m.db")
+    blocks = [json.loads(run("add", f"paged fact {i}", "--db", db, "--json")) for i in range(3)]
+    rest = json.loads(run("list", "--after", blocks[0]["short_id"], "--db", db, "--json"))
+    assert [b["id"] for b in rest["blocks"]] == [blocks[1]["id"], blocks[2]["id"]]
+    gone = blocks[0]["id"][:-1] + ("0" if blocks[0]["id"][-1] != "0" else "1")  # no such block
+    rest = json.loads(run("list", "--after", gone, "--db", db, "--json"))
+    assert len(rest["blocks"]) in (2, 3)  # a cursor, not a lookup: never an error
+    assert "after" in run("list", "--after", "ab", "--db", db, code=2)

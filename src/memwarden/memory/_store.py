@@ -1309,6 +1309,15 @@ class Store:
             )
         return ids[0]
 
+    async def _cursor(self, after: str) -> str:
+        """A listing's ``after``: a full id as it is (the block may be gone since), a short
+        id resolved."""
+        try:
+            kind, value = _shortid.parse_ref(after)
+        except ValueError as err:
+            raise ValidationInputError([("after", str(err))]) from None
+        return await self.resolve_id(after) if kind == "short" else value
+
     async def short_ids(self, block_ids: Sequence[str]) -> dict[str, str]:
         """Each block's short id: its last 8 hex digits, more while another id ends
         the same way (git's abbreviations, from the end of the id)."""
@@ -1351,7 +1360,7 @@ class Store:
             args.append(f.tag)
         if f.after is not None:
             where.append("id > ?")
-            args.append(f.after)
+            args.append(await self._cursor(f.after))
         sql = _BLOCK_SELECT + (" WHERE " + " AND ".join(where) if where else "")
         sql += " ORDER BY id LIMIT ?"
         args.append(f.limit)
