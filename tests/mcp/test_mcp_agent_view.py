@@ -94,7 +94,10 @@ async def test_memory_sensors_describes_every_running_sensor(five):
             assert added["bindings"][0]["sensor"] == sensor["name"]
     description = tools["memory_add"].description or ""
     assert "memory_sensors" in description
-    assert '"sensor": "fs", "path"' in description
+    examples = [line.split("  (")[0] for line in description.splitlines() if line.startswith("  {")]
+    assert len(examples) >= 5
+    for example in examples:  # each one valid JSON an agent can copy
+        assert "sensor" in json.loads(example)
 
 
 async def test_domain_errors_are_flagged_and_say_what_to_do(five):

@@ -125,7 +125,7 @@ state). Bind it to a sensor that can check it, so memwarden keeps it true: call
 memory_sensors first to see which sensors run, what each may name and ready-made examples.
 A binding is {"sensor": <a running sensor's name>, ...its keys}, e.g.
   {"sensor": "fs", "path": "config/app.yaml", "key": "/http/timeout", "equals": 30}
-  {"sensor": "fs", "path": "README.md", "regex": "Python 3\\.11"}
+  {"sensor": "fs", "path": "README.md", "regex": "timeout = [0-9]+"}
   {"sensor": "tests", "test": "tests/test_api.py::test_timeout"}
   {"sensor": "runtime", "check": "db-port"}
   {"sensor": "http", "url": "http://localhost:8000/health", "status": [200]}
