@@ -310,7 +310,7 @@ def test_cli_on_a_database_file(tmp_path, monkeypatch, keep_logging):
     decided = json.loads(run("list", "--status", "decided", "--json").stdout)
     assert {i["decided_by"] for i in decided} == {"dora", "eve"}
     assert "already decided" in run("confirm", first, code=2).output
-    assert "not found" in run("show", "no-such-review", code=1).output
+    assert "no review with id 'no-such-review'" in run("show", "no-such-review", code=1).output
 
 
 # ---------------------------------------------------------------------- a real daemon

@@ -122,19 +122,23 @@ def list_items(
     if not items:
         cli.out.print("no reviews pending" if status == "pending" else "no reviews")
         return
-    table = cli.id_table(
-        [item["id"] for item in items], "block", "state", "r", "reason", "created", "decided"
-    )
+    # The id is shown whole (a cut id is refused), so the rest is packed into three
+    # columns that wrap: this stays readable at 80 columns.
+    table = cli.id_table([item["id"] for item in items], "reason", "block", "status")
     for item in items:
         block = item["block"] or {}
+        about = (
+            f"{(block.get('title') or block.get('content') or '')[:50]} "
+            f"({block.get('state', '')}, r={block['reliability']:.2f})"
+            if block
+            else "(deleted)"
+        )
+        when = item["created_at"][5:16].replace("T", " ")
         table.add_row(
             item["id"],
-            (block.get("title") or block.get("content") or "(deleted)")[:50],
-            block.get("state", ""),
-            f"{block['reliability']:.2f}" if block else "",
             item["reason"][:60],
-            item["created_at"][:19],
-            f"{item['decision']} by {item['decided_by']}" if item["decision"] else "",
+            about,
+            f"{item['decision']} by {item['decided_by']}" if item["decision"] else f"asked {when}",
         )
     cli.out.print(table)
 
