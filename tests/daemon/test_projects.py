@@ -87,8 +87,8 @@ def test_tail_ends_normally_when_the_daemon_stops(projects: tuple[Project, Proje
     alpha, _ = projects
     assert alpha.cli("init").returncode == 0
     alpha.start()
-    tail = subprocess.Popen(
-        [str(alpha.exe), "tail"],
+    tail = subprocess.Popen(  # from the log's start: the add's event is shown, however late
+        [str(alpha.exe), "tail", "--since", "0"],
         cwd=alpha.root,
         env=alpha.env,
         stdout=subprocess.PIPE,
@@ -108,6 +108,7 @@ def test_tail_ends_normally_when_the_daemon_stops(projects: tuple[Project, Proje
     finally:
         if tail.poll() is None:
             tail.kill()
+            tail.communicate()  # closes its pipes
     assert tail.returncode == 0, stderr
     assert "end of the event stream" in stderr
     log = alpha.log()
