@@ -44,7 +44,8 @@ def burst(tmp_path):
 def test_a_burst_of_1000_gets_distinct_short_ids_each_accepted_by_get(burst):
     path, blocks = burst
     assert len(blocks) == 1000
-    assert len({b[0][:13] for b in blocks}) < 50  # prefixes would collide: one burst
+    # Plain prefixes collide in one burst (how many depends on how busy the machine is).
+    assert len({b[0][:13] for b in blocks}) < len(blocks) // 2
     shorts = [s for _, s in blocks]
     assert len(set(shorts)) == 1000
     for block_id, short in blocks:
