@@ -94,3 +94,38 @@ async def test_as_of_over_http_on_get_and_search(daemon):
     assert (none["as_of"], none["believed"]) == (then, [])  # it did not exist yet
     assert bad.status_code == 422
     assert "as_of" in bad.text
+
+
+def test_cli_get_as_of_on_a_database(tmp_path):
+    """`memwarden get ID --as-of T --db FILE` answers from history; a bad time is one
+    clear line naming as_of, exit 2, no traceback."""
+    import asyncio  # noqa: PLC0415 - only this test
+    import json  # noqa: PLC0415
+
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    from memwarden.cli import app  # noqa: PLC0415
+
+    clock = FakeClock()
+    t0 = clock.time()
+    path = tmp_path / "m.db"
+
+    async def history() -> str:
+        async with Store(path, clock=clock) as store:
+            block = await store.add({"content": "replicas: 2"})
+            clock.advance(60)
+            await store.update(block.id, {"content": "replicas: 4"})
+            return block.id
+
+    block_id = asyncio.run(history())
+    then = from_ts(t0 + 30).isoformat()
+    result = CliRunner().invoke(
+        app, ["get", block_id, "--as-of", then, "--db", str(path), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output)
+    assert (got["content"], got["version"], got["current_version"]) == ("replicas: 2", 1, 2)
+    bad = CliRunner().invoke(app, ["get", block_id, "--as-of", "soon", "--db", str(path)])
+    assert bad.exit_code == 2
+    assert "as_of" in bad.output
+    assert "Traceback" not in bad.output

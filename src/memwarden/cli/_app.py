@@ -555,8 +555,15 @@ def get(
         str | None, typer.Option("--max-age", help="Re-check first if validated longer ago: 30s.")
     ] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Check it now if quick.")] = False,
+    as_of: Annotated[
+        str | None,
+        typer.Option("--as-of", help="What was believed then (ISO 8601, e.g. 2026-11-23T22:00Z)."),
+    ] = None,
 ) -> None:
     """Show one block, with its verdict (verified, checking, stale, unreachable, ...)."""
+    if as_of is not None:
+        _believed(block_id, as_of, db=db, json_out=json_out)
+        return
     receipt: dict[str, Any] = {}
 
     async def read(c: AsyncClient) -> Block:
@@ -590,6 +597,44 @@ def get(
     )
     for b in block.bindings:
         out.print(f"  bound to {b.sensor}: {b.subject}", highlight=False)
+
+
+def _believed(block_id: str, as_of: str, *, db: Path | None, json_out: bool) -> None:
+    async def api(c: AsyncClient) -> dict[str, Any]:
+        return await c.believed_at(block_id, as_of)
+
+    async def local(s: Store) -> dict[str, Any]:
+        from datetime import datetime  # noqa: PLC0415 - the CLI imports lazily
+
+        from memwarden.memory import to_ts  # noqa: PLC0415
+
+        try:
+            at = to_ts(datetime.fromisoformat(as_of.strip()))
+        except ValueError:
+            raise ValidationInputError(
+                [("as_of", f"{as_of!r} is not an ISO 8601 time, e.g. 2026-11-23T22:00:00Z")]
+            ) from None
+        return await s.believed_at(await s.resolve_id(block_id), at)
+
+    then = _call(db, api=api, local=local)
+    if json_out:
+        _print_json(then)
+        return
+    out.print(f"as of {then['as_of']} (version {then['version']})", highlight=False)
+    out.print(then["content"], highlight=False, soft_wrap=True)
+    by = f" by {then['validated_by']}" if then.get("validated_by") else ""
+    out.print(
+        f"state {then['state']} · reliability {then['reliability']:.2f}"
+        f" · validated {then.get('validated_at') or 'never'}{by}",
+        highlight=False,
+    )
+    ev = then.get("last_evidence")
+    if ev:
+        out.print(
+            f"last evidence: {ev['outcome']} by {ev['sensor']}, observed {ev['observed_at']},"
+            f" committed {ev['committed_at']}",
+            highlight=False,
+        )
 
 
 @app.command()

@@ -344,6 +344,12 @@ class AsyncClient:
         params = {"session": session, "after": after, "wait": wait, "limit": limit}
         return await self._call("GET", "/v1/events", params, None)  # type: ignore[no-any-return]
 
+    async def believed_at(self, block_id: str, as_of: str) -> dict[str, Any]:
+        """What was believed about a block at ``as_of`` (ISO 8601): version, content,
+        state, reliability, validation and the last evidence before then."""
+        params = {"as_of": as_of}
+        return await self._call("GET", f"/v1/blocks/{block_id}", params, None)  # type: ignore[no-any-return]
+
     async def read(
         self,
         block_id: str,
@@ -554,6 +560,11 @@ class Client:
         data = self.read(block_id, max_age=max_age, fresh=fresh, wait=wait)
         data.pop("receipt", None)
         return _block(data)
+
+    def believed_at(self, block_id: str, as_of: str) -> dict[str, Any]:
+        """What was believed about a block at ``as_of`` (ISO 8601)."""
+        params = {"as_of": as_of}
+        return self._call("GET", f"/v1/blocks/{block_id}", params, None)  # type: ignore[no-any-return]
 
     def read(
         self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"

@@ -278,7 +278,13 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         session: Annotated[
             str | None, Field(description="Your conversation id: told if it later falls.")
         ] = None,
+        as_of: Annotated[
+            str | None,
+            Field(description="ISO 8601 time: what memory believed about it then instead."),
+        ] = None,
     ) -> dict[str, Any]:
+        if as_of is not None:
+            return await call(lambda c: c.believed_at(id, as_of))  # type: ignore[no-any-return]
         max_age = f"{max_age_seconds}s" if max_age_seconds is not None else None
         data: dict[str, Any] = await call(
             lambda c: c.read(id, max_age=max_age, fresh=fresh, session=session)
