@@ -91,6 +91,7 @@ class Thermo:
 async def test_collects_what_the_sensor_emits(tmp_path):
     """Events emitted for the bindings are collected in order and applied to the store."""
     clock = FakeClock()
+    start = clock.time()
     async with SensorHarness(
         Thermo,
         config={"value": 30},
@@ -102,7 +103,10 @@ async def test_collects_what_the_sensor_emits(tmp_path):
         first, second = await h.wait_for_events(2)
         assert (first.subject, first.outcome) == ("a", Outcome.CONFIRMED)
         assert (second.subject, second.outcome) == ("b", Outcome.REFUTED)
-        assert first.observed_at.timestamp() == clock.time()
+        assert first.observed_at.timestamp() == start
+        # The harness clock moves 1ms after each emit: no two events share observed_at.
+        assert second.observed_at.timestamp() == pytest.approx(start + 0.001)
+        assert clock.time() == pytest.approx(start + 0.002)
         assert (await h.block("a")).state == "fresh"
         assert (await h.block("b")).state != "fresh"
         assert h.ctx.state_dir == tmp_path / "sensors" / "thermo"

@@ -7,6 +7,7 @@ entry-point group ``memwarden.sensors``. See ``docs/PLUGINS.md``.
 
 from __future__ import annotations
 
+from memwarden.errors import ConfigError, PluginError, ValidationInputError
 from memwarden.memory import (
     Binding,
     Outcome,
@@ -22,6 +23,13 @@ from memwarden.plugins._contract import (
     SensorContext,
     StartupPolicy,
 )
+from memwarden.plugins._polling import (
+    Observation,
+    PollCounters,
+    PollingBinding,
+    PollingConfig,
+    PollingSensor,
+)
 from memwarden.plugins._registry import ENTRY_POINT_GROUP, PluginInfo, Registry
 from memwarden.plugins._supervisor import Backoff, SensorCounters, SensorRunner
 
@@ -32,8 +40,15 @@ __all__ = [
     "BaseSensorConfig",
     "Binding",
     "BoundSubject",
+    "ConfigError",
+    "Observation",
     "Outcome",
+    "PluginError",
     "PluginInfo",
+    "PollCounters",
+    "PollingBinding",
+    "PollingConfig",
+    "PollingSensor",
     "Registry",
     "RevalidationReason",
     "RevalidationRequest",
@@ -43,4 +58,5 @@ __all__ = [
     "SensorRunner",
     "StartupPolicy",
     "ValidationEvent",
+    "ValidationInputError",
 ]

@@ -191,6 +191,19 @@ class SensorContext:
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock.time(), tz=UTC)
 
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` on the daemon's clock.
+
+        With the real clock this is ``asyncio.sleep``; a test clock that can sleep
+        (``memwarden.plugins.testing.FakeClock``) wakes the sleeper when the test
+        advances it, so a test never waits for real time to pass.
+        """
+        sleeper = getattr(self.clock, "sleep", None)
+        if callable(sleeper):
+            await sleeper(seconds)
+        else:
+            await asyncio.sleep(max(0.0, seconds))
+
     def event(
         self,
         subject: str,

@@ -20,13 +20,19 @@ fake clock, and records every event the sensor emits::
             assert event.outcome == "confirmed"
             [answer] = await h.revalidate("APP_MODE")
 
-Waiting is event-driven and bounded by a deadline: no sleeps.
+Waiting is event-driven and bounded by a deadline: no sleeps. The harness clock
+(:class:`FakeClock`) moves only when the test moves it (``h.advance(60)``), except for
+one millisecond after each emitted event, so two events in a row never share an
+``observed_at`` (the store ignores an observation not newer than the last one; such
+ignored events are listed in ``h.ignored`` with the reason).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -37,12 +43,13 @@ from pydantic import ValidationError
 from memwarden.errors import ConfigError, PluginError, ValidationInputError
 from memwarden.memory import (
     Binding,
-    FakeClock,
+    Outcome,
     RevalidationReason,
     RevalidationRequest,
     ValidationEvent,
     from_ts,
 )
+from memwarden.memory import FakeClock as _StoreFakeClock
 from memwarden.memory._store import Store
 from memwarden.plugins._contract import BoundSubject, SensorContext, StartupPolicy
 from memwarden.plugins._registry import validate_sensor_class
@@ -50,11 +57,59 @@ from memwarden.plugins._supervisor import Backoff, SensorCounters, SensorRunner
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+    from datetime import datetime, timedelta
     from types import TracebackType
 
     from memwarden.memory import Block, Clock
 
 __all__ = ["FakeClock", "SensorHarness"]
+
+#: How far the harness moves its clock after each emitted event (see ``emit_tick_s``).
+EMIT_TICK_S = 0.001
+
+
+class FakeClock(_StoreFakeClock):
+    """A clock that moves only when told to, and wakes what sleeps on it.
+
+    ``ctx.sleep(s)`` (and so the polling base's waits) sleeps on this clock: it returns
+    when :meth:`advance` or :meth:`set` moved the time past its deadline, not when real
+    time passed. ``sleepers`` says how many are waiting.
+    """
+
+    def __init__(self, start: datetime | float = 1_767_225_600.0) -> None:  # 2026-01-01Z
+        super().__init__(start)
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    async def sleep(self, seconds: float) -> None:
+        """Return once the clock was moved ``seconds`` past now (at once if <= 0)."""
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.time() + seconds, next(self._order), fut))
+        await fut
+
+    @property
+    def sleepers(self) -> int:
+        """How many ``sleep`` calls are waiting."""
+        return sum(1 for _, _, fut in self._sleepers if not fut.done())
+
+    def advance(self, delta: timedelta | float) -> float:
+        now = super().advance(delta)
+        self._wake()
+        return now
+
+    def set(self, when: datetime | float) -> None:
+        super().set(when)
+        self._wake()
+
+    def _wake(self) -> None:
+        now = self.time()
+        while self._sleepers and self._sleepers[0][0] <= now:
+            _, _, fut = heapq.heappop(self._sleepers)
+            if not fut.done():
+                fut.set_result(None)
 
 
 class SensorHarness:
@@ -83,6 +138,7 @@ class SensorHarness:
         crash_loop_restarts: int = 5,
         crash_loop_window_s: float = 300.0,
         healthy_after_s: float = 60.0,
+        emit_tick_s: float = EMIT_TICK_S,
     ) -> None:
         self.name = name or str(getattr(sensor_cls, "kind", "") or "sensor")
         self.sensor_cls = validate_sensor_class(self.name, sensor_cls)
@@ -91,6 +147,10 @@ class SensorHarness:
         """Every event the sensor handed to ``ctx.emit``, in order."""
         self.rejected: list[tuple[ValidationEvent, str]] = []
         """Events the daemon would dead-letter, with the reason (wrong ``sensor`` ...)."""
+        self.ignored: list[tuple[ValidationEvent, str]] = []
+        """Events stored but ignored by a block, with the reason: ``outdated`` (observed
+        no later than the block's last validation), ``archived``."""
+        self._emit_tick_s = emit_tick_s
         self._config = dict(config or {})
         self._initial = list(bindings)
         self._tmp_path = Path(tmp_path) if tmp_path is not None else None
@@ -217,9 +277,18 @@ class SensorHarness:
         """The bindings the sensor holds now."""
         return self.ctx.bindings
 
-    async def block(self, subject: str) -> Block:
-        """The block bound to ``subject``, as the store sees it now."""
-        return await self.store.get(self._bound(subject).block_id)
+    async def block(self, subject: str | None = None, *, block_id: str | None = None) -> Block:
+        """The block bound to ``subject`` (or the block ``block_id``), as stored now."""
+        return await self.store.get(self._bound(subject, block_id).block_id)
+
+    def advance(self, seconds: timedelta | float) -> float:
+        """Move the harness clock (waking what sleeps on it); returns the new time."""
+        advance = getattr(self.clock, "advance", None)
+        if not callable(advance):
+            raise TypeError(f"the harness clock {type(self.clock).__name__} cannot advance")
+        now = float(advance(seconds))
+        self._news.set()
+        return now
 
     # ------------------------------------------------------------------ waiting
 
@@ -259,6 +328,78 @@ class SensorHarness:
             ) from None
         return self.emitted[:n]
 
+    async def wait_outcome(
+        self,
+        outcome: Outcome | str,
+        *,
+        subject: str | None = None,
+        block_id: str | None = None,
+        since: int | None = None,
+        timeout_s: float = 5.0,
+    ) -> ValidationEvent:
+        """Wait for an emitted event with ``outcome`` (for ``subject`` / ``block_id`` if
+        given). Only events emitted after the call count, unless ``since`` (an index in
+        :attr:`emitted`, e.g. ``0``) says where to start looking."""
+        want = Outcome(outcome)
+        start = len(self.emitted) if since is None else since
+
+        def match(ev: ValidationEvent) -> bool:
+            return (
+                ev.outcome == want
+                and (subject is None or ev.subject == subject)
+                and (block_id is None or ev.block_id in (None, block_id))
+            )
+
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    for ev in self.emitted[start:]:
+                        if match(ev):
+                            return ev
+                    self._check_alive(f"a {want} event")
+                    self._news.clear()
+                    await self._news.wait()
+        except TimeoutError:
+            seen = ", ".join(str(e.outcome) for e in self.emitted[start:]) or "none"
+            raise TimeoutError(
+                f"sensor {self.name!r} emitted no {want} event within {timeout_s:g}s "
+                f"(emitted meanwhile: {seen}; status {self.status})"
+            ) from None
+
+    async def wait_state(
+        self,
+        block: Block | BoundSubject | str,
+        state: str,
+        *,
+        timeout_s: float = 5.0,
+    ) -> Block:
+        """Wait until the block (a Block, a BoundSubject, a block id or a subject) is in
+        ``state`` (``fresh``, ``refuted`` ...) as the store sees it; returns it."""
+        block_id = self._block_id_of(block)
+        current = await self.store.get(block_id)
+        try:
+            async with asyncio.timeout(timeout_s):
+                while str(current.state) != state:
+                    self._check_alive(f"block {block_id} to be {state}")
+                    self._news.clear()
+                    await self._news.wait()
+                    current = await self.store.get(block_id)
+        except TimeoutError:
+            raise TimeoutError(
+                f"block {block_id} is {current.state}, not {state}, after {timeout_s:g}s "
+                f"(ignored events: {[r for _, r in self.ignored]}, status {self.status})"
+            ) from None
+        return current
+
+    def _block_id_of(self, block: Block | BoundSubject | str) -> str:
+        if isinstance(block, BoundSubject):
+            return block.block_id
+        if isinstance(block, str):
+            if block in self._blocks.values():
+                return block
+            return self._bound(block).block_id
+        return str(block.id)
+
     def _check_alive(self, waiting_for: str) -> None:
         if self._task is not None and self._task.done():
             raise PluginError(
@@ -271,18 +412,20 @@ class SensorHarness:
 
     async def revalidate(
         self,
-        subject: str,
+        subject: str | None = None,
         *,
+        block_id: str | None = None,
         reason: RevalidationReason | str = RevalidationReason.MANUAL,
         attempts: int = 0,
     ) -> list[ValidationEvent]:
-        """Ask the sensor to check ``subject`` now, as the scheduler would.
+        """Ask the sensor to check ``subject`` (or the block ``block_id``: needed when
+        several blocks are bound to one subject) now, as the scheduler would.
 
         Returns the events to apply: the sensor's answer, an ``error`` event on a timeout
         or a crash, ``[]`` when skipped (a check of the subject is still running) or when
         the sensor answered through ``ctx.emit``. They are applied to the store too.
         """
-        bound = self._bound(subject)
+        bound = self._bound(subject, block_id)
         now = self.clock.time()
         timeout = self.runner.revalidate_timeout_s or 30.0  # the deadline the check gets
         request = RevalidationRequest(
@@ -359,10 +502,24 @@ class SensorHarness:
             raise ValidationInputError([("", "names no subject (path, test, url, check)")])
         return binding, selector
 
-    def _bound(self, subject: str) -> BoundSubject:
-        for bound in self.ctx.bindings:
-            if bound.subject == subject:
-                return bound
+    def _bound(self, subject: str | None, block_id: str | None = None) -> BoundSubject:
+        if (subject is None) == (block_id is None):
+            raise TypeError("name either a subject or a block_id")
+        if block_id is not None:
+            for bound in self.ctx.bindings:
+                if bound.block_id == block_id:
+                    return bound
+            known = ", ".join(b.block_id for b in self.ctx.bindings) or "none"
+            raise LookupError(f"no binding for block {block_id!r} (bound: {known})")
+        matches = [b for b in self.ctx.bindings if b.subject == subject]
+        if len(matches) > 1:
+            ids = ", ".join(b.block_id for b in matches)
+            raise LookupError(
+                f"{len(matches)} blocks are bound to subject {subject!r} ({ids}): "
+                "name one with block_id="
+            )
+        if matches:
+            return matches[0]
         known = ", ".join(repr(b.subject) for b in self.ctx.bindings) or "none"
         raise LookupError(f"no binding for subject {subject!r} (bound: {known})")
 
@@ -372,6 +529,11 @@ class SensorHarness:
         if await self._apply(event):
             self.emitted.append(event)
             self._news.set()
+        # The next event must not share this one's observed_at, or the store would
+        # ignore it as outdated: move the fake clock on a little.
+        advance = getattr(self.clock, "advance", None)
+        if self._emit_tick_s > 0 and callable(advance):
+            advance(self._emit_tick_s)
 
     async def _apply(self, event: ValidationEvent) -> bool:
         """What the bus does: refuse an event naming another sensor, store the rest."""
@@ -382,4 +544,22 @@ class SensorHarness:
         result = await self.store.apply_events([event])
         for _, reason in result.rejected:
             self.rejected.append((event, reason))
+        await self._note_ignored(event)
+        self._news.set()
         return True
+
+    async def _note_ignored(self, event: ValidationEvent) -> None:
+        """List the event in :attr:`ignored` if a block it reached ignored it."""
+        targets = (
+            [event.block_id]
+            if event.block_id is not None
+            else [b.block_id for b in self.ctx.bindings if b.subject == event.subject]
+        )
+        for block_id in targets:
+            with contextlib.suppress(LookupError):
+                for record in await self.store.events_for(block_id, limit=20):
+                    if record.event_id == event.event_id:
+                        reason = (record.detail or {}).get("ignored")
+                        if reason:
+                            self.ignored.append((event, f"block {block_id}: {reason}"))
+                        break

@@ -1,0 +1,307 @@
+"""The polling base: a plugin implements check(); the loop, change detection, periodic
+confirmation, backoff, revalidation and overlap rules are the base's. All on the
+harness's fake clock: time moves only when a test moves it."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pytest
+from pydantic import ValidationError
+
+from memwarden.plugins import (
+    BoundSubject,
+    ConfigError,
+    Observation,
+    Outcome,
+    PollingBinding,
+    PollingConfig,
+    PollingSensor,
+)
+from memwarden.plugins.testing import FakeClock, SensorHarness
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from pathlib import Path
+
+
+class GaugeConfig(PollingConfig):
+    pass
+
+
+class GaugeBinding(PollingBinding):
+    name: str
+    equals: int | None = None
+
+    def subject_of(self) -> str:
+        return self.name
+
+
+class Gauge(PollingSensor[GaugeConfig, GaugeBinding]):
+    """Reads ``world[name]``; confirmed when it equals ``equals``. ``"boom"`` raises,
+    ``"down"`` is an error, ``"hang"`` never answers, ``gate`` holds checks."""
+
+    kind: ClassVar[str] = "gauge"
+    Config: ClassVar[type[GaugeConfig]] = GaugeConfig
+    Binding: ClassVar[type[GaugeBinding]] = GaugeBinding
+
+    def __init__(self, config: GaugeConfig) -> None:
+        super().__init__(config)
+        self.world: dict[str, Any] = {}
+        self.gate: asyncio.Event | None = None
+        self.running: dict[str, int] = {}
+        self.max_running: dict[str, int] = {}
+        self.window: timedelta | None = None
+
+    async def check(self, bound: BoundSubject) -> Observation:
+        sel = self.selector(bound)
+        self.running[sel.name] = self.running.get(sel.name, 0) + 1
+        self.max_running[sel.name] = max(self.max_running.get(sel.name, 0), self.running[sel.name])
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            value = self.world.get(sel.name)
+            if value == "boom":
+                raise OSError("sensor wire cut")
+            if value == "hang":
+                await asyncio.Event().wait()
+            if value == "down":
+                return Observation.error("source unreachable")
+            if value == sel.equals:
+                return Observation.confirmed(
+                    f"{sel.name} is {value}", observed=value, validity_window=self.window
+                )
+            return Observation.refuted(f"{sel.name} is {value}", observed=value)
+        finally:
+            self.running[sel.name] -= 1
+
+
+BASE = {"interval": "60s", "jitter": 0, "confirm_every": "30m"}
+
+
+def harness(tmp_path: Path, bindings: list[dict[str, Any]], **config: Any) -> SensorHarness:
+    return SensorHarness(
+        Gauge,
+        config={**BASE, **config},
+        bindings=bindings,
+        clock=FakeClock(),
+        tmp_path=tmp_path,
+    )
+
+
+async def test_checks_at_once_and_emits_per_block(tmp_path: Path) -> None:
+    """Each binding is checked at start; its event names its block (answers differ per block)."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}, {"name": "t", "equals": 2}]) as h:
+        h.sensor.world["t"] = 1
+        events = await h.wait_for_events(2)
+        ids = {b.selector.equals: b.block_id for b in h.bindings}
+        by_block = {e.block_id: e.outcome for e in events}
+        assert by_block == {ids[1]: Outcome.CONFIRMED, ids[2]: Outcome.REFUTED}
+
+
+async def test_unchanged_emits_nothing_a_change_emits_once(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """Polls that see the same outcome and value emit nothing; a change is emitted once."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}]) as h:
+        h.sensor.world["t"] = 1
+        await h.wait_for_events(1)
+        for n in (2, 3):
+            h.advance(60)
+            await eventually(lambda n=n: h.sensor.poll_counters.checks == n)
+        assert len(h.emitted) == 1
+        assert h.sensor.poll_counters.unchanged == 2
+
+        h.sensor.world["t"] = 5
+        h.advance(60)
+        refuted = await h.wait_outcome("refuted")
+        assert refuted.observed == 5
+        assert refuted.block_id == h.bindings[0].block_id
+        assert h.ignored == []  # the harness clock moved on: the second event counted
+        h.advance(60)
+        await eventually(lambda: h.sensor.poll_counters.checks == 5)
+        assert len(h.emitted) == 2
+        assert h.sensor.poll_counters.changes == 2
+
+
+async def test_waits_on_the_injected_clock(tmp_path: Path) -> None:
+    """Nothing is polled again until the clock has moved a whole interval."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}]) as h:
+        await h.wait_for_events(1)
+        h.advance(59)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert h.sensor.poll_counters.checks == 1
+        assert h.clock.sleepers == 1  # type: ignore[attr-defined]
+
+
+async def test_unchanged_observation_is_confirmed_periodically(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """An unchanged observation is emitted again every confirm_every, renewing freshness."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}], confirm_every="3m") as h:
+        h.sensor.world["t"] = 1
+        await h.wait_for_events(1)
+        for n in (2, 3):
+            h.advance(60)
+            await eventually(lambda n=n: h.sensor.poll_counters.checks == n)
+        assert len(h.emitted) == 1
+        h.advance(60)  # 3 minutes since the last emit
+        [_, again] = await h.wait_for_events(2)
+        assert again.outcome == Outcome.CONFIRMED
+        assert h.sensor.poll_counters.confirmations == 1
+
+
+async def test_validity_window_brings_confirmation_forward(tmp_path: Path) -> None:
+    """An observation valid for 2 minutes is confirmed again within half of that."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}], confirm_every="1h") as h:
+        h.sensor.world["t"] = 1
+        h.sensor.window = timedelta(minutes=2)
+        await h.wait_for_events(1)
+        h.advance(60)
+        [_, again] = await h.wait_for_events(2)
+        assert again.validity_window == timedelta(minutes=2)
+
+
+async def test_errors_back_off_doubling_up_to_the_cap(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """After each error the next check waits twice as long, never longer than backoff_max;
+    a working check returns to the interval."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}], backoff_max="3m") as h:
+        h.sensor.world["t"] = "down"
+        [event] = await h.wait_for_events(1)
+        assert event.outcome == Outcome.ERROR
+        expected_waits = [120, 180, 180]  # 60 x 2, 60 x 4 capped at 180, capped
+        for n, wait in enumerate(expected_waits, start=2):
+            h.advance(wait - 1)
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert h.sensor.poll_counters.checks == n - 1, f"checked before {wait}s"
+            h.advance(1)
+            await eventually(lambda n=n: h.sensor.poll_counters.checks == n)
+        h.sensor.world["t"] = 1
+        h.advance(180)
+        await h.wait_outcome("confirmed")
+        h.advance(60)  # back to the interval
+        await eventually(lambda: h.sensor.poll_counters.checks == 6)
+
+
+async def test_a_crashing_check_is_an_error_never_a_refutation(tmp_path: Path) -> None:
+    async with harness(tmp_path, [{"name": "t", "equals": 1}]) as h:
+        h.sensor.world["t"] = "boom"
+        [event] = await h.wait_for_events(1)
+        assert event.outcome == Outcome.ERROR
+        assert event.message == "OSError: sensor wire cut"
+        assert h.sensor.poll_counters.crashes == 1
+        assert h.status == "running"
+        assert (await h.block("t")).state != "refuted"
+
+
+async def test_a_check_past_its_timeout_is_an_error(tmp_path: Path) -> None:
+    async with harness(tmp_path, [{"name": "t", "equals": 1}], check_timeout="20ms") as h:
+        h.sensor.world["t"] = "hang"
+        [event] = await h.wait_for_events(1)
+        assert event.outcome == Outcome.ERROR
+        assert event.message == "check timed out after 0.02s"
+        assert h.sensor.poll_counters.timeouts == 1
+
+
+async def test_revalidation_uses_the_same_check(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """A revalidation answers with check()'s outcome, the request id and the block; the
+    next poll seeing the same thing emits nothing more."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}]) as h:
+        h.sensor.world["t"] = 1
+        await h.wait_for_events(1)
+        h.sensor.world["t"] = 2
+        [answer] = await h.revalidate("t")
+        assert answer.outcome == Outcome.REFUTED
+        assert answer.request_id is not None
+        assert answer.block_id == h.bindings[0].block_id
+        h.advance(60)
+        await eventually(lambda: h.sensor.poll_counters.checks == 3)
+        assert len(h.emitted) == 1
+        assert h.sensor.poll_counters.revalidations == 1
+
+
+async def test_never_overlaps_checks_of_one_subject(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """Two blocks on one subject and a revalidation: one check of the subject at a time;
+    a poll due while one runs is skipped and counted."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}, {"name": "t", "equals": 2}]) as h:
+        h.sensor.world["t"] = 1
+        await h.wait_for_events(2)
+        h.sensor.gate = asyncio.Event()
+        block = h.bindings[0].block_id
+        revalidation = asyncio.create_task(h.revalidate(block_id=block))
+        await eventually(lambda: h.sensor.running.get("t") == 1)
+        h.advance(60)  # both polls fall due while the revalidation holds the subject
+        await eventually(lambda: h.sensor.poll_counters.skipped == 2)
+        h.sensor.gate.set()
+        [answer] = await revalidation
+        assert answer.outcome == Outcome.CONFIRMED
+        assert h.sensor.max_running["t"] == 1
+
+
+async def test_binding_interval_and_its_floor(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """A binding's own interval wins, but never below min_interval."""
+    async with harness(
+        tmp_path,
+        [{"name": "fast", "interval": "1s"}, {"name": "slow"}],
+        min_interval="10s",
+    ) as h:
+        await h.wait_for_events(2)
+        h.advance(10)
+        await eventually(lambda: h.sensor.poll_counters.checks == 3)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert h.sensor.poll_counters.checks == 3  # "slow" waits its 60s
+
+
+async def test_bindings_added_and_removed_while_running(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    async with harness(tmp_path, [{"name": "a"}]) as h:
+        await h.wait_for_events(1)
+        await h.set_bindings([{"name": "b"}])
+        [_, b] = await h.wait_for_events(2)
+        assert b.subject == "b"
+        await eventually(lambda: len(h.sensor._tasks) == 1)
+        h.advance(60)
+        await eventually(lambda: h.sensor.poll_counters.checks == 3)
+        assert h.sensor.poll_counters.unchanged == 1  # only "b" is still polled
+
+
+def test_jitter_stays_within_bounds() -> None:
+    sensor = Gauge(GaugeConfig(interval=timedelta(seconds=100), jitter=0.2))
+    sensor.rng.seed(7)
+    delays = [sensor._delay(timedelta(seconds=100), 0) for _ in range(200)]
+    assert min(delays) >= 80
+    assert max(delays) <= 120
+    assert max(delays) - min(delays) > 20  # spread, not constant
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"interval": "500ms"}, "interval: must not be shorter than min_interval"),
+        ({"interval": "5ms", "min_interval": "5ms"}, "must be at least 10ms"),
+        ({"jitter": 0.9}, "less than or equal to 0.5"),
+    ],
+)
+def test_bad_polling_config_is_refused(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        GaugeConfig.model_validate(config)
+
+
+async def test_bad_polling_config_names_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"sensors\.gauge\.jitter"):
+        async with SensorHarness(Gauge, config={"jitter": 2}, tmp_path=tmp_path):
+            pass  # pragma: no cover - never entered
