@@ -3,6 +3,8 @@
 # elsewhere we only say what is missing, and the tests that need it skip with that reason.
 set -euo pipefail
 need=()
+# The git sensor's tests make real repositories.
+command -v git >/dev/null 2>&1 || need+=(git)
 # The MQTT tests start their own broker and use a client we did not write.
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
 command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)

@@ -232,7 +232,7 @@ async def test_never_overlaps_checks_of_one_subject(
     tmp_path: Path, eventually: Callable[..., Awaitable[None]]
 ) -> None:
     """Two blocks on one subject and a revalidation: one check of the subject at a time;
-    a poll due while one runs is skipped and counted."""
+    polls due while one runs wait for it (counted), then run one after another."""
     async with harness(tmp_path, [{"name": "t", "equals": 1}, {"name": "t", "equals": 2}]) as h:
         h.sensor.world["t"] = 1
         await h.wait_for_events(2)
@@ -241,10 +241,12 @@ async def test_never_overlaps_checks_of_one_subject(
         revalidation = asyncio.create_task(h.revalidate(block_id=block))
         await eventually(lambda: h.sensor.running.get("t") == 1)
         h.advance(60)  # both polls fall due while the revalidation holds the subject
-        await eventually(lambda: h.sensor.poll_counters.skipped == 2)
+        await eventually(lambda: h.sensor.poll_counters.waited == 2)
+        checks = h.sensor.poll_counters.checks
         h.sensor.gate.set()
         [answer] = await revalidation
         assert answer.outcome == Outcome.CONFIRMED
+        await eventually(lambda: h.sensor.poll_counters.checks == checks + 2)
         assert h.sensor.max_running["t"] == 1
 
 

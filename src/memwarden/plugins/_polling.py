@@ -17,8 +17,8 @@ The base then
   (and at least every half ``validity_window`` when the observation has one) so
   validity windows are renewed;
 - answers the daemon's revalidation requests with the same ``check``;
-- never runs two checks of one subject at once: a poll that finds one running is skipped
-  (counted), a revalidation waits for it;
+- never runs two checks of one subject at once: a poll or a revalidation that finds one
+  running waits for it (counted in ``waited``);
 - turns a crashing or overlong check (``check_timeout``) into an ``error`` observation,
   never a refutation, and counts everything in :attr:`PollingSensor.poll_counters`.
 """
@@ -143,7 +143,7 @@ class PollCounters:
     errors: int = 0  # checks that ended in an error (including crashes and timeouts)
     crashes: int = 0  # checks that raised
     timeouts: int = 0  # checks that outlived check_timeout
-    skipped: int = 0  # polls skipped because a check of the subject was running
+    waited: int = 0  # polls that waited for a running check of the same subject
     revalidations: int = 0  # checks run for a revalidation request
 
     def as_dict(self) -> dict[str, int]:
@@ -274,15 +274,16 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         while True:
             lock = self._lock(bound.subject)
             if lock.locked():
-                self.poll_counters.skipped += 1
-                ctx.log.info("poll_skipped", subject=bound.subject, reason="check running")
-            else:
-                async with lock:
-                    obs = await self._checked(bound)
-                failures = failures + 1 if Outcome(obs.outcome) == Outcome.ERROR else 0
-                event = self._if_due(ctx, bound, obs)
-                if event is not None:
-                    await ctx.emit(event)
+                # Another block's check (or a revalidation) of this subject is running:
+                # wait for it, never run beside it. Several claims about one subject are
+                # checked one after another, not an interval apart.
+                self.poll_counters.waited += 1
+            async with lock:
+                obs = await self._checked(bound)
+            failures = failures + 1 if Outcome(obs.outcome) == Outcome.ERROR else 0
+            event = self._if_due(ctx, bound, obs)
+            if event is not None:
+                await ctx.emit(event)
             await ctx.sleep(self._delay(self.interval_of(bound), failures))
 
     def _delay(self, interval: timedelta, failures: int) -> float:

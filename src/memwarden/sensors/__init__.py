@@ -1,5 +1,5 @@
 """The built-in sensors, registered through the ``memwarden.sensors`` entry points like
-any third-party plugin: ``fs``, ``code_test``, ``runtime``, ``http`` and ``review``. See
+any third-party plugin: ``fs``, ``code_test``, ``runtime``, ``http``, ``review`` and ``git``. See
 ``docs/SENSORS.md``.
 
 Each sensor lives in its own module and is imported only when asked for, so one that
@@ -18,6 +18,7 @@ __all__ = [
     "FsBinding",
     "FsConfig",
     "FsSensor",
+    "GitSensor",
     "HttpSensor",
     "ReviewSensor",
     "RuntimeSensor",
@@ -30,6 +31,7 @@ _WHERE = {
     "FsBinding": "fs",
     "FsConfig": "fs",
     "FsSensor": "fs",
+    "GitSensor": "git",
     "HttpSensor": "http",
     "ReviewSensor": "review",
     "RuntimeSensor": "runtime",
