@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+from typing import Any
 
 from tests.mqtt.conftest import MEMWARDEN, event_json, run_tool, stored
 
@@ -140,7 +141,19 @@ async def test_messages_a_full_broker_queue_drops_are_seen_and_re_sent(
     a = await start_agent(broker)
     await d.obj.mqtt.connected()
     await a.obj.connected()
+    # The daemon commits (and so acknowledges) nothing until the agent has published all
+    # 400: the broker's queue for the daemon (5) must overflow, however fast the machine.
+    published = asyncio.Event()
+    submit = d.obj.bus.submit
+
+    async def held_submit(source: str, payloads: Any, **options: Any) -> Any:
+        await published.wait()
+        return await submit(source, payloads, **options)
+
+    d.obj.bus.submit = held_submit
     await _emit(a.obj, 400)
+    await eventually(lambda: a.obj.published >= 400, timeout_s=30)
+    published.set()
     db = d.obj.settings.db_path
     await eventually(lambda: stored(db, a.obj.agent) == (400, 400), timeout_s=30)
     gaps = d.obj.mqtt.gaps.agents["edge1"]
