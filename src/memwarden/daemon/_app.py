@@ -52,7 +52,8 @@ from memwarden.memory import (
 )
 from memwarden.memory._codec import binding_from_row
 from memwarden.memory._files import private_dir
-from memwarden.memory._store import Store, validate_input
+from memwarden.memory._results import validate_input
+from memwarden.memory._store import Store
 from memwarden.memory._transfer import is_export_row
 from memwarden.plugins import (
     BoundSubject,
