@@ -30,16 +30,16 @@ from pydantic import ValidationError
 
 from memwarden import __version__
 from memwarden.agent._queue import AgentQueue
-from memwarden.daemon._mqtt import Topics, keep_connected, make_client, split_agent, tls_context
-from memwarden.daemon._sensors import build_runner
 from memwarden.errors import ConfigError, MemwardenError
 from memwarden.errors import ValidationInputError as InputError
+from memwarden.hosting import build_runner
 from memwarden.memory import Binding, RevalidationRequest, SystemClock, from_ts, new_id
+from memwarden.mqtt import Topics, keep_connected, make_client, split_agent, tls_context
 from memwarden.plugins import Backoff, BoundSubject, Registry, SensorRunner
 
 if TYPE_CHECKING:
     from memwarden.agent._queue import QueuedEvent
-    from memwarden.daemon._config import MqttSettings, SensorSettings, Settings
+    from memwarden.daemon import MqttSettings, SensorSettings, Settings
     from memwarden.memory import Clock, ValidationEvent
 
 __all__ = ["Agent"]
