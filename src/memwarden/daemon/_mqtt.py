@@ -56,14 +56,19 @@ from memwarden.daemon._ingest import Refused
 from memwarden.errors import StorageError, ValidationInputError
 from memwarden.memory import Outcome, ValidationEvent, from_ts, to_ts
 from memwarden.mqtt import (
+    DAEMON_OFFLINE,
+    DAEMON_ONLINE,
     AgentGaps,
     GapTracker,
     Topics,
+    bindings_message,
+    block_state,
     describe_error,
     is_agent_id,
     keep_connected,
     make_client,
     manual_acks,
+    resend_request,
     split_agent,
     tls_context,
 )
@@ -255,7 +260,7 @@ class MqttBridge:
 
     async def _session(self) -> None:
         """One connection: subscribe, say online, then receive and publish until it ends."""
-        will = aiomqtt.Will(self.topics.status, b"offline", qos=1, retain=True)
+        will = aiomqtt.Will(self.topics.status, DAEMON_OFFLINE, qos=1, retain=True)
         client = make_client(self.settings, client_id=self.client_id, will=will, tls=self._tls)
         ack = manual_acks(client)  # before connecting: queued messages arrive at once
         async with client:
@@ -268,7 +273,7 @@ class MqttBridge:
                         (self.topics.agent_heartbeat(), 1),
                     ]
                 )
-                await client.publish(self.topics.status, b"online", qos=1, retain=True)
+                await client.publish(self.topics.status, DAEMON_ONLINE, qos=1, retain=True)
                 self.connections += 1
                 self._disconnected.clear()
                 self._connected.set()
@@ -292,7 +297,7 @@ class MqttBridge:
                             await self._drained()
                     publisher.cancel()
                 await client.publish(
-                    self.topics.status, b"offline", qos=1, retain=True, timeout=self._drain_s
+                    self.topics.status, DAEMON_OFFLINE, qos=1, retain=True, timeout=self._drain_s
                 )
             finally:
                 self._connected.clear()
@@ -522,8 +527,9 @@ class MqttBridge:
             if stats is None:  # forgotten meanwhile (bounded tracking)
                 continue
             stats.resends += 1
-            body = {"agent": agent, "from_seq": first, "to_seq": last}
-            await self.publish(self.topics.agent_resend(agent_id), json.dumps(body).encode())
+            await self.publish(
+                self.topics.agent_resend(agent_id), resend_request(agent, first, last)
+            )
 
     def _agent_status(self, agent_id: str, payload: bytes) -> None:
         now = self.clock.time()
@@ -731,23 +737,22 @@ class MqttBridge:
     async def publish_bindings(self, sensor: str) -> None:
         """Publish (retained) the bindings a remote sensor owns, for its agent."""
         rows = await self.store.bindings_for_sensor(sensor)
-        body = [{"block_id": b, "binding": binding.model_dump(mode="json")} for b, binding in rows]
-        await self.publish(self.topics.bindings(sensor), json.dumps(body).encode(), retain=True)
+        await self.publish(self.topics.bindings(sensor), bindings_message(rows), retain=True)
 
     async def on_applied(self, result: ApplyResult) -> None:
         """After a commit: forget answered requests, publish the state changes."""
         for request_id in result.answered:
             self._awaiting.pop(request_id, None)
         for change in result.changes:
-            body = {
-                "block_id": change.block_id,
-                "state": change.after,
-                "before": change.before,
-                "reliability": change.reliability,
-                "observed_at": from_ts(change.observed_at).isoformat(),
-                "event_id": change.event_id,
-            }
-            await self.publish(self.topics.block_state(change.block_id), json.dumps(body).encode())
+            body = block_state(
+                change.block_id,
+                state=change.after,
+                before=change.before,
+                reliability=change.reliability,
+                observed_at=change.observed_at,
+                event_id=change.event_id,
+            )
+            await self.publish(self.topics.block_state(change.block_id), body)
 
     async def expire_overdue(self) -> int:
         """Answer remote requests whose deadline passed with an ``error`` event."""
