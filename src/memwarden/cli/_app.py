@@ -134,7 +134,7 @@ def _config_file(given: Path | None) -> Path | None:
 
 
 def _print_config_problems(file: Path) -> None:
-    from memwarden.daemon._config import config_problems  # noqa: PLC0415
+    from memwarden.daemon import config_problems  # noqa: PLC0415
     from memwarden.plugins import Registry  # noqa: PLC0415
 
     _, problems = config_problems(file, lambda allow: Registry.from_entry_points(allow=allow))
@@ -271,8 +271,7 @@ def config_check(
     ] = None,
 ) -> None:
     """Check a configuration file; print every problem with its path, in one pass."""
-    from memwarden.daemon import configure_logging  # noqa: PLC0415
-    from memwarden.daemon._config import config_problems  # noqa: PLC0415
+    from memwarden.daemon import config_problems, configure_logging  # noqa: PLC0415
     from memwarden.plugins import Registry  # noqa: PLC0415
 
     configure_logging("warning", "console", stream="stderr")  # stdout is the report

@@ -30,7 +30,6 @@ from memwarden.daemon._metrics import DaemonMetrics
 from memwarden.daemon._mqtt import MqttBridge
 from memwarden.daemon._notify import Notifier
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
-from memwarden.daemon._sensors import build_runner
 from memwarden.daemon._sessions import SessionWatch
 from memwarden.errors import (
     AmbiguousIdError,
@@ -41,6 +40,7 @@ from memwarden.errors import (
     PluginLoadError,
     ValidationInputError,
 )
+from memwarden.hosting import build_runner
 from memwarden.memory import (
     Binding,
     BlockState,

@@ -12,7 +12,7 @@ import socket
 import tomllib
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
 
 from memwarden.errors import ConfigError, PluginLoadError
+from memwarden.hosting import validate_sensor_options
 from memwarden.memory import Duration
 from memwarden.memory._compaction import CompactionConfig
 from memwarden.memory._model import Unit
@@ -35,7 +36,6 @@ from memwarden.plugins import StartupPolicy
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from pydantic_core import ErrorDetails
     from pydantic_settings import PydanticBaseSettingsSource
 
     from memwarden.plugins import Registry
@@ -61,7 +61,6 @@ __all__ = [
 ]
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
-M = TypeVar("M", bound=BaseModel)
 Port = Annotated[int, Field(ge=0, le=65535)]
 
 
@@ -475,25 +474,6 @@ def format_problems(err: ValidationError) -> list[str]:
             msg = "unknown setting"
         out.append(f"{path}: {msg}")
     return out
-
-
-def _sensor_problem(name: str, item: ErrorDetails) -> str:
-    path = ".".join(["sensors", name, *(str(p) for p in item["loc"])])
-    msg = "unknown setting" if item["type"] == "extra_forbidden" else item["msg"]
-    return f"{path}: {msg}"
-
-
-def validate_sensor_options(name: str, model: type[M], options: Mapping[str, Any]) -> M:
-    """A sensor's own ``Config`` from its table; :class:`ConfigError` naming each key.
-
-    Problems read ``sensors.<name>.<key>: <message>`` (``unknown setting`` for a key the
-    sensor does not declare), exactly as ``memwarden config check`` prints them.
-    """
-    try:
-        return model.model_validate(dict(options))
-    except ValidationError as err:
-        problems = [_sensor_problem(name, item) for item in err.errors()]
-        raise ConfigError("; ".join(problems), problems=problems) from None
 
 
 def _one_sensor_problems(name: str, conf: SensorSettings, registry: Registry) -> list[str]:
