@@ -1025,11 +1025,8 @@ class Daemon:
         """The 0-100 health score with its warnings, and the counts behind it."""
         failing = [n for n, r in self.runners.items() if r.status in ("failed", "backoff")]
         counts = await self.store.counts()
-        fn = getattr(self.store, "health", None)
-        report: dict[str, Any] = {}
-        if fn is not None:
-            result = await fn(failing_sensors=failing, sensors_total=len(self.runners))
-            report = result.as_dict() if hasattr(result, "as_dict") else dict(result)
+        result = await self.store.health(failing_sensors=failing, sensors_total=len(self.runners))
+        report: dict[str, Any] = result.as_dict()
         quarantined = [b.as_dict() for b in await self.store.quarantined_bindings()]
         if quarantined:
             report.setdefault("warnings", []).append(
