@@ -40,7 +40,7 @@ from memwarden.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
 
     from memwarden.client import AsyncClient
     from memwarden.memory import Block
@@ -533,7 +533,7 @@ def get(
 
 
 def _believed(block_id: str, as_of: str, *, db: Path | None, json_out: bool) -> None:
-    async def api(c: AsyncClient) -> dict[str, Any]:
+    async def api(c: AsyncClient) -> Mapping[str, Any]:
         return await c.believed_at(block_id, as_of)
 
     async def local(s: Store) -> dict[str, Any]:

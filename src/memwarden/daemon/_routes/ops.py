@@ -3,12 +3,11 @@ metrics (``/metrics``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
 from memwarden import __version__
+from memwarden.client import HealthAnswer
 from memwarden.daemon._routes._deps import Auth, DaemonDep
 
 __all__ = ["router"]
@@ -23,8 +22,10 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/v1/health")
-async def health(_: Auth, daemon: DaemonDep) -> dict[str, Any]:
-    """0-100 health with categorized warnings."""
+async def health(_: Auth, daemon: DaemonDep) -> HealthAnswer:
+    """0-100 health: ``green`` (80+), ``amber`` (50+) or ``red``, with categorized
+    warnings (worst first), the counts behind it, each sensor's status, quarantined
+    bindings, dead letters and, with the MQTT bridge, its state (``mqtt``)."""
     return await daemon.health()
 
 
