@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
+    from memwarden.client import HealthAnswer
     from memwarden.memory import Block, Clock, ValidationEvent
     from memwarden.memory._quarantine import StoredBinding
     from memwarden.memory._store import ApplyResult
@@ -1022,18 +1023,15 @@ class Daemon:
             "hidden_refuted": hidden,
         }
 
-    async def health(self) -> dict[str, Any]:
+    async def health(self) -> HealthAnswer:
         """The 0-100 health score with its warnings, and the counts behind it."""
         failing = [n for n, r in self.runners.items() if r.status in ("failed", "backoff")]
         counts = await self.store.counts()
-        fn = getattr(self.store, "health", None)
-        report: dict[str, Any] = {}
-        if fn is not None:
-            result = await fn(failing_sensors=failing, sensors_total=len(self.runners))
-            report = result.as_dict() if hasattr(result, "as_dict") else dict(result)
+        report = await self.store.health(failing_sensors=failing, sensors_total=len(self.runners))
+        warnings = [w.as_dict() for w in report.warnings]
         quarantined = [b.as_dict() for b in await self.store.quarantined_bindings()]
         if quarantined:
-            report.setdefault("warnings", []).append(
+            warnings.append(
                 {
                     "severity": "warning",
                     "category": "bindings",
@@ -1042,14 +1040,18 @@ class Daemon:
                     " see quarantined_bindings)",
                 }
             )
-        return {
-            **report,
+        answer: HealthAnswer = {
+            "score": report.score,
+            "status": report.status,
+            "warnings": warnings,
             "counts": counts,
             "quarantined_bindings": quarantined,
             "sensors": self.sensor_status(),
             "dead_letters": counts.get("dead_letters", 0),
-            **({"mqtt": await self.mqtt.health()} if self.mqtt is not None else {}),
         }
+        if self.mqtt is not None:
+            answer["mqtt"] = await self.mqtt.health()
+        return answer
 
     # ------------------------------------------------------------------ status
 
