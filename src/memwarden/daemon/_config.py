@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from pydantic.fields import FieldInfo
-    from pydantic_core import ErrorDetails
 
     from memwarden.plugins import Registry
 
