@@ -35,7 +35,7 @@ from memwarden.daemon._sensors import build_runner
 from memwarden.errors import ConfigError, MemwardenError
 from memwarden.errors import ValidationInputError as InputError
 from memwarden.memory import Binding, RevalidationRequest, SystemClock, from_ts, new_id
-from memwarden.plugins import Backoff, BoundSubject, Registry, SensorRunner
+from memwarden.plugins import Backoff, BoundSubject, Registry, SensorRunner, check_binding
 
 if TYPE_CHECKING:
     from memwarden.agent._queue import QueuedEvent
@@ -289,14 +289,12 @@ class Agent:
         except (ValueError, TypeError) as err:
             log.warning("bindings_invalid", sensor=name, error=str(err))
             return
-        bound: list[BoundSubject] = []
+        bound: list[BoundSubject[Any]] = []
         for item in items:
             try:
-                binding = Binding.model_validate(item["binding"])
-                selector = runner.ctx.parse_binding(binding)
-                check = getattr(runner.sensor, "validate_binding", None)
-                if check is not None:
-                    check(selector)
+                binding, selector = check_binding(
+                    runner.sensor, runner.ctx, Binding.model_validate(item["binding"])
+                )
                 bound.append(BoundSubject(str(item["block_id"]), binding, selector))
             except (InputError, ValidationError, ValueError, KeyError, TypeError) as err:
                 log.warning("binding_invalid", sensor=name, binding=str(item)[:300], error=str(err))
