@@ -7,9 +7,11 @@ distribution, so they are found exactly like third-party ones.
 The entry-point name is the sensor's kind (what ``[sensors.<name>] kind = ...`` names).
 A class may repeat it as ``kind``; one that states another kind is refused at load, so a
 plugin has one name, not two that drift apart (a subclass registered under its own name
-need not restate ``kind``: only a ``kind`` in the class's own body is checked). A class declares the plugin API version
-it was written for (``api_version``); one without it is a version-1 plugin and runs
-through the shim (:mod:`memwarden.plugins._shim`) with a ``DeprecationWarning``.
+need not restate ``kind``: only a ``kind`` in the class's own body is checked).
+
+A class declares the plugin API version it was written for (``api_version``); one
+without it is a version-1 plugin and runs through the shim
+(:mod:`memwarden.plugins._shim`) with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
