@@ -122,8 +122,8 @@ class Sensor(Protocol[B]):
 
     ``api_version`` says which contract the class was written for (:data:`PLUGIN_API`).
     A class may also declare ``kind``; it must then equal its entry-point name. Optional
-    capabilities (``validate_binding``, ``describe``, ``quick_check`` ...) are separate
-    protocols: see :mod:`memwarden.plugins._capabilities`.
+    capabilities are separate protocols in :mod:`memwarden.plugins`: ``QuickCheck``,
+    ``BindingValidator``, ``Describes``, ``PreparesValidation``, ``NeedsReviews``.
     """
 
     api_version: ClassVar[int]
