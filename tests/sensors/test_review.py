@@ -104,7 +104,7 @@ async def test_edit_supersedes_the_text_and_keeps_the_old_version(store, clock):
     assert after.state == "fresh"
     assert out["review"]["decision"] == "edit"
     async with (
-        store._read() as conn,
+        store.db.read() as conn,
         conn.execute(
             "SELECT version, content, replaced_by FROM block_history WHERE block_id = ?",
             (block.id,),
@@ -167,7 +167,7 @@ async def test_a_decision_answers_the_review_sensors_open_revalidation(store, cl
     clock.advance(1)
     await store.decide_review(review.id, "confirm", reviewer="alice")
     async with (
-        store._read() as conn,
+        store.db.read() as conn,
         conn.execute(
             "SELECT status, outcome FROM revalidations WHERE id = ?", (request_id,)
         ) as cur,

@@ -30,7 +30,6 @@ from memwarden.daemon._metrics import DaemonMetrics
 from memwarden.daemon._mqtt import MqttBridge
 from memwarden.daemon._notify import Notifier
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
-from memwarden.daemon._sensors import build_runner
 from memwarden.daemon._sessions import SessionWatch
 from memwarden.errors import (
     AmbiguousIdError,
@@ -41,6 +40,7 @@ from memwarden.errors import (
     PluginLoadError,
     ValidationInputError,
 )
+from memwarden.hosting import build_runner
 from memwarden.memory import (
     Binding,
     BlockState,
@@ -52,7 +52,8 @@ from memwarden.memory import (
 )
 from memwarden.memory._codec import binding_from_row
 from memwarden.memory._files import private_dir
-from memwarden.memory._store import Store, validate_input
+from memwarden.memory._results import validate_input
+from memwarden.memory._store import Store
 from memwarden.memory._transfer import is_export_row
 from memwarden.plugins import (
     BoundSubject,
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
+    from memwarden.client import HealthAnswer
     from memwarden.memory import Block, Clock, ValidationEvent
     from memwarden.memory._quarantine import StoredBinding
     from memwarden.memory._store import ApplyResult
@@ -1030,18 +1032,15 @@ class Daemon:
             "hidden_refuted": hidden,
         }
 
-    async def health(self) -> dict[str, Any]:
+    async def health(self) -> HealthAnswer:
         """The 0-100 health score with its warnings, and the counts behind it."""
         failing = [n for n, r in self.runners.items() if r.status in ("failed", "backoff")]
         counts = await self.store.counts()
-        fn = getattr(self.store, "health", None)
-        report: dict[str, Any] = {}
-        if fn is not None:
-            result = await fn(failing_sensors=failing, sensors_total=len(self.runners))
-            report = result.as_dict() if hasattr(result, "as_dict") else dict(result)
+        report = await self.store.health(failing_sensors=failing, sensors_total=len(self.runners))
+        warnings = [w.as_dict() for w in report.warnings]
         quarantined = [b.as_dict() for b in await self.store.quarantined_bindings()]
         if quarantined:
-            report.setdefault("warnings", []).append(
+            warnings.append(
                 {
                     "severity": "warning",
                     "category": "bindings",
@@ -1050,14 +1049,18 @@ class Daemon:
                     " see quarantined_bindings)",
                 }
             )
-        return {
-            **report,
+        answer: HealthAnswer = {
+            "score": report.score,
+            "status": report.status,
+            "warnings": warnings,
             "counts": counts,
             "quarantined_bindings": quarantined,
             "sensors": self.sensor_status(),
             "dead_letters": counts.get("dead_letters", 0),
-            **({"mqtt": await self.mqtt.health()} if self.mqtt is not None else {}),
         }
+        if self.mqtt is not None:
+            answer["mqtt"] = await self.mqtt.health()
+        return answer
 
     # ------------------------------------------------------------------ status
 
