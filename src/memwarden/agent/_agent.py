@@ -43,7 +43,7 @@ from memwarden.mqtt import (
     split_agent,
     tls_context,
 )
-from memwarden.plugins import Backoff, BoundSubject, Registry, SensorRunner
+from memwarden.plugins import Backoff, BoundSubject, Registry, SensorRunner, check_binding
 
 if TYPE_CHECKING:
     from memwarden.agent._queue import QueuedEvent
@@ -297,14 +297,12 @@ class Agent:
         except (ValueError, TypeError) as err:
             log.warning("bindings_invalid", sensor=name, error=str(err))
             return
-        bound: list[BoundSubject] = []
+        bound: list[BoundSubject[Any]] = []
         for item in items:
             try:
-                binding = Binding.model_validate(item["binding"])
-                selector = runner.ctx.parse_binding(binding)
-                check = getattr(runner.sensor, "validate_binding", None)
-                if check is not None:
-                    check(selector)
+                binding, selector = check_binding(
+                    runner.sensor, runner.ctx, Binding.model_validate(item["binding"])
+                )
                 bound.append(BoundSubject(str(item["block_id"]), binding, selector))
             except (InputError, ValidationError, ValueError, KeyError, TypeError) as err:
                 log.warning("binding_invalid", sensor=name, binding=str(item)[:300], error=str(err))
