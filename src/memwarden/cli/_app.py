@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from memwarden.client import AsyncClient
-    from memwarden.memory import Block
-    from memwarden.memory._store import Store
+    from memwarden.memory import Block, Store
 
 app = typer.Typer(
     name="memwarden",
@@ -418,7 +417,7 @@ def _call(
     """Run a data command against the running daemon, or a database file with ``--db``
     (which must exist unless ``create``: only `add` and `import` start a new one)."""
     from memwarden.daemon import configure_logging  # noqa: PLC0415
-    from memwarden.memory._store import Store  # noqa: PLC0415
+    from memwarden.memory import Store  # noqa: PLC0415
 
     configure_logging("warning", "console", stream="stderr")
     if db is not None and not create and not db.is_file():

@@ -48,6 +48,7 @@ from memwarden.errors import (
 )
 from memwarden.memory import (
     Block,
+    BlockPatch,
     BlockState,
     NewBlock,
     Tier,
@@ -59,7 +60,6 @@ from memwarden.memory import (
 )
 from memwarden.memory._files import write_private
 from memwarden.memory._model import MAX_CONTENT_CHARS
-from memwarden.memory._store import BlockPatch
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Generator

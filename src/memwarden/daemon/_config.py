@@ -26,8 +26,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
 
 from memwarden.errors import ConfigError, PluginLoadError
-from memwarden.memory import Duration
-from memwarden.memory._compaction import CompactionConfig
+from memwarden.memory import CompactionConfig, Duration
 from memwarden.memory._model import Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy

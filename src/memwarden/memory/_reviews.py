@@ -1,7 +1,8 @@
 """The human review queue: list, show and decide review items, and find what to escalate.
 
-Each function takes a :class:`~memwarden.memory._store.Store` (which exposes the main
-ones as thin methods). An item is one ``reviews`` row: a block, the reason it needs a
+Each function takes the :class:`~memwarden.memory._store.Store` (which exposes the main
+ones as thin methods): a decision combines store operations (an edit, an event, a read
+back); its own queries go through ``store.db``. An item is one ``reviews`` row: a block, the reason it needs a
 human, and — when shown — the evidence (the block's last events). The rules already
 queue items for a hard refutation no bound sensor can settle and for repeated check
 errors; the review sensor queues the others (:func:`escalation_candidates`).

@@ -46,11 +46,11 @@ from memwarden.memory import (
     Outcome,
     RevalidationReason,
     RevalidationRequest,
+    Store,
     ValidationEvent,
     from_ts,
 )
 from memwarden.memory import FakeClock as _StoreFakeClock
-from memwarden.memory._store import Store
 from memwarden.plugins._contract import BoundSubject, SensorContext, StartupPolicy
 from memwarden.plugins._registry import validate_sensor_class
 from memwarden.plugins._supervisor import Backoff, SensorCounters, SensorRunner

@@ -38,8 +38,7 @@ from memwarden.memory._reviews import escalation_candidates, queue_review
 from memwarden.plugins import BaseBinding, BaseSensorConfig
 
 if TYPE_CHECKING:
-    from memwarden.memory import RevalidationRequest, ValidationEvent
-    from memwarden.memory._store import Store
+    from memwarden.memory import RevalidationRequest, Store, ValidationEvent
     from memwarden.plugins import SensorContext
 
 __all__ = ["ReviewBinding", "ReviewConfig", "ReviewSensor"]
