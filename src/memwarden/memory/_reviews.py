@@ -2,10 +2,11 @@
 
 Each function takes the :class:`~memwarden.memory._store.Store` (which exposes the main
 ones as thin methods): a decision combines store operations (an edit, an event, a read
-back); its own queries go through ``store.db``. An item is one ``reviews`` row: a block, the reason it needs a
-human, and — when shown — the evidence (the block's last events). The rules already
-queue items for a hard refutation no bound sensor can settle and for repeated check
-errors; the review sensor queues the others (:func:`escalation_candidates`).
+back); its own queries go through ``store.db``. An item is one ``reviews`` row: a
+block, the reason it needs a human, and — when shown — the evidence (the block's last
+events). The rules already queue items for a hard refutation no bound sensor can
+settle and for repeated check errors; the review sensor queues the others
+(:func:`escalation_candidates`).
 
 A decision is an event like any other: ``sensor="review"`` (the review sensor's name),
 ``block_id`` = the item's block, ``confirmed`` or ``refuted``, the reviewer's comment as

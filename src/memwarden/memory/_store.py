@@ -333,7 +333,15 @@ class Store:
         return await self._evidence.receipts_for(block_ids)
 
     async def believed_at(self, block_id: str, at: float) -> dict[str, Any]:
-        """What we believed about a block at ``at`` (see :meth:`Evidence.believed_at`)."""
+        """What we believed about a block at ``at``: its content version, state,
+        reliability, validation and the last evidence committed before then.
+
+        Rebuilt from the append-only event log (events and their effects, in commit
+        order), the block's history of edits (``block_history``) and the audit log
+        (archive, restore). Bi-temporal as far as the evidence goes: each piece of
+        evidence says when the world was observed (``observed_at``) and when we learned
+        it (``committed_at``); ``at`` is compared with the latter.
+        """
         return await self._evidence.believed_at(block_id, at)
 
     # ------------------------------------------------------------------ reads
@@ -400,8 +408,13 @@ class Store:
         record: bool = True,
     ) -> list[SearchHit]:
         """Blocks matching ``query`` (words, never FTS syntax), ranked by
-        relevance x freshness x reliability x retention (see :meth:`Search.search`).
+        relevance x freshness x reliability x retention.
 
+        Every word must match; when no block has them all, any word may (ranked by BM25,
+        so blocks with more of them come first).
+        BM25 picks the best ``ranking.candidates`` matches in one pass; only those are
+        joined to their blocks and re-ranked, so ranking adds no second pass over every
+        match. Archived blocks are not in the index; refuted ones only when asked.
         With a ``session`` (and ``record``), the hits' retrievals are recorded, which
         feeds core promotion (:meth:`record_access`); the hits show the blocks as they
         were before this retrieval.
