@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from memwarden.errors import ValidationInputError
 from memwarden.memory import SystemClock
 from memwarden.plugins.testing import SensorHarness
-from memwarden.sensors.http import HttpBinding, HttpSensor, resolve_pointer, url_allowed
+from memwarden.sensors.http import HttpBinding, HttpSensor, url_allowed
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -369,6 +369,7 @@ def test_binding_validation_names_the_problem():
     bad = [
         ({"url": "ftp://127.0.0.1/x"}, "http:// or https://"),
         ({"url": "http://127.0.0.1/", "key": "version"}, "JSON pointer"),
+        ({"url": "http://127.0.0.1/", "key": "/a~2"}, "'~' must be followed by 0"),
         ({"url": "http://127.0.0.1/", "equals": 1}, "need a key"),
         ({"url": "http://127.0.0.1/", "body_regex": "("}, "does not compile with RE2"),
         ({"url": "http://127.0.0.1/", "command": "x"}, "Extra inputs"),
@@ -379,16 +380,30 @@ def test_binding_validation_names_the_problem():
     assert HttpBinding.model_validate({"url": "http://h/", "key": "/a", "equals": None}).key
 
 
-def test_host_patterns_and_json_pointers():
-    """*.example.com covers subdomains only; JSON pointers follow RFC 6901 escapes."""
+def test_host_patterns():
+    """*.example.com covers subdomains only; IPv6 hosts are written in brackets."""
     assert url_allowed("https://api.example.com/", ["*.example.com"])
     assert not url_allowed("https://example.com/", ["*.example.com"])
     assert not url_allowed("https://evil-example.com/", ["*.example.com"])
     assert url_allowed("http://[::1]/", ["[::1]"])
     assert url_allowed("http://[::1]:8080/", ["[::1]:*"])
     assert not url_allowed("http://[::1]:8080/", ["::1"])
-    doc = {"a/b": {"m~n": [10, 20]}}
-    assert resolve_pointer(doc, "/a~1b/m~0n/1") == 20
-    assert resolve_pointer(doc, "") is doc
-    with pytest.raises(LookupError):
-        resolve_pointer(doc, "/a~1b/m~0n/2")
+
+
+async def test_a_key_with_a_non_ascii_digit_index_refutes_instead_of_crashing(tmp_path, server):
+    """`/list/²`: `str.isdigit` accepts "²" and `int` refuses it; on an array the token is
+    no index (RFC 6901: ASCII digits only), so the body has no such value: refuted."""
+    server.body = b'{"list": [1, 2, 3]}'
+    binding = {"url": f"{server.url}/v", "key": "/list/\u00b2", "equals": 3}
+    async with harness(tmp_path, binding) as h:
+        [event] = await h.revalidate(binding["url"])
+    assert (event.outcome, event.message) == ("refuted", "no /list/\u00b2 in the body")
+
+
+async def test_a_bad_pointer_in_a_binding_is_refused_naming_the_key(tmp_path, server):
+    """A key that is no JSON pointer is a 422 naming ``bindings.0.key``, never a crash."""
+    async with harness(tmp_path) as h:
+        for key in ("version", "/a~2b", "/a~"):
+            with pytest.raises(ValidationInputError, match="JSON pointer") as err:
+                await h.set_bindings([{"url": f"{server.url}/v", "key": key}])
+            assert err.value.field == "bindings.0.key"

@@ -47,6 +47,7 @@ from pydantic import (
 )
 
 from memwarden import __version__
+from memwarden.jsonpointer import check_pointer, json_equal, resolve_pointer
 from memwarden.memory import Duration, Outcome, format_duration
 from memwarden.plugins import PLUGIN_API, BaseBinding, BaseSensorConfig
 from memwarden.sensors._observed import bounded
@@ -67,7 +68,6 @@ __all__ = [
     "HttpConfig",
     "HttpSensor",
     "Target",
-    "resolve_pointer",
     "url_allowed",
 ]
 
@@ -103,7 +103,9 @@ class HttpBinding(BaseBinding):
     status: Annotated[list[Annotated[int, Field(ge=100, le=599)]], Field(min_length=1)] = Field(
         default_factory=lambda: [200]
     )
-    key: str | None = Field(default=None, description="A JSON pointer (RFC 6901): /a/b/0.")
+    key: str | None = Field(
+        default=None, max_length=4096, description="A JSON pointer (RFC 6901): /a/b/0."
+    )
     equals: JsonValue = None
     matches: str | None = None
     body_regex: str | None = None
@@ -141,9 +143,7 @@ class HttpBinding(BaseBinding):
     @field_validator("key")
     @classmethod
     def _pointer(cls, value: str | None) -> str | None:
-        if value is not None and value and not value.startswith("/"):
-            raise ValueError(f"{value!r} is not a JSON pointer (it starts with /, like /a/0)")
-        return value
+        return None if value is None else check_pointer(value)
 
     @model_validator(mode="after")
     def _key_expectations(self) -> HttpBinding:
@@ -354,35 +354,6 @@ def url_allowed(url: str | httpx.URL | Target, allowed: Sequence[str | HostRule]
         return False
     rules = (r if isinstance(r, HostRule) else HostRule.parse(r) for r in allowed)
     return any(rule.allows(target) for rule in rules)
-
-
-def resolve_pointer(doc: Any, pointer: str) -> Any:
-    """The value at a JSON pointer (RFC 6901); ``LookupError`` when there is none."""
-    if pointer == "":
-        return doc
-    node = doc
-    for raw in pointer[1:].split("/"):
-        token = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            raise LookupError(pointer)
-    return node
-
-
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality: ``true`` is not ``1``, ``30`` is ``30.0``."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and bool(a == b)
 
 
 @dataclass(frozen=True, slots=True)
@@ -758,7 +729,7 @@ def _judge_key(selector: HttpBinding, text: str, observed: dict[str, Any]) -> st
     except LookupError:
         return f"no {selector.key} in the body"
     observed["value"] = bounded(value)
-    if "equals" in selector.model_fields_set and not _same(value, selector.equals):
+    if "equals" in selector.model_fields_set and not json_equal(value, selector.equals):
         return f"{selector.key} is {_short(value)}, expected {_short(selector.equals)}"
     if selector.matches is not None:
         subject = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
