@@ -293,8 +293,8 @@ def test_jitter_stays_within_bounds() -> None:
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"interval": "500ms"}, "interval: must not be shorter than min_interval"),
-        ({"interval": "5ms", "min_interval": "5ms"}, "must be at least 10ms"),
+        ({"interval": "500ms"}, r"interval: 0\.5s is below min_interval \(1s\)"),
+        ({"interval": "5ms", "min_interval": "5ms"}, r"0\.005s is too short \(at least 0\.01s\)"),
         ({"jitter": 0.9}, "less than or equal to 0.5"),
     ],
 )

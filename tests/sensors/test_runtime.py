@@ -352,15 +352,37 @@ async def test_a_hanging_plugin_times_out_and_its_process_group_is_killed(tmp_pa
     await eventually(lambda: gone(helper))
 
 
-async def test_a_run_due_while_a_revalidation_runs_is_skipped_not_overlapped(tmp_path):
-    """The periodic run skips (and counts) while a revalidation of the check holds it."""
-    slow = script(tmp_path, "check_slow", "sleep 0.6\necho 'OK'\n")
+async def test_a_run_due_while_a_revalidation_runs_waits_and_never_overlaps(tmp_path):
+    """The periodic run waits (and counts it) while a revalidation of the check holds it:
+    the plugin never runs twice at once."""
+    marker = tmp_path / "running"
+    slow = script(
+        tmp_path,
+        "check_slow",
+        f"if [ -e {marker} ]; then echo 'OVERLAP'; exit 2; fi\n"
+        f"touch {marker}\nsleep 0.6\nrm {marker}\necho 'OK'\n",
+    )
     checks = {"slow": {"type": "nagios", "command": [slow]}}
     async with harness(tmp_path, checks, "slow", interval="100ms") as h:
         await h.wait_for_events(1)
         [answer] = await h.revalidate("slow")
         assert answer.outcome == "confirmed"
-        assert h.sensor.skipped >= 1
+        await eventually(lambda: h.sensor.poll_counters.waited >= 1)
+    assert all(e.outcome == "confirmed" for e in h.emitted), [e.message for e in h.emitted]
+
+
+async def test_only_changes_are_emitted_and_a_dropped_check_is_an_error(tmp_path, listener):
+    """An unchanged result is not emitted again at every run (the polling base's change
+    detection); a binding whose check the config no longer names is an `error`."""
+    port = listener.getsockname()[1]
+    checks = {"db-port": {"type": "tcp_port", "host": "127.0.0.1", "port": port}}
+    async with harness(tmp_path, checks, "db-port", interval="20ms") as h:
+        await next_outcome(h, "confirmed")
+        await eventually(lambda: h.sensor.poll_counters.unchanged >= 3)
+        assert [e.outcome for e in h.emitted] == ["confirmed"]
+        h.sensor.config = h.sensor.config.model_copy(update={"checks": {}})
+        dropped = await next_outcome(h, "error")
+    assert dropped.message == "no runtime check named 'db-port'"
 
 
 def test_system_deps_script_lists_the_monitoring_plugins():

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import Field, JsonValue, model_validator
 
-from memwarden.memory import Duration, Outcome
+from memwarden.errors import ValidationInputError
+from memwarden.memory import Duration, Outcome, format_duration
 from memwarden.plugins._contract import PLUGIN_API, BaseBinding, BaseSensorConfig, BoundSubject
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from memwarden.plugins._contract import SensorContext
 
 __all__ = [
+    "HARD_MIN_INTERVAL",
     "Observation",
     "PollCounters",
     "PollingBinding",
@@ -81,12 +83,19 @@ class PollingConfig(BaseSensorConfig):
 
     @model_validator(mode="after")
     def _sane_intervals(self) -> PollingConfig:
-        for name in ("interval", "min_interval", "backoff_max", "confirm_every", "check_timeout"):
-            if getattr(self, name) < HARD_MIN_INTERVAL:
-                msg = f"{name}: must be at least 10ms"
+        for name in ("min_interval", "backoff_max", "confirm_every", "check_timeout"):
+            value = getattr(self, name)
+            if value < HARD_MIN_INTERVAL:
+                msg = (
+                    f"{name}: {format_duration(value)} is too short "
+                    f"(at least {format_duration(HARD_MIN_INTERVAL)})"
+                )
                 raise ValueError(msg)
         if self.interval < self.min_interval:
-            msg = "interval: must not be shorter than min_interval"
+            msg = (
+                f"interval: {format_duration(self.interval)} is below min_interval "
+                f"({format_duration(self.min_interval)})"
+            )
             raise ValueError(msg)
         return self
 
@@ -101,7 +110,11 @@ class PollingBinding(BaseBinding):
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """What one check saw; the base turns it into an event for the bound block."""
+    """What one check saw; the base turns it into an event for the bound block.
+
+    ``compare``, when set, is what "changed" compares instead of ``observed`` (leave out
+    what differs on every check, such as a latency, so an unchanged answer stays quiet).
+    """
 
     outcome: Outcome | str
     message: str = ""
@@ -109,6 +122,7 @@ class Observation:
     reliability: float | None = None
     validity_window: timedelta | None = None
     observed_at: datetime | None = None
+    compare: JsonValue = None
 
     @classmethod
     def confirmed(cls, message: str = "", **kw: Any) -> Observation:
@@ -128,8 +142,10 @@ class Observation:
         return cls(Outcome.ERROR, message, **kw)
 
     def key(self) -> tuple[str, str]:
-        """What "changed" compares: the outcome and the observed value (not the message)."""
-        return (str(Outcome(self.outcome)), json.dumps(self.observed, sort_keys=True, default=str))
+        """What "changed" compares: the outcome and the observed value (or ``compare``),
+        not the message."""
+        seen = self.observed if self.compare is None else self.compare
+        return (str(Outcome(self.outcome)), json.dumps(seen, sort_keys=True, default=str))
 
 
 @dataclass(slots=True)
@@ -210,6 +226,11 @@ class PollingSensor(Generic[ConfigT, BindingT]):
             return max(own, self.config.min_interval)
         return self.config.interval
 
+    def timeout_of(self, bound: BoundSubject[BindingT]) -> timedelta:  # noqa: ARG002 - a hook
+        """One check's deadline (default ``check_timeout``); a sensor whose checks have
+        their own deadlines returns a little more than those."""
+        return self.config.check_timeout
+
     # ------------------------------------------------------------------ the contract
 
     async def setup(self, ctx: SensorContext[BindingT]) -> None:
@@ -227,7 +248,17 @@ class PollingSensor(Generic[ConfigT, BindingT]):
     async def revalidate(
         self, request: RevalidationRequest, ctx: SensorContext[BindingT]
     ) -> ValidationEvent:
-        bound = BoundSubject(request.block_id, request.binding, ctx.parse_binding(request.binding))
+        try:  # a binding stored before today's rules: refused, never checked
+            selector = ctx.parse_binding(request.binding)
+        except ValidationInputError as err:
+            return ctx.event(
+                request.subject,
+                Outcome.ERROR,
+                message=f"binding refused: {err}"[:1000],
+                block_id=request.block_id,
+                request_id=request.id,
+            )
+        bound = BoundSubject(request.block_id, request.binding, selector)
         self.poll_counters.revalidations += 1
         async with self._lock(bound.subject):
             obs = await self._checked(bound)
@@ -288,15 +319,16 @@ class PollingSensor(Generic[ConfigT, BindingT]):
 
     def _delay(self, interval: timedelta, failures: int) -> float:
         base = interval.total_seconds()
-        if failures:
-            base = min(base * 2 ** min(failures, 32), self.config.backoff_max.total_seconds())
+        if failures:  # longer each time, up to backoff_max; never shorter than the interval
+            cap = max(base, self.config.backoff_max.total_seconds())
+            base = min(base * 2 ** min(failures, 32), cap)
         jitter = self.config.jitter
         return base * self.rng.uniform(1.0 - jitter, 1.0 + jitter)
 
     async def _checked(self, bound: BoundSubject[BindingT]) -> Observation:
         """``check`` under its deadline; a crash or a timeout is an ``error``."""
         self.poll_counters.checks += 1
-        timeout = self.config.check_timeout
+        timeout = self.timeout_of(bound)
         try:
             async with asyncio.timeout(timeout.total_seconds()):
                 obs = await self.check(bound)
