@@ -16,7 +16,10 @@ The base then
   changed**, plus a confirmation of an unchanged observation every ``confirm_every``
   (and at least every half ``validity_window`` when the observation has one) so
   validity windows are renewed;
-- answers the daemon's revalidation requests with the same ``check``;
+- answers the daemon's revalidation requests with the same ``check``, and counts one as
+  the binding's check: its next poll is an interval after it;
+- checks at once what a sensor's own watcher says may have changed
+  (:meth:`PollingSensor.check_soon`), polling staying the safety net;
 - never runs two checks of one subject at once: a poll or a revalidation that finds one
   running waits for it (counted in ``waited``);
 - turns a crashing or overlong check (``check_timeout``) into an ``error`` observation,
@@ -171,6 +174,24 @@ BindingT = TypeVar("BindingT", bound=BaseBinding)
 
 
 @dataclass(slots=True)
+class _Slot:
+    """When one binding is checked next: the one time that polls, revalidations and a
+    watcher's :meth:`PollingSensor.check_soon` all move."""
+
+    bound: BoundSubject[Any]
+    due_at: float  # clock time
+    sleeping: asyncio.Task[None] | None = None  # the poll task, while it sleeps
+    woken: bool = False
+
+    def wake(self) -> None:
+        """Interrupt the poll's sleep (like ``asyncio.timeout``: a cancellation the sleeper
+        takes back), so it looks at ``due_at`` again."""
+        if self.sleeping is not None and not self.woken:
+            self.woken = True
+            self.sleeping.cancel()
+
+
+@dataclass(slots=True)
 class _Seen:
     key: tuple[str, str]
     emitted_at: float  # clock time of the last event emitted for the block
@@ -192,6 +213,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         self.rng = random.Random()  # noqa: S311 - spreading polls, not secrets
         self._ctx: SensorContext[BindingT] | None = None
         self._tasks: dict[tuple[str, Any], asyncio.Task[None]] = {}
+        self._slots: dict[tuple[str, Any], _Slot] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._seen: dict[str, _Seen] = {}
 
@@ -218,6 +240,22 @@ class PollingSensor(Generic[ConfigT, BindingT]):
     async def on_teardown(self) -> None:
         """Release them (called by ``teardown``; must cope with a partial ``on_setup``)."""
 
+    async def on_bindings(self, bindings: list[BoundSubject[BindingT]]) -> None:
+        """The bindings changed (called by ``run`` after the base took them): a sensor
+        that watches for changes itself updates what it watches here."""
+
+    def check_soon(self, subject: str) -> int:
+        """Check every binding of ``subject`` now rather than at its next interval: for a
+        sensor whose own watcher saw something change. Returns how many were due."""
+        now = self.ctx.clock.time()
+        n = 0
+        for slot in self._slots.values():
+            if slot.bound.subject == subject:
+                slot.due_at = min(slot.due_at, now)
+                slot.wake()
+                n += 1
+        return n
+
     def interval_of(self, bound: BoundSubject[BindingT]) -> timedelta:
         """The binding's ``interval`` if it has one (never below ``min_interval``), else
         the sensor's."""
@@ -241,7 +279,9 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         ctx.ready()
         try:
             while True:
-                self._reconcile(ctx, await ctx.wait_bindings_changed())
+                bindings = await ctx.wait_bindings_changed()
+                self._reconcile(ctx, bindings)
+                await self.on_bindings(bindings)
         finally:
             await self._cancel_all()
 
@@ -263,7 +303,11 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         async with self._lock(bound.subject):
             obs = await self._checked(bound)
         event = self._event(ctx, bound, obs, request_id=request.id)
-        self._seen[bound.block_id] = _Seen(obs.key(), ctx.clock.time())
+        now = ctx.clock.time()
+        self._seen[bound.block_id] = _Seen(obs.key(), now)
+        slot = self._slots.get((bound.block_id, bound.binding))
+        if slot is not None:  # this was the binding's check: the next poll is due later
+            slot.due_at = max(slot.due_at, now + self._delay(self.interval_of(bound), 0))
         return event
 
     async def teardown(self) -> None:
@@ -282,27 +326,32 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         wanted = {(b.block_id, b.binding): b for b in bindings}
         for key in [k for k in self._tasks if k not in wanted]:
             self._tasks.pop(key).cancel()
+            self._slots.pop(key, None)
             if key[0] not in {k[0] for k in wanted}:
                 self._seen.pop(key[0], None)
         for key, bound in wanted.items():
             task = self._tasks.get(key)
             if task is None or task.done():
+                slot = self._slots[key] = _Slot(bound, ctx.clock.time())
                 self._tasks[key] = asyncio.get_running_loop().create_task(
-                    self._poll(ctx, bound), name=f"sensor[{ctx.name}].poll[{bound.block_id}]"
+                    self._poll(ctx, slot), name=f"sensor[{ctx.name}].poll[{bound.block_id}]"
                 )
 
     async def _cancel_all(self) -> None:
         tasks = list(self._tasks.values())
         self._tasks.clear()
+        self._slots.clear()
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    async def _poll(self, ctx: SensorContext[BindingT], bound: BoundSubject[BindingT]) -> None:
+    async def _poll(self, ctx: SensorContext[BindingT], slot: _Slot) -> None:
+        bound = slot.bound
         failures = 0
         while True:
+            await self._until_due(ctx, slot)
             lock = self._lock(bound.subject)
             if lock.locked():
                 # Another block's check (or a revalidation) of this subject is running:
@@ -315,7 +364,23 @@ class PollingSensor(Generic[ConfigT, BindingT]):
             event = self._if_due(ctx, bound, obs)
             if event is not None:
                 await ctx.emit(event)
-            await ctx.sleep(self._delay(self.interval_of(bound), failures))
+            slot.due_at = ctx.clock.time() + self._delay(self.interval_of(bound), failures)
+
+    @staticmethod
+    async def _until_due(ctx: SensorContext[Any], slot: _Slot) -> None:
+        """Sleep on the daemon's clock until ``slot.due_at``, which may move meanwhile (a
+        revalidation puts it later, :meth:`check_soon` now)."""
+        task = asyncio.current_task()
+        while (left := slot.due_at - ctx.clock.time()) > 0:
+            slot.sleeping, slot.woken = task, False
+            try:
+                await ctx.sleep(left)
+            except asyncio.CancelledError:
+                # Ours (slot.wake) is taken back; any other cancellation goes on.
+                if not slot.woken or task is None or task.uncancel() > 0:
+                    raise
+            finally:
+                slot.sleeping = None
 
     def _delay(self, interval: timedelta, failures: int) -> float:
         base = interval.total_seconds()
