@@ -66,7 +66,11 @@ def _check_ref(value: str | None) -> str | None:
 class GitConfig(PollingConfig):
     """``[sensors.git]``: where repositories may be, and how git is run."""
 
-    roots: list[Path] = Field(min_length=1, description="Repositories must lie inside these.")
+    roots: list[Path] = Field(
+        min_length=1,
+        description="Repositories must lie inside these (relative: to the config file's "
+        "directory, like fs roots; resolved once).",
+    )
     git: str = Field(default="git", description="The git executable (a name on PATH or a path).")
     command_timeout: float = Field(default=10.0, gt=0, le=300, description="Seconds per git run.")
     max_output_bytes: int = Field(default=65536, ge=1024, le=16 * 1024 * 1024)
@@ -79,11 +83,8 @@ class GitConfig(PollingConfig):
 
     @field_validator("roots")
     @classmethod
-    def _absolute(cls, roots: list[Path]) -> list[Path]:
-        for root in roots:
-            if not root.is_absolute():
-                raise ValueError(f"{str(root)!r} is not an absolute path")
-        return roots
+    def _resolve_roots(cls, roots: list[Path]) -> list[Path]:
+        return [Path(os.path.realpath(r.expanduser())) for r in roots]
 
 
 class GitBinding(PollingBinding):
