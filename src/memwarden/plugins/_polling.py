@@ -40,6 +40,7 @@ from pydantic import Field, JsonValue, model_validator
 
 from memwarden.errors import ValidationInputError
 from memwarden.memory import Duration, Outcome, format_duration
+from memwarden.memory.policy import next_check_in
 from memwarden.plugins._contract import PLUGIN_API, BaseBinding, BaseSensorConfig, BoundSubject
 
 if TYPE_CHECKING:
@@ -383,12 +384,13 @@ class PollingSensor(Generic[ConfigT, BindingT]):
                 slot.sleeping = None
 
     def _delay(self, interval: timedelta, failures: int) -> float:
-        base = interval.total_seconds()
-        if failures:  # longer each time, up to backoff_max; never shorter than the interval
-            cap = max(base, self.config.backoff_max.total_seconds())
-            base = min(base * 2 ** min(failures, 32), cap)
         jitter = self.config.jitter
-        return base * self.rng.uniform(1.0 - jitter, 1.0 + jitter)
+        return next_check_in(
+            interval.total_seconds(),
+            failures,
+            backoff_max_s=self.config.backoff_max.total_seconds(),
+            spread=self.rng.uniform(1.0 - jitter, 1.0 + jitter),
+        )
 
     async def _checked(self, bound: BoundSubject[BindingT]) -> Observation:
         """``check`` under its deadline; a crash or a timeout is an ``error``."""
