@@ -9,8 +9,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).parents[1] / "src" / "memwarden"
 
 # What each part of the package may import of the other parts (``memwarden.errors``,
-# ``memwarden.jsonpointer`` and the top-level ``memwarden`` are open to all). Parts not listed (cli, demo) may import
-# anything.
+# ``memwarden.jsonpointer`` and the top-level ``memwarden`` are open to all). Parts not
+# listed (cli, demo) may import anything.
 ALLOWED: dict[str, set[str]] = {
     "memory": set(),
     "plugins": {"memory"},

@@ -164,14 +164,14 @@ async def test_a_switch_and_a_commit_are_seen_at_once_through_the_watcher(tmp_pa
         await h.wait_for_events(2)
         await eventually(lambda: h.sensor.watching == 1)
         git(repo, "switch", "-q", "-c", "feature")
-        switched = await h.wait_outcome(Outcome.REFUTED, subject="shop", since=2, timeout_s=10)
+        switched = await h.wait_outcome(Outcome.REFUTED, subject="shop", since=2, timeout_s=20)
         assert switched.observed == "feature"
         commit(repo, "more")
-        ahead = await h.wait_outcome(Outcome.CONFIRMED, since=3, timeout_s=10)
+        ahead = await h.wait_outcome(Outcome.CONFIRMED, since=3, timeout_s=20)
         assert ahead.observed == {"ahead": 1, "behind": 0}
         git(repo, "tag", "v1")  # a ref that no binding's answer depends on: nothing emitted
         git(repo, "switch", "-q", "main")
-        back = await h.wait_outcome(Outcome.CONFIRMED, since=4, timeout_s=10)
+        back = await h.wait_outcome(Outcome.CONFIRMED, since=4, timeout_s=20)
         assert back.observed == "main"
         assert h.sensor.poll_counters.revalidations == 0
 
@@ -185,7 +185,7 @@ async def test_a_linked_work_tree_is_watched_through_its_gitdir(tmp_path, roots)
         assert first.outcome == Outcome.CONFIRMED
         await eventually(lambda: h.sensor.watching == 1)
         git(roots / "side", "switch", "-q", "-c", "other")
-        moved = await h.wait_outcome(Outcome.REFUTED, since=1, timeout_s=10)
+        moved = await h.wait_outcome(Outcome.REFUTED, since=1, timeout_s=20)
         assert moved.observed == "other"
 
 
@@ -203,7 +203,7 @@ async def test_watch_off_leaves_polling_alone(tmp_path, roots):
         assert h.sensor.watching == 0
         git(repo, "switch", "-q", "-c", "feature")
         h.advance(60)
-        polled = await h.wait_outcome(Outcome.REFUTED, since=1, timeout_s=10)
+        polled = await h.wait_outcome(Outcome.REFUTED, since=1, timeout_s=20)
         assert polled.observed == "feature"
 
 

@@ -98,6 +98,7 @@ class RepoWatch:
         self._watcher = Watcher(self._accept, debounce_ms=debounce_ms, name=name)
         self._plan = _Plan({}, (), {})
         self._repos: dict[str, Path] = {}
+        self._watching = 0
 
     async def __aenter__(self) -> Self:
         self._watcher.start()
@@ -113,8 +114,9 @@ class RepoWatch:
 
     @property
     def watching(self) -> int:
-        """How many of the work trees are watched (the rest are only polled)."""
-        return len({s for subjects in self._plan.files.values() for s in subjects})
+        """How many of the work trees are watched, their watches in place (the rest are
+        only polled)."""
+        return self._watching
 
     def alive(self) -> bool:
         return self._watcher.alive()
@@ -125,8 +127,9 @@ class RepoWatch:
         if repos is not None:
             self._repos = dict(repos)
         plan = await asyncio.to_thread(self._plan_sync, dict(self._repos))
-        self._plan = plan
+        self._plan = plan  # before the watches: an event from a new watch finds its repo
         await asyncio.to_thread(self._apply_sync, plan.dirs)
+        self._watching = len({s for subjects in plan.files.values() for s in subjects})
 
     def _plan_sync(self, repos: Mapping[str, Path]) -> _Plan:
         files: dict[str, set[str]] = defaultdict(set)
