@@ -317,6 +317,38 @@ async def test_check_disk_ok_warning_critical_and_the_warning_setting(tmp_path):
     assert label
 
 
+async def test_exit_codes_and_the_warning_setting_with_a_scripted_plugin(tmp_path):
+    """Without the Monitoring Plugins: 0 confirms (reliability 0.9, perfdata observed),
+    1 follows `warning`, 2 refutes; the status line is the message."""
+
+    def plugin(code: int) -> str:
+        word = {0: "OK", 1: "WARNING", 2: "CRITICAL"}[code]
+        return script(
+            tmp_path, f"check_{code}", f"echo 'X {word} - n | n={code};1;2'\nexit {code}\n"
+        )
+
+    checks = {
+        "ok": {"type": "nagios", "command": [plugin(0)]},
+        "warn-soft": {"type": "nagios", "command": [plugin(1)]},
+        "warn-confirm": {"type": "nagios", "command": [plugin(1)], "warning": "confirm"},
+        "warn-error": {"type": "nagios", "command": [plugin(1)], "warning": "error"},
+        "critical": {"type": "nagios", "command": [plugin(2)]},
+    }
+    async with harness(tmp_path, checks, *checks, interval="1h") as h:
+        got = {name: (await h.revalidate(name))[0] for name in checks}
+    assert {n: (e.observed["exit_code"], str(e.outcome)) for n, e in got.items()} == {
+        "ok": (0, "confirmed"),
+        "warn-soft": (1, "refuted"),
+        "warn-confirm": (1, "confirmed"),
+        "warn-error": (1, "error"),
+        "critical": (2, "refuted"),
+    }
+    assert got["ok"].message == "X OK - n"
+    assert got["ok"].reliability == 0.9
+    assert got["critical"].reliability is None
+    assert got["ok"].observed["perfdata"] == {"n": {"value": 0, "uom": "", "warn": 1, "crit": 2}}
+
+
 async def test_unknown_exit_code_and_a_missing_plugin_are_errors(tmp_path):
     """Exit 3 (UNKNOWN) and a command that cannot start are errors, perfdata still read."""
     unknown = script(tmp_path, "check_x", "echo 'X UNKNOWN - no idea | a=1;2;3;0;10'\nexit 3\n")
