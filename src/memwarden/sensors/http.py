@@ -447,7 +447,7 @@ class HttpSensor(PollingSensor[HttpConfig, HttpBinding]):
             ],
         }
 
-    async def on_setup(self, ctx: SensorContext[HttpBinding]) -> None:  # noqa: ARG002 - the base's hook
+    async def on_setup(self, ctx: SensorContext[HttpBinding]) -> None:  # noqa: ARG002 - hook
         verify: ssl.SSLContext | bool = self.config.verify
         if self.config.verify and self.config.ca_file is not None:
             verify = ssl.create_default_context(cafile=str(self.config.ca_file))
@@ -470,7 +470,7 @@ class HttpSensor(PollingSensor[HttpConfig, HttpBinding]):
 
     # ------------------------------------------------------------------ one check
 
-    def timeout_of(self, bound: BoundSubject[HttpBinding]) -> timedelta:  # noqa: ARG002 - one for all
+    def timeout_of(self, bound: BoundSubject[HttpBinding]) -> timedelta:  # noqa: ARG002 - hook
         return timedelta(seconds=self.config.timeout_s) + _TIMEOUT_GRACE
 
     async def check(self, bound: BoundSubject[HttpBinding]) -> Observation:
