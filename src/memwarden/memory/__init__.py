@@ -6,7 +6,7 @@ owner underneath it (one writer with group commit, pooled readers).
 
 from __future__ import annotations
 
-from memwarden.memory._clock import Clock, FakeClock, SystemClock, from_ts, to_ts
+from memwarden.memory._clock import Clock, FakeClock, SystemClock, from_ts, sleep_on, to_ts
 from memwarden.memory._compaction import CompactionConfig, CompactionReport
 from memwarden.memory._database import Database
 from memwarden.memory._durations import Duration, format_duration, parse_duration
@@ -92,6 +92,7 @@ __all__ = [
     "from_ts",
     "new_id",
     "parse_duration",
+    "sleep_on",
     "to_ts",
     "validate_input",
 ]
