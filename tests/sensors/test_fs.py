@@ -539,7 +539,7 @@ async def test_keys_follow_the_shared_pointer_and_equality_rules(fs_root, fs_har
     bindings = [{"path": "app.yaml", "key": k, "equals": v} for k, (v, _) in cases.items()]
     async with fs_harness(bindings) as h:
         events = await Watch(h).next(len(cases))
-        by_block = {b.block_id: b.selector.key for b in h.bindings}  # type: ignore[attr-defined]
+        by_block = {b.block_id: b.selector.key for b in h.bindings}
     assert {by_block[e.block_id]: str(e.outcome) for e in events} == {
         k: outcome for k, (_, outcome) in cases.items()
     }
