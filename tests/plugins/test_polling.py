@@ -286,6 +286,29 @@ async def test_a_revalidation_counts_as_the_bindings_check(
         await eventually(lambda: h.sensor.poll_counters.checks == 3)
 
 
+async def test_one_check_answers_every_block_with_the_same_binding(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """Two blocks with the very same binding: one check per interval, an event per block."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}]) as h:
+        h.sensor.world["t"] = 1
+        [a] = h.bindings
+        await h.wait_for_events(1)
+        other = await h.store.add({"content": "the same claim, twice", "bindings": [a.binding]})
+        h.ctx.set_bindings([a, BoundSubject(other.id, a.binding, a.selector)])
+        [_, b_first] = await h.wait_for_events(2)
+        assert b_first.block_id == other.id
+        checks = h.sensor.poll_counters.checks
+        h.sensor.world["t"] = 2
+        h.advance(60)
+        for block_id in (a.block_id, other.id):
+            await h.wait_outcome("refuted", block_id=block_id, since=2)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert h.sensor.poll_counters.checks == checks + 1
+        assert h.sensor.poll_counters.shared >= 1
+
+
 async def test_binding_interval_and_its_floor(
     tmp_path: Path, eventually: Callable[..., Awaitable[None]]
 ) -> None:

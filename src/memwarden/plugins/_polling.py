@@ -21,7 +21,9 @@ The base then
 - checks at once what a sensor's own watcher says may have changed
   (:meth:`PollingSensor.check_soon`), polling staying the safety net;
 - never runs two checks of one subject at once: a poll or a revalidation that finds one
-  running waits for it (counted in ``waited``);
+  running waits for it (counted in ``waited``), and a poll that a check begun after it
+  fell due has answered is not run again;
+- answers every block bound with the very same binding with one check (``shared``);
 - turns a crashing or overlong check (``check_timeout``) into an ``error`` observation,
   never a refutation, and counts everything in :attr:`PollingSensor.poll_counters`.
 """
@@ -165,6 +167,7 @@ class PollCounters:
     timeouts: int = 0  # checks that outlived check_timeout
     waited: int = 0  # polls that waited for a running check of the same subject
     revalidations: int = 0  # checks run for a revalidation request
+    shared: int = 0  # observations handed to another block with the very same binding
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -183,6 +186,7 @@ class _Slot:
     due_at: float  # clock time
     sleeping: asyncio.Task[None] | None = None  # the poll task, while it sleeps
     woken: bool = False
+    answered_at: float = float("-inf")  # when the latest check answering for it began
 
     def wake(self) -> None:
         """Interrupt the poll's sleep (like ``asyncio.timeout``: a cancellation the sleeper
@@ -253,6 +257,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         for slot in self._slots.values():
             if slot.bound.subject == subject:
                 slot.due_at = min(slot.due_at, now)
+                slot.answered_at = float("-inf")  # what was seen before may be outdated
                 slot.wake()
                 n += 1
         return n
@@ -302,6 +307,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         bound = BoundSubject(request.block_id, request.binding, selector)
         self.poll_counters.revalidations += 1
         async with self._lock(bound.subject):
+            began = ctx.clock.time()
             obs = await self._checked(bound)
         event = self._event(ctx, bound, obs, request_id=request.id)
         now = ctx.clock.time()
@@ -309,6 +315,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         slot = self._slots.get((bound.block_id, bound.binding))
         if slot is not None:  # this was the binding's check: the next poll is due later
             slot.due_at = max(slot.due_at, now + self._delay(self.interval_of(bound), 0))
+            slot.answered_at = max(slot.answered_at, began)
         return event
 
     async def teardown(self) -> None:
@@ -353,6 +360,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         failures = 0
         while True:
             await self._until_due(ctx, slot)
+            due = slot.due_at
             lock = self._lock(bound.subject)
             if lock.locked():
                 # Another block's check (or a revalidation) of this subject is running:
@@ -360,12 +368,33 @@ class PollingSensor(Generic[ConfigT, BindingT]):
                 # checked one after another, not an interval apart.
                 self.poll_counters.waited += 1
             async with lock:
+                if slot.answered_at >= due and slot.due_at > ctx.clock.time():
+                    continue  # a check begun since we fell due answered for us
+                began = ctx.clock.time()
                 obs = await self._checked(bound)
             failures = failures + 1 if Outcome(obs.outcome) == Outcome.ERROR else 0
-            event = self._if_due(ctx, bound, obs)
-            if event is not None:
-                await ctx.emit(event)
-            slot.due_at = ctx.clock.time() + self._delay(self.interval_of(bound), failures)
+            now = ctx.clock.time()
+            # One check answers every block with the very same binding (several blocks
+            # naming one runtime check, one URL with the same expectations): all their
+            # times move before anything is emitted, so none of them checks again.
+            answered = [slot, *self._twins(slot)]
+            for each in answered:
+                each.answered_at = max(each.answered_at, began)
+                wait = self._delay(self.interval_of(each.bound), failures)
+                each.due_at = now + wait if each is slot else max(each.due_at, now + wait)
+            self.poll_counters.shared += len(answered) - 1
+            for each in answered:
+                event = self._if_due(ctx, each.bound, obs)
+                if event is not None:
+                    await ctx.emit(event)
+
+    def _twins(self, slot: _Slot) -> list[_Slot]:
+        """The other blocks' slots whose binding is the very same as this one's."""
+        return [
+            other
+            for other in self._slots.values()
+            if other is not slot and other.bound.binding == slot.bound.binding
+        ]
 
     @staticmethod
     async def _until_due(ctx: SensorContext[Any], slot: _Slot) -> None:
