@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 from pathlib import Path
 
 import pytest
@@ -157,4 +159,7 @@ def test_sensor_settings_split_options_from_supervision():
     assert x.options == {"path": "/srv"}
     assert x.restart.crash_loop_restarts == 2
     assert x.revalidate_timeout is None  # the rules' revalidation_timeout applies
-    assert Path(str(settings.home))  # a path, resolved
+    # nothing names a state directory (no MEMWARDEN_HOME, STATE_DIRECTORY or XDG_STATE_HOME,
+    # and env={} hides HOME too): the default is the account's own ~/.local/state/memwarden
+    account_home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    assert settings.home == account_home / ".local" / "state" / "memwarden"

@@ -12,7 +12,8 @@ import subprocess
 from typing import TYPE_CHECKING
 
 import pytest
-from tests.projects import Project, user_env, wait_for
+from tests.projects import Project, user_env
+from tests.support import eventually_blocking
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -31,7 +32,7 @@ def projects(tmp_path: Path) -> Iterator[tuple[Project, Project]]:
         made.append(Project(root, user_env(tmp_path)))
     yield made[0], made[1]
     for p in made:
-        if p.process is not None:
+        if p.daemon is not None:
             p.stop()
 
 
@@ -56,7 +57,7 @@ def test_two_projects_each_with_its_own_daemon(projects: tuple[Project, Project]
         shown = alpha.cli("get", block_id, "--json")
         return shown.returncode == 0 and json.loads(shown.stdout)["state"] == "fresh"
 
-    wait_for(fresh, timeout_s=30, what="the fs-bound fact is fresh")
+    eventually_blocking(fresh, timeout_s=30, what="the fs-bound fact is fresh")
     in_beta = beta.cli("search", "timeout", "--json")
     assert in_beta.returncode == 0, in_beta.stderr
     assert json.loads(in_beta.stdout)["results"] == []  # beta's daemon, beta's memory

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from tests.security.conftest import MEMWARDEN, daemon_env
+from tests.security.conftest import daemon_env
+from tests.support import MEMWARDEN
 
 if TYPE_CHECKING:
     from pathlib import Path
