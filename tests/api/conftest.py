@@ -19,8 +19,10 @@ REMOTE_SENSOR = "edge-files"  # configured remote in the live daemon
 LiveDaemon = DaemonProcess  # the name the API and CLI tests annotate with
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def live_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaemon]:
+    """One daemon for every API (and, imported there, CLI) test module: a start costs
+    seconds, and each test works on blocks it made itself (its own tags and ids)."""
     home = tmp_path_factory.mktemp("live") / "home"
     # A sensor on another host: the only kind that may report over POST /v1/events.
     sensors = json.dumps({REMOTE_SENSOR: {"remote": True, "kind": "fs"}})
