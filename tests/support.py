@@ -3,6 +3,7 @@
 - ``eventually`` / ``eventually_blocking``: deadline-bounded polling (async / sync).
 - ``daemon``: a daemon in this process with a sensor whose world the test controls. Import
   the fixture into a folder's conftest.py: ``from tests.support import daemon``.
+- ``start_in_loop``: any daemon (or agent) run as a task of the test's loop, once ready.
 - ``start_memwarden`` / ``memwarden_running``: a real ``memwarden run`` child process.
 """
 
@@ -19,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pytest
 
@@ -72,6 +73,44 @@ class WorldSensor:
         self.ctx = None
 
 
+class Runnable(Protocol):
+    """A daemon or an MQTT agent: ``run()`` until stopped, ``ready()`` once it serves."""
+
+    async def run(self) -> None: ...
+
+    async def ready(self) -> None: ...
+
+    def request_stop(self) -> None: ...
+
+
+async def start_in_loop(
+    obj: Runnable, *, name: str = "test.daemon", timeout_s: float = 30
+) -> asyncio.Task[None]:
+    """Run ``obj`` as a task of this loop; return the task once ``obj.ready()``.
+
+    A startup failure is raised here, and so is a run that ends before it is ready; one
+    not ready within ``timeout_s`` is stopped and fails the test.
+    """
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(obj.run(), name=name)
+    ready = loop.create_task(obj.ready(), name=f"{name}.ready")
+    try:
+        done, _ = await asyncio.wait(
+            {task, ready}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        ready.cancel()
+    if task in done:
+        task.result()  # startup failed: raise it here
+        pytest.fail(f"{name} stopped before it was ready")
+    if not done:
+        obj.request_stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        pytest.fail(f"{name} not ready within {timeout_s:g}s")
+    return task
+
+
 @pytest.fixture
 async def daemon(tmp_path) -> AsyncIterator[Daemon]:
     WorldSensor.world.clear()
@@ -79,12 +118,7 @@ async def daemon(tmp_path) -> AsyncIterator[Daemon]:
         None, env={}, home=tmp_path / "home", api={"port": 0}, sensors={"world": {}}
     )
     d = Daemon(settings, registry=Registry.from_classes({"world": WorldSensor}))
-    task = asyncio.create_task(d.run(), name="test.daemon")
-    ready = asyncio.create_task(d.ready())
-    done, _ = await asyncio.wait({task, ready}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()  # startup failed: raise it here
-    assert ready in done, "daemon did not become ready"
+    task = await start_in_loop(d)
     yield d
     d.request_stop()
     await asyncio.wait_for(task, timeout=20)

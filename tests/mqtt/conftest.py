@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from tests.support import eventually as poll_until
-from tests.support import eventually_blocking
+from tests.support import eventually_blocking, start_in_loop
 
 from memwarden.agent import Agent
 from memwarden.daemon import Daemon, load_settings
@@ -218,13 +218,7 @@ class Running:
 
 
 async def _start(obj: Any, name: str) -> Running:
-    task = asyncio.create_task(obj.run(), name=name)
-    ready = asyncio.create_task(obj.ready())
-    done, _ = await asyncio.wait({task, ready}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()
-    assert ready in done, f"{name} did not become ready"
-    return Running(obj, task)
+    return Running(obj, await start_in_loop(obj, name=name))
 
 
 @pytest.fixture
