@@ -31,7 +31,7 @@ from memwarden.memory.policy import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from memwarden.memory._store import ApplyResult, Store
+    from memwarden.memory import ApplyResult, Store
 
 M = 60.0
 H = 3600.0
@@ -78,12 +78,12 @@ async def _insert(store: Store, records: list[BlockRecord]) -> None:
     async def job(conn: Any) -> None:
         await conn.executemany(_INSERT, rows)
 
-    await store._write(job)
+    await store.db.write(job)
 
 
 async def _sql_retention(store: Store, now: float) -> dict[str, float]:
     async with (
-        store._read() as conn,
+        store.db.read() as conn,
         conn.execute(
             f"SELECT b.id, {retention_sql('b')} FROM blocks b", rule_params(store.policy, now)
         ) as cur,
@@ -263,7 +263,7 @@ async def test_seed_000_lifecycle_through_search(make_store, tmp_path, clock):
     assert core.session_count == 5
     assert core.access_count == 11
 
-    async with store._read() as conn:
+    async with store.db.read() as conn:
         async with conn.execute("SELECT count(*) FROM accesses") as cur:
             assert (await cur.fetchone())[0] == 11
         async with conn.execute("SELECT count(*), sum(count) FROM sessions") as cur:
@@ -365,7 +365,7 @@ async def test_decay_cycle_archives_old_unvalidated_blocks_only(store, clock):
     assert kept.retention == pytest.approx(retention(kept, clock.time(), CFG))
     assert kept.retention < CFG.decay.archive_below  # kept only because a sensor vouches
     async with (
-        store._read() as conn,
+        store.db.read() as conn,
         conn.execute(
             "SELECT actor, action, detail FROM audit WHERE block_id = ?", (old.id,)
         ) as cur,
@@ -610,7 +610,7 @@ async def test_health_of_an_empty_store_is_green(store):
 
 async def test_score_log_given_as_object_stays_open(make_store, tmp_path: Path):
     """A ScoreLog passed in is the caller's: the store uses it and does not close it."""
-    from memwarden.memory._scorelog import ScoreLog  # noqa: PLC0415 - only this test
+    from memwarden.memory import ScoreLog  # noqa: PLC0415 - only this test
 
     with ScoreLog(tmp_path / "mine.jsonl") as mine:
         store = await make_store(score_log=mine)

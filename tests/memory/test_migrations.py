@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from memwarden.errors import StorageError
-from memwarden.memory import BlockState
+from memwarden.memory import BlockState, Store
 from memwarden.memory._schema import MIGRATIONS, SCHEMA_VERSION, split_statements
-from memwarden.memory._store import Store
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -158,8 +157,8 @@ async def test_refused_open_leaves_no_connection_open(tmp_path):
     store = Store(path)
     with pytest.raises(StorageError):
         await store.open()
-    assert store._wconn is None
-    assert store._all_readers == []
+    assert store.db._wconn is None
+    assert store.db._all_readers == []
 
 
 async def test_not_a_database_is_a_storage_error(make_store, tmp_path):
