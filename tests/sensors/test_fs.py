@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 from pydantic import ValidationError
-from tests.sensors.conftest import Watch, eventually, outcomes
+from tests.sensors.conftest import Watch, outcomes
+from tests.support import eventually
 from watchdog.observers.api import BaseObserver, EventEmitter
 
 from memwarden.errors import ValidationInputError

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import pytest
 from pydantic import ValidationError
+from tests.support import eventually
 
 from memwarden.errors import ValidationInputError
 from memwarden.memory import SystemClock
@@ -21,7 +22,7 @@ from memwarden.plugins.testing import SensorHarness
 from memwarden.sensors.runtime import RuntimeConfig, RuntimeSensor, parse_perfdata
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator
 
     from memwarden.memory import ValidationEvent
 
@@ -59,15 +60,6 @@ async def next_outcome(
             seen += 1
             if event.outcome == outcome:
                 return event
-
-
-async def eventually(predicate: Callable[[], bool], *, timeout_s: float = 10.0) -> None:
-    """Deadline-bounded polling for state outside our loop (another process)."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 def gone(pid: int) -> bool:
@@ -381,7 +373,7 @@ async def test_a_hanging_plugin_times_out_and_its_process_group_is_killed(tmp_pa
     assert "timed out after 0.5s" in event.message
     assert took < 5
     helper = int(pid_file.read_text())
-    await eventually(lambda: gone(helper))
+    await eventually(lambda: gone(helper), interval_s=0.02, what="the helper process reaped")
 
 
 async def test_a_run_due_while_a_revalidation_runs_waits_and_never_overlaps(tmp_path):

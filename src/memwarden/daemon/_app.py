@@ -340,6 +340,7 @@ class Daemon:
             self._closing = True
             async with self._applied:
                 self._applied.notify_all()
+            self.sessions.close()  # and so do readers' long-polls for notices
             self.api.stop()
             if self._api_task is not None:
                 await asyncio.wait({self._api_task}, timeout=drain_s)
