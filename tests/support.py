@@ -300,3 +300,18 @@ def memwarden_running(home: Path, *args: str, **options: Any) -> Iterator[Daemon
         yield running
     finally:
         running.stop()
+
+
+def assert_responsive(
+    latencies_ms: list[float], *, p95_ms: float = 200, worst_ms: float = 1000
+) -> None:
+    """``/healthz`` stayed fast while something hostile ran: 95 % of the answers within
+    ``p95_ms`` and none over ``worst_ms``. On a loaded 2-core machine one answer in a few
+    dozen can wait half a second for a CPU; a daemon stalled by the input shows in every
+    sample, so a single-sample maximum would test the machine, not the daemon."""
+    assert latencies_ms, "no /healthz answer was measured"
+    ordered = sorted(latencies_ms)
+    p95 = ordered[max(0, -(-len(ordered) * 95 // 100) - 1)]
+    shown = f"p95 {p95:.0f} ms, max {ordered[-1]:.0f} ms over {len(ordered)} answers"
+    assert p95 < p95_ms, f"/healthz too slow: {shown}"
+    assert ordered[-1] < worst_ms, f"/healthz stalled: {shown}"
