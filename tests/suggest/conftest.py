@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,10 +47,11 @@ def write_workspace(root: Path, files: dict[str, str]) -> None:
         path.write_text(text)
 
 
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[Api]:
+@contextlib.asynccontextmanager
+async def start_api(tmp_path: Path, files: dict[str, str]) -> AsyncIterator[Api]:
+    """A daemon whose fs sensor's root is a workspace of ``files``, its index built."""
     workspace = tmp_path / "ws"
-    write_workspace(workspace, WORKSPACE)
+    write_workspace(workspace, files)
     home = tmp_path / "home"
     settings = load_settings(
         None,
@@ -65,13 +67,21 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
     if task in done:
         task.result()
     assert ready in done, "daemon did not become ready"
-    sensor = daemon.runners["fs"].sensor
-    assert isinstance(sensor, FsSensor)
-    await eventually(lambda: sensor.index is not None and sensor.index.builds > 0, timeout_s=10)
-    url = json.loads((home / "api.json").read_text())["url"]
-    token = (home / "token").read_text().strip()
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=10) as client:
-        yield Api(daemon, client, workspace)
-    daemon.request_stop()
-    await asyncio.wait_for(task, timeout=20)
+    try:
+        sensor = daemon.runners["fs"].sensor
+        assert isinstance(sensor, FsSensor)
+        await eventually(lambda: sensor.index is not None and sensor.index.builds > 0, timeout_s=10)
+        url = json.loads((home / "api.json").read_text())["url"]
+        token = (home / "token").read_text().strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=10) as client:
+            yield Api(daemon, client, workspace)
+    finally:
+        daemon.request_stop()
+        await asyncio.wait_for(task, timeout=20)
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[Api]:
+    async with start_api(tmp_path, WORKSPACE) as running:
+        yield running

@@ -10,7 +10,7 @@ from tests.support import eventually
 
 
 async def test_a_fact_gets_the_binding_that_checks_it(api: Api):
-    """"The API timeout is 30 s" finds /http/timeout in config/app.yaml, confirmed now."""
+    """ "The API timeout is 30 s" finds /http/timeout in config/app.yaml, confirmed now."""
     found = await api.post("/v1/suggest-bindings", {"content": "The API timeout is 30 s"})
     best = found["suggestions"][0]
     assert best["binding"] == {

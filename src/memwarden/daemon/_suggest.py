@@ -76,7 +76,7 @@ async def suggest_bindings(
             continue
         found = candidates(text, sensor.index, limit=max(4 * limit, 10))
         scored.extend((cand, name, runner, sensor) for cand in found)
-    scored.sort(key=lambda t: -t[0].confidence)
+    scored.sort(key=lambda t: -t[0].rank)
     seen: set[str] = set()
     for cand, name, runner, sensor in scored:
         if len(out.suggestions) >= limit and len(out.contradicts) >= limit:

@@ -196,6 +196,7 @@ class Candidate:
     confidence: float
     why: str
     agrees: bool  # the text names the entry's value (False: a contradiction candidate)
+    rank: float = 0.0  # the score before it is cut to [0, 1]: orders candidates
 
     def binding(self, sensor: str, base: str) -> dict[str, Any]:
         """The fs binding, its path relative to ``base`` (the first root) when below it."""
@@ -212,20 +213,18 @@ class Candidate:
         return {"sensor": sensor, "path": path, "regex": regex}
 
 
-def _key_score(pointer: str, words: set[str]) -> tuple[float, list[str]]:
+def _key_score(pointer: str, words: set[str]) -> tuple[float, float, list[str]]:
+    """The share of the last segment's words in the text, 0.1 per parent word, the words."""
     segments = [s for s in pointer.split("/") if s and not s.isdigit()]
     if not segments:
-        return 0.0, []
+        return 0.0, 0.0, []
     last = [w for w in words_of(segments[-1]) if w not in _STOP]
     if not last:
-        return 0.0, []
+        return 0.0, 0.0, []
     hit = [w for w in last if w in words or w.rstrip("s") in words or w + "s" in words]
-    score = len(hit) / len(last)
-    parents = {w for s in segments[:-1] for w in words_of(s)} - _STOP
+    parents = {w for s in segments[:-1] for w in words_of(s)} - _STOP - set(last)
     parent_hit = sorted(w for w in parents if w in words)
-    if score > 0 and parent_hit:
-        score = min(1.0, score + 0.1 * len(parent_hit))
-    return score, hit + parent_hit
+    return len(hit) / len(last), 0.1 * len(parent_hit), hit + parent_hit
 
 
 def _key_unit(pointer: str) -> float | None:
@@ -299,8 +298,9 @@ def _string_match(v: str, ex: Extracted) -> Match:
         for q in ex.quantities:
             if q.seconds is not None and _close(q.seconds, seconds):
                 return 1.0, v, f"{q.raw} {q.unit} = {v}"
-    if " " not in low and low in ex.words and low not in _BOOLS:
-        return 0.6, v, v
+    if any(low == t.lower() for t in ex.tokens):
+        # Said verbatim: a host, an address, an email, 512Mi is specific; a word less so.
+        return (0.6 if low.isalpha() else 1.0), v, v
     return _NO_MATCH
 
 
@@ -339,14 +339,15 @@ def candidates(text: str, index: ValueIndex, *, limit: int = 20) -> list[Candida
         return []
     out: list[Candidate] = []
     for entry in _entries(index):
-        key, key_words = _key_score(entry.pointer, ex.words)
+        last, parents, key_words = _key_score(entry.pointer, ex.words)
+        key = min(1.0, last + parents)
         strength, value, matched = _value_match(entry, ex, index)
         stem = os.path.basename(entry.path).lower()
         file_hit = any(
             stem == f.rsplit("/", 1)[-1] or entry.path.lower().endswith(f) for f in ex.files
         )
         if strength == 0.0:
-            if key < 1.0:
+            if last < 1.0:
                 continue
             found = _contradicting_value(entry, ex)
             if found is None:
@@ -354,7 +355,8 @@ def candidates(text: str, index: ValueIndex, *, limit: int = 20) -> list[Candida
             value, said = found
             confidence = W_KEY * key + W_FILE * file_hit
             why = f"the key {entry.pointer} matches {', '.join(key_words)}; the text says {said}"
-            out.append(Candidate(entry, value, round(confidence, 3), why, agrees=False))
+            rank = W_KEY * (last + parents) + W_FILE * file_hit
+            out.append(Candidate(entry, value, round(confidence, 3), why, agrees=False, rank=rank))
             continue
         if key == 0.0 and not file_hit and strength < 1.0:
             continue  # a bare number or word alone is too common to mean this key
@@ -364,10 +366,12 @@ def candidates(text: str, index: ValueIndex, *, limit: int = 20) -> list[Candida
             reasons.append(f"the key {entry.pointer} matches {', '.join(key_words)}")
         if file_hit:
             reasons.append(f"the text names the file {os.path.basename(entry.path)}")
-        out.append(Candidate(entry, value, round(confidence, 3), "; ".join(reasons), agrees=True))
-    out.sort(
-        key=lambda c: (-c.confidence, not c.agrees, c.entry.secret, c.entry.path, c.entry.pointer)
-    )
+        why = "; ".join(reasons)
+        rank = W_VALUE * strength + W_KEY * (last + parents) + W_FILE * file_hit
+        out.append(Candidate(entry, value, round(confidence, 3), why, agrees=True, rank=rank))
+    # Ranked by the uncapped score: of two full key matches the one whose parents the text
+    # also names (queue visibility timeout) is the more specific.
+    out.sort(key=lambda c: (-c.rank, not c.agrees, c.entry.secret, c.entry.path, c.entry.pointer))
     return out[:limit]
 
 

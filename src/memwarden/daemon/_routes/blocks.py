@@ -76,7 +76,7 @@ class AddedBlock(Block):
 @router.post(
     "/v1/blocks",
     status_code=201,
-    responses={200: {"model": Block, "description": "dedupe: the block already stored."}},
+    responses={200: {"model": AddedBlock, "description": "dedupe: the block already stored."}},
 )
 async def add_block(
     body: NewBlockRequest,
