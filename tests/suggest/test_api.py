@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import sys
+from asyncio.subprocess import PIPE
+from pathlib import Path
+
 import httpx
 
 from memwarden.sensors import FsSensor
@@ -109,3 +116,25 @@ async def _state(api: Api, block_id: str, state: str) -> bool:
     if state == "refuted":  # one refutation of a short-term fact is a soft one (stale)
         return block["state"] == "refuted" or "soft_refuted" in block["stale_reasons"]
     return block["state"] == state
+
+
+async def test_the_cli_suggests_for_a_stored_block(api: Api):
+    """`memwarden suggest ID` prints the confirmed binding and why."""
+    block = await api.post("/v1/blocks", {"content": "The API timeout is 30 s"}, status=201)
+    exe = Path(sys.executable).with_name("memwarden")
+    env = {**os.environ, "MEMWARDEN_HOME": str(api.daemon.settings.home)}
+    env.pop("MEMWARDEN_URL", None)
+    env.pop("MEMWARDEN_TOKEN", None)
+    proc = await asyncio.create_subprocess_exec(
+        str(exe), "suggest", block["id"], "--json", env=env, stdout=PIPE, stderr=PIPE
+    )
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0, stderr.decode()
+    answer = json.loads(stdout)
+    assert answer["suggestions"][0]["binding"]["key"] == "/http/timeout"
+    proc = await asyncio.create_subprocess_exec(
+        str(exe), "suggest", block["id"], env=env, stdout=PIPE, stderr=PIPE
+    )
+    stdout, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert '"key": "/http/timeout"' in stdout.decode()
+    assert "the key /http/timeout matches timeout" in stdout.decode()
