@@ -219,6 +219,8 @@ def _key_score(pointer: str, words: set[str]) -> tuple[float, float, list[str]]:
     if not segments:
         return 0.0, 0.0, []
     last = [w for w in words_of(segments[-1]) if w not in _STOP]
+    named = [w for w in last if w not in _TIME_UNITS and w not in _SIZE_UNITS]
+    last = named or last  # timeout_ms is about a timeout: the unit is the value's business
     if not last:
         return 0.0, 0.0, []
     hit = [w for w in last if w in words or w.rstrip("s") in words or w + "s" in words]
