@@ -25,6 +25,7 @@ first root, ``key`` + ``equals`` for JSON/YAML/TOML, an anchored ``regex`` for I
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -33,11 +34,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from memwarden.sensors._valueindex import Entry, Scalar, ValueIndex
 
-__all__ = ["Candidate", "Extracted", "candidates", "extract", "words_of"]
+__all__ = ["Candidate", "Extracted", "candidates", "extract", "match_keys", "words_of"]
 
 # Seconds per unit; the names a text or a key may use for them.
 _TIME_UNITS: dict[str, float] = {
@@ -123,6 +122,8 @@ _STOP = frozenset(
 )
 _BOOLS = {"true": True, "false": False, "enabled": True, "disabled": False}
 
+MAX_WORD_ENTRIES = 500
+AMBIGUITY_PENALTY = 0.1
 W_VALUE = 0.5
 W_KEY = 0.4
 W_FILE = 0.1
@@ -213,18 +214,25 @@ class Candidate:
         return {"sensor": sensor, "path": path, "regex": regex}
 
 
-def _key_score(pointer: str, words: set[str]) -> tuple[float, float, list[str]]:
-    """The share of the last segment's words in the text, 0.1 per parent word, the words."""
+@functools.lru_cache(maxsize=65_536)
+def _pointer_words(pointer: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    """A key path's last segment's words (unit words dropped) and its parents' words."""
     segments = [s for s in pointer.split("/") if s and not s.isdigit()]
     if not segments:
-        return 0.0, 0.0, []
+        return (), frozenset()
     last = [w for w in words_of(segments[-1]) if w not in _STOP]
     named = [w for w in last if w not in _TIME_UNITS and w not in _SIZE_UNITS]
     last = named or last  # timeout_ms is about a timeout: the unit is the value's business
+    parents = frozenset(w for s in segments[:-1] for w in words_of(s)) - _STOP - set(last)
+    return tuple(last), parents
+
+
+def _key_score(pointer: str, words: set[str]) -> tuple[float, float, list[str]]:
+    """The share of the last segment's words in the text, 0.1 per parent word, the words."""
+    last, parents = _pointer_words(pointer)
     if not last:
         return 0.0, 0.0, []
     hit = [w for w in last if w in words or w.rstrip("s") in words or w + "s" in words]
-    parents = {w for s in segments[:-1] for w in words_of(s)} - _STOP - set(last)
     parent_hit = sorted(w for w in parents if w in words)
     return len(hit) / len(last), 0.1 * len(parent_hit), hit + parent_hit
 
@@ -334,48 +342,121 @@ def _contradicting_value(entry: Entry, ex: Extracted) -> tuple[Scalar, str] | No
     return None
 
 
+_TRAILING_VERSION = re.compile(r"(\d+(?:\.\d+)+(?:[-+][0-9a-z.-]+)?)$")
+_SCALES = (0.001, 1.0, 60.0, 3600.0, 86400.0)
+
+
+def _num(value: float) -> str:
+    return f"{float(value):.12g}"
+
+
+def match_keys(entry: Entry) -> list[str]:
+    """The lookup keys of an index entry (the index keeps them: a text finds its entries
+    by :func:`_text_keys` without scanning the whole index). Runs in the index's thread."""
+    if entry.secret_hash is not None:
+        return ["h:" + entry.secret_hash]
+    keys = ["w:" + w for w in _pointer_words(entry.pointer)[0]]
+    v = entry.value
+    if isinstance(v, bool):
+        keys.append(f"b:{v}")
+    elif isinstance(v, int | float):
+        keys.append("n:" + _num(v))
+    elif isinstance(v, str) and v.strip():
+        low = v.strip().lower()
+        keys.append("s:" + low)
+        bare = low.lstrip("v^~=<>! ")
+        keys.append("v:" + bare)
+        tail = _TRAILING_VERSION.search(bare)
+        if tail and tail.group(1) != bare:
+            keys.append("v:" + tail.group(1))
+        seconds = _parse_duration(v)
+        if seconds is not None:
+            keys.append("d:" + _num(seconds))
+    return keys
+
+
+def _text_keys(ex: Extracted, index: ValueIndex) -> set[str]:
+    """The lookup keys of the text's values, and of its words when they are not common."""
+    keys: set[str] = set()
+    for w in ex.words:
+        for form in ("w:" + w, "w:" + w + "s", "w:" + w.rstrip("s")):
+            # A key word in very many entries (timeout in every service's config) is left
+            # to the value keys: alone it would only propose ambiguous contradictions.
+            if len(index.lookup.get(form, ())) <= MAX_WORD_ENTRIES:
+                keys.add(form)
+    for q in ex.quantities:
+        keys.add("n:" + _num(q.number))
+        if q.seconds is not None:
+            keys.add("d:" + _num(q.seconds))
+            keys.update("n:" + _num(q.seconds / scale) for scale in _SCALES)
+    keys.update("s:" + s.strip().lower() for s in ex.quoted)
+    keys.update("s:" + t.lower() for t in ex.tokens)
+    keys.update("v:" + v.lower() for v in ex.versions)
+    keys.update(f"b:{b}" for b in ex.bools)
+    keys.update("h:" + index.digest(t) for t in ex.tokens)
+    return keys
+
+
 def candidates(text: str, index: ValueIndex, *, limit: int = 20) -> list[Candidate]:
-    """The index entries the text most likely speaks of, best first."""
+    """The index entries the text most likely speaks of, best first.
+
+    With the index's lookup keys (``keys_of=match_keys``, as the fs sensor builds it) only
+    the entries sharing a key with the text are scored; without, every entry is. Entries
+    with the same pointer and value in several files are scored once; unless the text
+    names the file, such a suggestion is ambiguous and loses ``AMBIGUITY_PENALTY``.
+    """
     ex = extract(text)
     if not (ex.words or ex.quantities or ex.quoted or ex.versions):
         return []
+    pool = index.find(_text_keys(ex, index)) if index.keys_of is not None else index.entries()
+    groups: dict[tuple[str, str, str, str | None], list[Entry]] = {}
+    for entry in pool:
+        group = (entry.pointer, entry.fmt, repr(entry.value), entry.secret_hash)
+        groups.setdefault(group, []).append(entry)
     out: list[Candidate] = []
-    for entry in _entries(index):
-        last, parents, key_words = _key_score(entry.pointer, ex.words)
-        key = min(1.0, last + parents)
-        strength, value, matched = _value_match(entry, ex, index)
-        stem = os.path.basename(entry.path).lower()
-        file_hit = any(
-            stem == f.rsplit("/", 1)[-1] or entry.path.lower().endswith(f) for f in ex.files
-        )
+    for entries in groups.values():
+        first = entries[0]
+        last, parents, key_words = _key_score(first.pointer, ex.words)
+        strength, value, matched = _value_match(first, ex, index)
+        said = ""
         if strength == 0.0:
-            if last < 1.0:
-                continue
-            found = _contradicting_value(entry, ex)
+            found = _contradicting_value(first, ex) if last >= 1.0 else None
             if found is None:
                 continue
             value, said = found
-            confidence = W_KEY * key + W_FILE * file_hit
-            why = f"the key {entry.pointer} matches {', '.join(key_words)}; the text says {said}"
-            rank = W_KEY * (last + parents) + W_FILE * file_hit
-            out.append(Candidate(entry, value, round(confidence, 3), why, agrees=False, rank=rank))
-            continue
-        if key == 0.0 and not file_hit and strength < 1.0:
-            continue  # a bare number or word alone is too common to mean this key
-        confidence = min(1.0, W_VALUE * strength + W_KEY * key + W_FILE * file_hit)
-        reasons = [f"the text names its value ({matched})"]
-        if key_words:
-            reasons.append(f"the key {entry.pointer} matches {', '.join(key_words)}")
-        if file_hit:
-            reasons.append(f"the text names the file {os.path.basename(entry.path)}")
-        why = "; ".join(reasons)
-        rank = W_VALUE * strength + W_KEY * (last + parents) + W_FILE * file_hit
-        out.append(Candidate(entry, value, round(confidence, 3), why, agrees=True, rank=rank))
+        hits = {e: _file_hit(e, ex) for e in entries} if ex.files else dict.fromkeys(entries, False)
+        ranked = sorted(entries, key=lambda e: (not hits[e], e.path))[:limit]
+        for entry in ranked:
+            file_hit = hits[entry]
+            if strength and last + parents == 0.0 and not file_hit and strength < 1.0:
+                continue  # a bare number or word alone is too common to mean this key
+            penalty = AMBIGUITY_PENALTY if len(entries) > 1 and not file_hit else 0.0
+            rank = W_VALUE * strength + W_KEY * (last + parents) + W_FILE * file_hit - penalty
+            confidence = round(max(0.0, min(1.0, rank)), 3)
+            why = _why(entry, matched, said, key_words, file_hit=file_hit, shared=len(entries))
+            out.append(Candidate(entry, value, confidence, why, agrees=bool(strength), rank=rank))
     # Ranked by the uncapped score: of two full key matches the one whose parents the text
     # also names (queue visibility timeout) is the more specific.
     out.sort(key=lambda c: (-c.rank, not c.agrees, c.entry.secret, c.entry.path, c.entry.pointer))
     return out[:limit]
 
 
-def _entries(index: ValueIndex) -> Iterable[Entry]:
-    return index.entries()
+def _file_hit(entry: Entry, ex: Extracted) -> bool:
+    name = os.path.basename(entry.path).lower()
+    low = entry.path.lower()
+    return any(name == f.rsplit("/", 1)[-1] or low.endswith(f) for f in ex.files)
+
+
+def _why(
+    entry: Entry, matched: str, said: str, key_words: list[str], *, file_hit: bool, shared: int
+) -> str:
+    reasons = [f"the text names its value ({matched})"] if matched else []
+    if key_words:
+        reasons.append(f"the key {entry.pointer} matches {', '.join(key_words)}")
+    if file_hit:
+        reasons.append(f"the text names the file {os.path.basename(entry.path)}")
+    elif shared > 1:
+        reasons.append(f"{shared} files have this key and value")
+    if said:
+        reasons.append(f"the text says {said}")
+    return "; ".join(reasons)

@@ -45,7 +45,7 @@ from memwarden.sensors import _fscheck as fc
 from memwarden.sensors._watch import Watcher, event_paths
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from watchdog.events import FileSystemEvent
 
@@ -265,6 +265,7 @@ def secret_digest(key: bytes, value: Scalar) -> str:
 class _Parsed:
     entries: tuple[Entry, ...] = ()
     problem: str | None = None
+    keys: tuple[tuple[str, Entry], ...] = ()
 
 
 @dataclass(slots=True)
@@ -280,6 +281,10 @@ class ValueIndex:
     truncated: bool = False
     builds: int = 0
     updates: int = 0
+    keys_of: Callable[[Entry], Iterable[str]] | None = None
+    """Lookup keys of an entry (computed in the worker thread): :meth:`find` answers by them."""
+    lookup: dict[str, set[Entry]] = field(default_factory=dict)
+    _file_keys: dict[str, tuple[tuple[str, Entry], ...]] = field(default_factory=dict)
     _key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
 
     # ------------------------------------------------------------------ reading
@@ -287,6 +292,15 @@ class ValueIndex:
     def entries(self) -> Iterator[Entry]:
         for entries in self.files.values():
             yield from entries
+
+    def find(self, keys: Iterable[str]) -> set[Entry]:
+        """The entries having any of these lookup keys (see ``keys_of``)."""
+        out: set[Entry] = set()
+        for key in keys:
+            found = self.lookup.get(key)
+            if found:
+                out |= found
+        return out
 
     def digest(self, value: Scalar) -> str:
         """A fact's value hashed as the secrets are, to compare with ``secret_hash``."""
@@ -346,13 +360,22 @@ class ValueIndex:
         except Exception as err:  # noqa: BLE001 - any parser failure: the file is skipped
             # The parser's message may quote the file: say only what kind of failure.
             return _Parsed(problem=f"not indexed: not valid {fmt} ({type(err).__name__})")
-        return _Parsed(tuple(entries), note)
+        keys: tuple[tuple[str, Entry], ...] = ()
+        if self.keys_of is not None:
+            keys = tuple((k, e) for e in entries for k in self.keys_of(e))
+        return _Parsed(tuple(entries), note, keys)
 
     def _apply(self, parsed: dict[str, _Parsed]) -> None:
         for path, result in parsed.items():
             old = self.files.pop(path, ())
             self.entry_count -= len(old)
             self.problems.pop(path, None)
+            for key, entry in self._file_keys.pop(path, ()):
+                bucket = self.lookup.get(key)
+                if bucket is not None:
+                    bucket.discard(entry)
+                    if not bucket:
+                        del self.lookup[key]
             if result.problem is not None:
                 self.problems[path] = result.problem
             if not result.entries:
@@ -366,6 +389,9 @@ class ValueIndex:
                 continue
             self.files[path] = result.entries
             self.entry_count += len(result.entries)
+            self._file_keys[path] = result.keys
+            for key, entry in result.keys:
+                self.lookup.setdefault(key, set()).add(entry)
 
     async def rebuild(self) -> None:
         """Walk the roots and parse every indexable file (in a worker thread)."""
@@ -373,6 +399,8 @@ class ValueIndex:
         parsed = await asyncio.to_thread(self._parse_sync, paths[: self.limits.max_files + 1])
         self.files.clear()
         self.problems.clear()
+        self.lookup.clear()
+        self._file_keys.clear()
         self.entry_count = 0
         self.truncated = len(paths) > self.limits.max_files
         self._apply(parsed)

@@ -43,6 +43,7 @@ from memwarden.sensors._regex import (
     compile_user_regex,
     regex_field,
 )
+from memwarden.sensors._suggest import match_keys
 from memwarden.sensors._tasks import task_group
 from memwarden.sensors._valueindex import ValueIndex
 from memwarden.sensors._watch import Change, Watcher, event_paths
@@ -242,7 +243,9 @@ class FsSensor:
         self._reconciled = False
         self.rescans = 0
         self.index: ValueIndex | None = (
-            ValueIndex(self.roots, tuple(config.ignore)) if config.index else None
+            ValueIndex(self.roots, tuple(config.ignore), keys_of=match_keys)
+            if config.index
+            else None
         )
 
     # ------------------------------------------------------------------ contract
