@@ -6,15 +6,16 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from memwarden.sensors._suggest import candidates, extract, words_of
+from memwarden.sensors._suggest import candidates, extract, match_keys, words_of
 from memwarden.sensors._valueindex import ValueIndex
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 
-@pytest.fixture
-async def index(tmp_path: Path) -> ValueIndex:
+@pytest.fixture(params=["lookup", "scan"])
+async def index(tmp_path: Path, request: pytest.FixtureRequest) -> ValueIndex:
+    """The same answers whether entries are found through lookup keys or a full scan."""
     (tmp_path / "app.yaml").write_text(
         "http:\n  timeout: 30\n  port: 8080\nclient:\n  timeout_ms: 30000\n"
         "queue:\n  visibility_timeout: 45s\nlogging:\n  level: warning\n"
@@ -23,7 +24,8 @@ async def index(tmp_path: Path) -> ValueIndex:
         '{"version": "2.4.1", "dependencies": {"left-pad": "^1.3.0"}}'
     )
     (tmp_path / "app.ini").write_text("[server]\nworkers = 8\n")
-    index = ValueIndex((str(tmp_path),))
+    keys_of = match_keys if request.param == "lookup" else None
+    index = ValueIndex((str(tmp_path),), keys_of=keys_of)
     await index.rebuild()
     return index
 
@@ -98,3 +100,18 @@ async def test_ini_bindings_are_anchored_regexes(index, tmp_path):
     assert binding["path"] == "app.ini"
     assert "workers" in binding["regex"]
     assert binding["regex"].startswith("(?m)^")
+
+
+async def test_an_update_replaces_a_files_lookup_keys(tmp_path: Path):
+    path = tmp_path / "app.yaml"
+    path.write_text("http:\n  timeout: 30\n")
+    index = ValueIndex((str(tmp_path),), keys_of=match_keys)
+    await index.rebuild()
+    assert candidates("the http timeout is 30 s", index)[0].agrees
+    path.write_text("http:\n  timeout: 45\n")
+    await index.update([str(path)])
+    assert not candidates("the http timeout is 30 s", index)[0].agrees
+    assert candidates("the http timeout is 45 s", index)[0].agrees
+    path.unlink()
+    await index.update([str(path)])
+    assert index.lookup == {}
