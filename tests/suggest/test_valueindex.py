@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from typing import TYPE_CHECKING
 
 from memwarden.sensors._suggest import candidates
 from memwarden.sensors._valueindex import IndexLimits, ValueIndex, file_format
+from tests.support import eventually
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -142,3 +145,25 @@ def test_formats_by_name():
         file_format(n)
         for n in ("a.yml", ".env", ".env.local", "prod.env", "x.cfg", "x.txt", "pyproject.toml")
     ] == ["yaml", "env", "env", "env", "ini", None, "toml"]
+
+
+async def test_following_sees_files_and_directories_come_and_go(tmp_path: Path):
+    """Written, created in a new directory, moved away with it, and in ignored dirs: not."""
+    index = ValueIndex((str(tmp_path),), (".git",))
+    task = asyncio.create_task(index.follow("test", debounce_ms=10))
+    try:
+        await eventually(lambda: index.builds == 1)
+        (tmp_path / "a.json").write_text('{"a": 1}')
+        await eventually(lambda: _values(index) == {("a.json", "/a"): 1})
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "sub" / "b.yaml").write_text("b: 2\n")
+        (tmp_path / ".git").mkdir()
+        (tmp_path / ".git" / "c.json").write_text('{"c": 3}')
+        await eventually(lambda: ("b.yaml", "/b") in _values(index))
+        (tmp_path / "sub").rename(tmp_path.parent / f"{tmp_path.name}-moved")
+        await eventually(lambda: _values(index) == {("a.json", "/a"): 1})
+        assert index.builds == 1  # no full walk: only what changed was looked at
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

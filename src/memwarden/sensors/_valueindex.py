@@ -324,9 +324,9 @@ class ValueIndex:
             return False
         return not any(_ignored(p, self.ignore) for p in path.split("/")[:-1])
 
-    def _walk_sync(self) -> list[str]:
+    def _walk_sync(self, tops: Sequence[str] | None = None) -> list[str]:
         found: list[str] = []
-        for root in self.roots:
+        for root in self.roots if tops is None else tops:
             for top, dirs, names in os.walk(root, followlinks=False):
                 dirs[:] = sorted(d for d in dirs if not _ignored(d, self.ignore))
                 found.extend(os.path.join(top, n) for n in sorted(names) if file_format(n))
@@ -419,10 +419,16 @@ class ValueIndex:
         out: list[Change] = []
         for path in event_paths(event):
             if event.is_directory:
-                out.append(("d", path))
+                if not any(_ignored(p, self.ignore) for p in path.split("/")):
+                    out.append(("d", path))
             elif self.wanted(path):
                 out.append(("f", path))
         return out
+
+    def _under_sync(self, dirs: Sequence[str], had: Sequence[str]) -> list[str]:
+        """Worker thread: the indexable files below these directories now, and ``had``,
+        those the index knew below them (gone ones leave it)."""
+        return sorted({*had, *self._walk_sync([d for d in dirs if os.path.isdir(d)])})
 
     async def follow(self, name: str, *, debounce_ms: int = 200) -> None:
         """Build the index, then keep it current until cancelled."""
@@ -433,8 +439,13 @@ class ValueIndex:
             await self.rebuild()
             while True:
                 batch = await watcher.next_batch()
-                if batch.overflow or any(kind == "d" for kind, _ in batch.changes):
-                    # Events were lost, or a directory came, went or moved: walk again.
-                    await self.rebuild()
+                if batch.overflow:
+                    await self.rebuild()  # events were lost: walk everything again
                     continue
-                await self.update([p for _, p in batch.changes])
+                files = [p for kind, p in batch.changes if kind == "f"]
+                dirs = sorted({p for kind, p in batch.changes if kind == "d"})
+                if dirs:  # a directory came, went or moved: look below it only
+                    known = [*self.files, *self.problems]
+                    had = [p for p in known if any(fc.is_within(p, d) for d in dirs)]
+                    files += await asyncio.to_thread(self._under_sync, dirs, had)
+                await self.update(files)
