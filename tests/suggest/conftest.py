@@ -58,7 +58,7 @@ async def start_api(tmp_path: Path, files: dict[str, str]) -> AsyncIterator[Api]
         env={},
         home=home,
         api={"port": 0},
-        sensors={"fs": {"roots": [str(workspace)], "debounce_ms": 10}},
+        sensors={"fs": {"roots": [str(workspace)], "debounce_ms": 10, "index": True}},
     )
     daemon = Daemon(settings, registry=Registry.from_classes({"fs": FsSensor}))
     task = asyncio.create_task(daemon.run(), name="test.daemon")

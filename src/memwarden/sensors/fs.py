@@ -88,9 +88,10 @@ class FsConfig(BaseSensorConfig):
         description="Look at every bound path this often anyway (a safety net); None: never.",
     )
     index: bool = Field(
-        default=True,
+        default=False,
         description="Index the JSON/YAML/TOML/INI/.env values under the roots, for binding "
-        "suggestions (docs/SUGGESTIONS.md).",
+        "suggestions (docs/SUGGESTIONS.md); off by default while it needs its own recursive "
+        "watch of the roots.",
     )
 
     @field_validator("ignore")
