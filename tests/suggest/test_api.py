@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from memwarden.sensors import FsSensor
-from tests.suggest.conftest import Api
+from tests.suggest.conftest import Api, start_api
 from tests.support import eventually
 
 
@@ -138,3 +138,12 @@ async def test_the_cli_suggests_for_a_stored_block(api: Api):
     stdout, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert '"key": "/http/timeout"' in stdout.decode()
     assert "the key /http/timeout matches timeout" in stdout.decode()
+
+
+async def test_without_an_index_bind_auto_says_why_nothing_was_bound(tmp_path: Path):
+    async with start_api(tmp_path, {"config/app.yaml": "http:\n  timeout: 30\n"}, index=False) as a:
+        block = await a.post(
+            "/v1/blocks", {"content": "The API timeout is 30 s", "bind": "auto"}, status=201
+        )
+    assert block["bindings"] == []
+    assert "index = true" in block["bind"]["why"]

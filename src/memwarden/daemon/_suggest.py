@@ -56,6 +56,7 @@ class Suggested:
 class Suggestions:
     suggestions: list[Suggested] = field(default_factory=list)
     contradicts: list[Suggested] = field(default_factory=list)
+    searched: list[str] = field(default_factory=list)  # the fs sensors whose index was used
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +75,7 @@ async def suggest_bindings(
         sensor = runner.sensor
         if not isinstance(sensor, FsSensor) or sensor.index is None or not runner.available:
             continue
+        out.searched.append(name)
         found = candidates(text, sensor.index, limit=max(4 * limit, 10))
         scored.extend((cand, name, runner, sensor) for cand in found)
     scored.sort(key=lambda t: -t[0].rank)

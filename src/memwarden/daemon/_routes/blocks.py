@@ -118,7 +118,9 @@ async def _find_binding(
     contradicts = [Suggestion.model_validate(s.as_dict()) for s in found.contradicts]
     chosen: Suggestion | None = None
     threshold = daemon.settings.suggest.auto_min_confidence
-    if mode == "suggest":
+    if not found.searched:
+        why = "stored unbound: no running fs sensor has its index on ([sensors.fs] index = true)"
+    elif mode == "suggest":
         why = "stored unbound: pick a suggestion and add it as a binding"
     elif not suggestions:
         why = "no binding whose dry run confirms was found: stored unbound"
