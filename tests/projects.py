@@ -3,22 +3,18 @@ written by `memwarden init`, a daemon process started in it, the CLI run from it
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
-import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import pytest
+from tests.support import MEMWARDEN, DaemonProcess, start_memwarden
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
-MEMWARDEN = Path(sys.executable).with_name("memwarden")
+__all__ = ["MEMWARDEN", "Project", "user_env"]
 
 
 def user_env(tmp: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -33,26 +29,6 @@ def user_env(tmp: Path, extra: Mapping[str, str] | None = None) -> dict[str, str
     return env
 
 
-def wait_for(
-    predicate: Callable[[], Any],
-    *,
-    timeout_s: float,
-    what: str,
-    process: subprocess.Popen[bytes] | None = None,
-) -> Any:
-    """Poll ``predicate`` until truthy (deadline-bounded); fail early if ``process`` died."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if process is not None and process.poll() is not None:
-            pytest.fail(f"{what}: the process exited with {process.returncode}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout_s}s")
-        time.sleep(0.02)  # one poll step of a deadline-bounded wait on another process
-
-
 @dataclass
 class Project:
     """A directory with a memwarden.toml and, once started, its daemon."""
@@ -60,9 +36,8 @@ class Project:
     root: Path
     env: dict[str, str]
     exe: Path = MEMWARDEN
-    process: subprocess.Popen[bytes] | None = None
+    daemon: DaemonProcess | None = None
     log_path: Path | None = None
-    _log: Any = field(default=None, repr=False)
 
     def cli(
         self, *args: str, cwd: Path | None = None, timeout_s: float = 60
@@ -84,30 +59,20 @@ class Project:
     def start(self, *args: str, timeout_s: float = 60) -> str:
         """`memwarden run` in the project; returns its URL once it listens."""
         self.log_path = self.root.parent / f"{self.root.name}-daemon.log"
-        self._log = self.log_path.open("wb")
-        self.process = subprocess.Popen(
-            [str(self.exe), "run", *args],
-            cwd=self.root,
+        self.daemon = start_memwarden(
+            self.root / ".memwarden",
+            *args,
             env=self.env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            cwd=self.root,
+            log_path=self.log_path,
+            timeout_s=timeout_s,
+            exe=self.exe,
         )
-        wait_for(self.api_file.exists, timeout_s=timeout_s, what="api.json", process=self.process)
-        return str(json.loads(self.api_file.read_text())["url"])
+        return self.daemon.url
 
     def stop(self, timeout_s: float = 30) -> int:
-        assert self.process is not None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            code = self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            code = self.process.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return code
+        assert self.daemon is not None
+        return self.daemon.stop(timeout_s)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path else ""

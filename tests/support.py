@@ -1,12 +1,26 @@
-"""Shared test support: a daemon in this process with a sensor whose world the test controls.
+"""Shared test support: the one way to wait, and the ways to run a daemon.
 
-Import the fixtures into a folder's conftest.py: ``from tests.support import daemon``.
+- ``eventually`` / ``eventually_blocking``: deadline-bounded polling (async / sync).
+- ``daemon``: a daemon in this process with a sensor whose world the test controls. Import
+  the fixture into a folder's conftest.py: ``from tests.support import daemon``.
+- ``start_in_loop``: any daemon (or agent) run as a task of the test's loop, once ready.
+- ``start_memwarden`` / ``memwarden_running``: a real ``memwarden run`` child process.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, ClassVar
+import contextlib
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pytest
 
@@ -14,7 +28,7 @@ from memwarden.daemon import Daemon, load_settings
 from memwarden.plugins import BaseBinding, BaseSensorConfig, Outcome, Registry
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 
     from memwarden.plugins import RevalidationRequest, SensorContext
 
@@ -60,6 +74,44 @@ class WorldSensor:
         self.ctx = None
 
 
+class Runnable(Protocol):
+    """A daemon or an MQTT agent: ``run()`` until stopped, ``ready()`` once it serves."""
+
+    async def run(self) -> None: ...
+
+    async def ready(self) -> None: ...
+
+    def request_stop(self) -> None: ...
+
+
+async def start_in_loop(
+    obj: Runnable, *, name: str = "test.daemon", timeout_s: float = 30
+) -> asyncio.Task[None]:
+    """Run ``obj`` as a task of this loop; return the task once ``obj.ready()``.
+
+    A startup failure is raised here, and so is a run that ends before it is ready; one
+    not ready within ``timeout_s`` is stopped and fails the test.
+    """
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(obj.run(), name=name)
+    ready = loop.create_task(obj.ready(), name=f"{name}.ready")
+    try:
+        done, _ = await asyncio.wait(
+            {task, ready}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        ready.cancel()
+    if task in done:
+        task.result()  # startup failed: raise it here
+        pytest.fail(f"{name} stopped before it was ready")
+    if not done:
+        obj.request_stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        pytest.fail(f"{name} not ready within {timeout_s:g}s")
+    return task
+
+
 @pytest.fixture
 async def daemon(tmp_path) -> AsyncIterator[Daemon]:
     WorldSensor.world.clear()
@@ -67,30 +119,184 @@ async def daemon(tmp_path) -> AsyncIterator[Daemon]:
         None, env={}, home=tmp_path / "home", api={"port": 0}, sensors={"world": {}}
     )
     d = Daemon(settings, registry=Registry.from_classes({"world": WorldSensor}))
-    task = asyncio.create_task(d.run(), name="test.daemon")
-    ready = asyncio.create_task(d.ready())
-    done, _ = await asyncio.wait({task, ready}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()  # startup failed: raise it here
-    assert ready in done, "daemon did not become ready"
+    task = await start_in_loop(d)
     yield d
     d.request_stop()
     await asyncio.wait_for(task, timeout=20)
 
 
-async def eventually(predicate: Any, *, timeout_s: float = 5.0, interval_s: float = 0.002) -> Any:
-    """Poll ``predicate`` (sync or async) until it returns something truthy, or fail.
+def _not_met(what: str | None, predicate: Any, timeout_s: float) -> str:
+    return f"{what or predicate}: not within {timeout_s:g}s"
+
+
+def _check_alive(process: subprocess.Popen[bytes] | None, what: str | None, predicate: Any) -> None:
+    if process is not None and process.poll() is not None:
+        pytest.fail(f"{what or predicate}: the process exited with {process.returncode}")
+
+
+async def eventually(
+    predicate: Callable[[], Any],
+    *,
+    timeout_s: float = 10.0,
+    interval_s: float = 0.002,
+    what: str | None = None,
+    process: subprocess.Popen[bytes] | None = None,
+) -> Any:
+    """Poll ``predicate`` (sync or async) until it returns something truthy; return that value.
 
     Deadline-bounded polling for state that has no event to wait on; never a bare sleep.
+    Fails the test at the deadline (``what`` names the condition), or at once when
+    ``process`` (a child the condition depends on) has exited. The deadline only bounds a
+    failure: a condition that holds is seen within ``interval_s``.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
         value = predicate()
-        if asyncio.iscoroutine(value):
+        if inspect.isawaitable(value):
             value = await value
         if value:
             return value
+        _check_alive(process, what, predicate)
         if loop.time() > deadline:
-            pytest.fail(f"condition not met within {timeout_s}s: {predicate}")
+            pytest.fail(_not_met(what, predicate, timeout_s))
         await asyncio.sleep(interval_s)  # one poll step, bounded by the deadline above
+
+
+def eventually_blocking(
+    predicate: Callable[[], Any],
+    *,
+    timeout_s: float = 10.0,
+    interval_s: float = 0.02,
+    what: str | None = None,
+    process: subprocess.Popen[bytes] | None = None,
+) -> Any:
+    """:func:`eventually` for synchronous tests (waiting on another process); same contract."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        _check_alive(process, what, predicate)
+        if time.monotonic() > deadline:
+            pytest.fail(_not_met(what, predicate, timeout_s))
+        time.sleep(interval_s)  # one poll step, bounded by the deadline above
+
+
+# ------------------------------------------------------------ a `memwarden run` child process
+
+MEMWARDEN = Path(sys.executable).with_name("memwarden")  # the console script, as installed
+
+
+def daemon_env(home: Path, **extra: str) -> dict[str, str]:
+    """This environment without any MEMWARDEN_/NOTIFY_ setting of the caller's, plus a
+    state directory, a free loopback port, log level warning, and ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMWARDEN_", "NOTIFY_"))}
+    env.update(MEMWARDEN_HOME=str(home), MEMWARDEN_API__PORT="0", MEMWARDEN_LOG_LEVEL="warning")
+    env.update(extra)
+    return env
+
+
+def api_url(home: Path) -> str:
+    """The daemon's URL once it listens and ``api.json`` is written whole, else ""."""
+    try:
+        return str(json.loads((home / "api.json").read_text())["url"])
+    except (OSError, ValueError, KeyError):
+        return ""
+
+
+@dataclass
+class DaemonProcess:
+    """A listening ``memwarden run`` child: its state directory, URL, token and log."""
+
+    home: Path
+    url: str
+    token: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def env(self) -> dict[str, str]:
+        """An environment for CLI commands against this daemon."""
+        return {**os.environ, "MEMWARDEN_HOME": str(self.home)}
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout_s: float = 20) -> int:
+        """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``; its exit code."""
+        return stop_process(self.process, timeout_s)
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 20) -> int:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``; its exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+def start_memwarden(
+    home: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    log_path: Path | None = None,
+    umask: int = -1,
+    timeout_s: float = 30,
+    exe: Path = MEMWARDEN,
+) -> DaemonProcess:
+    """``memwarden run *args`` as a child process; returns once it listens.
+
+    ``env`` defaults to :func:`daemon_env` (``home``); ``home`` is where the daemon writes
+    ``api.json`` and ``token``. It runs in ``cwd`` (default: beside ``home``, so no
+    ``./memwarden.toml`` of wherever pytest runs is read) and logs to ``log_path``
+    (default: ``<home>.log`` beside it). ``exe`` is the console script of another
+    installation. Stop it with :meth:`DaemonProcess.stop`.
+    """
+    home.parent.mkdir(parents=True, exist_ok=True)
+    log_path = log_path or home.parent / f"{home.name}.log"
+    with log_path.open("wb") as log:  # the child holds its own descriptor
+        process = subprocess.Popen(
+            [str(exe), "run", *args],
+            env=dict(env) if env is not None else daemon_env(home),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd or home.parent,
+            umask=umask,
+        )
+    try:
+        url = eventually_blocking(
+            lambda: api_url(home),
+            timeout_s=timeout_s,
+            what=f"memwarden run listening (log {log_path})",
+            process=process,
+        )
+        token = (home / "token").read_text().strip()
+    except BaseException:
+        stop_process(process)
+        raise
+    return DaemonProcess(home, url, token, process, log_path)
+
+
+@contextlib.contextmanager
+def memwarden_running(home: Path, *args: str, **options: Any) -> Iterator[DaemonProcess]:
+    """:func:`start_memwarden` as a context: the daemon is stopped on the way out."""
+    running = start_memwarden(home, *args, **options)
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from tests.support import api_url, eventually_blocking
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -132,15 +134,13 @@ def make_run(clone: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: make and the daemon stop together
     )
-    api = clone / ".memwarden" / "api.json"
-    deadline = time.monotonic() + 90
     try:
-        while not api.exists():  # deadline-bounded: the daemon writes it once it listens
-            if proc.poll() is not None:
-                pytest.fail(f"make run exited: {(tmp_path / 'make-run.log').read_text()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no api.json in 90 s: {(tmp_path / 'make-run.log').read_text()}")
-            time.sleep(0.05)
+        eventually_blocking(
+            lambda: api_url(clone / ".memwarden"),
+            timeout_s=90,
+            what=f"make run listening (log {tmp_path / 'make-run.log'})",
+            process=proc,
+        )
         yield env
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -152,19 +152,21 @@ def make_run(clone: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
         log.close()
 
 
-def _state_within(clone: Path, block_id: str, deadline: float) -> str:
-    """The block's state once fresh, or at the deadline (polled over HTTP: a CLI start
-    costs more than the 2 s this measures)."""
+def _fresh_within(clone: Path, block_id: str, deadline: float) -> None:
+    """Wait until the block is fresh, failing at ``deadline`` (polled over HTTP: a CLI
+    start costs more than the 2 s this measures)."""
     home = clone / ".memwarden"
-    url = json.loads((home / "api.json").read_text())["url"]
     auth = {"Authorization": f"Bearer {(home / 'token').read_text().strip()}"}
-    state = ""
-    with httpx.Client(base_url=url, headers=auth, timeout=2) as client:
-        while True:
-            state = client.get(f"/v1/blocks/{block_id}").raise_for_status().json()["state"]
-            if state == "fresh" or time.monotonic() > deadline:
-                return str(state)
-            time.sleep(0.02)  # one step of a deadline-bounded poll
+    with httpx.Client(base_url=api_url(home), headers=auth, timeout=2) as client:
+
+        def state() -> str:
+            return str(client.get(f"/v1/blocks/{block_id}").raise_for_status().json()["state"])
+
+        eventually_blocking(
+            lambda: state() == "fresh",
+            timeout_s=max(0.0, deadline - time.monotonic()),
+            what=f"{block_id} fresh within 2 s of the add",
+        )
 
 
 @pytest.mark.timeout(300)
@@ -180,8 +182,7 @@ def test_fresh_clone_make_run_and_the_readme_tour(clone: Path, make_run: dict[st
                 _, shown = shell.run('echo "$id"')
                 short = shown.strip()
                 assert short
-                state = _state_within(clone, short, added_at + 2.0)
-                assert state == "fresh", f"not fresh within 2 s of the add: {state}"
+                _fresh_within(clone, short, added_at + 2.0)
                 code, got = shell.run(f"memwarden get {short} --json")
                 assert code == 0, got  # the id the CLI showed is accepted
                 assert json.loads(got)["state"] == "fresh"

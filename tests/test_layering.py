@@ -8,9 +8,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "src" / "memwarden"
 
-# What each part of the package may import of the other parts (``memwarden.errors`` and
-# the top-level ``memwarden`` are open to all). Parts not listed (cli, demo) may import
-# anything.
+# What each part of the package may import of the other parts (``memwarden.errors``,
+# ``memwarden.jsonpointer`` and the top-level ``memwarden`` are open to all). Parts not
+# listed (cli, demo) may import anything.
 ALLOWED: dict[str, set[str]] = {
     "memory": set(),
     "plugins": {"memory"},
@@ -24,7 +24,9 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"memory"},
     "mcp": {"client", "memory"},
 }
-OPEN = {"errors", "__init__"}
+# Open to all: errors, the top level, and neutral modules that import nothing of memwarden
+# (jsonpointer: RFC 6901 pointers and JSON equality, for sensors and binding suggestions).
+OPEN = {"errors", "__init__", "jsonpointer"}
 PARTS = {p.stem for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
 
 # Packages whose ``_private`` modules no module outside them may import.
@@ -106,3 +108,10 @@ def test_the_check_catches_what_it_forbids():
         f"memwarden.mqtt._client imports memwarden.daemon: mqtt may import only {only}"
     ]
     assert problems("memwarden.daemon._app", "from memwarden.daemon._mqtt import X\n") == []
+
+
+def test_open_modules_import_nothing_of_memwarden():
+    """What every part may import must not pull another part in behind it."""
+    found = modules()
+    for name in OPEN - {"__init__"}:
+        assert imported(found[f"memwarden.{name}"]) == set(), name

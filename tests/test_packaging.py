@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.support import start_memwarden
 
 pytestmark = pytest.mark.slow
 
@@ -105,15 +105,15 @@ def test_init_run_and_mcp_from_the_wheel(venv: Path, tmp_path: Path):
     assert init.returncode == 0, init.stderr
     assert (project / "memwarden.toml").is_file()
 
-    log = (tmp_path / "daemon.log").open("wb")
-    daemon = subprocess.Popen([exe, "run"], cwd=project, env=env, stdout=log, stderr=log)
+    daemon = start_memwarden(
+        project / ".memwarden",
+        env=env,
+        cwd=project,
+        log_path=tmp_path / "daemon.log",
+        timeout_s=60,
+        exe=Path(exe),
+    )
     try:
-        api = project / ".memwarden" / "api.json"
-        deadline = time.monotonic() + 60
-        while not api.exists():  # deadline-bounded: the daemon writes it once it listens
-            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()
-            assert time.monotonic() < deadline, "the daemon did not start in 60 s"
-            time.sleep(0.05)
         status = subprocess.run(
             [exe, "status", "--json"],
             cwd=project,
@@ -150,6 +150,4 @@ def test_init_run_and_mcp_from_the_wheel(venv: Path, tmp_path: Path):
         assert answer["result"]["serverInfo"]["name"] == "memwarden"
         assert "Traceback" not in mcp.stderr
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=30) == 0
-        log.close()
+        assert daemon.stop(timeout_s=30) == 0

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 import tomllib
 from typing import TYPE_CHECKING
 
@@ -9,7 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from memwarden.cli import app
+from memwarden.cli._init import is_git_work_tree, render_config
 from memwarden.daemon import load_settings
+from memwarden.sensors.git import GitBinding, GitSensor
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -38,6 +43,7 @@ def test_init_writes_a_config_for_a_pytest_project(runner: CliRunner, tmp_path: 
     result = runner.invoke(app, ["init", str(project)])
     assert result.exit_code == 0, result.output
     assert "sensors fs, tests (code_test), http, review" in result.stdout
+    assert "git" not in tomllib.loads((project / "memwarden.toml").read_text())["sensors"]
     text = (project / "memwarden.toml").read_text()
     assert text.startswith("# memwarden.toml for proj")
     data = tomllib.loads(text)
@@ -57,6 +63,50 @@ def test_init_writes_a_config_for_a_pytest_project(runner: CliRunner, tmp_path: 
     check = runner.invoke(app, ["config", "check", str(project / "memwarden.toml")])
     assert check.exit_code == 0, check.output
     assert "ok (4 sensor(s))" in check.stdout
+
+
+def _git_init(directory: Path) -> None:
+    subprocess.run(
+        ["git", "init", "-q", "-b", "main", str(directory)],
+        env={"PATH": os.environ["PATH"], "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1"},
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_init_enables_git_in_a_git_work_tree(runner: CliRunner, tmp_path: Path):
+    """In a git work tree init adds [sensors.git] rooted at the project; the config is
+    valid, and the example binding in its comment is accepted by the running sensor."""
+    project = _pytest_project(tmp_path / "proj")
+    _git_init(project)
+    result = runner.invoke(app, ["init", str(project)])
+    assert result.exit_code == 0, result.output
+    assert "sensors fs, tests (code_test), git, http, review" in result.stdout
+    text = (project / "memwarden.toml").read_text()
+    assert tomllib.loads(text)["sensors"]["git"] == {"roots": ["."]}
+    assert '{"sensor": "git", "repo": ".", "branch": "main"}' in text
+    check = runner.invoke(app, ["config", "check", str(project / "memwarden.toml")])
+    assert check.exit_code == 0, check.output
+    assert "ok (5 sensor(s))" in check.stdout
+    with contextlib.chdir(project):  # relative roots are relative to the file, as in `run`
+        settings = load_settings(project / "memwarden.toml")
+        config = GitSensor.Config.model_validate(settings.sensors["git"].options)
+    sensor = GitSensor(config)
+    assert config.roots == [project.resolve()]
+    sensor.validate_binding(GitBinding.model_validate({"repo": ".", "branch": "main"}))
+
+
+def test_a_linked_work_tree_counts_and_a_plain_directory_does_not(tmp_path: Path):
+    """``.git`` as a ``gitdir:`` file (git worktree add, submodules) is a work tree; a
+    stray ``.git`` file saying something else is not."""
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / ".git").write_text("gitdir: /elsewhere/.git/worktrees/linked\n")
+    (tmp_path / "stray").mkdir()
+    (tmp_path / "stray" / ".git").write_text("not a pointer")
+    assert is_git_work_tree(tmp_path / "linked")
+    assert not is_git_work_tree(tmp_path / "stray")
+    assert not is_git_work_tree(tmp_path)
+    assert "[sensors.git]" not in render_config(tmp_path / "stray")
 
 
 def test_init_without_tests_and_with_an_explicit_python(runner: CliRunner, tmp_path: Path):
@@ -132,15 +182,13 @@ def test_the_repository_config_is_what_init_writes_for_the_checkout(tmp_path: Pa
     checkout: the README's examples bind to real files of this repository."""
     from pathlib import Path  # noqa: PLC0415 - the module only imports it for typing
 
-    from memwarden.cli._init import render_config  # noqa: PLC0415
-
     root = Path(__file__).resolve().parents[2]
     committed = (root / "memwarden.toml").read_text()
     assert committed == render_config(root, python=".venv/bin/python"), (
         "memwarden.toml is stale: rm memwarden.toml && memwarden init --python .venv/bin/python"
     )
     settings = load_settings(root / "memwarden.toml")
-    assert sorted(settings.sensors) == ["fs", "http", "review", "tests"]
+    assert sorted(settings.sensors) == ["fs", "git", "http", "review", "tests"]
 
 
 def test_backup_finds_the_database_of_the_project_it_runs_in(runner: CliRunner, tmp_path: Path):

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import structlog
 from tests.support import eventually as poll_until
+from tests.support import start_in_loop
 
 from memwarden.daemon import Daemon, Notifier, load_settings
 from memwarden.plugins import Registry
@@ -127,17 +128,7 @@ async def running_daemon(
         if "registry" not in kwargs:
             kwargs["registry"] = Registry.from_classes(sensors or mw_test_sensors.ALL)
         daemon = Daemon(settings or make_settings(), **kwargs)
-        task = asyncio.get_running_loop().create_task(daemon.run(), name="test-daemon")
-        ready = asyncio.get_running_loop().create_task(daemon.ready())
-        try:
-            async with asyncio.timeout(15):
-                await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            ready.cancel()
-        if task.done():
-            task.result()  # raises the startup failure
-            pytest.fail("the daemon stopped before it was ready")
-        running = Running(daemon, task)
+        running = Running(daemon, await start_in_loop(daemon, name="test-daemon"))
         started.append(running)
         return running
 

@@ -157,7 +157,9 @@ def test_sensor_settings_split_options_from_supervision():
     assert x.options == {"path": "/srv"}
     assert x.restart.crash_loop_restarts == 2
     assert x.revalidate_timeout is None  # the rules' revalidation_timeout applies
-    assert Path(str(settings.home))  # a path, resolved
+    # nothing names a state directory (no MEMWARDEN_HOME, STATE_DIRECTORY or XDG_STATE_HOME
+    # in env={}): the default is ~/.local/state/memwarden of the user running it
+    assert settings.home == Path.home() / ".local" / "state" / "memwarden"
 
 
 class _WatchedEnviron(dict[str, str]):

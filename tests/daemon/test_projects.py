@@ -11,8 +11,10 @@ import json
 import subprocess
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
-from tests.projects import Project, user_env, wait_for
+from tests.projects import Project, user_env
+from tests.support import eventually_blocking
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -31,7 +33,7 @@ def projects(tmp_path: Path) -> Iterator[tuple[Project, Project]]:
         made.append(Project(root, user_env(tmp_path)))
     yield made[0], made[1]
     for p in made:
-        if p.process is not None:
+        if p.daemon is not None:
             p.stop()
 
 
@@ -52,11 +54,17 @@ def test_two_projects_each_with_its_own_daemon(projects: tuple[Project, Project]
     assert added.returncode == 0, added.stderr
     block_id = json.loads(added.stdout)["id"]
 
-    def fresh() -> bool:
-        shown = alpha.cli("get", block_id, "--json")
-        return shown.returncode == 0 and json.loads(shown.stdout)["state"] == "fresh"
+    assert alpha.daemon is not None
+    url, auth = alpha.daemon.url, alpha.daemon.auth
 
-    wait_for(fresh, timeout_s=30, what="the fs-bound fact is fresh")
+    def fresh() -> bool:  # over HTTP: a CLI start per poll costs seconds on a busy machine
+        shown = httpx.get(f"{url}/v1/blocks/{block_id}", headers=auth, timeout=10)
+        return shown.status_code == 200 and shown.json()["state"] == "fresh"
+
+    eventually_blocking(fresh, timeout_s=30, what="the fs-bound fact is fresh")
+    shown = alpha.cli("get", block_id, "--json")  # and alpha's CLI shows it so
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["state"] == "fresh"
     in_beta = beta.cli("search", "timeout", "--json")
     assert in_beta.returncode == 0, in_beta.stderr
     assert json.loads(in_beta.stdout)["results"] == []  # beta's daemon, beta's memory

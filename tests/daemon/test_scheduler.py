@@ -6,8 +6,8 @@ import sqlite3
 from datetime import timedelta
 
 from memwarden.daemon._scheduler import ALIVE_KEY
-from memwarden.memory import FakeClock
-from memwarden.memory._store import Store
+from memwarden.memory import FakeClock, Store
+from memwarden.plugins.testing import FakeClock as KitClock
 
 SLOW_LOOPS = {"sweep_interval": "1h", "dispatch_interval": "1h", "heartbeat_interval": "1h"}
 
@@ -193,3 +193,21 @@ async def test_the_daemon_compacts_the_log_on_schedule(running_daemon, make_sett
 
     await eventually(pruned, timeout_s=10)
     assert _rows(settings.db_path, "SELECT payload FROM dead_letters") == [("new",)]
+
+
+async def test_the_passes_wait_on_the_daemons_clock(running_daemon, make_settings, eventually):
+    """With a clock that sleeps (the test kit's), an hourly pass runs when the clock is
+    advanced an hour, not when an hour of real time has passed: the scheduler and the
+    polling sensors wait on one clock."""
+    clock = KitClock()
+    settings = make_settings(scheduler=SLOW_LOOPS)
+    store = (await running_daemon(settings, clock=clock)).daemon.store
+    started = clock.time()
+
+    async def heartbeat_at(t: float) -> bool:
+        return await store.get_meta(ALIVE_KEY) == repr(t)
+
+    await eventually(lambda: heartbeat_at(started))  # the first tick runs at once
+    await eventually(lambda: clock.sleepers >= 3)  # sweep, dispatch, heartbeat asleep
+    clock.advance(timedelta(hours=1))
+    await eventually(lambda: heartbeat_at(started + 3600))

@@ -39,7 +39,8 @@ async def test_sigterm_loses_no_queued_event(  # noqa: PLR0917 - pytest fixtures
     proc = await memwarden_process("run", "--config", str(path), env=env)
     await sock.expect("READY", "1", timeout_s=30)
     counter = home / "sensors" / "sequence" / "emitted"
-    await eventually(lambda: _emitted(counter) >= 3000, timeout_s=30)
+    # a thousand events through the store, then the signal while more are queued
+    await eventually(lambda: _emitted(counter) >= 1000, timeout_s=30)
     proc.send_signal(signal.SIGTERM)
     await sock.expect("STOPPING", "1")
     _, err = await proc.communicate()
@@ -49,7 +50,7 @@ async def test_sigterm_loses_no_queued_event(  # noqa: PLR0917 - pytest fixtures
     with sqlite3.connect(home / "memwarden.db") as db:
         rows = db.execute("SELECT observed FROM events WHERE sensor = 'sequence'").fetchall()
     stored = sorted(json.loads(r[0]) for r in rows)
-    assert len(stored) >= handed_over >= 3000
+    assert len(stored) >= handed_over >= 1000
     assert stored == list(range(len(stored)))  # no gap, no duplicate: nothing queued was lost
     log = {e["event"]: e for e in map(json.loads, err.decode().splitlines())}  # logs: stderr
     assert log["bus_draining"]["pending"] > 0  # events were in flight when the signal came

@@ -122,3 +122,19 @@ async def test_an_mcp_subscriber_is_told_of_a_refutation_within_a_second(daemon)
             assert content.text.startswith("[REFUTED")
             assert "router" in content.text
     assert (await d.store.get(block)).state == "refuted"
+
+
+async def test_a_stop_answers_a_held_long_poll_at_once(daemon):
+    """Stopping the daemon answers a reader's held long-poll (200, no notices) instead of
+    holding the shutdown until the server's grace period cancels it mid-request."""
+    d = daemon
+    headers = {"Authorization": f"Bearer {ensure_token(d.settings.home)}"}
+    async with httpx.AsyncClient(base_url=d.api.bound_url(), headers=headers) as http:
+        poll = asyncio.create_task(
+            http.get("/v1/events", params={"session": "agent-3", "wait": "60s"}, timeout=90)
+        )
+        await eventually(lambda: d.sessions.waiting("agent-3"))
+        d.request_stop()
+        answer = await poll  # a 60 s wait: answered now only because the daemon stops
+    assert answer.status_code == 200
+    assert answer.json() == []

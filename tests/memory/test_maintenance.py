@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.memory.gradual_example import CONTENT as GRADUAL_CONTENT
+from tests.memory.gradual_example import DAYS as GRADUAL_DAYS
+from tests.memory.gradual_example import STEADY_SIGNALS, Day
 
 from memwarden.memory import BlockRecord, FakeClock, ValidationEvent, from_ts
 from memwarden.memory._codec import BLOCK_COLUMNS, record_to_row
@@ -28,7 +31,7 @@ from memwarden.memory.policy import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from memwarden.memory._store import ApplyResult, Store
+    from memwarden.memory import ApplyResult, Store
 
 M = 60.0
 H = 3600.0
@@ -447,30 +450,33 @@ async def test_heuristic_cycle_agrees_with_the_rule(store):
 
 # ------------------------------------------------------------- consolidation (the composite scorer)
 
-PYTHON = "I like programming in Python. Python is my favourite language; I prefer it for scripting."
-_STEADY = {"consistency": 2.0, "emotional_weight": 1.0}
-# access times and sessions of the composite scorer's gradual example, by day
-_READS = {
-    1: [(T0 + 1 * H, "s1"), (T0 + 3 * H, "s1")],
-    2: [(T0 + D + 2 * H, "s2"), (T0 + D + 6 * H, "s2")],
-    3: [(T0 + 2 * D + 2 * H, "s2"), (T0 + 2 * D + 7 * H, "s2")],
-}
 
-
-async def _read_on(store: Store, clock: FakeClock, block_id: str, day: int) -> None:
-    for at, session in _READS[day]:
-        clock.set(at)
+async def _live_day(store: Store, clock: FakeClock, block_id: str, day: Day) -> None:
+    """The day's reads and signals, and its sensor confirmation, at their times."""
+    for hours, session in day.reads:
+        clock.set(T0 + hours * H)
         await store.record_access([block_id], session=session)
+    signals = {"user_initiated_mentions": day.mentions, "user_confirmations": day.confirmations}
+    await store.update(block_id, {"signals": signals})
+    if day.confirmed_at_h is not None:
+        await _apply(store, _event(block_id, "confirmed", T0 + day.confirmed_at_h * H))
+    clock.set(T0 + day.scored_at_h * H)
 
 
 async def test_consolidation_promotes_the_gradual_python_preference(make_store, tmp_path, clock):
-    """The gradual example (docs/RULES.md) through the store: 6.3 on day 2 stays short_term, 7.9 on
-    day 3 is promoted; stale, unreliable and ephemeral candidates are refused; every
-    score goes to the JSONL score log with its breakdown."""
+    """The gradual example (tests/memory/gradual_example.py) through the store: the totals
+    worked out by hand, 6.1 on day 2 (stays short_term) and 7.8 on day 3 (promoted);
+    stale, unreliable and ephemeral candidates are refused; every score goes to the JSONL
+    score log with its breakdown."""
     log_path = tmp_path / "scores.jsonl"
     store = await make_store(score_log=log_path)
+    day1, day2, day3 = GRADUAL_DAYS
     python = await store.add(
-        {"content": PYTHON, "source": "user", "signals": {**_STEADY, "user_initiated_mentions": 2}}
+        {
+            "content": GRADUAL_CONTENT,
+            "source": "user",
+            "signals": {**STEADY_SIGNALS, "user_initiated_mentions": day1.mentions},
+        }
     )
     fast_track = {"signals": {"user_corrections": 1}, "source": "user"}
     stale = await store.add({"content": "I prefer tabs", "validity_window": "1d", **fast_track})
@@ -479,52 +485,44 @@ async def test_consolidation_promotes_the_gradual_python_preference(make_store, 
         {"content": "I am in a meeting", **fast_track, "volatility": "ephemeral"}
     )
 
-    await _read_on(store, clock, python.id, 1)
-    await _read_on(store, clock, python.id, 2)
-    await store.update(python.id, {"signals": {"user_initiated_mentions": 3}})
-    clock.set(T0 + D + 7 * H)
-    await _apply(store, _event(python.id, "confirmed", clock.time()))
-    clock.set(T0 + D + 8 * H)
-    day2 = await store.consolidate()
-    assert day2.promoted == []
+    await _live_day(store, clock, python.id, day1)
+    await _live_day(store, clock, python.id, day2)
+    on_day2 = await store.consolidate()
+    assert on_day2.promoted == []
     assert (await store.get(python.id)).tier == "short_term"
 
-    await _read_on(store, clock, python.id, 3)
-    await store.update(
-        python.id, {"signals": {"user_initiated_mentions": 4, "user_confirmations": 1}}
-    )
-    clock.set(T0 + 2 * D + 7 * H + 30 * M)
-    await _apply(store, _event(python.id, "confirmed", clock.time()))
-    clock.set(T0 + 2 * D + 8 * H)
-    day3 = await store.consolidate()
-
-    assert day3.promoted == [python.id]
+    await _live_day(store, clock, python.id, day3)
+    on_day3 = await store.consolidate()
+    assert on_day3.promoted == [python.id]
     assert (await store.get(python.id)).tier == "long_term"
-    assert day3.refused == {
+    assert on_day3.refused == {
         stale.id: ["stale"],
         unreliable.id: ["reliability 0.60 < 0.7"],
     }
-    assert day3.considered == 3  # the ephemeral block never reaches the scorer
+    assert on_day3.considered == 3  # the ephemeral block never reaches the scorer
     assert (await store.get(ephemeral.id)).tier == "short_term"
 
     lines = read_score_log(log_path)
     by_day = [
-        [ln for ln in lines if ln["at"] == from_ts(t).isoformat()]
-        for t in (
-            T0 + D + 8 * H,
-            T0 + 2 * D + 8 * H,
-        )
+        [ln for ln in lines if ln["at"] == from_ts(T0 + day.scored_at_h * H).isoformat()]
+        for day in (day2, day3)
     ]
     [python_day2] = [ln for ln in by_day[0] if ln["block_id"] == python.id]
-    assert python_day2["total"] == pytest.approx(6.29, abs=0.05)
+    assert python_day2["total"] == pytest.approx(day2.total, abs=1e-3)  # 6.102
+    assert round(python_day2["total"], 1) == day2.stated_total == 6.1
     assert python_day2["promoted"] is False
-    assert python_day2["reasons"] == ["not a candidate (score 6.29 < 7)"]
+    assert python_day2["reasons"] == [f"not a candidate (score {day2.total:.2f} < 7)"]
     day3_lines = {ln["block_id"]: ln for ln in by_day[1]}
     assert set(day3_lines) == {python.id, stale.id, unreliable.id}
-    assert day3_lines[python.id]["total"] == pytest.approx(7.88, abs=0.05)
-    assert day3_lines[python.id]["promoted"] is True
-    assert day3_lines[python.id]["event"] == "consolidation"
-    assert day3_lines[python.id]["breakdown"]["access_pattern"] == pytest.approx(8.48, abs=0.05)
+    python_day3 = day3_lines[python.id]
+    assert python_day3["total"] == pytest.approx(day3.total, abs=1e-3)  # 7.803
+    assert round(python_day3["total"], 1) == day3.stated_total == 7.8
+    assert python_day3["promoted"] is True
+    assert python_day3["event"] == "consolidation"
+    breakdown = python_day3["breakdown"]
+    assert breakdown["access_pattern"] == pytest.approx(day3.access, abs=1e-3)  # 7.45
+    assert breakdown["content_stability"] == pytest.approx(day3.stability, abs=1e-3)
+    assert breakdown["user_engagement"] == pytest.approx(day3.engagement, abs=1e-3)
     assert day3_lines[stale.id]["reasons"] == ["stale"]
     assert day3_lines[stale.id]["trigger"] == "user_correction"
 
@@ -612,7 +610,7 @@ async def test_health_of_an_empty_store_is_green(store):
 
 async def test_score_log_given_as_object_stays_open(make_store, tmp_path: Path):
     """A ScoreLog passed in is the caller's: the store uses it and does not close it."""
-    from memwarden.memory._scorelog import ScoreLog  # noqa: PLC0415 - only this test
+    from memwarden.memory import ScoreLog  # noqa: PLC0415 - only this test
 
     with ScoreLog(tmp_path / "mine.jsonl") as mine:
         store = await make_store(score_log=mine)

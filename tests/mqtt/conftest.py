@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from tests.support import eventually as poll_until
+from tests.support import eventually_blocking, start_in_loop
 
 from memwarden.agent import Agent
 from memwarden.daemon import Daemon, load_settings
@@ -103,15 +104,24 @@ class Broker:
         if not running.wait(timeout_s) or self.proc.poll() is not None:
             self.kill()
             pytest.fail(f"mosquitto did not start: {self.log[-10:]}")
-        deadline = time.monotonic() + timeout_s
-        while True:  # the log line says it runs; one connect says it listens
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1.0).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.kill()
-                    pytest.fail(f"mosquitto is not accepting on {self.port}: {self.log[-10:]}")
+        try:  # the log line says it runs; one connect says it listens
+            eventually_blocking(
+                self.accepting,
+                timeout_s=timeout_s,
+                what=f"mosquitto accepting on {self.port}",
+                process=self.proc,
+            )
+        except BaseException:
+            self.kill()
+            raise
+
+    def accepting(self) -> bool:
+        """One TCP connect to the broker's port succeeds."""
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1.0).close()
+        except OSError:
+            return False
+        return True
 
     def kill(self) -> None:
         """SIGKILL: no chance to save its state."""
@@ -208,13 +218,7 @@ class Running:
 
 
 async def _start(obj: Any, name: str) -> Running:
-    task = asyncio.create_task(obj.run(), name=name)
-    ready = asyncio.create_task(obj.ready())
-    done, _ = await asyncio.wait({task, ready}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()
-    assert ready in done, f"{name} did not become ready"
-    return Running(obj, task)
+    return Running(obj, await start_in_loop(obj, name=name))
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import structlog
+from tests.support import eventually as poll_until
 
 from memwarden.memory import FakeClock
 from memwarden.plugins import Backoff, BaseBinding, SensorContext, SensorRunner
@@ -80,14 +81,7 @@ async def make_runner(
             await asyncio.gather(task, return_exceptions=True)
 
 
-async def until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Deadline-bounded polling for state with no event of its own."""
-    async with asyncio.timeout(timeout_s):
-        while not predicate():  # noqa: ASYNC110 - polling state that has no event to wait on
-            await asyncio.sleep(0.001)
-
-
 @pytest.fixture
-def eventually() -> Callable[..., Awaitable[None]]:
+def eventually() -> Callable[..., Awaitable[Any]]:
     """``await eventually(lambda: cond, timeout_s=5)``: poll with a deadline, no bare sleep."""
-    return until
+    return poll_until

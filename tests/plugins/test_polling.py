@@ -250,6 +250,65 @@ async def test_never_overlaps_checks_of_one_subject(
         assert h.sensor.max_running["t"] == 1
 
 
+async def test_check_soon_checks_at_once_without_the_clock_moving(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """A sensor's own watcher calls check_soon(subject): every binding of that subject is
+    checked now, not at its next interval; others keep their schedule."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}, {"name": "u", "equals": 1}]) as h:
+        h.sensor.world.update(t=1, u=1)
+        await h.wait_for_events(2)
+        h.sensor.world.update(t=2, u=2)
+        assert h.sensor.check_soon("t") == 1
+        refuted = await h.wait_outcome("refuted")
+        assert refuted.subject == "t"
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert h.sensor.poll_counters.checks == 3  # "u" still waits for its interval
+        assert h.clock.sleepers == 2  # type: ignore[attr-defined]
+        h.advance(60)  # the nudged binding's next poll is an interval after its check
+        await eventually(lambda: h.sensor.poll_counters.checks == 5)
+
+
+async def test_a_revalidation_counts_as_the_bindings_check(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """A revalidation 30s into the interval moves the next poll to 60s after it."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}]) as h:
+        await h.wait_for_events(1)
+        h.advance(30)
+        await h.revalidate("t")
+        h.advance(30)  # 60s after the first poll: not due, the revalidation checked
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert h.sensor.poll_counters.checks == 2
+        h.advance(30)
+        await eventually(lambda: h.sensor.poll_counters.checks == 3)
+
+
+async def test_one_check_answers_every_block_with_the_same_binding(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """Two blocks with the very same binding: one check per interval, an event per block."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}]) as h:
+        h.sensor.world["t"] = 1
+        [a] = h.bindings
+        await h.wait_for_events(1)
+        other = await h.store.add({"content": "the same claim, twice", "bindings": [a.binding]})
+        h.ctx.set_bindings([a, BoundSubject(other.id, a.binding, a.selector)])
+        [_, b_first] = await h.wait_for_events(2)
+        assert b_first.block_id == other.id
+        checks = h.sensor.poll_counters.checks
+        h.sensor.world["t"] = 2
+        h.advance(60)
+        for block_id in (a.block_id, other.id):
+            await h.wait_outcome("refuted", block_id=block_id, since=2)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert h.sensor.poll_counters.checks == checks + 1
+        assert h.sensor.poll_counters.shared >= 1
+
+
 async def test_binding_interval_and_its_floor(
     tmp_path: Path, eventually: Callable[..., Awaitable[None]]
 ) -> None:
@@ -293,8 +352,8 @@ def test_jitter_stays_within_bounds() -> None:
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"interval": "500ms"}, "interval: must not be shorter than min_interval"),
-        ({"interval": "5ms", "min_interval": "5ms"}, "must be at least 10ms"),
+        ({"interval": "500ms"}, r"interval: 0\.5s is below min_interval \(1s\)"),
+        ({"interval": "5ms", "min_interval": "5ms"}, r"0\.005s is too short \(at least 0\.01s\)"),
         ({"jitter": 0.9}, "less than or equal to 0.5"),
     ],
 )

@@ -22,6 +22,7 @@ import httpx
 from memwarden.daemon import Daemon, load_settings
 from memwarden.plugins import Registry
 from memwarden.sensors import CodeTestSensor
+from tests.support import start_in_loop
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -145,16 +146,7 @@ async def live_daemon(home: Path, project: Path, **options: Any) -> AsyncIterato
         },
     )
     daemon = Daemon(settings, registry=Registry.from_classes({"code_test": CodeTestSensor}))
-    task = asyncio.get_running_loop().create_task(daemon.run(), name="security-daemon")
-    ready = asyncio.get_running_loop().create_task(daemon.ready())
-    try:
-        async with asyncio.timeout(30):
-            await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        ready.cancel()
-    if task.done():
-        task.result()
-        raise AssertionError("the daemon stopped before it was ready")
+    task = await start_in_loop(daemon, name="security-daemon")
     try:
         url = json.loads((home / "api.json").read_text())["url"]
         token = (home / "token").read_text().strip()

@@ -11,45 +11,29 @@ malformed headers).
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
+from tests.support import DaemonProcess, start_memwarden
+from tests.support import daemon_env as support_daemon_env
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from pathlib import Path
 
-MEMWARDEN = Path(sys.executable).with_name("memwarden")
 HEALTHZ_BUDGET_S = 0.2  # p95
 HEALTHZ_WORST_S = 1.0
 MIN_PROBES = 20
 
 
-@dataclass
-class Daemon:
-    home: Path
-    url: str
-    token: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
-
-    @property
-    def port(self) -> int:
-        return int(self.url.rsplit(":", 1)[1])
+class Daemon(DaemonProcess):
+    """A ``memwarden run`` child (tests/support.py) that can show the store's counts."""
 
     def counts(self) -> dict[str, object]:
         """The store's counts (blocks, events, ...), to show that nothing changed."""
@@ -59,82 +43,37 @@ class Daemon:
 
 
 def daemon_env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMWARDEN_", "NOTIFY_"))}
-    env.update(
-        MEMWARDEN_HOME=str(home), MEMWARDEN_API__PORT="0", MEMWARDEN_LOG_LEVEL="info", **extra
-    )
-    return env
+    """The shared hermetic environment, logging at info (some tests read the log)."""
+    return support_daemon_env(home, MEMWARDEN_LOG_LEVEL="info", **extra)
 
 
-def wait_for(path: Path, process: subprocess.Popen[bytes], deadline_s: float) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not path.exists():
-        if process.poll() is not None:
-            raise RuntimeError(f"memwarden run exited with {process.returncode}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear in {deadline_s}s")
-        time.sleep(0.02)  # polling a file with a deadline: the daemon says nothing else
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+def _start(home: Path, *, umask: int = -1, **extra: str) -> Daemon:
+    started = start_memwarden(home, env=daemon_env(home, **extra), umask=umask)
+    return Daemon(started.home, started.url, started.token, started.process, started.log_path)
 
 
 @pytest.fixture
 def spawn_daemon() -> Iterator[Callable[..., Daemon]]:
     """``spawn_daemon(home, umask=None, **env)``: a running daemon, stopped at teardown."""
-    started: list[tuple[subprocess.Popen[bytes], object]] = []
+    started: list[Daemon] = []
 
     def factory(home: Path, *, umask: int = -1, **extra: str) -> Daemon:
-        home.parent.mkdir(parents=True, exist_ok=True)
-        log_path = home.parent / f"{home.name}.log"
-        log = log_path.open("wb")
-        process = subprocess.Popen(
-            [str(MEMWARDEN), "run"],
-            env=daemon_env(home, **extra),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            umask=umask,
-            cwd=home.parent,  # no ./memwarden.toml from wherever pytest runs
-        )
-        started.append((process, log))
-        wait_for(home / "api.json", process, 30)
-        url = json.loads((home / "api.json").read_text())["url"]
-        token = (home / "token").read_text().strip()
-        return Daemon(home, url, token, process, log_path)
+        started.append(_start(home, umask=umask, **extra))
+        return started[-1]
 
     yield factory
-    for process, log in reversed(started):
-        _stop(process)
-        log.close()  # type: ignore[attr-defined]
+    for daemon in reversed(started):
+        daemon.stop()
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """One daemon shared by a module's tests (each checks that it changed nothing)."""
-    home = tmp_path_factory.mktemp("security") / "home"
-    log_path = home.parent / "daemon.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [str(MEMWARDEN), "run"],
-            env=daemon_env(home),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=home.parent,
-        )
-        try:
-            wait_for(home / "api.json", process, 30)
-            url = json.loads((home / "api.json").read_text())["url"]
-            token = (home / "token").read_text().strip()
-            yield Daemon(home, url, token, process, log_path)
-        finally:
-            _stop(process)
+    daemon = _start(tmp_path_factory.mktemp("security") / "home")
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
 
 
 def client_for(url: str, **kwargs: Any) -> httpx.Client:

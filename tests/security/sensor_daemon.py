@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 import httpx
+
+from tests.support import DaemonProcess, memwarden_running
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -143,17 +141,12 @@ class HealthProbe:
 # ---------------------------------------------------------------------- the daemon
 
 
-@dataclass
-class RealDaemon:
-    home: Path
-    root: Path
-    url: str
-    token: str
-    process: subprocess.Popen[bytes]
+class RealDaemon(DaemonProcess):
+    """A ``memwarden run`` child (tests/support.py) with an fs sensor on ``root``."""
 
     @property
-    def auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
+    def root(self) -> Path:
+        return self.home.parent / "root"
 
     def add(self, *bindings: dict[str, Any], content: str = "a fact") -> httpx.Response:
         body = {"content": content, "bindings": list(bindings)}
@@ -182,9 +175,6 @@ class RealDaemon:
         health = httpx.get(f"{self.url}/v1/health", headers=self.auth, timeout=30).json()
         return int(health["counts"]["blocks"])
 
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
 
 def _toml(value: Any) -> str:
     """TOML for the few value types a test config needs (JSON strings are TOML strings)."""
@@ -210,20 +200,11 @@ def write_config(path: Path, sensors: dict[str, dict[str, Any]]) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def _api_url(home: Path) -> str:
-    """The daemon's URL once ``api.json`` is written whole, else ""."""
-    try:
-        return str(json.loads((home / "api.json").read_text())["url"])
-    except (OSError, ValueError, KeyError):
-        return ""
-
-
 @contextlib.contextmanager
 def real_daemon(
     tmp_path: Path, *, http: dict[str, Any] | None = None, fs: dict[str, Any] | None = None
 ) -> Iterator[RealDaemon]:
     """``memwarden run`` (a child process) with an fs sensor on ``tmp_path/root``."""
-    home = tmp_path / "home"
     root = tmp_path / "root"
     root.mkdir(exist_ok=True)
     sensors: dict[str, dict[str, Any]] = {"fs": {"roots": [str(root)], **(fs or {})}}
@@ -231,35 +212,7 @@ def real_daemon(
         sensors["http"] = http
     config = tmp_path / "memwarden.toml"
     write_config(config, sensors)
-    env = {
-        **os.environ,
-        "MEMWARDEN_HOME": str(home),
-        "MEMWARDEN_API__PORT": "0",
-        "MEMWARDEN_LOG_LEVEL": "warning",
-    }
-    exe = Path(sys.executable).with_name("memwarden")
-    log = (tmp_path / "daemon.log").open("wb")
-    process = subprocess.Popen(
-        [str(exe), "run", "--config", str(config)], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not _api_url(home):
-            if process.poll() is not None:
-                log.flush()
-                output = (tmp_path / "daemon.log").read_text(errors="replace")
-                raise RuntimeError(f"memwarden run exited with {process.returncode}:\n{output}")
-            assert time.monotonic() < deadline, "the daemon did not start within 30s"
-            time.sleep(0.02)  # polling a file with a deadline: the daemon says nothing else
-        url = _api_url(home)
-        token = (home / "token").read_text().strip()
-        httpx.get(f"{url}/healthz", timeout=5).raise_for_status()
-        yield RealDaemon(home, root, url, token, process)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    log_path = tmp_path / "daemon.log"
+    with memwarden_running(tmp_path / "home", "--config", str(config), log_path=log_path) as d:
+        httpx.get(f"{d.url}/healthz", timeout=5).raise_for_status()
+        yield RealDaemon(d.home, d.url, d.token, d.process, d.log_path)

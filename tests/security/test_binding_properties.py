@@ -206,10 +206,6 @@ def test_an_accepted_http_binding_reaches_only_allowed_targets(tmp_path):
         sent.append(request)
         return httpx.Response(302, headers={"Location": "http://evil.com/landing"})
 
-    class _Ctx:
-        def event(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-            return args, kwargs
-
     sensor._client = httpx.AsyncClient(
         transport=httpx.MockTransport(answer), follow_redirects=False
     )
@@ -224,7 +220,7 @@ def test_an_accepted_http_binding_reaches_only_allowed_targets(tmp_path):
         except (ValidationError, ValueError):
             return
         accepted.append(selector.url)
-        asyncio.run(sensor._observe(_Ctx(), selector, block_id="b"))  # type: ignore[arg-type]
+        asyncio.run(sensor.observe(selector))
         assert len(sent) == 1, (raw, sent)  # one request: the redirect was not followed
         [request] = sent
         url = request.url

@@ -13,10 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+import structlog
 from pydantic import ValidationError
 
-from memwarden.memory import Binding, RevalidationRequest
-from memwarden.sensors.http import HostRule, HttpConfig, HttpSensor, Target, url_allowed
+from memwarden.memory import Binding, RevalidationRequest, SystemClock, ValidationEvent
+from memwarden.plugins import SensorContext
+from memwarden.sensors.http import (
+    HostRule,
+    HttpBinding,
+    HttpConfig,
+    HttpSensor,
+    Target,
+    url_allowed,
+)
 from tests.security.sensor_daemon import (
     Answer,
     HealthProbe,
@@ -215,7 +224,7 @@ def test_headers_for_every_host_are_refused_and_per_host_headers_bind():
 def test_intervals_have_a_floor_in_the_config_too():
     with pytest.raises(ValidationError, match="below min_interval"):
         HttpConfig.model_validate({"interval": "500ms"})
-    with pytest.raises(ValidationError, match=r"min_interval: at least 0\.01s"):
+    with pytest.raises(ValidationError, match=r"min_interval: 0s is too short \(at least 0\.01s\)"):
         HttpConfig.model_validate({"min_interval": "0s", "interval": "1s"})
 
 
@@ -227,7 +236,9 @@ def test_intervals_have_a_floor_in_the_config_too():
         {"url": "http://127.0.0.1:8080/v", "body_regex": r"(a)\1"},
     ],
 )
-async def test_a_stored_binding_that_breaks_the_rules_is_refused_when_revalidated(selector):
+async def test_a_stored_binding_that_breaks_the_rules_is_refused_when_revalidated(
+    selector, tmp_path
+):
     """A binding stored before these rules (or before the config narrowed) is answered
     with an `error` naming the rule, and nothing is fetched."""
     sensor = HttpSensor(HttpConfig.model_validate({"allowed_hosts": ["127.0.0.1:8080"]}))
@@ -237,11 +248,20 @@ async def test_a_stored_binding_that_breaks_the_rules_is_refused_when_revalidate
         sent.append(request)
         return httpx.Response(200)
 
-    class _Ctx:
-        def event(self, subject: str, outcome: str, **kwargs: Any) -> dict[str, Any]:
-            return {"subject": subject, "outcome": outcome, **kwargs}
+    async def emit(_event: ValidationEvent) -> None:
+        raise AssertionError("a revalidation answers; it emits nothing")
 
-    sensor._ctx = _Ctx()  # type: ignore[assignment]
+    ctx = SensorContext(
+        name="http",
+        binding_model=HttpBinding,
+        clock=SystemClock(),
+        log=structlog.get_logger(),
+        state_dir=tmp_path,
+        emit=emit,
+    )
+    await sensor.setup(ctx)
+    assert sensor._client is not None
+    await sensor._client.aclose()
     sensor._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
     now = datetime.now(UTC)
     request = RevalidationRequest(
@@ -254,8 +274,11 @@ async def test_a_stored_binding_that_breaks_the_rules_is_refused_when_revalidate
         deadline=now + timedelta(seconds=10),
         attempts=0,
     )
-    event: Any = await sensor.revalidate(request, sensor._ctx)
-    await sensor._client.aclose()
-    assert event["outcome"] == "error"
-    assert event["message"].startswith("binding refused: ")
+    try:
+        event = await sensor.revalidate(request, ctx)
+    finally:
+        await sensor.teardown()
+    assert event.outcome == "error"
+    assert event.message.startswith("binding refused: ")
+    assert event.block_id == "b1"
     assert sent == []

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from tests.security.conftest import MEMWARDEN, client_for, daemon_env, wait_for
+from tests.security.conftest import client_for, daemon_env
+from tests.support import MEMWARDEN, eventually_blocking
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -63,7 +64,8 @@ def test_state_files_are_0600_and_a_loose_state_dir_is_tightened(
         assert block.status_code == 201, block.text
         checked = api.post(f"/v1/blocks/{block.json()['id']}/revalidate", params={"wait": "5s"})
         assert checked.status_code == 200, checked.text
-        wait_for(home / "sensors" / "fs" / "fs-state.json", daemon.process, 10)
+        state = home / "sensors" / "fs" / "fs-state.json"
+        eventually_blocking(state.exists, what="fs-state.json", process=daemon.process)
     expected = [
         "token",
         "api.json",
@@ -78,7 +80,7 @@ def test_state_files_are_0600_and_a_loose_state_dir_is_tightened(
         assert _mode(home / name) == 0o600, (name, f"{_mode(home / name):04o}")
     assert _mode(home) == 0o700
     assert _loose(home) == []
-    log = daemon.log.read_text()
+    log = daemon.log()
     assert "state_dir_tightened" in log
     assert "0755" in log
 

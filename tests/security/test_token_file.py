@@ -1,8 +1,10 @@
 """The token file: made once (0600, whole or not at all), and an unfit one stops the start.
 
-Each unfit file is put in the state dir of a real ``memwarden run``: the process must exit
-78 (EX_CONFIG) naming the file and the problem, with the token file untouched and no
-database, no ``api.json`` and no listener made.
+Each unfit file is put in the state dir of ``memwarden run``: it must exit 78 (EX_CONFIG)
+naming the file and the problem, with the token file untouched and no database, no
+``api.json`` and no listener made. The symlink, directory and owner cases start a real
+process (the status reaches the shell); the content and mode cases call the same command
+in this process, which costs no interpreter start-up each.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
-from tests.security.conftest import MEMWARDEN, daemon_env
+from memwarden.cli import app
+from tests.security.conftest import daemon_env
+from tests.support import MEMWARDEN
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -43,9 +48,8 @@ def _snapshot(path: Path) -> tuple[object, int, int]:
     return content, stat.S_IFMT(info.st_mode), stat.S_IMODE(info.st_mode)
 
 
-def _refused(home: Path, *expected: str) -> None:
-    path = home / "token"
-    before = _snapshot(path)
+def _run_process(home: Path) -> tuple[int, str]:
+    """``memwarden run`` as a real process: its exit status and output."""
     result = subprocess.run(
         [str(MEMWARDEN), "run"],
         env=daemon_env(home),
@@ -54,8 +58,23 @@ def _refused(home: Path, *expected: str) -> None:
         check=False,
         cwd=home.parent,
     )
-    output = (result.stdout + result.stderr).decode()
-    assert result.returncode == EX_CONFIG, output
+    return result.returncode, (result.stdout + result.stderr).decode()
+
+
+def _run_in_process(home: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    """The same ``memwarden run`` command, called in this process: a start refused this
+    early costs no interpreter start-up (the real process is run by the other tests)."""
+    monkeypatch.chdir(home.parent)  # no ./memwarden.toml of wherever pytest runs
+    result = CliRunner().invoke(app, ["run"], env=daemon_env(home))
+    assert not isinstance(result.exception, Exception), result.exception  # exited, no crash
+    return result.exit_code, result.output
+
+
+def _refused(home: Path, *expected: str, monkeypatch: pytest.MonkeyPatch | None = None) -> None:
+    path = home / "token"
+    before = _snapshot(path)
+    code, output = _run_process(home) if monkeypatch is None else _run_in_process(home, monkeypatch)
+    assert code == EX_CONFIG, output
     assert "token file" in output
     for word in expected:
         assert word in output, (word, output)
@@ -80,11 +99,13 @@ def _refused(home: Path, *expected: str) -> None:
     ],
     ids=["empty", "blank", "short", "0644", "0640", "0606", "non-ascii", "space", "huge"],
 )
-def test_an_unfit_token_file_stops_the_start_with_exit_78(tmp_path, content, mode, expected):
+def test_an_unfit_token_file_stops_the_start_with_exit_78(
+    tmp_path, monkeypatch, content, mode, expected
+):
     """Empty, blank, short, group/world-accessible, non-ASCII or huge: refused, untouched."""
     home = tmp_path / "home"
     _prepare(home, content, mode)
-    _refused(home, *expected)
+    _refused(home, *expected, monkeypatch=monkeypatch)
 
 
 def test_a_symlinked_token_is_refused(tmp_path):

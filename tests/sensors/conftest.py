@@ -1,13 +1,11 @@
 """Factory fixtures for the built-in sensors: harnesses over real files and real projects.
 
 Nothing here sleeps to wait: events are awaited through the harness, and what has no
-event is polled with a deadline (``eventually``).
+event is polled with a deadline (``tests.support.eventually``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import textwrap
 from typing import TYPE_CHECKING, Any
 
@@ -21,23 +19,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from memwarden.memory import ValidationEvent
-
-
-async def eventually(
-    predicate: Callable[[], Any], *, timeout_s: float = 10.0, interval_s: float = 0.005
-) -> Any:
-    """Poll ``predicate`` (sync or async) until it returns something truthy, or fail."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        value = predicate()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s:g}s")
-        await asyncio.sleep(interval_s)
 
 
 class Watch:

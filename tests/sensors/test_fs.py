@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 from pydantic import ValidationError
-from tests.sensors.conftest import Watch, eventually, outcomes
+from tests.sensors.conftest import Watch, outcomes
+from tests.support import eventually
 from watchdog.observers.api import BaseObserver, EventEmitter
 
 from memwarden.errors import ValidationInputError
@@ -525,15 +526,34 @@ def test_values_are_reported_as_json():
     assert fc.glob_regex("/r/a[b").match("/r/a[b") is not None
 
 
-def test_json_pointer_and_strict_equality():
-    """RFC 6901 pointers (escapes, arrays) and JSON equality where true is not 1."""
-    doc = {"a/b": {"~k": [10, {"x": True}]}}
-    assert fc.resolve_pointer(doc, "/a~1b/~0k/1/x") is True
-    with pytest.raises(fc.PointerMissingError):
-        fc.resolve_pointer(doc, "/a~1b/~0k/2")
-    assert fc.same_json(30, 30.0)
-    assert not fc.same_json(True, 1)
-    assert not fc.same_json({"a": 1}, {"a": True})
+async def test_keys_follow_the_shared_pointer_and_equality_rules(fs_root, fs_harness):
+    """fs resolves keys and compares values with memwarden.jsonpointer: YAML's 30.0 equals
+    30, true is not 1, and an index that is not ASCII digits (``²``, ``01``) finds nothing."""
+    _write(fs_root / "app.yaml", "timeout: 30.0\nflag: true\nlist: [a, b, c]\n")
+    cases = {
+        "/timeout": (30, "confirmed"),
+        "/flag": (1, "refuted"),
+        "/list/2": ("c", "confirmed"),
+        "/list/\u00b2": ("c", "refuted"),
+        "/list/01": ("b", "refuted"),
+    }
+    bindings = [{"path": "app.yaml", "key": k, "equals": v} for k, (v, _) in cases.items()]
+    async with fs_harness(bindings) as h:
+        events = await Watch(h).next(len(cases))
+        by_block = {b.block_id: b.selector.key for b in h.bindings}
+    assert {by_block[e.block_id]: str(e.outcome) for e in events} == {
+        k: outcome for k, (_, outcome) in cases.items()
+    }
+
+
+async def test_a_bad_pointer_in_a_binding_is_refused_naming_the_key(fs_harness):
+    """A key that is no JSON pointer (no leading /, a ~ not followed by 0 or 1) is a 422
+    naming ``key``, never a crash."""
+    async with fs_harness() as h:
+        for key in ("http/timeout", "/a~2b", "/a~"):
+            with pytest.raises(ValidationInputError, match="key") as err:
+                await h.set_bindings([{"path": "app.json", "key": key}])
+            assert err.value.field == "bindings.0.key"
 
 
 # ---------------------------------------------------------------------- in the daemon

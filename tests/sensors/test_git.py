@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from tests.support import eventually
 
 from memwarden.errors import ValidationInputError
 from memwarden.plugins import Outcome
@@ -140,6 +141,70 @@ async def test_tag_at_head_and_distance_to_a_ref(tmp_path, roots):
         assert (dist.outcome, dist.observed) == (Outcome.CONFIRMED, {"ahead": 2, "behind": 0})
         [not_behind] = await h.revalidate(block_id=behind)
         assert not_behind.outcome == Outcome.REFUTED
+
+
+def watching_harness(tmp_path: Path, root: Path, bindings: list[dict[str, Any]]) -> SensorHarness:
+    """Polling every hour on a clock that never moves: only the watcher can see a change."""
+    return SensorHarness(
+        GitSensor,
+        config={"roots": [str(root)], "interval": "1h", "jitter": 0, "debounce_ms": 20},
+        bindings=bindings,
+        clock=FakeClock(),
+        tmp_path=tmp_path / "kit",
+    )
+
+
+async def test_a_switch_and_a_commit_are_seen_at_once_through_the_watcher(tmp_path, roots):
+    """With a 1h interval and a clock that never moves, `git switch` refutes `branch` and
+    a commit confirms `ahead_of` within seconds: HEAD and refs are watched."""
+    repo = roots / "shop"
+    git(repo, "tag", "v0")
+    bindings = [{"repo": "shop", "branch": "main"}, {"repo": "shop", "ahead_of": "v0"}]
+    async with watching_harness(tmp_path, roots, bindings) as h:
+        await h.wait_for_events(2)
+        await eventually(lambda: h.sensor.watching == 1)
+        git(repo, "switch", "-q", "-c", "feature")
+        switched = await h.wait_outcome(Outcome.REFUTED, subject="shop", since=2, timeout_s=20)
+        assert switched.observed == "feature"
+        commit(repo, "more")
+        ahead = await h.wait_outcome(Outcome.CONFIRMED, since=3, timeout_s=20)
+        assert ahead.observed == {"ahead": 1, "behind": 0}
+        git(repo, "tag", "v1")  # a ref that no binding's answer depends on: nothing emitted
+        git(repo, "switch", "-q", "main")
+        back = await h.wait_outcome(Outcome.CONFIRMED, since=4, timeout_s=20)
+        assert back.observed == "main"
+        assert h.sensor.poll_counters.revalidations == 0
+
+
+async def test_a_linked_work_tree_is_watched_through_its_gitdir(tmp_path, roots):
+    """A `git worktree add` tree (``.git`` is a file) is followed to its git directory."""
+    repo = roots / "shop"
+    git(repo, "worktree", "add", "-q", "-b", "side", str(roots / "side"))
+    async with watching_harness(tmp_path, roots, [{"repo": "side", "branch": "side"}]) as h:
+        [first] = await h.wait_for_events(1)
+        assert first.outcome == Outcome.CONFIRMED
+        await eventually(lambda: h.sensor.watching == 1)
+        git(roots / "side", "switch", "-q", "-c", "other")
+        moved = await h.wait_outcome(Outcome.REFUTED, since=1, timeout_s=20)
+        assert moved.observed == "other"
+
+
+async def test_watch_off_leaves_polling_alone(tmp_path, roots):
+    """`watch = false`: nothing is watched; the interval (and revalidation) still check."""
+    repo = roots / "shop"
+    async with SensorHarness(
+        GitSensor,
+        config={"roots": [str(roots)], "interval": "60s", "jitter": 0, "watch": False},
+        bindings=[{"repo": "shop", "branch": "main"}],
+        clock=FakeClock(),
+        tmp_path=tmp_path / "kit",
+    ) as h:
+        await h.wait_for_events(1)
+        assert h.sensor.watching == 0
+        git(repo, "switch", "-q", "-c", "feature")
+        h.advance(60)
+        polled = await h.wait_outcome(Outcome.REFUTED, since=1, timeout_s=20)
+        assert polled.observed == "feature"
 
 
 async def test_a_repo_moved_away_is_an_error_never_refuted(tmp_path, roots):

@@ -8,15 +8,17 @@ import socket
 import ssl
 import subprocess
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from pydantic import ValidationError
+from tests.support import eventually
 
 from memwarden.errors import ValidationInputError
 from memwarden.memory import SystemClock
 from memwarden.plugins.testing import SensorHarness
-from memwarden.sensors.http import HttpBinding, HttpSensor, resolve_pointer, url_allowed
+from memwarden.sensors.http import HttpBinding, HttpSensor, url_allowed
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -196,11 +198,12 @@ async def test_connection_refused_is_an_error_and_backs_off(tmp_path):
         assert event.outcome == "error"
         assert "request failed" in event.message
         sensor = h.sensor
-    delays = [sensor._delay(10.0, n) for n in (0, 1, 3, 40)]
+    delays = [sensor._delay(timedelta(seconds=10), n) for n in (0, 1, 3, 40)]
     assert 9.0 <= delays[0] <= 11.0
     assert 10.0 <= delays[1] <= 20.0
     assert 40.0 <= delays[2] <= 80.0
-    assert delays[3] <= sensor.config.backoff_max.total_seconds()
+    assert delays[3] == sensor.config.backoff_max.total_seconds()  # jitter is 0 here
+    assert sensor._delay(timedelta(hours=2), 5) == 7200, "backoff never polls faster"
 
 
 async def test_a_host_not_allowed_is_refused_at_bind_time(tmp_path, server):
@@ -240,9 +243,9 @@ async def test_an_etag_makes_the_next_check_a_304_judged_from_the_last_answer(tm
     binding = {"url": f"{server.url}/version", "key": "/version", "equals": "1.2"}
     async with harness(tmp_path, binding) as h:
         [first] = await h.revalidate(binding["url"])
-        sent = server.body_bytes_sent
+        sent, not_modified = server.body_bytes_sent, h.sensor.not_modified
         [second] = await h.revalidate(binding["url"])
-        assert h.sensor.not_modified == 1
+        assert h.sensor.not_modified == not_modified + 1
     assert first.outcome == second.outcome == "confirmed"
     assert second.observed["not_modified"] is True
     assert second.observed["value"] == "1.2"
@@ -270,10 +273,8 @@ async def test_expectations_on_status_headers_body_and_latency(tmp_path, server)
     got = []
     async with harness(tmp_path) as h:
         for binding, _, _ in cases:
-            event, _ = await h.sensor._observe(
-                h.ctx, HttpBinding.model_validate(binding), block_id="b"
-            )
-            got.append((event.outcome.value, event.message))
+            seen = await h.sensor.observe(HttpBinding.model_validate(binding))
+            got.append((str(seen.outcome), seen.message))
     for (binding, outcome, why), (seen, message) in zip(cases, got, strict=True):
         assert seen == outcome, (binding, message)
         assert why in message, (binding, message)
@@ -369,6 +370,7 @@ def test_binding_validation_names_the_problem():
     bad = [
         ({"url": "ftp://127.0.0.1/x"}, "http:// or https://"),
         ({"url": "http://127.0.0.1/", "key": "version"}, "JSON pointer"),
+        ({"url": "http://127.0.0.1/", "key": "/a~2"}, "'~' must be followed by 0"),
         ({"url": "http://127.0.0.1/", "equals": 1}, "need a key"),
         ({"url": "http://127.0.0.1/", "body_regex": "("}, "does not compile with RE2"),
         ({"url": "http://127.0.0.1/", "command": "x"}, "Extra inputs"),
@@ -379,16 +381,44 @@ def test_binding_validation_names_the_problem():
     assert HttpBinding.model_validate({"url": "http://h/", "key": "/a", "equals": None}).key
 
 
-def test_host_patterns_and_json_pointers():
-    """*.example.com covers subdomains only; JSON pointers follow RFC 6901 escapes."""
+def test_host_patterns():
+    """*.example.com covers subdomains only; IPv6 hosts are written in brackets."""
     assert url_allowed("https://api.example.com/", ["*.example.com"])
     assert not url_allowed("https://example.com/", ["*.example.com"])
     assert not url_allowed("https://evil-example.com/", ["*.example.com"])
     assert url_allowed("http://[::1]/", ["[::1]"])
     assert url_allowed("http://[::1]:8080/", ["[::1]:*"])
     assert not url_allowed("http://[::1]:8080/", ["::1"])
-    doc = {"a/b": {"m~n": [10, 20]}}
-    assert resolve_pointer(doc, "/a~1b/m~0n/1") == 20
-    assert resolve_pointer(doc, "") is doc
-    with pytest.raises(LookupError):
-        resolve_pointer(doc, "/a~1b/m~0n/2")
+
+
+async def test_a_key_with_a_non_ascii_digit_index_refutes_instead_of_crashing(tmp_path, server):
+    """`/list/²`: `str.isdigit` accepts "²" and `int` refuses it; on an array the token is
+    no index (RFC 6901: ASCII digits only), so the body has no such value: refuted."""
+    server.body = b'{"list": [1, 2, 3]}'
+    binding = {"url": f"{server.url}/v", "key": "/list/\u00b2", "equals": 3}
+    async with harness(tmp_path, binding) as h:
+        [event] = await h.revalidate(binding["url"])
+    assert (event.outcome, event.message) == ("refuted", "no /list/\u00b2 in the body")
+
+
+async def test_a_bad_pointer_in_a_binding_is_refused_naming_the_key(tmp_path, server):
+    """A key that is no JSON pointer is a 422 naming ``bindings.0.key``, never a crash."""
+    async with harness(tmp_path) as h:
+        for key in ("version", "/a~2b", "/a~"):
+            with pytest.raises(ValidationInputError, match="JSON pointer") as err:
+                await h.set_bindings([{"url": f"{server.url}/v", "key": key}])
+            assert err.value.field == "bindings.0.key"
+
+
+async def test_an_unchanged_answer_is_not_emitted_again(tmp_path, server):
+    """Polls that see the same answer (another latency, a 304) emit nothing; a changed
+    value is emitted at once."""
+    server.etag = '"v12"'
+    binding = {"url": f"{server.url}/version", "key": "/version", "equals": "1.2"}
+    async with harness(tmp_path, binding, interval="20ms") as h:
+        await next_outcome(h, "confirmed")
+        await eventually(lambda: h.sensor.poll_counters.unchanged >= 3)
+        assert h.sensor.not_modified >= 3
+        assert [str(e.outcome) for e in h.emitted] == ["confirmed"]
+        server.etag, server.body = '"v13"', b'{"version": "1.3"}'
+        await next_outcome(h, "refuted")

@@ -5,30 +5,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 import structlog
+from tests.support import eventually, eventually_blocking, memwarden_running
 from typer.testing import CliRunner
 
 from memwarden.cli import app
 from memwarden.errors import PluginError, ValidationInputError
-from memwarden.memory import FakeClock, ValidationEvent, from_ts
+from memwarden.memory import FakeClock, Store, ValidationEvent, from_ts
 from memwarden.memory._reviews import queue_review
-from memwarden.memory._store import Store
 from memwarden.plugins import NeedsReviews
 from memwarden.plugins.testing import SensorHarness
 from memwarden.sensors.review import ReviewConfig, ReviewSensor
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+    from collections.abc import AsyncIterator, Iterator
 
 DAY = 86400.0
 
@@ -186,16 +181,6 @@ def review_harness(tmp_path: Path, clock: FakeClock, **config: Any) -> SensorHar
     return SensorHarness(ReviewSensor, config=config, bindings=[{}], clock=clock, tmp_path=tmp_path)
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], *, timeout_s: float = 5.0) -> Any:
-    """Deadline-bounded polling of the store (written by the sensor's own task)."""
-    deadline = time.monotonic() + timeout_s
-    while not (found := await check()):
-        if time.monotonic() > deadline:
-            raise AssertionError("not found in time")
-        await asyncio.sleep(0.01)
-    return found
-
-
 async def test_a_review_binding_names_no_subject_and_revalidation_queues_an_item(tmp_path, clock):
     """{"sensor": "review"} is valid; asking to revalidate it queues the block for a human."""
     async with review_harness(tmp_path, clock, scan_interval="1h") as h:
@@ -313,39 +298,13 @@ def test_cli_on_a_database_file(tmp_path, monkeypatch, keep_logging):
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """`memwarden run` with the review sensor, loaded through its entry point."""
     root = tmp_path_factory.mktemp("review-daemon")
-    home = root / "home"
     config = root / "memwarden.toml"
     config.write_text('[sensors.review]\nscan_interval = "1h"\n')
-    env = {
-        **os.environ,
-        "MEMWARDEN_HOME": str(home),
-        "MEMWARDEN_API__PORT": "0",
-        "MEMWARDEN_LOG_LEVEL": "warning",
-    }
-    exe = Path(sys.executable).with_name("memwarden")
-    with (root / "daemon.log").open("wb") as log:
-        process = subprocess.Popen(
-            [str(exe), "run", "-c", str(config)], env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while not (home / "api.json").exists():
-                assert process.poll() is None, (root / "daemon.log").read_text()
-                assert time.monotonic() < deadline, "the daemon did not start"
-                time.sleep(0.02)  # a file appearing is all the daemon says; bounded above
-            url = json.loads((home / "api.json").read_text())["url"]
-            token = (home / "token").read_text().strip()
-            with httpx.Client(
-                base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=10
-            ) as client:
-                yield {"home": home, "client": client}
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    with (
+        memwarden_running(root / "home", "-c", str(config)) as daemon,
+        httpx.Client(base_url=daemon.url, headers=daemon.auth, timeout=10) as client,
+    ):
+        yield {"home": daemon.home, "client": client}
 
 
 def test_the_daemon_queues_and_people_decide_through_the_api_and_the_cli(
@@ -361,11 +320,8 @@ def test_the_daemon_queues_and_people_decide_through_the_api_and_the_cli(
     block = made.json()
     assert block["bindings"][0]["subject"] == "human"
     assert c.post(f"/v1/blocks/{block['id']}/revalidate").status_code == 200
-    deadline = time.monotonic() + 10
-    while not (items := c.get("/v1/reviews").json()):
-        assert time.monotonic() < deadline, "no review item appeared"
-        time.sleep(0.02)  # the sensor writes the item in its own task; bounded above
-    [item] = items
+    # the sensor writes the item in its own task
+    [item] = eventually_blocking(lambda: c.get("/v1/reviews").json(), what="a review item")
     assert item["block"]["id"] == block["id"]
     assert item["reason"] == "revalidation: a check was asked for"
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import pytest
 from pydantic import ValidationError
+from tests.support import eventually
 
 from memwarden.errors import ValidationInputError
 from memwarden.memory import SystemClock
@@ -21,7 +22,7 @@ from memwarden.plugins.testing import SensorHarness
 from memwarden.sensors.runtime import RuntimeConfig, RuntimeSensor, parse_perfdata
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator
 
     from memwarden.memory import ValidationEvent
 
@@ -59,15 +60,6 @@ async def next_outcome(
             seen += 1
             if event.outcome == outcome:
                 return event
-
-
-async def eventually(predicate: Callable[[], bool], *, timeout_s: float = 10.0) -> None:
-    """Deadline-bounded polling for state outside our loop (another process)."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 def gone(pid: int) -> bool:
@@ -317,6 +309,38 @@ async def test_check_disk_ok_warning_critical_and_the_warning_setting(tmp_path):
     assert label
 
 
+async def test_exit_codes_and_the_warning_setting_with_a_scripted_plugin(tmp_path):
+    """Without the Monitoring Plugins: 0 confirms (reliability 0.9, perfdata observed),
+    1 follows `warning`, 2 refutes; the status line is the message."""
+
+    def plugin(code: int) -> str:
+        word = {0: "OK", 1: "WARNING", 2: "CRITICAL"}[code]
+        return script(
+            tmp_path, f"check_{code}", f"echo 'X {word} - n | n={code};1;2'\nexit {code}\n"
+        )
+
+    checks = {
+        "ok": {"type": "nagios", "command": [plugin(0)]},
+        "warn-soft": {"type": "nagios", "command": [plugin(1)]},
+        "warn-confirm": {"type": "nagios", "command": [plugin(1)], "warning": "confirm"},
+        "warn-error": {"type": "nagios", "command": [plugin(1)], "warning": "error"},
+        "critical": {"type": "nagios", "command": [plugin(2)]},
+    }
+    async with harness(tmp_path, checks, *checks, interval="1h") as h:
+        got = {name: (await h.revalidate(name))[0] for name in checks}
+    assert {n: (e.observed["exit_code"], str(e.outcome)) for n, e in got.items()} == {
+        "ok": (0, "confirmed"),
+        "warn-soft": (1, "refuted"),
+        "warn-confirm": (1, "confirmed"),
+        "warn-error": (1, "error"),
+        "critical": (2, "refuted"),
+    }
+    assert got["ok"].message == "X OK - n"
+    assert got["ok"].reliability == 0.9
+    assert got["critical"].reliability is None
+    assert got["ok"].observed["perfdata"] == {"n": {"value": 0, "uom": "", "warn": 1, "crit": 2}}
+
+
 async def test_unknown_exit_code_and_a_missing_plugin_are_errors(tmp_path):
     """Exit 3 (UNKNOWN) and a command that cannot start are errors, perfdata still read."""
     unknown = script(tmp_path, "check_x", "echo 'X UNKNOWN - no idea | a=1;2;3;0;10'\nexit 3\n")
@@ -349,18 +373,40 @@ async def test_a_hanging_plugin_times_out_and_its_process_group_is_killed(tmp_pa
     assert "timed out after 0.5s" in event.message
     assert took < 5
     helper = int(pid_file.read_text())
-    await eventually(lambda: gone(helper))
+    await eventually(lambda: gone(helper), interval_s=0.02, what="the helper process reaped")
 
 
-async def test_a_run_due_while_a_revalidation_runs_is_skipped_not_overlapped(tmp_path):
-    """The periodic run skips (and counts) while a revalidation of the check holds it."""
-    slow = script(tmp_path, "check_slow", "sleep 0.6\necho 'OK'\n")
+async def test_a_run_due_while_a_revalidation_runs_waits_and_never_overlaps(tmp_path):
+    """The periodic run waits (and counts it) while a revalidation of the check holds it:
+    the plugin never runs twice at once."""
+    marker = tmp_path / "running"
+    slow = script(
+        tmp_path,
+        "check_slow",
+        f"if [ -e {marker} ]; then echo 'OVERLAP'; exit 2; fi\n"
+        f"touch {marker}\nsleep 0.6\nrm {marker}\necho 'OK'\n",
+    )
     checks = {"slow": {"type": "nagios", "command": [slow]}}
     async with harness(tmp_path, checks, "slow", interval="100ms") as h:
         await h.wait_for_events(1)
         [answer] = await h.revalidate("slow")
         assert answer.outcome == "confirmed"
-        assert h.sensor.skipped >= 1
+        await eventually(lambda: h.sensor.poll_counters.waited >= 1)
+    assert all(e.outcome == "confirmed" for e in h.emitted), [e.message for e in h.emitted]
+
+
+async def test_only_changes_are_emitted_and_a_dropped_check_is_an_error(tmp_path, listener):
+    """An unchanged result is not emitted again at every run (the polling base's change
+    detection); a binding whose check the config no longer names is an `error`."""
+    port = listener.getsockname()[1]
+    checks = {"db-port": {"type": "tcp_port", "host": "127.0.0.1", "port": port}}
+    async with harness(tmp_path, checks, "db-port", interval="20ms") as h:
+        await next_outcome(h, "confirmed")
+        await eventually(lambda: h.sensor.poll_counters.unchanged >= 3)
+        assert [e.outcome for e in h.emitted] == ["confirmed"]
+        h.sensor.config = h.sensor.config.model_copy(update={"checks": {}})
+        dropped = await next_outcome(h, "error")
+    assert dropped.message == "no runtime check named 'db-port'"
 
 
 def test_system_deps_script_lists_the_monitoring_plugins():

@@ -43,8 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from memwarden.client import AsyncClient
-    from memwarden.memory import Block
-    from memwarden.memory._store import Store
+    from memwarden.memory import Block, Store
 
 app = typer.Typer(
     name="memwarden",
@@ -286,7 +285,12 @@ def init(
     ] = None,
 ) -> None:
     """Write a commented memwarden.toml for a project (never overwrites one)."""
-    from memwarden.cli._init import CONFIG_NAME, detect_pytest, render_config  # noqa: PLC0415
+    from memwarden.cli._init import (  # noqa: PLC0415
+        CONFIG_NAME,
+        detect_pytest,
+        is_git_work_tree,
+        render_config,
+    )
 
     if not directory.is_dir():
         raise fail(f"{directory}: not a directory")
@@ -300,7 +304,12 @@ def init(
     except OSError as e:
         raise fail(f"{target}: {e.strerror or e}") from None
     project = detect_pytest(directory)
-    sensors = "fs, " + ("tests (code_test), " if project else "") + "http, review"
+    sensors = (
+        "fs, "
+        + ("tests (code_test), " if project else "")
+        + ("git, " if is_git_work_tree(directory) else "")
+        + "http, review"
+    )
     out.print(f"wrote {target}: sensors {sensors}", highlight=False, soft_wrap=True)
     out.print(
         "next: `memwarden run` in that directory (state in .memwarden/, keep it out of "

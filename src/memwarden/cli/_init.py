@@ -1,9 +1,10 @@
 """``memwarden init``: a commented ``memwarden.toml`` for a project, from what is there.
 
 fs rooted at the project (with the usual ignores), a ``code_test`` sensor when the project
-looks like a pytest project (its interpreter and test paths), ``http`` for local
-services, ``review`` for people, and an API endpoint of its own (a free loopback port
-recorded in ``.memwarden/api.json``) so that two projects' daemons run side by side.
+looks like a pytest project (its interpreter and test paths), ``git`` when the directory
+is a git work tree, ``http`` for local services, ``review`` for people, and an API
+endpoint of its own (a free loopback port recorded in ``.memwarden/api.json``) so that
+two projects' daemons run side by side.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["CONFIG_NAME", "PytestProject", "detect_pytest", "render_config"]
+__all__ = ["CONFIG_NAME", "PytestProject", "detect_pytest", "is_git_work_tree", "render_config"]
 
 CONFIG_NAME = "memwarden.toml"
 FS_IGNORE = (
@@ -104,6 +105,19 @@ def detect_pytest(root: Path) -> PytestProject | None:
     return PytestProject(found_in, test_paths, source_dirs or ["."])
 
 
+def is_git_work_tree(root: Path) -> bool:
+    """Whether ``root`` is the top of a git work tree: ``.git`` is a directory, or a file
+    pointing at one (``gitdir: ...``, a linked work tree or a submodule)."""
+    dot = root / ".git"
+    try:
+        if dot.is_dir():
+            return True
+        with dot.open("rb") as f:
+            return f.read(7) == b"gitdir:"
+    except OSError:
+        return False
+
+
 def _project_name(root: Path) -> str:
     """The name in pyproject.toml, else the directory's (a clone may be named anything)."""
     try:
@@ -175,6 +189,15 @@ def render_config(root: Path, *, python: str | None = None) -> str:
             '# project_root = "."',
             '# command = [".venv/bin/python", "-m", "pytest"]',
             '# source_dirs = ["src", "tests"]',
+            "",
+        ]
+    if is_git_work_tree(root):
+        lines += [
+            "# Git: this repository's branch, clean or not, a commit or tag at HEAD, how far",
+            '# ahead of a ref. Bind with {"sensor": "git", "repo": ".", "branch": "main"}.',
+            "# HEAD, the index and refs are watched: a switch or a commit is seen at once.",
+            "[sensors.git]",
+            'roots = ["."]',
             "",
         ]
     lines += [

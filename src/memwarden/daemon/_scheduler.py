@@ -4,7 +4,10 @@ The sweep is an index range scan over ``stale_at``; what it finds is marked stal
 gets one revalidation request per binding. After downtime the overdue requests are
 spread over ``rules.staleness.spread_window`` (no storm) and every tick sends at most
 ``rules.staleness.max_requests_per_tick``. Each request goes to the sensor that owns
-the binding; its outcome comes back through the bus like any other event.
+the binding; its outcome comes back through the bus like any other event. Every pass
+waits on the daemon's clock (``memory.sleep_on``), the clock the polling sensors' own
+timelines wait on too; when each kind of check happens is in ``docs/RULES.md``
+("Who checks when").
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import structlog
 
 from memwarden.daemon._freshness import CheckStats
 from memwarden.errors import MemwardenError
+from memwarden.memory import sleep_on
 from memwarden.memory.policy import plan_revalidations
 
 if TYPE_CHECKING:
@@ -24,8 +28,7 @@ if TYPE_CHECKING:
 
     from memwarden.daemon._bus import Bus
     from memwarden.daemon._config import SchedulerSettings
-    from memwarden.memory import RevalidationRequest
-    from memwarden.memory._store import Store
+    from memwarden.memory import RevalidationRequest, Store
     from memwarden.plugins import SensorRunner
 
 __all__ = ["RemoteRoute", "Scheduler"]
@@ -222,7 +225,7 @@ class Scheduler:
         self, interval_s: float, fn: Callable[[], Awaitable[Any]], *, first: bool = True
     ) -> None:
         if not first:
-            await asyncio.sleep(interval_s)
+            await sleep_on(self.store.clock, interval_s)
         while True:
             try:
                 await fn()
@@ -233,7 +236,7 @@ class Scheduler:
                     error=f"{type(err).__name__}: {err}",
                     exc_info=not isinstance(err, MemwardenError),
                 )
-            await asyncio.sleep(interval_s)
+            await sleep_on(self.store.clock, interval_s)
 
     def stop(self) -> None:
         """Start no more sweeps, dispatches or passes; checks in flight go on."""

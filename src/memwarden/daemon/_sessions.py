@@ -42,6 +42,7 @@ class SessionWatch:
         self._readers: dict[str, set[str]] = {}  # block id -> sessions that read it
         self._max_sessions = max_sessions
         self._max_reads = max_reads
+        self._closed = False
 
     def _session(self, name: str) -> _Session:
         s = self._sessions.get(name)
@@ -118,14 +119,20 @@ class SessionWatch:
             return []
         return [n for n in s.notices if n["seq"] > seq][:limit]
 
+    def close(self) -> None:
+        """The daemon is stopping: every long-poll answers now with what it has."""
+        self._closed = True
+        for s in self._sessions.values():
+            s.changed.set()
+
     async def wait(self, session: str, seq: int, timeout_s: float) -> None:
-        """Until the session has a notice after ``seq``, or the timeout."""
+        """Until the session has a notice after ``seq``, the timeout, or :meth:`close`."""
         s = self._session(session)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         s.waiting += 1
         try:
-            while not any(n["seq"] > seq for n in s.notices):
+            while not self._closed and not any(n["seq"] > seq for n in s.notices):
                 s.changed.clear()
                 try:
                     async with asyncio.timeout_at(deadline):

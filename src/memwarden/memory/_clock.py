@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "FakeClock", "SystemClock", "from_ts", "to_ts"]
+__all__ = ["Clock", "FakeClock", "SystemClock", "from_ts", "sleep_on", "to_ts"]
 
 
 @runtime_checkable
@@ -38,6 +39,18 @@ class FakeClock:
 
     def set(self, when: datetime | float) -> None:
         self._now = to_ts(when) if isinstance(when, datetime) else float(when)
+
+
+async def sleep_on(clock: Clock, seconds: float) -> None:
+    """Wait ``seconds`` on ``clock``: its own ``sleep`` if it has one (a test clock that
+    wakes sleepers when it is advanced, ``memwarden.plugins.testing.FakeClock``), else
+    ``asyncio.sleep``. Everything that waits for a time to pass (the scheduler's passes,
+    the polling base through ``SensorContext.sleep``) waits on the same clock."""
+    sleeper = getattr(clock, "sleep", None)
+    if callable(sleeper):
+        await sleeper(seconds)
+    else:
+        await asyncio.sleep(max(0.0, seconds))
 
 
 def to_ts(when: datetime) -> float:

@@ -37,6 +37,7 @@ from memwarden.plugins._contract import (
     StartupPolicy,
 )
 from memwarden.plugins._polling import (
+    HARD_MIN_INTERVAL,
     Observation,
     PollCounters,
     PollingBinding,
@@ -48,6 +49,7 @@ from memwarden.plugins._supervisor import Backoff, SensorCounters, SensorRunner
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "HARD_MIN_INTERVAL",
     "PLUGIN_API",
     "Backoff",
     "BaseBinding",

@@ -26,7 +26,7 @@ from typing import (
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from memwarden.errors import ValidationInputError
-from memwarden.memory import Binding, Outcome, RevalidationRequest, ValidationEvent
+from memwarden.memory import Binding, Outcome, RevalidationRequest, ValidationEvent, sleep_on
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -248,11 +248,7 @@ class SensorContext(Generic[B]):
         (``memwarden.plugins.testing.FakeClock``) wakes the sleeper when the test
         advances it, so a test never waits for real time to pass.
         """
-        sleeper = getattr(self.clock, "sleep", None)
-        if callable(sleeper):
-            await sleeper(seconds)
-        else:
-            await asyncio.sleep(max(0.0, seconds))
+        await sleep_on(self.clock, seconds)
 
     def event(
         self,

@@ -16,9 +16,14 @@ The base then
   changed**, plus a confirmation of an unchanged observation every ``confirm_every``
   (and at least every half ``validity_window`` when the observation has one) so
   validity windows are renewed;
-- answers the daemon's revalidation requests with the same ``check``;
+- answers the daemon's revalidation requests with the same ``check``, and counts one as
+  the binding's check: its next poll is an interval after it;
+- checks at once what a sensor's own watcher says may have changed
+  (:meth:`PollingSensor.check_soon`), polling staying the safety net;
 - never runs two checks of one subject at once: a poll or a revalidation that finds one
-  running waits for it (counted in ``waited``);
+  running waits for it (counted in ``waited``), and a poll that a check begun after it
+  fell due has answered is not run again;
+- answers every block bound with the very same binding with one check (``shared``);
 - turns a crashing or overlong check (``check_timeout``) into an ``error`` observation,
   never a refutation, and counts everything in :attr:`PollingSensor.poll_counters`.
 """
@@ -35,7 +40,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import Field, JsonValue, model_validator
 
-from memwarden.memory import Duration, Outcome
+from memwarden.errors import ValidationInputError
+from memwarden.memory import Duration, Outcome, format_duration
+from memwarden.memory.policy import next_check_in
 from memwarden.plugins._contract import PLUGIN_API, BaseBinding, BaseSensorConfig, BoundSubject
 
 if TYPE_CHECKING:
@@ -43,6 +50,7 @@ if TYPE_CHECKING:
     from memwarden.plugins._contract import SensorContext
 
 __all__ = [
+    "HARD_MIN_INTERVAL",
     "Observation",
     "PollCounters",
     "PollingBinding",
@@ -81,12 +89,19 @@ class PollingConfig(BaseSensorConfig):
 
     @model_validator(mode="after")
     def _sane_intervals(self) -> PollingConfig:
-        for name in ("interval", "min_interval", "backoff_max", "confirm_every", "check_timeout"):
-            if getattr(self, name) < HARD_MIN_INTERVAL:
-                msg = f"{name}: must be at least 10ms"
+        for name in ("min_interval", "backoff_max", "confirm_every", "check_timeout"):
+            value = getattr(self, name)
+            if value < HARD_MIN_INTERVAL:
+                msg = (
+                    f"{name}: {format_duration(value)} is too short "
+                    f"(at least {format_duration(HARD_MIN_INTERVAL)})"
+                )
                 raise ValueError(msg)
         if self.interval < self.min_interval:
-            msg = "interval: must not be shorter than min_interval"
+            msg = (
+                f"interval: {format_duration(self.interval)} is below min_interval "
+                f"({format_duration(self.min_interval)})"
+            )
             raise ValueError(msg)
         return self
 
@@ -101,7 +116,11 @@ class PollingBinding(BaseBinding):
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """What one check saw; the base turns it into an event for the bound block."""
+    """What one check saw; the base turns it into an event for the bound block.
+
+    ``compare``, when set, is what "changed" compares instead of ``observed`` (leave out
+    what differs on every check, such as a latency, so an unchanged answer stays quiet).
+    """
 
     outcome: Outcome | str
     message: str = ""
@@ -109,6 +128,7 @@ class Observation:
     reliability: float | None = None
     validity_window: timedelta | None = None
     observed_at: datetime | None = None
+    compare: JsonValue = None
 
     @classmethod
     def confirmed(cls, message: str = "", **kw: Any) -> Observation:
@@ -128,8 +148,10 @@ class Observation:
         return cls(Outcome.ERROR, message, **kw)
 
     def key(self) -> tuple[str, str]:
-        """What "changed" compares: the outcome and the observed value (not the message)."""
-        return (str(Outcome(self.outcome)), json.dumps(self.observed, sort_keys=True, default=str))
+        """What "changed" compares: the outcome and the observed value (or ``compare``),
+        not the message."""
+        seen = self.observed if self.compare is None else self.compare
+        return (str(Outcome(self.outcome)), json.dumps(seen, sort_keys=True, default=str))
 
 
 @dataclass(slots=True)
@@ -145,6 +167,7 @@ class PollCounters:
     timeouts: int = 0  # checks that outlived check_timeout
     waited: int = 0  # polls that waited for a running check of the same subject
     revalidations: int = 0  # checks run for a revalidation request
+    shared: int = 0  # observations handed to another block with the very same binding
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -152,6 +175,25 @@ class PollCounters:
 
 ConfigT = TypeVar("ConfigT", bound=PollingConfig)
 BindingT = TypeVar("BindingT", bound=BaseBinding)
+
+
+@dataclass(slots=True)
+class _Slot:
+    """When one binding is checked next: the one time that polls, revalidations and a
+    watcher's :meth:`PollingSensor.check_soon` all move."""
+
+    bound: BoundSubject[Any]
+    due_at: float  # clock time
+    sleeping: asyncio.Task[None] | None = None  # the poll task, while it sleeps
+    woken: bool = False
+    answered_at: float = float("-inf")  # when the latest check answering for it began
+
+    def wake(self) -> None:
+        """Interrupt the poll's sleep (like ``asyncio.timeout``: a cancellation the sleeper
+        takes back), so it looks at ``due_at`` again."""
+        if self.sleeping is not None and not self.woken:
+            self.woken = True
+            self.sleeping.cancel()
 
 
 @dataclass(slots=True)
@@ -176,6 +218,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         self.rng = random.Random()  # noqa: S311 - spreading polls, not secrets
         self._ctx: SensorContext[BindingT] | None = None
         self._tasks: dict[tuple[str, Any], asyncio.Task[None]] = {}
+        self._slots: dict[tuple[str, Any], _Slot] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._seen: dict[str, _Seen] = {}
 
@@ -202,6 +245,23 @@ class PollingSensor(Generic[ConfigT, BindingT]):
     async def on_teardown(self) -> None:
         """Release them (called by ``teardown``; must cope with a partial ``on_setup``)."""
 
+    async def on_bindings(self, bindings: list[BoundSubject[BindingT]]) -> None:
+        """The bindings changed (called by ``run`` after the base took them): a sensor
+        that watches for changes itself updates what it watches here."""
+
+    def check_soon(self, subject: str) -> int:
+        """Check every binding of ``subject`` now rather than at its next interval: for a
+        sensor whose own watcher saw something change. Returns how many were due."""
+        now = self.ctx.clock.time()
+        n = 0
+        for slot in self._slots.values():
+            if slot.bound.subject == subject:
+                slot.due_at = min(slot.due_at, now)
+                slot.answered_at = float("-inf")  # what was seen before may be outdated
+                slot.wake()
+                n += 1
+        return n
+
     def interval_of(self, bound: BoundSubject[BindingT]) -> timedelta:
         """The binding's ``interval`` if it has one (never below ``min_interval``), else
         the sensor's."""
@@ -209,6 +269,11 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         if isinstance(own, timedelta):
             return max(own, self.config.min_interval)
         return self.config.interval
+
+    def timeout_of(self, bound: BoundSubject[BindingT]) -> timedelta:  # noqa: ARG002 - a hook
+        """One check's deadline (default ``check_timeout``); a sensor whose checks have
+        their own deadlines returns a little more than those."""
+        return self.config.check_timeout
 
     # ------------------------------------------------------------------ the contract
 
@@ -220,19 +285,37 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         ctx.ready()
         try:
             while True:
-                self._reconcile(ctx, await ctx.wait_bindings_changed())
+                bindings = await ctx.wait_bindings_changed()
+                self._reconcile(ctx, bindings)
+                await self.on_bindings(bindings)
         finally:
             await self._cancel_all()
 
     async def revalidate(
         self, request: RevalidationRequest, ctx: SensorContext[BindingT]
     ) -> ValidationEvent:
-        bound = BoundSubject(request.block_id, request.binding, ctx.parse_binding(request.binding))
+        try:  # a binding stored before today's rules: refused, never checked
+            selector = ctx.parse_binding(request.binding)
+        except ValidationInputError as err:
+            return ctx.event(
+                request.subject,
+                Outcome.ERROR,
+                message=f"binding refused: {err}"[:1000],
+                block_id=request.block_id,
+                request_id=request.id,
+            )
+        bound = BoundSubject(request.block_id, request.binding, selector)
         self.poll_counters.revalidations += 1
         async with self._lock(bound.subject):
+            began = ctx.clock.time()
             obs = await self._checked(bound)
         event = self._event(ctx, bound, obs, request_id=request.id)
-        self._seen[bound.block_id] = _Seen(obs.key(), ctx.clock.time())
+        now = ctx.clock.time()
+        self._seen[bound.block_id] = _Seen(obs.key(), now)
+        slot = self._slots.get((bound.block_id, bound.binding))
+        if slot is not None:  # this was the binding's check: the next poll is due later
+            slot.due_at = max(slot.due_at, now + self._delay(self.interval_of(bound), 0))
+            slot.answered_at = max(slot.answered_at, began)
         return event
 
     async def teardown(self) -> None:
@@ -251,27 +334,33 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         wanted = {(b.block_id, b.binding): b for b in bindings}
         for key in [k for k in self._tasks if k not in wanted]:
             self._tasks.pop(key).cancel()
+            self._slots.pop(key, None)
             if key[0] not in {k[0] for k in wanted}:
                 self._seen.pop(key[0], None)
         for key, bound in wanted.items():
             task = self._tasks.get(key)
             if task is None or task.done():
+                slot = self._slots[key] = _Slot(bound, ctx.clock.time())
                 self._tasks[key] = asyncio.get_running_loop().create_task(
-                    self._poll(ctx, bound), name=f"sensor[{ctx.name}].poll[{bound.block_id}]"
+                    self._poll(ctx, slot), name=f"sensor[{ctx.name}].poll[{bound.block_id}]"
                 )
 
     async def _cancel_all(self) -> None:
         tasks = list(self._tasks.values())
         self._tasks.clear()
+        self._slots.clear()
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    async def _poll(self, ctx: SensorContext[BindingT], bound: BoundSubject[BindingT]) -> None:
+    async def _poll(self, ctx: SensorContext[BindingT], slot: _Slot) -> None:
+        bound = slot.bound
         failures = 0
         while True:
+            await self._until_due(ctx, slot)
+            due = slot.due_at
             lock = self._lock(bound.subject)
             if lock.locked():
                 # Another block's check (or a revalidation) of this subject is running:
@@ -279,24 +368,63 @@ class PollingSensor(Generic[ConfigT, BindingT]):
                 # checked one after another, not an interval apart.
                 self.poll_counters.waited += 1
             async with lock:
+                if slot.answered_at >= due and slot.due_at > ctx.clock.time():
+                    continue  # a check begun since we fell due answered for us
+                began = ctx.clock.time()
                 obs = await self._checked(bound)
             failures = failures + 1 if Outcome(obs.outcome) == Outcome.ERROR else 0
-            event = self._if_due(ctx, bound, obs)
-            if event is not None:
-                await ctx.emit(event)
-            await ctx.sleep(self._delay(self.interval_of(bound), failures))
+            now = ctx.clock.time()
+            # One check answers every block with the very same binding (several blocks
+            # naming one runtime check, one URL with the same expectations): all their
+            # times move before anything is emitted, so none of them checks again.
+            answered = [slot, *self._twins(slot)]
+            for each in answered:
+                each.answered_at = max(each.answered_at, began)
+                wait = self._delay(self.interval_of(each.bound), failures)
+                each.due_at = now + wait if each is slot else max(each.due_at, now + wait)
+            self.poll_counters.shared += len(answered) - 1
+            for each in answered:
+                event = self._if_due(ctx, each.bound, obs)
+                if event is not None:
+                    await ctx.emit(event)
+
+    def _twins(self, slot: _Slot) -> list[_Slot]:
+        """The other blocks' slots whose binding is the very same as this one's."""
+        return [
+            other
+            for other in self._slots.values()
+            if other is not slot and other.bound.binding == slot.bound.binding
+        ]
+
+    @staticmethod
+    async def _until_due(ctx: SensorContext[Any], slot: _Slot) -> None:
+        """Sleep on the daemon's clock until ``slot.due_at``, which may move meanwhile (a
+        revalidation puts it later, :meth:`check_soon` now)."""
+        task = asyncio.current_task()
+        while (left := slot.due_at - ctx.clock.time()) > 0:
+            slot.sleeping, slot.woken = task, False
+            try:
+                await ctx.sleep(left)
+            except asyncio.CancelledError:
+                # Ours (slot.wake) is taken back; any other cancellation goes on.
+                if not slot.woken or task is None or task.uncancel() > 0:
+                    raise
+            finally:
+                slot.sleeping = None
 
     def _delay(self, interval: timedelta, failures: int) -> float:
-        base = interval.total_seconds()
-        if failures:
-            base = min(base * 2 ** min(failures, 32), self.config.backoff_max.total_seconds())
         jitter = self.config.jitter
-        return base * self.rng.uniform(1.0 - jitter, 1.0 + jitter)
+        return next_check_in(
+            interval.total_seconds(),
+            failures,
+            backoff_max_s=self.config.backoff_max.total_seconds(),
+            spread=self.rng.uniform(1.0 - jitter, 1.0 + jitter),
+        )
 
     async def _checked(self, bound: BoundSubject[BindingT]) -> Observation:
         """``check`` under its deadline; a crash or a timeout is an ``error``."""
         self.poll_counters.checks += 1
-        timeout = self.config.check_timeout
+        timeout = self.timeout_of(bound)
         try:
             async with asyncio.timeout(timeout.total_seconds()):
                 obs = await self.check(bound)

@@ -40,8 +40,6 @@ __all__ = [
     "look_at",
     "look_at_glob",
     "parse_structured",
-    "resolve_pointer",
-    "same_json",
 ]
 
 MISSING = "missing"
@@ -446,33 +444,6 @@ def parse_structured(data: bytes, fmt: Literal["json", "toml", "yaml"]) -> Any:
     return yaml.safe_load(text)
 
 
-class PointerMissingError(LookupError):
-    pass
-
-
-def resolve_pointer(doc: Any, pointer: str) -> Any:
-    """RFC 6901: ``""`` is the whole document; ``/a/0/b~1c`` walks objects and arrays."""
-    if pointer == "":
-        return doc
-    current = doc
-    for raw in pointer[1:].split("/"):
-        token = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(current, dict):
-            if token not in current:
-                raise PointerMissingError(token)
-            current = current[token]
-        elif isinstance(current, list):
-            if not token.isdigit() or (len(token) > 1 and token.startswith("0")):
-                raise PointerMissingError(token)
-            index = int(token)
-            if index >= len(current):
-                raise PointerMissingError(token)
-            current = current[index]
-        else:
-            raise PointerMissingError(token)
-    return current
-
-
 class TooBigError(ValueError):
     pass
 
@@ -497,19 +468,6 @@ def to_json(value: Any, budget: list[int] | None = None) -> Any:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return str(value)
-
-
-def same_json(a: Any, b: Any) -> bool:
-    """JSON equality: ``true`` is not ``1``, ``30`` equals ``30.0``."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and a == b
 
 
 def format_of(path: str, explicit: str | None) -> Literal["json", "toml", "yaml"] | None:

@@ -33,6 +33,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memwarden.jsonpointer import parse_pointer
+
 if TYPE_CHECKING:
     from memwarden.sensors._valueindex import Entry, Scalar, ValueIndex
 
@@ -207,7 +209,7 @@ class Candidate:
         )
         if e.fmt in ("json", "yaml", "toml"):
             return {"sensor": sensor, "path": path, "key": e.pointer, "equals": self.equals}
-        name = re.escape(e.pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~"))
+        name = re.escape(parse_pointer(e.pointer)[-1])
         text = self.equals if isinstance(self.equals, str) else json.dumps(self.equals)
         value = re.escape(text)
         regex = rf"(?m)^\s*(?:export\s+)?{name}\s*[=:]\s*[\"']?{value}[\"']?\s*$"

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
+from memwarden.jsonpointer import pointer_of
 from memwarden.sensors import _fscheck as fc
 from memwarden.sensors._watch import Watcher, event_paths
 
@@ -56,7 +57,6 @@ __all__ = [
     "IndexLimits",
     "LimitError",
     "ValueIndex",
-    "escape",
     "file_format",
     "is_secret_key",
     "parse_entries",
@@ -106,11 +106,6 @@ class Entry:
 
 class LimitError(ValueError):
     """A file exceeds one of the index's limits."""
-
-
-def escape(token: str) -> str:
-    """One RFC 6901 reference token: ``~`` -> ``~0``, ``/`` -> ``~1``."""
-    return token.replace("~", "~0").replace("/", "~1")
 
 
 def is_secret_key(pointer: str) -> bool:
@@ -238,7 +233,7 @@ def parse_entries(
                     note.append(f"nested deeper than {limits.max_depth} levels: cut off there")
                 continue
             items = value.items() if isinstance(value, dict) else enumerate(value)
-            children = [(f"{pointer}/{escape(str(k))}", v, depth + 1) for k, v in items]
+            children = [(pointer + pointer_of((str(k),)), v, depth + 1) for k, v in items]
             stack.extend(reversed(children))
             continue
         if pointer == "":

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, JsonValue, field_validator, model_validator
 
+from memwarden.jsonpointer import PointerMissingError, check_pointer, json_equal, resolve_pointer
 from memwarden.memory import Outcome
 from memwarden.memory._files import write_private
 from memwarden.plugins import (
@@ -123,6 +124,11 @@ class FsBinding(BaseBinding):
 
     _check_regex = field_validator("regex")(regex_field)
 
+    @field_validator("key")
+    @classmethod
+    def _pointer(cls, value: str | None) -> str | None:
+        return None if value is None else check_pointer(value)
+
     @field_validator("path")
     @classmethod
     def _valid_path(cls, path: str) -> str:
@@ -148,8 +154,6 @@ class FsBinding(BaseBinding):
             raise ValueError("equals: needs key (a JSON pointer such as /http/timeout)")
         if "format" in fields and self.key is None:
             raise ValueError("format: only goes with key")
-        if self.key is not None and self.key and not self.key.startswith("/"):
-            raise ValueError(f"key: {self.key!r} is not a JSON pointer (use /http/timeout)")
         if fc.is_glob(self.path) and self.assertion in _CONTENT_KINDS:
             raise ValueError(
                 f"{self.assertion}: needs one file, and {self.path!r} is a glob "
@@ -720,15 +724,15 @@ class FsSensor:
             return fc.Verdict("error", message=f"{sel.path}: not valid {fmt}: {err}"[:1000])
         pointer = sel.key or ""
         try:
-            value = fc.to_json(fc.resolve_pointer(doc, pointer))
-        except fc.PointerMissingError:
+            value = fc.to_json(resolve_pointer(doc, pointer))
+        except PointerMissingError:
             return fc.Verdict("refuted", fc.MISSING, f"{sel.path}: no value at {pointer}")
         except fc.TooBigError as err:
             return fc.Verdict("error", message=f"{sel.path}: {pointer}: {err}")
         observed = bounded(value)
         if "equals" not in sel.model_fields_set:
             return fc.Verdict("confirmed", observed)
-        if fc.same_json(value, sel.equals):
+        if json_equal(value, sel.equals):
             return fc.Verdict("confirmed", observed)
         return fc.Verdict(
             "refuted",

@@ -11,8 +11,11 @@ assertion about it::
     {"sensor": "git", "repo": "shop", "behind": "origin/main"}
 
 It runs on :class:`memwarden.plugins.PollingSensor`: every ``interval`` (and on a
-revalidation request) it runs ``git`` and emits only when what it saw changed. Nothing is
-fetched: ``ahead_of``/``behind`` compare with the ref as the repository has it.
+revalidation request) it runs ``git`` and emits only when what it saw changed. With
+``watch`` (the default) the repository's ``HEAD``, index and refs are also watched
+through the fs watcher (``sensors/_gitwatch.py``): a switch, a commit or a new tag is
+checked within about a second, polling staying the safety net. Nothing is fetched:
+``ahead_of``/``behind`` compare with the ref as the repository has it.
 
 ``git`` is run with an argument vector (never a shell), an explicit environment (no
 inherited ``GIT_*``, no pager, no optional locks, a ceiling directory so it never looks
@@ -28,15 +31,17 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from pydantic import Field, field_validator, model_validator
 
 from memwarden.plugins import Observation, PollingBinding, PollingConfig, PollingSensor
+from memwarden.sensors._gitwatch import RepoWatch
 from memwarden.sensors._proc import run_command
+from memwarden.sensors._tasks import task_group
 
 if TYPE_CHECKING:
-    from memwarden.plugins import BoundSubject
+    from memwarden.plugins import BoundSubject, SensorContext
 
 __all__ = ["GitBinding", "GitConfig", "GitSensor"]
 
@@ -45,6 +50,9 @@ __all__ = ["GitBinding", "GitConfig", "GitSensor"]
 _REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*@\{)(?!.*//)[A-Za-z0-9._/+-]{1,200}(?<![./])$")
 _COMMIT = re.compile(r"^[0-9a-fA-F]{4,64}$")
 _ASSERTIONS = ("branch", "clean", "head_contains", "tag_at_head", "ahead_of", "behind")
+#: Without events for this long the watches are planned again (a ``.git`` that appeared
+#: or was replaced) and the observer thread is checked.
+_WATCH_HEALTH_S: Final = 30.0
 
 
 def _check_ref(value: str | None) -> str | None:
@@ -58,19 +66,25 @@ def _check_ref(value: str | None) -> str | None:
 class GitConfig(PollingConfig):
     """``[sensors.git]``: where repositories may be, and how git is run."""
 
-    roots: list[Path] = Field(min_length=1, description="Repositories must lie inside these.")
+    roots: list[Path] = Field(
+        min_length=1,
+        description="Repositories must lie inside these (relative: to the config file's "
+        "directory, like fs roots; resolved once).",
+    )
     git: str = Field(default="git", description="The git executable (a name on PATH or a path).")
     command_timeout: float = Field(default=10.0, gt=0, le=300, description="Seconds per git run.")
     max_output_bytes: int = Field(default=65536, ge=1024, le=16 * 1024 * 1024)
     env: dict[str, str] = Field(default_factory=dict, description="Added to git's environment.")
+    watch: bool = Field(
+        default=True,
+        description="Check at once when HEAD, the index or a ref changes (fs watcher).",
+    )
+    debounce_ms: int = Field(default=50, ge=0, le=10_000, description="Coalesce git's writes.")
 
     @field_validator("roots")
     @classmethod
-    def _absolute(cls, roots: list[Path]) -> list[Path]:
-        for root in roots:
-            if not root.is_absolute():
-                raise ValueError(f"{str(root)!r} is not an absolute path")
-        return roots
+    def _resolve_roots(cls, roots: list[Path]) -> list[Path]:
+        return [Path(os.path.realpath(r.expanduser())) for r in roots]
 
 
 class GitBinding(PollingBinding):
@@ -125,6 +139,57 @@ class GitSensor(PollingSensor[GitConfig, GitBinding]):
     kind: ClassVar[str] = "git"
     Config: ClassVar[type[GitConfig]] = GitConfig
     Binding: ClassVar[type[GitBinding]] = GitBinding
+
+    def __init__(self, config: GitConfig) -> None:
+        super().__init__(config)
+        self._watch: RepoWatch | None = None
+
+    # ------------------------------------------------------------------ watching
+
+    @property
+    def watching(self) -> int:
+        """How many bound work trees are watched now (the others are only polled)."""
+        return self._watch.watching if self._watch is not None else 0
+
+    async def run(self, ctx: SensorContext[GitBinding]) -> None:
+        if not self.config.watch:
+            await super().run(ctx)
+            return
+        async with RepoWatch(
+            self.config.roots, debounce_ms=self.config.debounce_ms, name=ctx.name
+        ) as watch:
+            self._watch = watch
+            try:
+                async with task_group() as tg:
+                    tg.create_task(self._follow(watch), name=f"sensor[{ctx.name}].watch")
+                    await super().run(ctx)
+            finally:
+                self._watch = None
+
+    async def on_bindings(self, bindings: list[BoundSubject[GitBinding]]) -> None:
+        if self._watch is not None:
+            await self._watch.plan(self._work_trees(bindings))
+
+    def _work_trees(self, bindings: list[BoundSubject[GitBinding]]) -> dict[str, Path]:
+        out = {}
+        for bound in bindings:
+            try:
+                out[bound.subject] = self.resolve_repo(bound.selector.repo)
+            except ValueError:
+                continue  # refused when checked: an error event says why
+        return out
+
+    async def _follow(self, watch: RepoWatch) -> None:
+        while True:
+            subjects = await watch.next_changes(timeout_s=_WATCH_HEALTH_S)
+            if not watch.alive():
+                raise RuntimeError("the watchdog observer thread stopped")
+            if subjects is None:  # events were lost: look at every repository
+                subjects = {b.subject for b in self.ctx.bindings}
+            elif not subjects:
+                await watch.plan()
+            for subject in sorted(subjects):
+                self.check_soon(subject)
 
     # ------------------------------------------------------------------ rules
 

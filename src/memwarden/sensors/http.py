@@ -16,18 +16,22 @@ deadline of ``timeout_s``; at most ``max_bytes`` read (streamed, abandoned past 
 ``error``); redirects are not followed (a 3xx is a status like any other). ETag and
 Last-Modified are remembered per URL, so an unchanged answer costs a 304 and is judged
 again from what was read before. A transport failure (refused, reset, TLS, timeout) is
-an ``error``, never a refutation, and the next try backs off; so is a 5xx unless
-``server_error = "refute"``. Confirmations carry reliability 0.95.
+an ``error``, never a refutation; so is a 5xx unless ``server_error = "refute"``.
+Confirmations carry reliability 0.95.
 
+It runs on :class:`memwarden.plugins.PollingSensor`: each binding is checked every
+``interval`` (its own, never below ``min_interval``, else the sensor's), after errors
+with backoff up to ``backoff_max``; an answer is emitted when the outcome or what was
+observed (the latency aside) changed, plus a confirmation every ``confirm_every``.
 Events are addressed to the bound block (``block_id``): two blocks may expect different
-things of one URL.
+things of one URL. A binding that breaks today's rules (stored before them, or before
+the config narrowed ``allowed_hosts``) is answered with ``error`` and never fetched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import random
 import ssl
 import time
 from dataclasses import dataclass
@@ -47,15 +51,22 @@ from pydantic import (
 )
 
 from memwarden import __version__
+from memwarden.jsonpointer import check_pointer, json_equal, resolve_pointer
 from memwarden.memory import Duration, Outcome, format_duration
-from memwarden.plugins import PLUGIN_API, BaseBinding, BaseSensorConfig
+from memwarden.plugins import (
+    HARD_MIN_INTERVAL,
+    BaseBinding,
+    Observation,
+    PollingBinding,
+    PollingConfig,
+    PollingSensor,
+)
 from memwarden.sensors._observed import bounded
 from memwarden.sensors._regex import RegexTimeoutError, compile_user_regex, regex_field
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from memwarden.memory import RevalidationRequest, ValidationEvent
     from memwarden.plugins import BoundSubject, SensorContext
 
 __all__ = [
@@ -67,15 +78,17 @@ __all__ = [
     "HttpConfig",
     "HttpSensor",
     "Target",
-    "resolve_pointer",
     "url_allowed",
 ]
 
 ANY_PORT: Final = 0
-HARD_MIN_INTERVAL: Final = timedelta(milliseconds=10)
 DEFAULT_ALLOWED_HOSTS: Final = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _INLINE_BODY_BYTES: Final = 64 * 1024  # larger bodies are judged in a worker thread
+#: The polling base's deadline for one check is ``timeout_s`` plus this: the fetch's own
+#: deadline answers first with the precise message; judging a body may take a little more.
+_TIMEOUT_GRACE: Final = timedelta(seconds=5)
+_NOT_COMPARED: Final = frozenset({"latency_ms", "not_modified"})
 
 
 class HeaderExpectation(BaseModel):
@@ -96,20 +109,21 @@ class HeaderExpectation(BaseModel):
         return self
 
 
-class HttpBinding(BaseBinding):
+class HttpBinding(PollingBinding):
     """What a block expects of one URL."""
 
     url: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
     status: Annotated[list[Annotated[int, Field(ge=100, le=599)]], Field(min_length=1)] = Field(
         default_factory=lambda: [200]
     )
-    key: str | None = Field(default=None, description="A JSON pointer (RFC 6901): /a/b/0.")
+    key: str | None = Field(
+        default=None, max_length=4096, description="A JSON pointer (RFC 6901): /a/b/0."
+    )
     equals: JsonValue = None
     matches: str | None = None
     body_regex: str | None = None
     header: HeaderExpectation | None = None
     max_latency_ms: Annotated[float, Field(gt=0)] | None = None
-    interval: Duration | None = Field(default=None, description="Default: the sensor's.")
 
     _check_regexes = field_validator("matches", "body_regex")(regex_field)
 
@@ -141,9 +155,7 @@ class HttpBinding(BaseBinding):
     @field_validator("key")
     @classmethod
     def _pointer(cls, value: str | None) -> str | None:
-        if value is not None and value and not value.startswith("/"):
-            raise ValueError(f"{value!r} is not a JSON pointer (it starts with /, like /a/0)")
-        return value
+        return None if value is None else check_pointer(value)
 
     @model_validator(mode="after")
     def _key_expectations(self) -> HttpBinding:
@@ -188,8 +200,9 @@ class HostHeaders(BaseModel):
         return value
 
 
-class HttpConfig(BaseSensorConfig):
-    """``[sensors.http]``: what the sensor may reach and how it asks."""
+class HttpConfig(PollingConfig):
+    """``[sensors.http]``: what the sensor may reach and how it asks (``min_interval``,
+    ``jitter``, ``confirm_every`` and the other polling keys are the polling base's)."""
 
     allowed_hosts: list[Annotated[str, StringConstraints(min_length=1, max_length=300)]] = Field(
         default_factory=lambda: list(DEFAULT_ALLOWED_HOSTS),
@@ -199,11 +212,6 @@ class HttpConfig(BaseSensorConfig):
         ),
     )
     interval: Duration = Field(default=timedelta(minutes=5), description="Between checks.")
-    min_interval: Duration = Field(
-        default=timedelta(seconds=1),
-        description="The shortest interval a binding may ask for (at least 10ms).",
-    )
-    jitter: Annotated[float, Field(ge=0.0, le=0.5)] = 0.1
     timeout_s: Annotated[float, Field(gt=0.0, le=600.0)] = 10.0
     max_bytes: Annotated[int, Field(ge=1, le=1024 * 1024 * 1024)] = 1024 * 1024
     verify: bool = True
@@ -236,17 +244,6 @@ class HttpConfig(BaseSensorConfig):
                 'values = { Authorization = "Bearer ..." } (one table per host)'
             )
         return value
-
-    @model_validator(mode="after")
-    def _intervals(self) -> HttpConfig:
-        if self.min_interval < HARD_MIN_INTERVAL:
-            raise ValueError(f"min_interval: at least {format_duration(HARD_MIN_INTERVAL)}")
-        if self.interval < self.min_interval:
-            raise ValueError(
-                f"interval: {format_duration(self.interval)} is below min_interval "
-                f"({format_duration(self.min_interval)})"
-            )
-        return self
 
 
 def _norm_host(host: str) -> str:
@@ -356,35 +353,6 @@ def url_allowed(url: str | httpx.URL | Target, allowed: Sequence[str | HostRule]
     return any(rule.allows(target) for rule in rules)
 
 
-def resolve_pointer(doc: Any, pointer: str) -> Any:
-    """The value at a JSON pointer (RFC 6901); ``LookupError`` when there is none."""
-    if pointer == "":
-        return doc
-    node = doc
-    for raw in pointer[1:].split("/"):
-        token = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            raise LookupError(pointer)
-    return node
-
-
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality: ``true`` is not ``1``, ``30`` is ``30.0``."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and bool(a == b)
-
-
 @dataclass(frozen=True, slots=True)
 class _Answer:
     """What a URL answered (a 304 hands back the remembered one)."""
@@ -398,9 +366,7 @@ class _Answer:
 
 
 class _FetchError(Exception):
-    def __init__(self, message: str, *, transport: bool) -> None:
-        super().__init__(message)
-        self.transport = transport  # the next try backs off
+    """No answer to judge (refused, reset, TLS, too large, too slow): an ``error``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,22 +376,20 @@ class _Remembered:
     last_modified: str | None
 
 
-class HttpSensor:
+class HttpSensor(PollingSensor[HttpConfig, HttpBinding]):
     """Checks what HTTP endpoints answer against the blocks bound to them."""
 
     quick_check: ClassVar[bool] = True  # answers in milliseconds: read-through may wait
 
-    api_version: ClassVar[int] = PLUGIN_API
     kind: ClassVar[str] = "http"
     Config: ClassVar[type[HttpConfig]] = HttpConfig
     Binding: ClassVar[type[HttpBinding]] = HttpBinding
 
     def __init__(self, config: HttpConfig) -> None:
-        self.config = config
+        super().__init__(config)
         self._allowed = tuple(HostRule.parse(e) for e in config.allowed_hosts)
         self._headers = tuple((HostRule.parse(h.host), h.values) for h in config.headers)
         self._client: httpx.AsyncClient | None = None
-        self._ctx: SensorContext[HttpBinding] | None = None
         self._remembered: dict[str, _Remembered] = {}
         self.fetches = 0
         self.not_modified = 0
@@ -483,7 +447,7 @@ class HttpSensor:
             ],
         }
 
-    async def setup(self, ctx: SensorContext[HttpBinding]) -> None:
+    async def on_setup(self, ctx: SensorContext[HttpBinding]) -> None:  # noqa: ARG002 - hook
         verify: ssl.SSLContext | bool = self.config.verify
         if self.config.verify and self.config.ca_file is not None:
             verify = ssl.create_default_context(cafile=str(self.config.ca_file))
@@ -498,131 +462,52 @@ class HttpSensor:
             trust_env=False,  # no proxy or CA from the environment: the config decides
             headers={"User-Agent": f"memwarden/{__version__}"},  # credentials: per request
         )
-        self._ctx = ctx
 
-    async def run(self, ctx: SensorContext[HttpBinding]) -> None:
-        ctx.ready()
-        tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
-        async with asyncio.TaskGroup() as tg:
-            while True:
-                bound = {_key(b): b for b in await ctx.wait_bindings_changed()}
-                for key in set(tasks) - set(bound):
-                    tasks.pop(key).cancel()
-                for key in sorted(set(bound) - set(tasks)):
-                    tasks[key] = tg.create_task(
-                        self._every(ctx, bound[key]),
-                        name=f"sensor[{ctx.name}].check[{bound[key].subject}]",
-                    )
-
-    async def revalidate(
-        self, request: RevalidationRequest, ctx: SensorContext[HttpBinding]
-    ) -> ValidationEvent:
-        """Check the binding now."""
-        self._context()  # raises before setup
-        try:  # a binding stored before today's rules: refused here too, never fetched
-            selector = HttpBinding.model_validate(request.binding.selector)
-            self.validate_binding(selector)
-        except ValueError as err:
-            return ctx.event(
-                request.subject,
-                Outcome.ERROR,
-                message=f"binding refused: {err}"[:1000],
-                request_id=request.id,
-                block_id=request.block_id,
-            )
-        event, _ = await self._observe(
-            ctx, selector, block_id=request.block_id, request_id=request.id
-        )
-        return event
-
-    async def teardown(self) -> None:
+    async def on_teardown(self) -> None:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
-        self._ctx = None
-
-    # ------------------------------------------------------------------ scheduling
-
-    def _context(self) -> SensorContext[HttpBinding]:
-        if self._ctx is None or self._client is None:
-            raise RuntimeError("the http sensor is not set up")
-        return self._ctx
-
-    async def _every(
-        self, ctx: SensorContext[HttpBinding], bound: BoundSubject[HttpBinding]
-    ) -> None:
-        selector = bound.selector
-        if not isinstance(selector, HttpBinding):
-            raise TypeError(f"not an http binding: {type(selector).__name__}")
-        interval = max(selector.interval or self.config.interval, self.config.min_interval)
-        interval_s = interval.total_seconds()
-        jitter = self.config.jitter
-        failures = 0
-        await asyncio.sleep(random.uniform(0.0, jitter * interval_s))  # noqa: S311 - spreading
-        while True:
-            event, failed = await self._observe(ctx, selector, block_id=bound.block_id)
-            await ctx.emit(event)
-            failures = failures + 1 if failed else 0
-            await asyncio.sleep(self._delay(interval_s, failures))
-
-    def _delay(self, interval_s: float, failures: int) -> float:
-        """The interval (± jitter); after failures, doubling up to ``backoff_max``."""
-        if failures == 0:
-            j = self.config.jitter
-            return interval_s * random.uniform(1.0 - j, 1.0 + j)  # noqa: S311
-        cap = max(interval_s, self.config.backoff_max.total_seconds())
-        ceiling = min(cap, interval_s * 2.0 ** min(failures, 32))
-        return random.uniform(ceiling / 2.0, ceiling)  # noqa: S311 - equal jitter
 
     # ------------------------------------------------------------------ one check
 
-    async def _observe(
-        self,
-        ctx: SensorContext[HttpBinding],
-        selector: HttpBinding,
-        *,
-        block_id: str,
-        request_id: str | None = None,
-    ) -> tuple[ValidationEvent, bool]:
-        """One event for the block, and whether it was a failure to back off from."""
-        failed = False
-        observed: dict[str, Any] = {}
+    def timeout_of(self, bound: BoundSubject[HttpBinding]) -> timedelta:  # noqa: ARG002 - hook
+        return timedelta(seconds=self.config.timeout_s) + _TIMEOUT_GRACE
+
+    async def check(self, bound: BoundSubject[HttpBinding]) -> Observation:
+        return await self.observe(bound.selector)
+
+    async def observe(self, selector: HttpBinding) -> Observation:
+        """Fetch the URL and judge the answer; a binding today's rules refuse is an
+        ``error`` and is never fetched."""
         try:
+            self.validate_binding(selector)
             url = httpx.URL(selector.url)
             target = Target.of(url)
-        except (httpx.InvalidURL, TypeError, ValueError):
-            url, target = None, None
-        if url is None or target is None or not self.allows(target):
-            outcome, message = Outcome.ERROR, f"{selector.url!r}: not in allowed_hosts; not fetched"
+        except (httpx.InvalidURL, TypeError, ValueError) as err:
+            return Observation.error(f"binding refused: {err}"[:1000])
+        try:
+            answer = await self._fetch(url, target)
+        except _FetchError as err:
+            return Observation.error(str(err))
+        if len(answer.body) > _INLINE_BODY_BYTES or selector.has_regex:
+            # Decoding, JSON parsing and matching a large body, or any regex (which may
+            # wait for the regex helper process): off the event loop.
+            outcome, message, observed = await asyncio.to_thread(self._judge, selector, answer)
         else:
-            try:
-                answer = await self._fetch(url, target)
-            except _FetchError as err:
-                outcome, message, failed = Outcome.ERROR, str(err), err.transport
-            else:
-                if len(answer.body) > _INLINE_BODY_BYTES or selector.has_regex:
-                    # Decoding, JSON parsing and matching a large body, or any regex (which
-                    # may wait for the regex helper process): off the event loop.
-                    judged = await asyncio.to_thread(self._judge, selector, answer)
-                else:
-                    judged = self._judge(selector, answer)
-                outcome, message, observed = judged
-                failed = outcome == Outcome.ERROR
-        event = ctx.event(
-            selector.url,
+            outcome, message, observed = self._judge(selector, answer)
+        return Observation(
             outcome,
-            observed=observed or None,
-            message=message,
+            message,
+            observed=observed,
             reliability=self.config.reliability if outcome == Outcome.CONFIRMED else None,
-            request_id=request_id,
-            block_id=block_id,
+            # What changed is the answer: not how long it took, nor whether it was a 304.
+            compare={k: v for k, v in observed.items() if k not in _NOT_COMPARED},
         )
-        return event, failed
 
     async def _fetch(self, url: httpx.URL, target: Target) -> _Answer:
         client = self._client
         if client is None:
-            raise _FetchError("the http sensor is not set up", transport=False)
+            raise _FetchError("the http sensor is not set up")
         remembered = self._remembered.get(str(url))
         headers = self.headers_for(target)
         if remembered is not None:
@@ -651,20 +536,18 @@ class HttpSensor:
                     )
                 length = response.headers.get("content-length", "")
                 if length.isdigit() and int(length) > cap:
-                    raise _FetchError(f"response larger than {cap} bytes", transport=False)
+                    raise _FetchError(f"response larger than {cap} bytes")
                 body = bytearray()
                 async for chunk in response.aiter_bytes():
                     body += chunk
                     if len(body) > cap:
-                        raise _FetchError(f"response larger than {cap} bytes", transport=False)
+                        raise _FetchError(f"response larger than {cap} bytes")
                 encoding = response.encoding or "utf-8"
         except TimeoutError:
-            raise _FetchError(
-                f"no complete answer within {self.config.timeout_s:g}s", transport=True
-            ) from None
+            raise _FetchError(f"no complete answer within {self.config.timeout_s:g}s") from None
         except httpx.HTTPError as err:
             raise _FetchError(
-                f"request failed: {type(err).__name__}: {err or 'no detail'}", transport=True
+                f"request failed: {type(err).__name__}: {err or 'no detail'}"
             ) from None
         latency_ms = (time.perf_counter() - began) * 1000.0
         answer = _Answer(response.status_code, response.headers, bytes(body), encoding, latency_ms)
@@ -702,10 +585,6 @@ class HttpSensor:
             f"; {selector.key} = {_short(observed['value'])}" if selector.key is not None else ""
         )
         return Outcome.CONFIRMED, f"status {answer.status}{shown}", observed
-
-
-def _key(bound: BoundSubject[HttpBinding]) -> tuple[str, str]:
-    return bound.block_id, bound.binding.model_dump_json()
 
 
 def _codes(codes: list[int]) -> str:
@@ -758,7 +637,7 @@ def _judge_key(selector: HttpBinding, text: str, observed: dict[str, Any]) -> st
     except LookupError:
         return f"no {selector.key} in the body"
     observed["value"] = bounded(value)
-    if "equals" in selector.model_fields_set and not _same(value, selector.equals):
+    if "equals" in selector.model_fields_set and not json_equal(value, selector.equals):
         return f"{selector.key} is {_short(value)}, expected {_short(selector.equals)}"
     if selector.matches is not None:
         subject = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

@@ -23,24 +23,24 @@ A check that outlives its ``timeout_s`` is an error, and a command's whole proce
 group is killed. A plugin's environment is explicit: ``PATH`` and ``LANG`` from the
 daemon, then the sensor's ``env``, then the check's; nothing else of the daemon's.
 
-Each check bound to at least one block runs every ``interval`` (with jitter; never
-below ``min_interval``, 1s unless the config lowers it, 10ms at the very least); every
-result is emitted (confirmations at reliability 0.9), so a state change shows at the
-next run and a refutation that holds becomes hard after the rules' count. A run that
-is due while a revalidation of the same check is still running is skipped and
-counted, never overlapped.
+It runs on :class:`memwarden.plugins.PollingSensor`: each bound check runs every
+``interval`` (the check's own, else the sensor's; with jitter; never below
+``min_interval``, 1s unless the config lowers it, 10ms at the very least), after errors
+with backoff, and a result is emitted when it differs from the last one (outcome or
+observed value; confirmations at reliability 0.9), plus a confirmation of an unchanged
+one every ``confirm_every``. A run of a check never overlaps another run or a
+revalidation of the same check: it waits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
-import random
 import re
 import signal
 import time
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal
@@ -56,13 +56,18 @@ from pydantic import (
 )
 
 from memwarden.memory import Duration, Outcome, format_duration
-from memwarden.plugins import PLUGIN_API, BaseBinding, BaseSensorConfig
+from memwarden.plugins import (
+    HARD_MIN_INTERVAL,
+    BaseBinding,
+    Observation,
+    PollingConfig,
+    PollingSensor,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from memwarden.memory import RevalidationRequest, ValidationEvent
-    from memwarden.plugins import BoundSubject, SensorContext
+    from memwarden.plugins import BoundSubject
 
 __all__ = [
     "DiskFreeCheck",
@@ -85,8 +90,10 @@ NAGIOS_STATUS = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 #: What Nagios plugins get of the daemon's own environment; the config's ``env`` adds to it.
 PASSED_THROUGH_ENV = ("PATH", "LANG")
-HARD_MIN_INTERVAL: Final = timedelta(milliseconds=10)
 DEFAULT_MIN_INTERVAL: Final = timedelta(seconds=1)
+#: The base's deadline for one check is the check's ``timeout_s`` plus this: the check's
+#: own deadline answers first, with the precise message (and a killed process group).
+_TIMEOUT_GRACE: Final = timedelta(seconds=2)
 _ANY_ADDRESS = ("0.0.0.0", "::", "*", "")  # noqa: S104 - compared against, never bound
 
 
@@ -99,7 +106,13 @@ class _Check(BaseModel):
     @field_validator("interval")
     @classmethod
     def _not_zero(cls, value: timedelta | None) -> timedelta | None:
-        return None if value is None else _at_least_hard_floor(value)
+        if value is not None and value < HARD_MIN_INTERVAL:
+            raise ValueError(
+                f"{format_duration(value)} is too short: a check runs at most every "
+                f"{format_duration(HARD_MIN_INTERVAL)} (min_interval, default "
+                f"{format_duration(DEFAULT_MIN_INTERVAL)}, may ask more)"
+            )
+        return value
 
 
 class ProcessCheck(_Check):
@@ -208,35 +221,23 @@ Check = Annotated[
 ]
 
 
-class RuntimeConfig(BaseSensorConfig):
-    """``[sensors.runtime]``: the checks by name, and their defaults."""
+class RuntimeConfig(PollingConfig):
+    """``[sensors.runtime]``: the checks by name, and their defaults (the polling keys
+    ``interval``, ``min_interval``, ``jitter``, ``backoff_max``, ``confirm_every`` are
+    the polling base's)."""
 
     checks: dict[CheckName, Check] = Field(default_factory=dict)
-    interval: Duration = Field(default=timedelta(seconds=60), description="Between runs.")
-    min_interval: Duration = Field(
-        default=DEFAULT_MIN_INTERVAL,
-        description="The shortest interval a check may run at (at least 10ms).",
-    )
     env: dict[EnvName, str] = Field(
         default_factory=dict,
         description="Passed to Nagios plugins, with PATH and LANG; nothing else of the "
         "daemon's environment is.",
-    )
-    jitter: Annotated[float, Field(ge=0.0, le=0.5)] = Field(
-        default=0.1, description="Each wait is the interval times 1 ± this, at random."
     )
     timeout_s: Seconds = 10.0
     reliability: Annotated[float, Field(ge=0.0, le=1.0)] = 0.9
     max_output_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 64 * 1024
 
     @model_validator(mode="after")
-    def _intervals(self) -> RuntimeConfig:
-        _at_least_hard_floor(self.min_interval, "min_interval")
-        if self.interval < self.min_interval:
-            raise ValueError(
-                f"interval: {format_duration(self.interval)} is below min_interval "
-                f"({format_duration(self.min_interval)})"
-            )
+    def _check_intervals(self) -> RuntimeConfig:
         for name, check in self.checks.items():
             if check.interval is not None and check.interval < self.min_interval:
                 raise ValueError(
@@ -244,17 +245,6 @@ class RuntimeConfig(BaseSensorConfig):
                     f"min_interval ({format_duration(self.min_interval)})"
                 )
         return self
-
-
-def _at_least_hard_floor(value: timedelta, what: str = "") -> timedelta:
-    if value < HARD_MIN_INTERVAL:
-        prefix = f"{what}: " if what else ""
-        raise ValueError(
-            f"{prefix}{format_duration(value)} is too short: a check runs at most every "
-            f"{format_duration(HARD_MIN_INTERVAL)} (min_interval, default "
-            f"{format_duration(DEFAULT_MIN_INTERVAL)}, may ask more)"
-        )
-    return value
 
 
 class RuntimeBinding(BaseBinding):
@@ -266,36 +256,20 @@ class RuntimeBinding(BaseBinding):
         return self.check
 
 
-@dataclass(slots=True)
-class _Result:
-    outcome: Outcome
-    message: str
-    observed: dict[str, Any] = field(default_factory=dict)
-
-
-class RuntimeSensor:
+class RuntimeSensor(PollingSensor[RuntimeConfig, RuntimeBinding]):
     """Runs the configured checks for the blocks bound to them."""
 
     quick_check: ClassVar[bool] = True  # answers in milliseconds: read-through may wait
 
-    api_version: ClassVar[int] = PLUGIN_API
     kind: ClassVar[str] = "runtime"
     Config: ClassVar[type[RuntimeConfig]] = RuntimeConfig
     Binding: ClassVar[type[RuntimeBinding]] = RuntimeBinding
-
-    def __init__(self, config: RuntimeConfig) -> None:
-        self.config = config
-        self._ctx: SensorContext[RuntimeBinding] | None = None
-        self._locks: dict[str, asyncio.Lock] = {}
-        self.skipped = 0  # runs skipped because a check of the same name was still running
 
     def validate_binding(self, selector: RuntimeBinding) -> None:
         """Refuse a binding to a check the config does not name."""
         if selector.check not in self.config.checks:
             known = ", ".join(sorted(self.config.checks)) or "none configured"
             raise ValueError(f"check: no runtime check named {selector.check!r} (known: {known})")
-
-    # ------------------------------------------------------------------ lifecycle
 
     def describe(self) -> dict[str, Any]:
         """What a binding may name (the configured checks) and an example for each."""
@@ -308,126 +282,53 @@ class RuntimeSensor:
             "examples": [{"check": name} for name in list(checks)[:5]],
         }
 
-    async def setup(self, ctx: SensorContext[RuntimeBinding]) -> None:
-        self._ctx = ctx
+    # ------------------------------------------------------------------ polling
 
-    async def run(self, ctx: SensorContext[RuntimeBinding]) -> None:
-        ctx.ready()
-        tasks: dict[str, asyncio.Task[None]] = {}
-        async with asyncio.TaskGroup() as tg:
-            while True:
-                bound = await ctx.wait_bindings_changed()
-                wanted = self._wanted(bound)
-                for name in set(tasks) - wanted:
-                    tasks.pop(name).cancel()
-                for name in sorted(wanted - set(tasks)):
-                    tasks[name] = tg.create_task(
-                        self._every(ctx, name), name=f"sensor[{ctx.name}].check[{name}]"
-                    )
-                for name in sorted({b.subject for b in bound} - wanted - set(tasks)):
-                    # Bound before the config dropped the check: say so, never guess.
-                    await ctx.emit(
-                        ctx.event(name, Outcome.ERROR, message=f"no runtime check named {name!r}")
-                    )
+    def interval_of(self, bound: BoundSubject[RuntimeBinding]) -> timedelta:
+        check = self.config.checks.get(bound.selector.check)
+        own = check.interval if check is not None else None
+        return own if own is not None else self.config.interval
 
-    def _wanted(self, bound: list[BoundSubject[RuntimeBinding]]) -> set[str]:
-        names = set()
-        for b in bound:
-            check = getattr(b.selector, "check", b.subject)
-            if check in self.config.checks:
-                names.add(check)
-        return names
+    def timeout_of(self, bound: BoundSubject[RuntimeBinding]) -> timedelta:
+        check = self.config.checks.get(bound.selector.check)
+        own = check.timeout_s if check is not None else None
+        return timedelta(seconds=own or self.config.timeout_s) + _TIMEOUT_GRACE
 
-    async def revalidate(
-        self, request: RevalidationRequest, ctx: SensorContext[RuntimeBinding]
-    ) -> ValidationEvent:
-        """Run the check now (after a run of it in progress, never alongside)."""
-        self._context()  # raises before setup
-        name = str(request.binding.selector.get("check", request.subject))
-        if name not in self.config.checks:
-            return ctx.event(
-                request.subject,
-                Outcome.ERROR,
-                message=f"no runtime check named {name!r}",
-                request_id=request.id,
-            )
-        async with self._lock(name):
-            return await self._observe(ctx, name, request_id=request.id)
-
-    async def teardown(self) -> None:
-        self._ctx = None
-
-    # ------------------------------------------------------------------ scheduling
-
-    def _context(self) -> SensorContext[RuntimeBinding]:
-        if self._ctx is None:
-            raise RuntimeError("the runtime sensor is not set up")
-        return self._ctx
-
-    def _lock(self, name: str) -> asyncio.Lock:
-        return self._locks.setdefault(name, asyncio.Lock())
-
-    def _interval_s(self, name: str) -> float:
-        check = self.config.checks[name]
-        return (check.interval or self.config.interval).total_seconds()
-
-    async def _every(self, ctx: SensorContext[RuntimeBinding], name: str) -> None:
-        interval_s = self._interval_s(name)
-        jitter = self.config.jitter
-        await asyncio.sleep(random.uniform(0.0, jitter * interval_s))  # noqa: S311 - spreading
-        while True:
-            lock = self._lock(name)
-            if lock.locked():
-                self.skipped += 1
-                ctx.log.info("check_skipped", check=name, reason="still running")
-            else:
-                async with lock:
-                    event = await self._observe(ctx, name)
-                await ctx.emit(event)
-            await asyncio.sleep(interval_s * random.uniform(1.0 - jitter, 1.0 + jitter))  # noqa: S311
-
-    async def _observe(
-        self, ctx: SensorContext[RuntimeBinding], name: str, *, request_id: str | None = None
-    ) -> ValidationEvent:
-        check = self.config.checks[name]
+    async def check(self, bound: BoundSubject[RuntimeBinding]) -> Observation:
+        name = bound.selector.check
+        check = self.config.checks.get(name)
+        if check is None:  # bound before the config dropped the check: say so, never guess
+            return Observation.error(f"no runtime check named {name!r}")
         timeout_s = check.timeout_s or self.config.timeout_s
-        try:
-            if isinstance(check, NagiosCheck):
-                result = await run_nagios(
-                    check.command,
-                    env=plugin_env(self.config.env, check.env),
-                    timeout_s=timeout_s,
-                    warning=check.warning,
-                    max_output_bytes=self.config.max_output_bytes,
-                )
-            else:
+        if isinstance(check, NagiosCheck):
+            obs = await run_nagios(
+                check.command,
+                env=plugin_env(self.config.env, check.env),
+                timeout_s=timeout_s,
+                warning=check.warning,
+                max_output_bytes=self.config.max_output_bytes,
+            )
+        else:
+            try:
                 async with asyncio.timeout(timeout_s):
-                    result = await _builtin(check)
-        except TimeoutError:
-            result = _Result(Outcome.ERROR, f"check timed out after {timeout_s:g}s")
-        except Exception as err:  # noqa: BLE001 - a failing check is an error outcome
-            result = _Result(Outcome.ERROR, f"{type(err).__name__}: {err}")
-        confirmed = result.outcome == Outcome.CONFIRMED
-        return ctx.event(
-            name,
-            result.outcome,
-            observed=result.observed or None,
-            message=result.message,
-            reliability=self.config.reliability if confirmed else None,
-            request_id=request_id,
-        )
+                    obs = await _builtin(check)
+            except TimeoutError:
+                return Observation.error(f"check timed out after {timeout_s:g}s")
+        if Outcome(obs.outcome) == Outcome.CONFIRMED:
+            return dataclasses.replace(obs, reliability=self.config.reliability)
+        return obs
 
 
 # ---------------------------------------------------------------------- built-in checks
 
 
-async def _builtin(check: _Check) -> _Result:
+async def _builtin(check: _Check) -> Observation:
     if isinstance(check, TcpPortCheck) and check.method == "connect":
         return await _tcp_connect(check)
     return await asyncio.to_thread(_blocking_check, check)
 
 
-def _blocking_check(check: _Check) -> _Result:
+def _blocking_check(check: _Check) -> Observation:
     """The psutil checks (they may block on /proc or a slow filesystem: run in a thread)."""
     if isinstance(check, ProcessCheck):
         return _process(check)
@@ -444,11 +345,11 @@ def _blocking_check(check: _Check) -> _Result:
     raise TypeError(f"not a built-in check: {type(check).__name__}")
 
 
-def _verdict(ok: bool, message: str, observed: dict[str, Any]) -> _Result:  # noqa: FBT001
-    return _Result(Outcome.CONFIRMED if ok else Outcome.REFUTED, message, observed)
+def _verdict(ok: bool, message: str, observed: dict[str, Any]) -> Observation:  # noqa: FBT001
+    return Observation(Outcome.CONFIRMED if ok else Outcome.REFUTED, message, observed)
 
 
-def _process(check: ProcessCheck) -> _Result:
+def _process(check: ProcessCheck) -> Observation:
     if check.pid_file is not None:
         return _process_by_pid_file(check.pid_file)
     me = os.getpid()
@@ -472,15 +373,15 @@ def _process(check: ProcessCheck) -> _Result:
     )
 
 
-def _process_by_pid_file(path: Path) -> _Result:
+def _process_by_pid_file(path: Path) -> Observation:
     try:
         text = path.read_text(errors="replace").strip()
     except FileNotFoundError:
-        return _Result(Outcome.REFUTED, f"pid file {path} does not exist", {"running": False})
+        return Observation(Outcome.REFUTED, f"pid file {path} does not exist", {"running": False})
     try:
         pid = int(text.split()[0])
     except (ValueError, IndexError):
-        return _Result(Outcome.ERROR, f"pid file {path} holds no pid: {text[:40]!r}")
+        return Observation(Outcome.ERROR, f"pid file {path} holds no pid: {text[:40]!r}")
     try:
         proc = psutil.Process(pid)
         running = proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -495,26 +396,28 @@ def _process_by_pid_file(path: Path) -> _Result:
     )
 
 
-async def _tcp_connect(check: TcpPortCheck) -> _Result:
+async def _tcp_connect(check: TcpPortCheck) -> Observation:
     where = f"{check.host}:{check.port}"
     try:
         _, writer = await asyncio.open_connection(check.host, check.port)
     except ConnectionRefusedError:
-        return _Result(Outcome.REFUTED, f"nothing listens on {where} (refused)", {"open": False})
+        return Observation(
+            Outcome.REFUTED, f"nothing listens on {where} (refused)", {"open": False}
+        )
     except OSError as err:
-        return _Result(Outcome.ERROR, f"could not reach {where}: {err}")
+        return Observation(Outcome.ERROR, f"could not reach {where}: {err}")
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()
-    return _Result(Outcome.CONFIRMED, f"{where} accepts connections", {"open": True})
+    return Observation(Outcome.CONFIRMED, f"{where} accepts connections", {"open": True})
 
 
-def _tcp_listening(check: TcpPortCheck) -> _Result:
+def _tcp_listening(check: TcpPortCheck) -> Observation:
     where = f"{check.host}:{check.port}"
     try:
         conns = psutil.net_connections(kind="tcp")
     except psutil.AccessDenied as err:
-        return _Result(Outcome.ERROR, f"cannot list sockets: {err}")
+        return Observation(Outcome.ERROR, f"cannot list sockets: {err}")
     found = any(
         c.status == psutil.CONN_LISTEN
         and c.laddr
@@ -526,7 +429,7 @@ def _tcp_listening(check: TcpPortCheck) -> _Result:
     return _verdict(found, message, {"listening": found})
 
 
-def _disk_free(check: DiskFreeCheck) -> _Result:
+def _disk_free(check: DiskFreeCheck) -> Observation:
     usage = psutil.disk_usage(str(check.path))
     free_percent = 100.0 * usage.free / usage.total if usage.total else 0.0
     ok = (check.min_free_bytes is None or usage.free >= check.min_free_bytes) and (
@@ -547,7 +450,7 @@ def _disk_free(check: DiskFreeCheck) -> _Result:
     )
 
 
-def _memory(check: MemoryCheck) -> _Result:
+def _memory(check: MemoryCheck) -> Observation:
     vm = psutil.virtual_memory()
     ok = (check.max_used_percent is None or vm.percent <= check.max_used_percent) and (
         check.min_available_bytes is None or vm.available >= check.min_available_bytes
@@ -559,7 +462,7 @@ def _memory(check: MemoryCheck) -> _Result:
     )
 
 
-def _load(check: LoadCheck) -> _Result:
+def _load(check: LoadCheck) -> Observation:
     loads = psutil.getloadavg()
     cpus = (psutil.cpu_count() or 1) if check.per_cpu else 1
     values = [round(x / cpus, 3) for x in loads]
@@ -569,17 +472,22 @@ def _load(check: LoadCheck) -> _Result:
         for m, v, b in zip((1, 5, 15), values, bounds, strict=True)
         if b is not None and v > b
     ]
-    observed = {"load1": values[0], "load5": values[1], "load15": values[2], "cpus": cpus}
+    observed: dict[str, Any] = {
+        "load1": values[0],
+        "load5": values[1],
+        "load15": values[2],
+        "cpus": cpus,
+    }
     if over:
-        return _Result(Outcome.REFUTED, "; ".join(over), observed)
-    return _Result(Outcome.CONFIRMED, "load " + " ".join(f"{v:g}" for v in values), observed)
+        return Observation(Outcome.REFUTED, "; ".join(over), observed)
+    return Observation(Outcome.CONFIRMED, "load " + " ".join(f"{v:g}" for v in values), observed)
 
 
-def _file_age(check: FileAgeCheck) -> _Result:
+def _file_age(check: FileAgeCheck) -> Observation:
     try:
         mtime = check.path.stat().st_mtime
     except FileNotFoundError:
-        return _Result(Outcome.REFUTED, f"{check.path} does not exist", {"exists": False})
+        return Observation(Outcome.REFUTED, f"{check.path} does not exist", {"exists": False})
     age_s = max(0.0, time.time() - mtime)  # file times are the OS's: compare with its clock
     limit_s = check.max_age.total_seconds()
     return _verdict(
@@ -672,7 +580,7 @@ async def run_nagios(
     timeout_s: float,
     warning: str = "soft_refute",
     max_output_bytes: int = 64 * 1024,
-) -> _Result:
+) -> Observation:
     """Run a Nagios-compatible plugin in its own session and map its exit code.
 
     The plugin's environment is ``env`` (default: :func:`plugin_env`), never the daemon's.
@@ -687,7 +595,9 @@ async def run_nagios(
             start_new_session=True,
         )
     except OSError as err:
-        return _Result(Outcome.ERROR, f"could not start {command[0]}: {err}", {"exit_code": None})
+        return Observation(
+            Outcome.ERROR, f"could not start {command[0]}: {err}", {"exit_code": None}
+        )
     try:
         async with asyncio.timeout(timeout_s):
             out, err_out = await asyncio.gather(
@@ -698,7 +608,7 @@ async def run_nagios(
     except TimeoutError:
         _kill_group(proc)
         await proc.wait()
-        return _Result(
+        return Observation(
             Outcome.ERROR,
             f"{Path(command[0]).name} timed out after {timeout_s:g}s (process group killed)",
             {"exit_code": None, "timed_out": True},
@@ -724,4 +634,4 @@ async def run_nagios(
         outcome = Outcome.ERROR
         if code < 0:
             message = f"{Path(command[0]).name} was killed by signal {-code}"
-    return _Result(outcome, message[:1000], observed)
+    return Observation(outcome, message[:1000], observed)

@@ -10,6 +10,10 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.memory.gradual_example import CONTENT as GRADUAL_CONTENT
+from tests.memory.gradual_example import DAYS as GRADUAL_DAYS
+from tests.memory.gradual_example import SEMANTIC as GRADUAL_SEMANTIC
+from tests.memory.gradual_example import STEADY_SIGNALS, Day
 
 from memwarden.memory import BlockRecord
 from memwarden.memory.policy import (
@@ -33,7 +37,7 @@ H = 3600.0
 D = 86400.0
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 CFG = PolicyConfig()
-PYTHON = "I like programming in Python. Python is my favourite language; I prefer it for scripting."
+PYTHON = GRADUAL_CONTENT
 
 
 def _rec(**overrides: Any) -> BlockRecord:
@@ -79,47 +83,62 @@ def _candidate(**overrides: Any) -> ScoreResult:
 
 # ------------------------------------------------------------------ the composite scorer, example 1
 
-_D1 = [T0 + 1 * H, T0 + 3 * H]
-_D2 = [*_D1, T0 + D + 2 * H, T0 + D + 6 * H]
-_D3 = [*_D2, T0 + 2 * D + 2 * H, T0 + 2 * D + 7 * H]
-_STEADY = {"consistency": 2.0, "emotional_weight": 1.0}
-# day -> (now, access times, sessions, signals, reinforcements)
-_PYTHON_DAYS: dict[int, tuple[float, list[float], int, dict[str, float], int]] = {
-    1: (T0 + 8 * H, _D1, 1, {**_STEADY, "user_initiated_mentions": 2}, 0),
-    2: (T0 + D + 8 * H, _D2, 2, {**_STEADY, "user_initiated_mentions": 3}, 1),
-    3: (
-        T0 + 2 * D + 8 * H,
-        _D3,
-        2,
-        {**_STEADY, "user_initiated_mentions": 4, "user_confirmations": 1},
-        2,
-    ),
-}
+
+def _gradual_day(n: int) -> tuple[BlockRecord, PromotionInputs, Day]:
+    """Day ``n`` (1-3) of the gradual example as the scorer sees it."""
+    day = GRADUAL_DAYS[n - 1]
+    reads = [read for d in GRADUAL_DAYS[:n] for read in d.reads]
+    rec = _rec(
+        content=GRADUAL_CONTENT,
+        access_count=len(reads),
+        reinforcement_count=day.reinforcements,
+        signals={
+            **STEADY_SIGNALS,
+            "user_initiated_mentions": day.mentions,
+            "user_confirmations": day.confirmations,
+        },
+    )
+    times = [T0 + hours * H for hours, _ in reads]
+    sessions = len({session for _, session in reads})
+    return rec, PromotionInputs(rec, T0 + day.scored_at_h * H, times, sessions), day
+
+
+def test_the_gradual_example_worked_by_hand_gives_its_stated_totals():
+    """The hand arithmetic of tests/memory/gradual_example.py gives 4.2, 6.1 and 7.8."""
+    assert [round(day.total, 1) for day in GRADUAL_DAYS] == [4.2, 6.1, 7.8]
+    assert [day.stated_total for day in GRADUAL_DAYS] == [4.2, 6.1, 7.8]
+    assert [day.total >= CFG.promotion.composite.threshold for day in GRADUAL_DAYS] == [
+        False,
+        False,
+        True,
+    ]
 
 
 @pytest.mark.parametrize(
-    ("day", "seed_score", "promoted"),
-    [(1, 4.2, False), (2, 6.1, False), (3, 7.8, True)],
+    "n",
+    [1, 2, 3],
     ids=[
         "day 1: mentioned, 2 reads in one session",
         "day 2: referenced again, 4 reads in 2 sessions",
         "day 3: user confirms, crosses 7.0",
     ],
 )
-def test_seed_001_gradual_promotion(day, seed_score, promoted):
-    """Composite, example 1: 'I like programming in Python' scores ~4.2, ~6.1, ~7.8 -> promoted."""
-    now, times, sessions, signals, reinforcements = _PYTHON_DAYS[day]
-    rec = _rec(
-        content=PYTHON,
-        access_count=len(times),
-        signals=signals,
-        reinforcement_count=reinforcements,
-    )
-    result = score_composite(PromotionInputs(rec, now, times, sessions), CFG)
-    assert result.total == pytest.approx(seed_score, abs=0.25)
-    assert result.candidate is promoted
+def test_gradual_promotion_scores_as_worked_by_hand(n):
+    """The composite scorer gives each day of the gradual example its hand-worked
+    components and total (4.2, 6.1, 7.8): promoted on day 3 by the threshold."""
+    rec, inputs, day = _gradual_day(n)
+    result = score_composite(inputs, CFG)
+    assert result.breakdown["access_pattern"] == pytest.approx(day.access, abs=1e-9)
+    assert result.breakdown["content_stability"] == pytest.approx(day.stability, abs=1e-9)
+    assert result.breakdown["user_engagement"] == pytest.approx(day.engagement, abs=1e-9)
+    assert result.breakdown["semantic_importance"] == pytest.approx(GRADUAL_SEMANTIC, abs=1e-9)
+    assert result.total == pytest.approx(day.total, abs=1e-9)
+    assert round(result.total, 1) == day.stated_total
+    assert result.candidate is day.promoted
     assert result.trigger is None  # the threshold decides, not a fast track
-    assert consolidation_verdict(rec, result, now, CFG)[0] is promoted
+    assert consolidation_verdict(rec, result, inputs.now, CFG)[0] is day.promoted
+    if n == 1:
+        assert result.blocked == ["access 2 < 3"]
 
 
 def test_seed_001_immediate_promotion_by_correction():
@@ -150,7 +169,7 @@ def test_seed_001_promotion_blocked_by_contradiction():
     )
     now = T0 + 2 * D + 6 * H
     built_up = score_composite(PromotionInputs(before, now, times, 2), CFG)
-    assert built_up.total == pytest.approx(6.8, abs=0.25)
+    assert round(built_up.total, 1) == 6.8  # the example's "builds to 6.8"
     assert not built_up.candidate
 
     # "I actually prefer morning work now": a contradiction 3 hours ago

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from memwarden.memory.policy import PolicyConfig, plan_revalidations, take_due
+from memwarden.memory.policy import PolicyConfig, next_check_in, plan_revalidations, take_due
 
 M = 60.0
 H = 3600.0
@@ -130,3 +132,23 @@ def test_rate_limit_holds_when_the_spread_is_too_short():
     assert max(sizes) == LIMIT
     assert sum(sizes) == 5000
     assert sizes[:2] == [1, LIMIT]  # one due at the first tick, then the limit binds
+
+
+def test_next_check_in_doubles_per_error_up_to_the_cap():
+    """The interval; 2x, 4x after errors; capped at backoff_max; the jitter draw scales it."""
+    waits = [next_check_in(60, n, backoff_max_s=300) for n in (0, 1, 2, 3, 50)]
+    assert waits == [60, 120, 240, 300, 300]
+    assert next_check_in(60, 1, backoff_max_s=300, spread=0.9) == pytest.approx(108)
+
+
+@given(
+    st.floats(min_value=0.01, max_value=1e6),
+    st.integers(min_value=0, max_value=10_000),
+    st.floats(min_value=0.01, max_value=1e6),
+)
+def test_next_check_in_never_polls_faster_than_the_interval(interval_s, failures, cap_s):
+    """Errors never shorten the wait: between the interval and max(interval, backoff_max),
+    and more errors never wait less."""
+    wait = next_check_in(interval_s, failures, backoff_max_s=cap_s)
+    assert interval_s <= wait <= max(interval_s, cap_s)
+    assert next_check_in(interval_s, failures + 1, backoff_max_s=cap_s) >= wait

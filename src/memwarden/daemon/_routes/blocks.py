@@ -21,8 +21,15 @@ from memwarden.daemon._routes.search import BelievedAt, BlockRead
 from memwarden.daemon._routes.suggest import Suggestion
 from memwarden.daemon._suggest import suggest_bindings
 from memwarden.errors import ValidationInputError
-from memwarden.memory import Block, BlockState, NewBlock, Tier, Volatility, parse_duration
-from memwarden.memory._store import BlockPatch
+from memwarden.memory import (
+    Block,
+    BlockPatch,
+    BlockState,
+    NewBlock,
+    Tier,
+    Volatility,
+    parse_duration,
+)
 
 if TYPE_CHECKING:
     from memwarden.daemon._app import Daemon

@@ -57,7 +57,7 @@ from memwarden.memory.policy._promotion import (
     score_composite,
     score_multi_axis,
 )
-from memwarden.memory.policy._schedule import plan_revalidations, take_due
+from memwarden.memory.policy._schedule import next_check_in, plan_revalidations, take_due
 
 __all__ = [
     "HEALTH_PENALTIES",
@@ -94,6 +94,7 @@ __all__ = [
     "heuristic_cycle",
     "is_stale",
     "mark_stale",
+    "next_check_in",
     "plan_revalidations",
     "record_access",
     "retention",

@@ -1,13 +1,23 @@
 # Copyright 2026 memwarden contributors. MIT License.
-"""When to send revalidation requests: no storm after downtime.
+"""When checks happen: the scheduling rules, as pure functions (``docs/RULES.md``,
+"Who checks when").
 
-A daemon that was down must not fire every overdue request the moment it starts. On a
-restart :func:`plan_revalidations` spreads what is overdue evenly over
-``staleness.spread_window`` (oldest deadline first), resumes what is not yet due with
-its remaining time, and applies the Nagios rule: a block whose window was mostly spent
-unwatched (downtime > 0.618 x window) has its deadline reset into the spread too. Each
-tick then sends at most ``staleness.max_requests_per_tick`` (:func:`take_due`).
-Deterministic: the same inputs give the same plan, with no random numbers.
+Every check of a binding comes from one of two timelines, and their rules live here:
+
+- the **revalidation queue** (the store's requests, sent by the daemon's scheduler):
+  expiry (``stale_at``), a soft refutation's retry (``EvidenceConfig.retry_interval_s``),
+  a ``changed`` event, a read, a manual request. After downtime :func:`plan_revalidations`
+  spreads what is overdue evenly over ``staleness.spread_window`` (oldest deadline
+  first), resumes what is not yet due with its remaining time, and applies the Nagios
+  rule: a block whose window was mostly spent unwatched (downtime > 0.618 x window) has
+  its deadline reset into the spread too. Each tick sends at most
+  ``staleness.max_requests_per_tick`` (:func:`take_due`). Deterministic: no random
+  numbers.
+- a **polling sensor's own timeline** (``memwarden.plugins.PollingSensor``): one "next
+  check at" per binding, an interval after its last check (:func:`next_check_in`: the
+  interval, doubled per error up to ``backoff_max``, times the jitter draw). A
+  revalidation from the queue is that binding's check too (its next poll moves an
+  interval after it) and a sensor's own watcher may bring it forward to now.
 """
 
 from __future__ import annotations
@@ -19,7 +29,23 @@ if TYPE_CHECKING:
 
     from memwarden.memory.policy._config import PolicyConfig
 
-__all__ = ["plan_revalidations", "take_due"]
+__all__ = ["next_check_in", "plan_revalidations", "take_due"]
+
+
+def next_check_in(
+    interval_s: float, failures: int, *, backoff_max_s: float, spread: float = 1.0
+) -> float:
+    """Seconds from a binding's check to its next periodic one.
+
+    The interval; after ``failures`` errors in a row it doubles per error, up to
+    ``backoff_max_s`` but never below the interval itself (a backoff never polls
+    faster). ``spread`` is the caller's jitter draw, a factor in ``1 ± jitter`` (the
+    randomness stays with the caller, so this stays deterministic).
+    """
+    wait = interval_s
+    if failures > 0:
+        wait = min(interval_s * 2.0 ** min(failures, 32), max(interval_s, backoff_max_s))
+    return wait * spread
 
 
 def plan_revalidations(
