@@ -69,7 +69,7 @@ def _retype_response_field(d: dict[str, Any]) -> None:
 
 
 def _require_request_field(d: dict[str, Any]) -> None:
-    d["components"]["schemas"]["NewBlock"].setdefault("required", []).append("title")
+    d["components"]["schemas"]["NewBlockRequest"].setdefault("required", []).append("title")
 
 
 def _drop_success_status(d: dict[str, Any]) -> None:

@@ -62,6 +62,7 @@ STOPPED: dict[str, list[list[str]]] = {
     "events": [["events", "x"]],
     "explain": [["explain", "x"]],
     "revalidate": [["revalidate", "x"]],
+    "suggest": [["suggest", "x"]],
     "health": [["health"]],
     "tail": [["tail"]],
     "export": [["export", "-"]],

@@ -800,6 +800,42 @@ def explain(
 
 
 @app.command()
+def suggest(
+    block_id: Annotated[str, typer.Argument(help="The block id.")],
+    limit: Annotated[int, typer.Option(min=1, max=50, help="At most this many.")] = 5,
+    json_out: JsonOpt = False,
+) -> None:
+    """Bindings that could check a block, found in the fs sensors' files and dry-run now
+    (needs the daemon); add one with PATCH or `memwarden add --bind`."""
+
+    async def api(c: AsyncClient) -> Any:
+        block = await c.get(block_id)
+        return await c.suggest_bindings(block.content, title=block.title, limit=limit)
+
+    async def local(_: Store) -> Any:
+        raise MemwardenError("suggest needs the running daemon: its fs sensors hold the index")
+
+    data = call(None, api=api, local=local)
+    if json_out:
+        print_json(data)
+        return
+    for s in data["suggestions"]:
+        out.print(
+            f"{s['confidence']:.2f}  {escape(json.dumps(s['binding']))}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        out.print(f"      {escape(s['why'])}", highlight=False, soft_wrap=True)
+    for s in data["contradicts"]:
+        out.print(
+            f"contradicted  {escape(json.dumps(s['binding']))}", highlight=False, soft_wrap=True
+        )
+        out.print(f"      {escape(s['why'])}", highlight=False, soft_wrap=True)
+    if not data["suggestions"] and not data["contradicts"]:
+        out.print("no binding found (docs/SUGGESTIONS.md says what is matched)")
+
+
+@app.command()
 def revalidate(
     block_id: Annotated[str, typer.Argument(help="The block id.")],
     wait: Annotated[str, typer.Option(help="Wait this long for the outcome (2s, 1m).")] = "5s",

@@ -428,6 +428,14 @@ class AsyncClient:
     async def explain(self, block_id: str) -> dict[str, Any]:
         return await self._call("GET", f"/v1/blocks/{block_id}/explain")  # type: ignore[no-any-return]
 
+    async def suggest_bindings(
+        self, content: str, *, title: str = "", limit: int = 5
+    ) -> dict[str, Any]:
+        """Bindings that could check this fact, each dry-run now: ``{"suggestions",
+        "contradicts"}`` (docs/SUGGESTIONS.md)."""
+        body = {"content": content, "title": title, "limit": limit}
+        return await self._call("POST", "/v1/suggest-bindings", None, body)  # type: ignore[no-any-return]
+
     async def revalidate(self, block_id: str, *, wait: str = "0s") -> RevalidateAnswer:
         """Ask the block's sensors to check it now; wait up to ``wait`` for the outcome."""
         answer: RevalidateAnswer = await self._call(
@@ -638,6 +646,10 @@ class Client:
 
     def explain(self, block_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/blocks/{block_id}/explain")  # type: ignore[no-any-return]
+
+    def suggest_bindings(self, content: str, *, title: str = "", limit: int = 5) -> dict[str, Any]:
+        body = {"content": content, "title": title, "limit": limit}
+        return self._call("POST", "/v1/suggest-bindings", None, body)  # type: ignore[no-any-return]
 
     def revalidate(self, block_id: str, *, wait: str = "0s") -> RevalidateAnswer:
         answer: RevalidateAnswer = self._call(

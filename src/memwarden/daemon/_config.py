@@ -59,6 +59,7 @@ __all__ = [
     "SensorSettings",
     "Settings",
     "StoreSettings",
+    "SuggestSettings",
     "config_problems",
     "default_home",
     "format_problems",
@@ -184,6 +185,24 @@ class ReadThroughSettings(BaseModel):
         default=timedelta(seconds=10),
         description="How long a bound sensor may be down (failed, agent offline) before "
         "its facts are unreachable.",
+    )
+
+
+class SuggestSettings(BaseModel):
+    """``[suggest]``: binding suggestions for facts added without a binding."""
+
+    model_config = _FROZEN
+
+    bind: Literal["auto", "suggest", "none"] = Field(
+        default="none",
+        description="What POST /v1/blocks does when the body names no `bind`: bind the best "
+        "confirming suggestion (auto), return suggestions (suggest), or nothing (none).",
+    )
+    auto_min_confidence: float = Field(
+        default=0.85,
+        ge=0.0,
+        le=1.0,
+        description="bind=auto binds only a suggestion at least this confident.",
     )
 
 
@@ -448,6 +467,7 @@ class Settings(BaseSettings):
         default=None, description="The MQTT bridge for remote sensors; off unless configured."
     )
     agent: AgentSettings = Field(default_factory=AgentSettings)
+    suggest: SuggestSettings = Field(default_factory=SuggestSettings)
 
     @field_validator("sensors")
     @classmethod

@@ -44,7 +44,9 @@ from memwarden.sensors._regex import (
     compile_user_regex,
     regex_field,
 )
+from memwarden.sensors._suggest import match_keys
 from memwarden.sensors._tasks import task_group
+from memwarden.sensors._valueindex import ValueIndex
 from memwarden.sensors._watch import Change, Watcher, event_paths
 
 if TYPE_CHECKING:
@@ -85,6 +87,12 @@ class FsConfig(BaseSensorConfig):
         default=600.0,
         gt=0.0,
         description="Look at every bound path this often anyway (a safety net); None: never.",
+    )
+    index: bool = Field(
+        default=False,
+        description="Index the JSON/YAML/TOML/INI/.env values under the roots, for binding "
+        "suggestions (docs/SUGGESTIONS.md); off by default while it needs its own recursive "
+        "watch of the roots.",
     )
 
     @field_validator("ignore")
@@ -239,6 +247,11 @@ class FsSensor:
         self._state_path: Path | None = None
         self._reconciled = False
         self.rescans = 0
+        self.index: ValueIndex | None = (
+            ValueIndex(self.roots, tuple(config.ignore), keys_of=match_keys)
+            if config.index
+            else None
+        )
 
     # ------------------------------------------------------------------ contract
 
@@ -291,6 +304,8 @@ class FsSensor:
                         self._follow_changes(watcher), name=f"sensor[{ctx.name}].changes"
                     )
                     tg.create_task(self._flush_state(), name=f"sensor[{ctx.name}].state")
+                    if self.index is not None:
+                        tg.create_task(self._follow_index(ctx), name=f"sensor[{ctx.name}].index")
         finally:
             self._watcher = None
             self._lookup = _Lookup()
@@ -328,6 +343,26 @@ class FsSensor:
                     else:
                         await ctx.emit(event)
         return answer
+
+    async def dry_run(self, selector: FsBinding) -> fc.Verdict:
+        """Check a binding once now, as a revalidation would; nothing is kept or emitted.
+
+        Raises ``ValueError`` for a path outside the roots.
+        """
+        target = self._target_of(selector)
+        bound = self._make_bound("dry-run", "", selector.path, selector, target)
+        results = await asyncio.to_thread(
+            self._check_sync, [(target.key, None, [(bound, "force")])]
+        )
+        return results[0][2][0][1]
+
+    async def _follow_index(self, ctx: SensorContext[FsBinding]) -> None:
+        """Keep the value index current; its failure costs suggestions, never the checks."""
+        assert self.index is not None  # noqa: S101 - only started with an index
+        try:
+            await self.index.follow(ctx.name, debounce_ms=max(self.config.debounce_ms, 100))
+        except Exception as err:  # noqa: BLE001 - the index is a helper: log, keep checking
+            ctx.log.warning("fs_index_stopped", error=repr(err))
 
     async def teardown(self) -> None:
         watcher, self._watcher = self._watcher, None

@@ -3,7 +3,7 @@ archive, a block's events, why it stands where it does, and revalidating it now.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Response, status
 from pydantic import BaseModel, Field
@@ -18,6 +18,8 @@ from memwarden.daemon._routes._deps import (
     instant,
 )
 from memwarden.daemon._routes.search import BelievedAt, BlockRead
+from memwarden.daemon._routes.suggest import Suggestion
+from memwarden.daemon._suggest import suggest_bindings
 from memwarden.errors import ValidationInputError
 from memwarden.memory import (
     Block,
@@ -29,7 +31,10 @@ from memwarden.memory import (
     parse_duration,
 )
 
-__all__ = ["BlockPage", "RevalidateAnswer", "router"]
+if TYPE_CHECKING:
+    from memwarden.daemon._app import Daemon
+
+__all__ = ["AddedBlock", "BindAnswer", "BlockPage", "NewBlockRequest", "RevalidateAnswer", "router"]
 
 router = APIRouter(tags=["blocks"])
 
@@ -48,13 +53,40 @@ class RevalidateAnswer(BaseModel):
     block: Block
 
 
+class NewBlockRequest(NewBlock):
+    """A new block, and whether memwarden should look for a binding (docs/SUGGESTIONS.md)."""
+
+    bind: Literal["auto", "suggest", "none"] | None = Field(
+        default=None,
+        description="auto: bind the best suggestion whose dry run confirms, if at least "
+        "[suggest] auto_min_confidence; suggest: store unbound, answer the suggestions; "
+        "none: neither. Default: [suggest] bind. Ignored when the block names bindings.",
+    )
+
+
+class BindAnswer(BaseModel):
+    """What ``bind`` found: the binding chosen (auto) and every suggestion."""
+
+    mode: Literal["auto", "suggest"]
+    chosen: Suggestion | None = Field(description="The binding stored with the block (auto).")
+    why: str
+    suggestions: list[Suggestion]
+    contradicts: list[Suggestion]
+
+
+class AddedBlock(Block):
+    """The stored block; ``bind`` only when the request asked for auto or suggest."""
+
+    bind: BindAnswer | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
 @router.post(
     "/v1/blocks",
     status_code=201,
-    responses={200: {"model": Block, "description": "dedupe: the block already stored."}},
+    responses={200: {"model": AddedBlock, "description": "dedupe: the block already stored."}},
 )
 async def add_block(
-    body: NewBlock,
+    body: NewBlockRequest,
     response: Response,
     _: Auth,
     daemon: DaemonDep,
@@ -65,12 +97,52 @@ async def add_block(
             "whitespace collapsed), answer 200 with it (duplicate_of set) and store nothing."
         ),
     ] = False,
-) -> Block:
-    """Add a block (with bindings): 201. With dedupe, a duplicate answers 200."""
-    block = await daemon.add_block(body, actor="api", dedupe=dedupe)
+) -> AddedBlock:
+    """Add a block (with bindings): 201. With dedupe, a duplicate answers 200. With
+    ``bind``, memwarden looks for a binding itself (see ``POST /v1/suggest-bindings``)."""
+    mode = body.bind or daemon.settings.suggest.bind
+    new = body.model_dump(mode="json", exclude={"bind"}, exclude_unset=True)
+    answer: BindAnswer | None = None
+    if mode != "none":
+        answer, binding = await _find_binding(daemon, body, mode)
+        if binding is not None:
+            new["bindings"] = [binding]
+    block = await daemon.add_block(new, actor="api", dedupe=dedupe)
     if block.duplicate_of is not None:
         response.status_code = status.HTTP_200_OK
-    return block
+    return AddedBlock.model_validate({**block.model_dump(), "bind": answer})
+
+
+async def _find_binding(
+    daemon: Daemon, body: NewBlockRequest, mode: Literal["auto", "suggest"]
+) -> tuple[BindAnswer, dict[str, Any] | None]:
+    if body.bindings:
+        why = "the block names its own bindings: none was looked for"
+        return BindAnswer(mode=mode, chosen=None, why=why, suggestions=[], contradicts=[]), None
+    text = f"{body.title}\n{body.content}" if body.title else body.content
+    found = await suggest_bindings(daemon.runners, text, limit=5)
+    suggestions = [Suggestion.model_validate(s.as_dict()) for s in found.suggestions]
+    contradicts = [Suggestion.model_validate(s.as_dict()) for s in found.contradicts]
+    chosen: Suggestion | None = None
+    threshold = daemon.settings.suggest.auto_min_confidence
+    if not found.searched:
+        why = "stored unbound: no running fs sensor has its index on ([sensors.fs] index = true)"
+    elif mode == "suggest":
+        why = "stored unbound: pick a suggestion and add it as a binding"
+    elif not suggestions:
+        why = "no binding whose dry run confirms was found: stored unbound"
+    elif suggestions[0].confidence < threshold:
+        why = (
+            f"the best suggestion's confidence {suggestions[0].confidence} is below "
+            f"auto_min_confidence {threshold}: stored unbound"
+        )
+    else:
+        chosen = suggestions[0]
+        why = f"bound: {chosen.why} (confidence {chosen.confidence}, its dry run confirmed)"
+    answer = BindAnswer(
+        mode=mode, chosen=chosen, why=why, suggestions=suggestions, contradicts=contradicts
+    )
+    return answer, (chosen.binding if chosen is not None else None)
 
 
 @router.get("/v1/blocks")

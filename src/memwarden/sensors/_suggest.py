@@ -1,0 +1,464 @@
+"""Matching a fact's text to the values the fs index knows, without a language model.
+
+From the title and content we take (:func:`extract`) numbers with their units (``30 s``
+is 30 seconds, so it meets ``30``, ``"30s"`` and a ``timeout_ms`` of ``30000``), versions
+(``1.2.3``), quoted strings, words (``timeout`` meets ``/http/timeout``; ``camelCase``
+and ``snake_case`` are split) and file names. Each index entry is scored
+(:func:`candidates`):
+
+- **value**: the fact names the entry's value — 1.0 for a quoted string, a version or a
+  number with a unit that agrees; 0.8 for a bare number; 0.6 for a single word equal to a
+  string value. A secret entry is compared by keyed hash only.
+- **key**: the share of the key's last segment's words found in the text (0..1), plus a
+  little for words of the parent segments.
+- **file**: the file's name or stem is in the text.
+
+``confidence = 0.5 value + 0.4 key + 0.1 file``, cut to [0, 1]. An entry whose key
+matches fully but whose value the text contradicts (the text says 45 s, the file 30)
+becomes a *contradiction candidate*: its binding carries the text's value, so a dry run
+refutes it and the caller can say "the file says 30".
+
+Every binding is an fs binding in the sensor's own format (``path`` relative to the
+first root, ``key`` + ``equals`` for JSON/YAML/TOML, an anchored ``regex`` for INI and
+``.env``). The daemon's suggester runs each once (a dry run) before offering it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from memwarden.jsonpointer import parse_pointer
+
+if TYPE_CHECKING:
+    from memwarden.sensors._valueindex import Entry, Scalar, ValueIndex
+
+__all__ = ["Candidate", "Extracted", "candidates", "extract", "match_keys", "words_of"]
+
+# Seconds per unit; the names a text or a key may use for them.
+_TIME_UNITS: dict[str, float] = {
+    "ms": 0.001,
+    "msec": 0.001,
+    "millisecond": 0.001,
+    "milliseconds": 0.001,
+    "s": 1.0,
+    "sec": 1.0,
+    "secs": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "mins": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+    "h": 3600.0,
+    "hr": 3600.0,
+    "hour": 3600.0,
+    "hours": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+    "days": 86400.0,
+}
+_SIZE_UNITS: dict[str, float] = {
+    "b": 1.0,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "kib": 1024.0,
+    "mib": 1024.0**2,
+    "gib": 1024.0**3,
+}
+_NUMBER = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*([a-zA-Z%]{1,12})?(?![\w.]*\d)", re.UNICODE)
+_VERSION = re.compile(
+    r"(?<![\w.])v?(\d+\.\d+(?:\.\d+)+(?:[-+][0-9A-Za-z.-]+)?|\d+\.\d+)(?![\w.]*\d)"
+)
+_QUOTED = re.compile(r"\"([^\"\n]{1,200})\"|'([^'\n]{1,200})'|`([^`\n]{1,200})`")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_FILE = re.compile(r"[\w./-]*\w\.(?:json|ya?ml|toml|ini|cfg|env)\b|\.env\b")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "for",
+        "from",
+        "has",
+        "have",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "the",
+        "this",
+        "that",
+        "to",
+        "was",
+        "we",
+        "were",
+        "will",
+        "with",
+        "our",
+        "uses",
+        "use",
+        "set",
+        "should",
+        "must",
+        "value",
+        "config",
+        "file",
+    ]
+)
+_BOOLS = {"true": True, "false": False, "enabled": True, "disabled": False}
+
+MAX_WORD_ENTRIES = 500
+AMBIGUITY_PENALTY = 0.1
+W_VALUE = 0.5
+W_KEY = 0.4
+W_FILE = 0.1
+
+
+def words_of(text: str) -> list[str]:
+    """Lowercase words of identifiers and prose: ``maxRetries_ms`` -> max, retries, ms."""
+    return [
+        part.lower()
+        for raw in _WORD.findall(text)
+        for part in re.split(r"[_\-]+", _CAMEL.sub("_", raw))
+        if part
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Quantity:
+    """A number from the text; ``seconds`` / ``size_bytes`` when it had such a unit."""
+
+    number: float
+    raw: str
+    unit: str = ""
+    seconds: float | None = None
+    size_bytes: float | None = None
+
+
+@dataclass(slots=True)
+class Extracted:
+    """What a fact's text offers to match."""
+
+    quantities: list[Quantity] = field(default_factory=list)
+    versions: list[str] = field(default_factory=list)
+    quoted: list[str] = field(default_factory=list)
+    words: set[str] = field(default_factory=set)
+    files: list[str] = field(default_factory=list)
+    bools: list[bool] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)  # every token, for secrets' hashes
+
+
+def extract(text: str) -> Extracted:
+    """Numbers with units, versions, quoted strings, words and file names in ``text``."""
+    out = Extracted()
+    out.versions = [m.group(1) for m in _VERSION.finditer(text)]
+    version_spans = [m.span() for m in _VERSION.finditer(text)]
+    for m in _NUMBER.finditer(text):
+        if any(a <= m.start() < b for a, b in version_spans) and "." in m.group(1):
+            continue
+        number = float(m.group(1))
+        unit = (m.group(2) or "").lower()
+        seconds = number * _TIME_UNITS[unit] if unit in _TIME_UNITS else None
+        size = number * _SIZE_UNITS[unit] if unit in _SIZE_UNITS else None
+        if unit and seconds is None and size is None:
+            unit = ""  # "30 retries": the word is a word, not a unit
+        out.quantities.append(Quantity(number, m.group(1), unit, seconds, size))
+    for m in _QUOTED.finditer(text):
+        out.quoted.append(next(g for g in m.groups() if g is not None))
+    out.words = {w for w in words_of(text) if w not in _STOP and len(w) > 1}
+    out.files = [f.lower() for f in _FILE.findall(text)]
+    out.bools = [_BOOLS[w] for w in words_of(text) if w in _BOOLS]
+    tokens = [t.strip(".,;:!?()[]{}\"'`") for t in text.split()]
+    out.tokens = list(dict.fromkeys([*out.quoted, *(t for t in tokens if t)]))[:200]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A scored (file, pointer) with the value a binding should expect."""
+
+    entry: Entry
+    equals: Scalar
+    confidence: float
+    why: str
+    agrees: bool  # the text names the entry's value (False: a contradiction candidate)
+    rank: float = 0.0  # the score before it is cut to [0, 1]: orders candidates
+
+    def binding(self, sensor: str, base: str) -> dict[str, Any]:
+        """The fs binding, its path relative to ``base`` (the first root) when below it."""
+        e = self.entry
+        path = (
+            os.path.relpath(e.path, base) if e.path.startswith(base.rstrip("/") + "/") else e.path
+        )
+        if e.fmt in ("json", "yaml", "toml"):
+            return {"sensor": sensor, "path": path, "key": e.pointer, "equals": self.equals}
+        name = re.escape(parse_pointer(e.pointer)[-1])
+        text = self.equals if isinstance(self.equals, str) else json.dumps(self.equals)
+        value = re.escape(text)
+        regex = rf"(?m)^\s*(?:export\s+)?{name}\s*[=:]\s*[\"']?{value}[\"']?\s*$"
+        return {"sensor": sensor, "path": path, "regex": regex}
+
+
+@functools.lru_cache(maxsize=65_536)
+def _pointer_words(pointer: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    """A key path's last segment's words (unit words dropped) and its parents' words."""
+    segments = [s for s in pointer.split("/") if s and not s.isdigit()]
+    if not segments:
+        return (), frozenset()
+    last = [w for w in words_of(segments[-1]) if w not in _STOP]
+    named = [w for w in last if w not in _TIME_UNITS and w not in _SIZE_UNITS]
+    last = named or last  # timeout_ms is about a timeout: the unit is the value's business
+    parents = frozenset(w for s in segments[:-1] for w in words_of(s)) - _STOP - set(last)
+    return tuple(last), parents
+
+
+def _key_score(pointer: str, words: set[str]) -> tuple[float, float, list[str]]:
+    """The share of the last segment's words in the text, 0.1 per parent word, the words."""
+    last, parents = _pointer_words(pointer)
+    if not last:
+        return 0.0, 0.0, []
+    hit = [w for w in last if w in words or w.rstrip("s") in words or w + "s" in words]
+    parent_hit = sorted(w for w in parents if w in words)
+    return len(hit) / len(last), 0.1 * len(parent_hit), hit + parent_hit
+
+
+def _key_unit(pointer: str) -> float | None:
+    """The time unit a key's name implies (``timeout_ms`` -> 0.001); None: none named."""
+    last = words_of(pointer.rsplit("/", 1)[-1])
+    for w in reversed(last):
+        if w in _TIME_UNITS and w not in ("m", "d"):
+            return _TIME_UNITS[w]
+    return None
+
+
+def _parse_duration(text: str) -> float | None:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]{1,12})\s*", text)
+    if m and m.group(2).lower() in _TIME_UNITS:
+        return float(m.group(1)) * _TIME_UNITS[m.group(2).lower()]
+    return None
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def _as_number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
+
+
+Match = tuple[float, "Scalar", str]  # (strength, the value to expect, what matched)
+_NO_MATCH: Match = (0.0, None, "")
+
+
+def _value_match(entry: Entry, ex: Extracted, index: ValueIndex) -> Match:
+    """How strongly the text names the entry's value."""
+    v = entry.value
+    if entry.secret:
+        for p in ex.tokens:
+            if index.digest(p) == entry.secret_hash:
+                return 1.0, p, "a secret, compared by hash"
+        return _NO_MATCH
+    if isinstance(v, bool):
+        return (0.6, v, str(v).lower()) if v in ex.bools else _NO_MATCH
+    if isinstance(v, int | float):
+        return _number_match(entry.pointer, v, ex)
+    if isinstance(v, str) and v.strip():
+        return _string_match(v, ex)
+    return _NO_MATCH
+
+
+def _number_match(pointer: str, v: float, ex: Extracted) -> Match:
+    unit = _key_unit(pointer)
+    best = _NO_MATCH
+    for q in ex.quantities:
+        if q.seconds is not None:
+            for scale in (unit,) if unit is not None else (1.0, 0.001):
+                if _close(q.seconds / scale, v):
+                    return 1.0, v, f"{q.raw} {q.unit} = {_as_number(v)}"
+        elif q.size_bytes is None and _close(q.number, v):
+            best = (0.8, v, q.raw)
+    return best
+
+
+def _string_match(v: str, ex: Extracted) -> Match:
+    low = v.strip().lower()
+    if any(low == s.strip().lower() for s in ex.quoted):
+        return 1.0, v, f'"{v}"'
+    for ver in ex.versions:
+        bare = low.lstrip("v^~=<>! ")
+        if bare == ver.lower() or (ver.count(".") >= 2 and bare.endswith(ver.lower())):
+            return 1.0, v, f"version {ver}"
+    seconds = _parse_duration(v)
+    if seconds is not None:
+        for q in ex.quantities:
+            if q.seconds is not None and _close(q.seconds, seconds):
+                return 1.0, v, f"{q.raw} {q.unit} = {v}"
+    if any(low == t.lower() for t in ex.tokens):
+        # Said verbatim: a host, an address, an email, 512Mi is specific; a word less so.
+        return (0.6 if low.isalpha() else 1.0), v, v
+    return _NO_MATCH
+
+
+def _contradicting_value(entry: Entry, ex: Extracted) -> tuple[Scalar, str] | None:  # noqa: PLR0911 - one return per kind of value
+    """The value the text gives for an entry whose key it names but whose value it does not."""
+    v = entry.value
+    if entry.secret or v is None:
+        return None
+    if isinstance(v, bool):
+        return (ex.bools[0], str(ex.bools[0]).lower()) if ex.bools else None
+    if isinstance(v, int | float):
+        unit = _key_unit(entry.pointer) or 1.0
+        for q in ex.quantities:
+            if q.seconds is not None:
+                return _as_number(q.seconds / unit), f"{q.raw} {q.unit}"
+        for q in ex.quantities:
+            if not q.unit:
+                return _as_number(q.number), q.raw
+        return None
+    if isinstance(v, str):
+        if _parse_duration(v) is not None:
+            for q in ex.quantities:
+                if q.seconds is not None:
+                    return f"{q.raw}{q.unit}", f"{q.raw} {q.unit}"
+        if any(c.isdigit() for c in v) and ex.versions:
+            return ex.versions[0], f"version {ex.versions[0]}"
+        if ex.quoted:
+            return ex.quoted[0], f'"{ex.quoted[0]}"'
+    return None
+
+
+_TRAILING_VERSION = re.compile(r"(\d+(?:\.\d+)+(?:[-+][0-9a-z.-]+)?)$")
+_SCALES = (0.001, 1.0, 60.0, 3600.0, 86400.0)
+
+
+def _num(value: float) -> str:
+    return f"{float(value):.12g}"
+
+
+def match_keys(entry: Entry) -> list[str]:
+    """The lookup keys of an index entry (the index keeps them: a text finds its entries
+    by :func:`_text_keys` without scanning the whole index). Runs in the index's thread."""
+    if entry.secret_hash is not None:
+        return ["h:" + entry.secret_hash]
+    keys = ["w:" + w for w in _pointer_words(entry.pointer)[0]]
+    v = entry.value
+    if isinstance(v, bool):
+        keys.append(f"b:{v}")
+    elif isinstance(v, int | float):
+        keys.append("n:" + _num(v))
+    elif isinstance(v, str) and v.strip():
+        low = v.strip().lower()
+        keys.append("s:" + low)
+        bare = low.lstrip("v^~=<>! ")
+        keys.append("v:" + bare)
+        tail = _TRAILING_VERSION.search(bare)
+        if tail and tail.group(1) != bare:
+            keys.append("v:" + tail.group(1))
+        seconds = _parse_duration(v)
+        if seconds is not None:
+            keys.append("d:" + _num(seconds))
+    return keys
+
+
+def _text_keys(ex: Extracted, index: ValueIndex) -> set[str]:
+    """The lookup keys of the text's values, and of its words when they are not common."""
+    keys: set[str] = set()
+    for w in ex.words:
+        for form in ("w:" + w, "w:" + w + "s", "w:" + w.rstrip("s")):
+            # A key word in very many entries (timeout in every service's config) is left
+            # to the value keys: alone it would only propose ambiguous contradictions.
+            if len(index.lookup.get(form, ())) <= MAX_WORD_ENTRIES:
+                keys.add(form)
+    for q in ex.quantities:
+        keys.add("n:" + _num(q.number))
+        if q.seconds is not None:
+            keys.add("d:" + _num(q.seconds))
+            keys.update("n:" + _num(q.seconds / scale) for scale in _SCALES)
+    keys.update("s:" + s.strip().lower() for s in ex.quoted)
+    keys.update("s:" + t.lower() for t in ex.tokens)
+    keys.update("v:" + v.lower() for v in ex.versions)
+    keys.update(f"b:{b}" for b in ex.bools)
+    keys.update("h:" + index.digest(t) for t in ex.tokens)
+    return keys
+
+
+def candidates(text: str, index: ValueIndex, *, limit: int = 20) -> list[Candidate]:
+    """The index entries the text most likely speaks of, best first.
+
+    With the index's lookup keys (``keys_of=match_keys``, as the fs sensor builds it) only
+    the entries sharing a key with the text are scored; without, every entry is. Entries
+    with the same pointer and value in several files are scored once; unless the text
+    names the file, such a suggestion is ambiguous and loses ``AMBIGUITY_PENALTY``.
+    """
+    ex = extract(text)
+    if not (ex.words or ex.quantities or ex.quoted or ex.versions):
+        return []
+    pool = index.find(_text_keys(ex, index)) if index.keys_of is not None else index.entries()
+    groups: dict[tuple[str, str, str, str | None], list[Entry]] = {}
+    for entry in pool:
+        group = (entry.pointer, entry.fmt, repr(entry.value), entry.secret_hash)
+        groups.setdefault(group, []).append(entry)
+    out: list[Candidate] = []
+    for entries in groups.values():
+        first = entries[0]
+        last, parents, key_words = _key_score(first.pointer, ex.words)
+        strength, value, matched = _value_match(first, ex, index)
+        said = ""
+        if strength == 0.0:
+            found = _contradicting_value(first, ex) if last >= 1.0 else None
+            if found is None:
+                continue
+            value, said = found
+        hits = {e: _file_hit(e, ex) for e in entries} if ex.files else dict.fromkeys(entries, False)
+        ranked = sorted(entries, key=lambda e: (not hits[e], e.path))[:limit]
+        for entry in ranked:
+            file_hit = hits[entry]
+            if strength and last + parents == 0.0 and not file_hit and strength < 1.0:
+                continue  # a bare number or word alone is too common to mean this key
+            penalty = AMBIGUITY_PENALTY if len(entries) > 1 and not file_hit else 0.0
+            rank = W_VALUE * strength + W_KEY * (last + parents) + W_FILE * file_hit - penalty
+            confidence = round(max(0.0, min(1.0, rank)), 3)
+            why = _why(entry, matched, said, key_words, file_hit=file_hit, shared=len(entries))
+            out.append(Candidate(entry, value, confidence, why, agrees=bool(strength), rank=rank))
+    # Ranked by the uncapped score: of two full key matches the one whose parents the text
+    # also names (queue visibility timeout) is the more specific.
+    out.sort(key=lambda c: (-c.rank, not c.agrees, c.entry.secret, c.entry.path, c.entry.pointer))
+    return out[:limit]
+
+
+def _file_hit(entry: Entry, ex: Extracted) -> bool:
+    name = os.path.basename(entry.path).lower()
+    low = entry.path.lower()
+    return any(name == f.rsplit("/", 1)[-1] or low.endswith(f) for f in ex.files)
+
+
+def _why(
+    entry: Entry, matched: str, said: str, key_words: list[str], *, file_hit: bool, shared: int
+) -> str:
+    reasons = [f"the text names its value ({matched})"] if matched else []
+    if key_words:
+        reasons.append(f"the key {entry.pointer} matches {', '.join(key_words)}")
+    if file_hit:
+        reasons.append(f"the text names the file {os.path.basename(entry.path)}")
+    elif shared > 1:
+        reasons.append(f"{shared} files have this key and value")
+    if said:
+        reasons.append(f"the text says {said}")
+    return "; ".join(reasons)
