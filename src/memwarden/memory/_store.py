@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import operator
 import sqlite3
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,7 +78,15 @@ from memwarden.memory._schema import MIGRATIONS, SCHEMA_VERSION, split_statement
 from memwarden.memory._scorelog import ScoreLog
 from memwarden.memory._sqlrules import retention_sql
 from memwarden.memory._writer import Writer
-from memwarden.memory.policy import Effect, PolicyConfig, apply_event, demote_core, mark_stale
+from memwarden.memory.policy import (
+    Effect,
+    PolicyConfig,
+    apply_event,
+    current_stale_reasons,
+    demote_core,
+    effective_state,
+    mark_stale,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -102,7 +112,10 @@ log = structlog.get_logger("memwarden.store")
 M = TypeVar("M", bound=BaseModel)
 _IN_CHUNK = 500  # host parameters per IN (...) list
 _ERROR = Outcome.ERROR.value
+_STALE = BlockState.STALE.value
 _MAX_FUTURE_SKEW_S = 300.0  # an observation this far ahead of our clock is rejected
+_INLINE_STEPS = 1000  # SQLite VM instructions between two looks at an inline read's budget
+_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def validate_input(model: type[M], data: Any) -> M:
@@ -252,9 +265,15 @@ class FactEvidence:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One ranked search result and why it ranks where it does."""
+    """One ranked search result and why it ranks where it does.
 
-    block: Block
+    The store's own callers need the ranking and a few fields (``id``, ``state``), so a
+    hit carries the block's flat record; the validated :class:`Block` is built the first
+    time ``block`` is read (at the API edge), not for every hit of every search.
+    """
+
+    record: BlockRecord
+    state: str  # effective, as of the search
     score: float
     relevance: float
     freshness: float
@@ -262,6 +281,33 @@ class SearchHit:
     retention: float
     stale: bool
     warnings: list[str]
+    # What the block is built from: the stored bindings and dependencies as the search
+    # statement returns them (JSON arrays), the search's instant and policy.
+    bindings_json: str = field(repr=False)
+    depends_json: str = field(repr=False)
+    now: float = field(repr=False)
+    policy: PolicyConfig = field(repr=False, compare=False)
+    _block: list[Block] = field(default_factory=list, repr=False, compare=False)  # built once
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def block(self) -> Block:
+        """The block as of the search (built once, on first use)."""
+        if not self._block:
+            self._block.append(
+                record_to_block(
+                    self.record,
+                    bindings=[binding_from_row(*b) for b in json.loads(self.bindings_json)],
+                    now=self.now,
+                    cfg=self.policy,
+                    retention=self.retention,
+                    depends_on=sorted(json.loads(self.depends_json)),
+                )
+            )
+        return self._block[0]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -367,6 +413,7 @@ class Store:
         max_jobs_per_commit: int = 256,
         score_log: ScoreLog | str | Path | None = None,
         compaction: _compaction.CompactionConfig | None = None,
+        inline_read_ms: float = 0.5,
     ) -> None:
         self.path = Path(path)
         self.compaction = compaction or _compaction.CompactionConfig()
@@ -380,6 +427,14 @@ class Store:
         self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
         self._all_readers: list[aiosqlite.Connection] = []
         self._replacing: set[asyncio.Future[None]] = set()
+        # Small reads (a search matching a few blocks) run on the loop's own connection
+        # when they finish within this budget: see _read_inline.
+        self._inline_budget_s = max(0.0, inline_read_ms) / 1000.0
+        self._inline: sqlite3.Connection | None = None
+        self._inline_deadline = 0.0
+        self._inline_stopped = False
+        self.inline_reads = 0  # reads answered on the loop
+        self.inline_overruns = 0  # reads that ran past the budget and went to a reader
         self._open = False
         # A path is opened (and closed) with the store; a ScoreLog given stays the caller's.
         self._score_log_path = None if isinstance(score_log, ScoreLog) else score_log
@@ -417,6 +472,8 @@ class Store:
                 await self._configure(conn, writer=False)
                 self._all_readers.append(conn)
                 self._readers.put_nowait(conn)
+            if self._inline_budget_s > 0:
+                self._inline = self._open_inline()
         except sqlite3.Error as err:
             await self._close_connections()
             raise StorageError(f"cannot open the store at {self.path}: {err}") from err
@@ -450,6 +507,9 @@ class Store:
             self.score_log = None
 
     async def _close_connections(self) -> None:
+        if self._inline is not None:
+            self._inline.close()
+            self._inline = None
         for conn in [*self._all_readers, self._wconn]:
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error, ValueError):
@@ -469,6 +529,50 @@ class Store:
         await conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB per connection, at most
         await conn.execute("PRAGMA mmap_size = 268435456")
         await conn.execute("PRAGMA temp_store = MEMORY")
+
+    def _open_inline(self) -> sqlite3.Connection:
+        """The loop's own read-only connection (see :meth:`_read_inline`)."""
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        # Never wait for a lock on the loop: a busy database sends the read to a reader.
+        conn.execute("PRAGMA busy_timeout = 0")
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("PRAGMA cache_size = -65536")
+        conn.execute("PRAGMA mmap_size = 268435456")
+        conn.execute("PRAGMA temp_store = MEMORY")
+        conn.set_progress_handler(self._inline_progress, _INLINE_STEPS)
+        return conn
+
+    def _inline_progress(self) -> int:
+        if time.perf_counter() > self._inline_deadline:
+            self._inline_stopped = True
+            return 1  # interrupts the statement
+        return 0
+
+    def _read_inline(self, sql: str, params: Mapping[str, Any]) -> list[Any] | None:
+        """The rows of a read run right here on the loop, or None if it did not finish
+        within the budget (``inline_read_ms``) or found the database busy.
+
+        A read on a reader connection costs two thread hand-offs, which on a busy machine
+        take longer than a small query itself (each waits for the scheduler). A search
+        matching a few blocks takes SQLite a fraction of a millisecond, so it is tried
+        here first, under a progress handler that interrupts it once the budget is
+        spent: the loop is never held longer than that. An interrupted read is then run
+        on a reader, as every read was before.
+        """
+        conn = self._inline
+        if conn is None:
+            return None
+        self._inline_stopped = False
+        self._inline_deadline = time.perf_counter() + self._inline_budget_s
+        try:
+            rows = conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as err:
+            if not self._inline_stopped and err.sqlite_errorcode not in _BUSY:
+                raise
+            self.inline_overruns += 1
+            return None
+        self.inline_reads += 1
+        return rows
 
     @contextlib.asynccontextmanager
     async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -1577,42 +1681,7 @@ class Store:
         cfg = self.policy
         rank = cfg.ranking
         decay = cfg.decay
-        states = (
-            "('fresh','unverified','stale','refuted')"
-            if include_refuted
-            else ("('fresh','unverified','stale')")
-        )
-        sql = f"""
-            WITH cand AS MATERIALIZED (
-                SELECT rowid AS rid, -bm25(blocks_fts, 2.0, 1.0, 1.5) AS relevance
-                FROM blocks_fts WHERE blocks_fts MATCH :match
-                ORDER BY bm25(blocks_fts, 2.0, 1.0, 1.5) LIMIT :cands
-            ), scored AS (
-                SELECT b.rid AS rid, c.relevance,
-                    CASE
-                        WHEN b.state = 'refuted' THEN :f_refuted
-                        WHEN b.state IN ('fresh', 'unverified')
-                            AND (b.stale_at IS NULL OR b.stale_at > :now)
-                            THEN CASE b.state WHEN 'fresh' THEN :f_fresh ELSE :f_unverified END
-                        ELSE :f_stale
-                    END AS freshness,
-                    b.reliability,
-                    {retention_sql("b")} AS retention
-                FROM cand c JOIN blocks b ON b.rid = c.rid
-                WHERE b.state IN {states}
-            ), ranked AS MATERIALIZED (
-                SELECT *, relevance * freshness * reliability * retention AS score
-                FROM scored ORDER BY score DESC LIMIT :limit
-            )
-            SELECT s.relevance, s.freshness, s.reliability, s.retention, s.score,
-                (SELECT json_group_array(json_array(g.sensor, g.subject, g.selector))
-                 FROM bindings g WHERE g.block_rid = b.rid),
-                (SELECT json_group_array(d.depends_on)
-                 FROM dependencies d WHERE d.block_rid = b.rid),
-                {", ".join("b." + c for c in BLOCK_COLUMNS)}
-            FROM ranked s JOIN blocks b ON b.rid = s.rid
-            ORDER BY s.score DESC
-        """
+        sql = _search_sql(include_refuted=include_refuted)
         params = {
             "match": match,
             "cands": max(rank.candidates, limit),
@@ -1626,42 +1695,49 @@ class Store:
             "stale_factor": decay.stale_half_life_factor,
             "limit": limit,
         }
-        async with self._read() as conn:  # one round trip: bindings and links come along
-            rows = list(await conn.execute_fetchall(sql, params))
-            if not rows and " " in match:
-                # No block has every word: fall back to any of them (still BM25-ranked,
-                # so blocks with more of the words come first).
-                params["match"] = fts_query(query, any_term=True)
-                rows = list(await conn.execute_fetchall(sql, params))
+        # One statement: bindings and links come along.
+        rows = await self._search_rows(sql, params)
+        if not rows and " " in match:
+            # No block has every word: fall back to any of them (still BM25-ranked,
+            # so blocks with more of the words come first).
+            params["match"] = fts_query(query, any_term=True)
+            rows = await self._search_rows(sql, params)
         hits = []
         warn_below = cfg.staleness.warn_reliability
         for row in rows:
             relevance, freshness, reliability, retention, score, bound, deps = row[:7]
             rec = record_from_row(row[7:])
-            block = record_to_block(
-                rec,
-                bindings=[binding_from_row(*b) for b in json.loads(bound)],
-                now=now,
-                cfg=cfg,
-                retention=retention,
-                depends_on=sorted(json.loads(deps)),
-            )
-            warnings = _warnings(block, now, warn_below)
+            state = effective_state(rec, now)
             hits.append(
                 SearchHit(
-                    block=block,
+                    record=rec,
+                    state=state,
                     score=score,
                     relevance=relevance,
                     freshness=freshness,
                     reliability=reliability,
                     retention=retention,
-                    stale=block.state == BlockState.STALE,
-                    warnings=warnings,
+                    stale=state == _STALE,
+                    warnings=_warnings(rec, state, now, cfg, warn_below),
+                    bindings_json=bound,
+                    depends_json=deps,
+                    now=now,
+                    policy=cfg,
                 )
             )
         if session is not None and record and hits:
-            await self.record_access([h.block.id for h in hits], session=session)
+            await self.record_access([h.id for h in hits], session=session)
         return hits
+
+    async def _search_rows(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        """A search's rows: on the loop when quick enough, else on a reader."""
+        if not self._open:
+            raise StorageError("the store is closed")
+        rows = self._read_inline(sql, params)
+        if rows is None:
+            async with self._read() as conn:
+                rows = list(await conn.execute_fetchall(sql, params))
+        return rows
 
     # ------------------------------------------------------------------ maintenance
     # The passes live in _maintenance.py; these methods are their public face.
@@ -1905,24 +1981,67 @@ def _apply_patch(rec: BlockRecord, changes: dict[str, Any], now: float, cfg: Pol
     return text_changed
 
 
-def _warnings(block: Block, now: float, warn_below: float) -> list[str]:
+def _warnings(
+    rec: BlockRecord, state: str, now: float, cfg: PolicyConfig, warn_below: float
+) -> list[str]:
+    """What a reader should know about a hit (``state`` is the effective one)."""
     out = []
-    if block.state == BlockState.STALE:
-        why = ", ".join(r.value for r in block.stale_reasons) or "expired"
-        if block.stale_at is not None and block.stale_at.timestamp() <= now:
-            out.append(f"stale since {block.stale_at.isoformat()} ({why})")
+    if state == _STALE:
+        why = ", ".join(current_stale_reasons(rec, now, cfg)) or "expired"
+        if rec.stale_at is not None and rec.stale_at <= now:
+            out.append(f"stale since {from_ts(rec.stale_at).isoformat()} ({why})")
         else:  # stale before its window ran out: a change, a refutation, a dependency
             out.append(f"stale ({why})")
-    elif block.state == BlockState.REFUTED:
+    elif state == BlockState.REFUTED.value:
         out.append("refuted by a sensor: do not rely on it")
-    elif block.state == BlockState.UNVERIFIED:
+    elif state == BlockState.UNVERIFIED.value:
         out.append("unverified: no sensor has confirmed it yet")
-    rel = block.validation.reliability
-    if rel < warn_below:
-        out.append(f"reliability {rel:.2f} is below {warn_below:.2f}")
-    if block.flapping:
+    if rec.reliability < warn_below:
+        out.append(f"reliability {rec.reliability:.2f} is below {warn_below:.2f}")
+    if rec.flapping:
         out.append("flapping: sensors keep changing their minds")
     return out
+
+
+@functools.cache
+def _search_sql(*, include_refuted: bool) -> str:
+    """The ranking statement of :meth:`Store.search` (built once per variant)."""
+    states = (
+        "('fresh','unverified','stale','refuted')"
+        if include_refuted
+        else ("('fresh','unverified','stale')")
+    )
+    return f"""
+            WITH cand AS MATERIALIZED (
+                SELECT rowid AS rid, -bm25(blocks_fts, 2.0, 1.0, 1.5) AS relevance
+                FROM blocks_fts WHERE blocks_fts MATCH :match
+                ORDER BY bm25(blocks_fts, 2.0, 1.0, 1.5) LIMIT :cands
+            ), scored AS (
+                SELECT b.rid AS rid, c.relevance,
+                    CASE
+                        WHEN b.state = 'refuted' THEN :f_refuted
+                        WHEN b.state IN ('fresh', 'unverified')
+                            AND (b.stale_at IS NULL OR b.stale_at > :now)
+                            THEN CASE b.state WHEN 'fresh' THEN :f_fresh ELSE :f_unverified END
+                        ELSE :f_stale
+                    END AS freshness,
+                    b.reliability,
+                    {retention_sql("b")} AS retention
+                FROM cand c JOIN blocks b ON b.rid = c.rid
+                WHERE b.state IN {states}
+            ), ranked AS MATERIALIZED (
+                SELECT *, relevance * freshness * reliability * retention AS score
+                FROM scored ORDER BY score DESC LIMIT :limit
+            )
+            SELECT s.relevance, s.freshness, s.reliability, s.retention, s.score,
+                (SELECT json_group_array(json_array(g.sensor, g.subject, g.selector))
+                 FROM bindings g WHERE g.block_rid = b.rid),
+                (SELECT json_group_array(d.depends_on)
+                 FROM dependencies d WHERE d.block_rid = b.rid),
+                {", ".join("b." + c for c in BLOCK_COLUMNS)}
+            FROM ranked s JOIN blocks b ON b.rid = s.rid
+            ORDER BY s.score DESC
+        """
 
 
 async def _apply_job(
