@@ -114,6 +114,7 @@ _IN_CHUNK = 500  # host parameters per IN (...) list
 _ERROR = Outcome.ERROR.value
 _STALE = BlockState.STALE.value
 _MAX_FUTURE_SKEW_S = 300.0  # an observation this far ahead of our clock is rejected
+_RULES_PART = 250  # events whose rules run while the previous part's writes are made
 _INLINE_STEPS = 1000  # SQLite VM instructions between two looks at an inline read's budget
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
@@ -364,6 +365,10 @@ _EVENT_INSERT = (
     "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"
     " reliability, validity_window_s, request_id, block_id, message, observed, agent, agent_seq)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_REVALIDATION_DONE = (
+    "UPDATE revalidations SET status = 'done', finished_at = ?, outcome = ?"
+    " WHERE id = ? AND status IN ('pending', 'sent')"
 )
 _EFFECT_INSERT = (
     "INSERT INTO effects (block_rid, event_seq, state_before, state_after,"
@@ -2125,6 +2130,8 @@ class _EventBatch:
         self.by_subject: dict[tuple[str, str], list[str]] = defaultdict(list)
         self.records: dict[str, Any] = {}
         self.bound: set[tuple[str, str]] = set()
+        self.reviews: list[tuple[Any, ...]] = []
+        self.timeout_s = cfg.staleness.revalidation_timeout.total_seconds()
 
     async def route(self, conn: aiosqlite.Connection, batch: list[_Prepared]) -> None:
         """Which blocks each event reaches: by (sensor, subject) binding, or by block id.
@@ -2157,20 +2164,47 @@ class _EventBatch:
             records[row[1]] = evidence_record(row)
 
     async def run(self, conn: aiosqlite.Connection, batch: list[_Prepared]) -> None:
-        """Apply the rules event by event (in observation order), then write everything."""
+        """Apply the rules event by event (in observation order), then write everything.
+
+        The batch goes in parts of :data:`_RULES_PART` events: a part's writes are queued
+        on the connection's thread and the rules of the next part run meanwhile, so the
+        event loop and SQLite work at the same time instead of in turn. The connection
+        runs what it is given in order, so the writes land as if made one after the other.
+        """
         now, cfg, result = self.now, self.cfg, self.result
         async with conn.execute("SELECT coalesce(max(seq), 0) FROM events") as cur:
             first_seq = (await cur.fetchone() or (0,))[0] + 1
-        event_rows = [(seq, *p[:5], now, *p[5:]) for seq, p in enumerate(batch, start=first_seq)]
+        answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
+        result.answered = [p[7] for p in batch if p[7] is not None]
+        writes = _QueuedWrites(conn)
+        # Answered requests first: a new request for the same check may follow.
+        await writes.queue([(_REVALIDATION_DONE, answered)])
+        for start in range(0, len(batch), _RULES_PART):
+            part = batch[start : start + _RULES_PART]
+            await writes.queue(self._rules(part, first_seq + start))
+        result.accepted = len(batch)
+        await writes.done()
+        fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
+        if fallen:
+            result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=cfg))
+        result.reviews = len(self.reviews)
+        await _executemany(
+            conn,
+            "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at) VALUES (?,?,?,?)",
+            self.reviews,
+        )
+
+    def _rules(
+        self, part: list[_Prepared], first_seq: int
+    ) -> list[tuple[str, list[tuple[Any, ...]]]]:
+        """Run the rules over ``part``; the statements that write what they did, in order."""
+        now, cfg, result = self.now, self.cfg, self.result
+        event_rows = [(seq, *p[:5], now, *p[5:]) for seq, p in enumerate(part, start=first_seq)]
         effect_rows: list[tuple[Any, ...]] = []
         touched: dict[str, Any] = {}
         requests: list[tuple[Any, ...]] = []
-        reviews: list[tuple[Any, ...]] = []
         demoted: list[tuple[Any, ...]] = []
-        answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
-        result.answered = [p[7] for p in batch if p[7] is not None]
-        timeout_s = cfg.staleness.revalidation_timeout.total_seconds()
-        for seq, p in enumerate(batch, start=first_seq):
+        for seq, p in enumerate(part, start=first_seq):
             eid, sensor, subject, outcome, observed_at, rel, window, _, block_id = p[:9]
             targets = [block_id] if block_id is not None else self.by_subject.get((sensor, subject))
             reached = False
@@ -2218,43 +2252,56 @@ class _EventBatch:
                             eff.revalidate,
                             now,
                             now + eff.revalidate_after_s,
-                            timeout_s,
+                            self.timeout_s,
                         )
                     )
                 if eff.review:
-                    reviews.append((new_id(), bid, eff.review, now))
+                    self.reviews.append((new_id(), bid, eff.review, now))
             if not reached:
                 result.unmatched += 1
-        result.accepted = len(batch)
-        result.revalidations = len(requests)
-        result.reviews = len(reviews)
-
+        result.revalidations += len(requests)
         # Writes in key order: B-tree pages are then visited once, in sequence.
         effect_rows.sort(key=_first_two)
         updates = sorted((evidence_row(r) for r in touched.values()), key=_last)
-        await conn.executemany(_EVENT_INSERT, event_rows)
-        await _executemany(conn, _EFFECT_INSERT, effect_rows)
-        await _executemany(conn, _EVIDENCE_UPDATE, updates)
-        await _executemany(
-            conn,
-            "UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?",
-            demoted,
-        )
-        await _executemany(
-            conn,
-            "UPDATE revalidations SET status = 'done', finished_at = ?, outcome = ?"
-            " WHERE id = ? AND status IN ('pending', 'sent')",
-            answered,
-        )
-        await _executemany(conn, _REVALIDATION_INSERT, requests)
-        fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
-        if fallen:
-            result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=cfg))
-        await _executemany(
-            conn,
-            "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at) VALUES (?,?,?,?)",
-            reviews,
-        )
+        return [
+            (_EVENT_INSERT, event_rows),
+            (_EFFECT_INSERT, effect_rows),
+            (_EVIDENCE_UPDATE, updates),
+            ("UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?", demoted),
+            (_REVALIDATION_INSERT, requests),
+        ]
+
+
+class _QueuedWrites:
+    """Statements handed to a connection's thread without waiting for each in turn.
+
+    ``queue`` returns as soon as the thread has the statements (in the order given),
+    so the caller can compute the next ones meanwhile; ``done`` waits for all of them
+    and raises the first failure.
+    """
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._conn = conn
+        self._pending: list[asyncio.Future[Any]] = []
+
+    async def queue(self, statements: Sequence[tuple[str, list[tuple[Any, ...]]]]) -> None:
+        started = [
+            asyncio.ensure_future(self._conn.executemany(sql, rows))
+            for sql, rows in statements
+            if rows
+        ]
+        self._pending.extend(started)
+        if started:
+            # One pass of the loop: each task, in creation order, hands its statement to
+            # the connection's queue (aiosqlite runs them in that order).
+            await asyncio.sleep(0)
+
+    async def done(self) -> None:
+        outcomes = await asyncio.gather(*self._pending, return_exceptions=True)
+        self._pending.clear()
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
 
 _first_two = operator.itemgetter(0, 1)
