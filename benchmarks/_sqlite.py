@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 __all__ = ["checkpoint", "connect", "create_schema", "query_plan", "remove", "traced_reads"]
 
-# The store's PRAGMAs (Store._configure), so the baseline pays for the same settings.
+# The store's PRAGMAs (Database._configure), so the baseline pays for the same settings.
 _PRAGMAS = (
     "PRAGMA busy_timeout = 10000",
     "PRAGMA foreign_keys = ON",
@@ -47,7 +47,7 @@ def remove(path: Path) -> None:
 
 
 def create_schema(conn: sqlite3.Connection) -> None:
-    """Apply every migration, as :func:`memwarden.memory._store.migrate` would."""
+    """Apply every migration, as :func:`memwarden.memory._migrate.migrate` would."""
     conn.execute("BEGIN IMMEDIATE")
     for script in MIGRATIONS:
         for statement in split_statements(script):
@@ -70,12 +70,13 @@ def query_plan(conn: sqlite3.Connection, sql: str, params: Sequence[Any] | dict[
 async def traced_reads(store: Any, call: Callable[[], Awaitable[Any]]) -> list[str]:
     """The SELECT/WITH statements the store's read connections run during ``call()``.
 
-    Uses private attributes of the store; an empty list if it changes shape. The
+    Uses private attributes of the store's database; an empty list if it changes shape. The
     statements come expanded (parameters inlined), ready for ``EXPLAIN QUERY PLAN``.
     """
     statements: list[str] = []
-    readers = list(getattr(store, "_all_readers", []))
-    inline = getattr(store, "_inline", None)  # the loop's own connection, for small reads
+    db = getattr(store, "db", None)
+    readers = list(getattr(db, "_all_readers", []))
+    inline = getattr(db, "_inline", None)  # the loop's own connection, for small reads
     for reader in readers:
         await reader.set_trace_callback(statements.append)
     if isinstance(inline, sqlite3.Connection):

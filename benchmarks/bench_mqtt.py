@@ -247,7 +247,8 @@ async def _daemon(ctx: Context, port: int, n: int) -> dict[str, Any]:
             ctx.progress(f"{phase}: {count / elapsed:,.0f} events/s, lost {count - rows}")
         health = await bridge.health()
         out["gaps"] = health["gaps_total"]
-        out["commits"] = daemon.store._writer.commits if daemon.store._writer else None  # noqa: SLF001
+        writer = daemon.store.db.writer
+        out["commits"] = writer.commits if writer is not None else None
     finally:
         daemon.request_stop()
         await task

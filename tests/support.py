@@ -31,6 +31,7 @@ class WorldBinding(BaseBinding):
 class WorldSensor:
     """Answers revalidations from a dict the test edits: the 'world'."""
 
+    api_version = 2
     kind = "world"
     quick_check = True  # answers at once: read-through may wait for it
     Config = WorldConfig
@@ -48,7 +49,7 @@ class WorldSensor:
         ctx.ready()
         await asyncio.Event().wait()
 
-    async def revalidate(self, request: RevalidationRequest) -> Any:
+    async def revalidate(self, request: RevalidationRequest, ctx: Any) -> Any:
         assert self.ctx is not None
         value = self.world.get(request.subject)
         expected = request.binding.selector.get("equals")

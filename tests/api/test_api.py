@@ -144,3 +144,15 @@ def test_metrics_are_prometheus_text(live_daemon):
         "memwarden_revalidation_latency_seconds",
     ):
         assert family in response.text
+
+
+def test_a_wrong_method_is_405_naming_every_method_of_the_path(live_daemon):
+    """A method the path lacks answers 405 (JSON) with Allow listing the methods of all the
+    path's routes, even though each router registers them separately."""
+    response = httpx.put(f"{live_daemon.url}/v1/blocks/x", headers=live_daemon.auth, timeout=5)
+    assert response.status_code == 405
+    assert response.headers["Allow"] == "DELETE, GET, PATCH"
+    assert response.json() == {"detail": "Method Not Allowed"}
+    events = httpx.delete(f"{live_daemon.url}/v1/events", headers=live_daemon.auth, timeout=5)
+    assert events.status_code == 405
+    assert events.headers["Allow"] == "GET, POST"

@@ -95,3 +95,53 @@ def test_make_run_state_dir_is_found_from_the_checkout(live_daemon, tmp_path, mo
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
     with Client() as client:
         assert client.health()["score"] >= 0
+
+
+def _keys_fit(answer, typed) -> None:
+    assert (
+        typed.__required_keys__
+        <= answer.keys()
+        <= typed.__required_keys__ | (typed.__optional_keys__)
+    ), (typed.__name__, sorted(answer))
+
+
+def test_typed_answers_list_the_fields_the_api_declares():
+    """Each client TypedDict names exactly the fields of the model its route declares, so
+    the types cannot drift from the published API."""
+    from memwarden.client import _answers  # noqa: PLC0415
+    from memwarden.daemon._routes import blocks, events, search  # noqa: PLC0415
+
+    for typed, model in [
+        (_answers.BlockPage, blocks.BlockPage),
+        (_answers.RevalidateAnswer, blocks.RevalidateAnswer),
+        (_answers.EventsAccepted, events.EventsAccepted),
+        (_answers.BelievedAt, search.BelievedAt),
+    ]:
+        assert set(typed.__annotations__) == set(model.model_fields), typed.__name__
+
+
+def test_the_answers_have_the_typed_shapes(live_daemon):
+    """What the daemon answers has the keys the client's types promise (optional ones
+    only when present): health, liveness, a page, a revalidation, ingest, believed-at."""
+    from memwarden.client import (  # noqa: PLC0415
+        BelievedAt,
+        BlockPage,
+        EventsAccepted,
+        HealthAnswer,
+        Liveness,
+        RevalidateAnswer,
+    )
+
+    with Client(live_daemon.url, live_daemon.token) as client:
+        block = client.add({"content": "Typed answers say what they hold"})
+        health = client.health()
+        _keys_fit(health, HealthAnswer)
+        assert health["status"] in ("green", "amber", "red")
+        assert all(set(w) == {"category", "severity", "message"} for w in health["warnings"])
+        _keys_fit(client.healthz(), Liveness)
+        page = client.list_blocks(limit=1)
+        _keys_fit(page, BlockPage)
+        assert page["next"] == page["blocks"][0].id  # a full page: the cursor is its last id
+        _keys_fit(client.revalidate(block.id), RevalidateAnswer)
+        _keys_fit(client.ingest([]), EventsAccepted)
+        _keys_fit(client.believed_at(block.id, "2100-01-01T00:00:00Z"), BelievedAt)

@@ -97,7 +97,7 @@ def test_colliding_tails_lengthen_the_short_id_and_an_ambiguous_one_names_candid
     tmp_path, monkeypatch
 ):
     ids = _colliding_ids()
-    monkeypatch.setattr("memwarden.memory._store.new_id", lambda: next(ids))
+    monkeypatch.setattr("memwarden.memory._blocks.new_id", lambda: next(ids))
     path = tmp_path / "m.db"
     first = json.loads(run("add", "first fact", "--db", str(path), "--json"))
     second = json.loads(run("add", "second fact", "--db", str(path), "--json"))

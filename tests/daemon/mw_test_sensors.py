@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from memwarden.plugins import BaseBinding, BaseSensorConfig, Outcome
 
@@ -33,6 +33,7 @@ class Selector(BaseBinding):
 
 
 class _Base:
+    api_version: ClassVar[int] = 2
     kind: ClassVar[str] = "base"
     Config: ClassVar[type[Config]] = Config
     Binding: ClassVar[type[Selector]] = Selector
@@ -59,7 +60,7 @@ class _Base:
         ctx.ready()
         await asyncio.Event().wait()
 
-    async def revalidate(self, request: RevalidationRequest) -> ValidationEvent | None:
+    async def revalidate(self, request: RevalidationRequest, ctx: Any) -> ValidationEvent | None:
         assert self.ctx is not None
         return self.ctx.event(request.subject, Outcome.CONFIRMED, observed=self.config.value)
 
@@ -103,7 +104,7 @@ class HangSensor(_Base):
         super().__init__(config)
         self.checking = asyncio.Event()
 
-    async def revalidate(self, request: RevalidationRequest) -> ValidationEvent | None:
+    async def revalidate(self, request: RevalidationRequest, ctx: Any) -> ValidationEvent | None:
         self.checking.set()
         await asyncio.Event().wait()
         return None  # pragma: no cover - never reached
@@ -143,7 +144,7 @@ class SilentSensor(_Base):
 
     kind = "silent"
 
-    async def revalidate(self, request: RevalidationRequest) -> ValidationEvent | None:
+    async def revalidate(self, request: RevalidationRequest, ctx: Any) -> ValidationEvent | None:
         assert self.ctx is not None
         await self.ctx.emit(
             self.ctx.event(request.subject, Outcome.CONFIRMED, request_id=request.id)

@@ -158,3 +158,77 @@ def test_sensor_settings_split_options_from_supervision():
     assert x.restart.crash_loop_restarts == 2
     assert x.revalidate_timeout is None  # the rules' revalidation_timeout applies
     assert Path(str(settings.home))  # a path, resolved
+
+
+class _WatchedEnviron(dict[str, str]):
+    """os.environ stand-in that records every write."""
+
+    def __init__(self, data: dict[str, str]) -> None:
+        super().__init__(data)
+        self.writes: list[str] = []
+
+    def __setitem__(self, key: str, value: str) -> None:
+        self.writes.append(f"set {key}")
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.writes.append(f"del {key}")
+        super().__delitem__(key)
+
+    def clear(self) -> None:
+        self.writes.append("clear")
+        super().clear()
+
+    def update(self, *args: object, **kwargs: str) -> None:
+        self.writes.append("update")
+        super().update(*args, **kwargs)  # type: ignore[arg-type]
+
+    def pop(self, key: str, *default: str) -> str:  # type: ignore[override]
+        self.writes.append(f"pop {key}")
+        return super().pop(key, *default)
+
+
+def test_load_settings_never_writes_the_process_environment(config_file, tmp_path, monkeypatch):
+    """With env= given, the process environment is neither read for MEMWARDEN_ values nor
+    written (other threads may read it meanwhile): during and after the load it is the same."""
+    process = _WatchedEnviron(
+        {"MEMWARDEN_API__PORT": "1111", "XDG_STATE_HOME": str(tmp_path / "process")}
+    )
+    monkeypatch.setattr("os.environ", process)
+    path = config_file("[api]\nhost = '127.0.0.2'\n")
+    settings = load_settings(path, env={"XDG_STATE_HOME": str(tmp_path / "given")})
+    assert process.writes == []
+    assert process == {"MEMWARDEN_API__PORT": "1111", "XDG_STATE_HOME": str(tmp_path / "process")}
+    assert settings.api.port == 7077  # the default: the given env has no port, ours is unread
+    assert settings.home == tmp_path / "given" / "memwarden"
+    assert settings.api.host == "127.0.0.2"
+    # without env=, the process environment is read (and still not written)
+    assert load_settings(path).api.port == 1111
+    assert load_settings(path).home == tmp_path / "process" / "memwarden"
+    assert process.writes == []
+
+
+def test_precedence_arguments_then_environment_then_file_then_defaults(config_file, tmp_path):
+    """Each layer wins over the ones below it, field by field (nested tables merged)."""
+    path = config_file(
+        "log_level = 'warning'\nplugins = 'fs'\n"
+        "[api]\nport = 7000\nhost = '127.0.0.2'\nmax_body_bytes = 2048\n"
+    )
+    env = {
+        "MEMWARDEN_API__PORT": "8000",
+        "MEMWARDEN_API__HOST": "127.0.0.3",
+        "MEMWARDEN_PLUGINS": "envvar",
+        "XDG_STATE_HOME": str(tmp_path),
+    }
+    settings = load_settings(path, env=env, api={"port": 9000})
+    assert settings.api.port == 9000  # argument > env > file
+    assert settings.api.host == "127.0.0.3"  # env > file
+    assert settings.plugins == "envvar"  # env > file
+    assert settings.api.max_body_bytes == 2048  # file > default
+    assert settings.log_level == "warning"  # file > default
+    assert settings.log_format == "auto"  # the default
+    assert settings.home == tmp_path / "memwarden"  # the default, from the given environment
+    assert load_settings(path, env={**env, "MEMWARDEN_HOME": str(tmp_path / "h")}).home == (
+        tmp_path / "h"
+    )
+    assert load_settings(path, env=env, home=tmp_path / "arg").home == tmp_path / "arg"

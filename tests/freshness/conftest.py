@@ -37,6 +37,7 @@ class Probe:
     """Answers checks from ``world``; ``slow`` subjects take ``delay_s``; ``down`` ones
     fail (an unreachable source); ``checks`` counts the checks per subject."""
 
+    api_version = 2
     kind = "probe"
     Config = ProbeConfig
     Binding = ProbeBinding
@@ -66,7 +67,7 @@ class Probe:
         ctx.ready()
         await asyncio.Event().wait()
 
-    async def revalidate(self, request: RevalidationRequest) -> Any:
+    async def revalidate(self, request: RevalidationRequest, ctx: Any) -> Any:
         assert self.ctx is not None
         subject = request.subject
         self.checks[subject] += 1

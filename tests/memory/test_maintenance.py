@@ -75,12 +75,12 @@ async def _insert(store: Store, records: list[BlockRecord]) -> None:
     async def job(conn: Any) -> None:
         await conn.executemany(_INSERT, rows)
 
-    await store._write(job)
+    await store.db.write(job)
 
 
 async def _sql_retention(store: Store, now: float) -> dict[str, float]:
     async with (
-        store._read() as conn,
+        store.db.read() as conn,
         conn.execute(
             f"SELECT b.id, {retention_sql('b')} FROM blocks b", rule_params(store.policy, now)
         ) as cur,
@@ -260,7 +260,7 @@ async def test_seed_000_lifecycle_through_search(make_store, tmp_path, clock):
     assert core.session_count == 5
     assert core.access_count == 11
 
-    async with store._read() as conn:
+    async with store.db.read() as conn:
         async with conn.execute("SELECT count(*) FROM accesses") as cur:
             assert (await cur.fetchone())[0] == 11
         async with conn.execute("SELECT count(*), sum(count) FROM sessions") as cur:
@@ -362,7 +362,7 @@ async def test_decay_cycle_archives_old_unvalidated_blocks_only(store, clock):
     assert kept.retention == pytest.approx(retention(kept, clock.time(), CFG))
     assert kept.retention < CFG.decay.archive_below  # kept only because a sensor vouches
     async with (
-        store._read() as conn,
+        store.db.read() as conn,
         conn.execute(
             "SELECT actor, action, detail FROM audit WHERE block_id = ?", (old.id,)
         ) as cur,

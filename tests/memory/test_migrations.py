@@ -158,8 +158,8 @@ async def test_refused_open_leaves_no_connection_open(tmp_path):
     store = Store(path)
     with pytest.raises(StorageError):
         await store.open()
-    assert store._wconn is None
-    assert store._all_readers == []
+    assert store.db._wconn is None
+    assert store.db._all_readers == []
 
 
 async def test_not_a_database_is_a_storage_error(make_store, tmp_path):

@@ -14,7 +14,7 @@ async def test_a_small_search_is_answered_on_the_loop(make_store):
     await _three_blocks(store)
     hits = await store.search("gateway port")
     assert len(hits) == 3
-    assert (store.inline_reads, store.inline_overruns) == (1, 0)
+    assert (store.db.inline_reads, store.db.inline_overruns) == (1, 0)
 
 
 async def test_a_search_past_its_budget_goes_to_a_reader_with_the_same_answer(make_store):
@@ -29,7 +29,7 @@ async def test_a_search_past_its_budget_goes_to_a_reader_with_the_same_answer(ma
     got = [(h.id, h.score) for h in await tight.search("gateway port", limit=50)]
     assert len(got) == 50
     assert got == expected
-    assert (tight.inline_reads, tight.inline_overruns) == (0, 1)
+    assert (tight.db.inline_reads, tight.db.inline_overruns) == (0, 1)
 
 
 async def test_no_budget_means_every_search_uses_a_reader(make_store):
@@ -37,7 +37,7 @@ async def test_no_budget_means_every_search_uses_a_reader(make_store):
     store = await make_store(inline_read_ms=0)
     await _three_blocks(store)
     assert len(await store.search("gateway")) == 3
-    assert (store.inline_reads, store.inline_overruns) == (0, 0)
+    assert (store.db.inline_reads, store.db.inline_overruns) == (0, 0)
 
 
 async def test_an_inline_search_sees_every_committed_write(make_store):
@@ -48,4 +48,4 @@ async def test_an_inline_search_sees_every_committed_write(make_store):
     assert len(await store.search("gateway")) == 3
     await store.add({"title": "gateway 4", "content": "a fourth gateway"})
     assert len(await store.search("gateway")) == 4
-    assert store.inline_reads == 2
+    assert store.db.inline_reads == 2

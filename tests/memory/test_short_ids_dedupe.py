@@ -44,7 +44,7 @@ def test_short_forms_come_from_the_random_end():
 
 async def test_resolve_full_short_unknown_and_ambiguous(make_store, monkeypatch):
     ids = iter(["01a20a43-4801-7000-8000-00aa11223344", "01a20a43-4801-7001-8000-00bb11223344"])
-    monkeypatch.setattr("memwarden.memory._store.new_id", lambda: next(ids))
+    monkeypatch.setattr("memwarden.memory._blocks.new_id", lambda: next(ids))
     store = await make_store()
     a = await store.add({"content": "a"})
     b = await store.add({"content": "b"})

@@ -13,7 +13,7 @@ import pytest
 
 from memwarden.errors import NotFoundError, StorageError
 from memwarden.memory import BlockState, ValidationEvent, from_ts
-from memwarden.memory import _store as store_module
+from memwarden.memory import _blocks as blocks_module
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -588,11 +588,11 @@ async def test_due_for_revalidation_uses_the_blocks_due_index(store, clock):
     """The sweep's query is an index range scan on blocks_due, not a full scan or a sort."""
     await store.add_many([{"content": f"b{i}", "volatility": "high"} for i in range(50)])
     statements: list[str] = []
-    for conn in store._all_readers:
+    for conn in store.db._all_readers:
         await conn.set_trace_callback(statements.append)
     clock.advance(7 * H)
     assert len(await store.due_for_revalidation()) == 50
-    for conn in store._all_readers:
+    for conn in store.db._all_readers:
         await conn.set_trace_callback(None)
     (sql,) = [s for s in statements if "stale_at" in s]
     with raw(store) as conn:
@@ -733,7 +733,7 @@ async def test_counts(store, clock):
 async def test_group_commit(store, clock):
     """50 concurrent apply_events share commits; each returns only once its event is readable."""
     await store.add({"content": "x", "bindings": [FS_APP]})
-    before = store._writer.commits
+    before = store.db._writer.commits
     visible: list[bool] = []
 
     with raw(store) as reader:
@@ -750,21 +750,21 @@ async def test_group_commit(store, clock):
         async with asyncio.timeout(10):
             await asyncio.gather(*(one(i) for i in range(50)))
     assert visible == [True] * 50
-    assert store._writer.commits - before < 50
+    assert store.db._writer.commits - before < 50
     assert query(store, "SELECT count(*) FROM events") == [(50,)]
 
 
 async def test_failing_job_fails_alone(store, clock, monkeypatch):
     """In one batch, a job that raises fails alone (rolled back) while the others commit."""
     await store.add({"content": "x", "bindings": [FS_APP]})
-    real = store_module.binding_selector_json
+    real = blocks_module.binding_selector_json
 
     def failing(binding):
         if binding.subject == "boom":
             raise RuntimeError("injected failure")
         return real(binding)
 
-    monkeypatch.setattr(store_module, "binding_selector_json", failing)
+    monkeypatch.setattr(blocks_module, "binding_selector_json", failing)
     gate = asyncio.Event()
     entered = asyncio.Event()
 
@@ -772,9 +772,9 @@ async def test_failing_job_fails_alone(store, clock, monkeypatch):
         entered.set()
         await gate.wait()
 
-    holder = asyncio.create_task(store._writer.submit(hold))
+    holder = asyncio.create_task(store.db._writer.submit(hold))
     await entered.wait()  # the writer is busy: what comes next queues into one batch
-    queue = store._writer._queue
+    queue = store.db._writer._queue
     put = queue.put_nowait
     all_queued = asyncio.Event()
 

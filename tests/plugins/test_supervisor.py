@@ -22,6 +22,7 @@ class Sel(BaseBinding):
 class Scripted:
     """A sensor whose behaviour each test scripts through attributes."""
 
+    api_version: ClassVar[int] = 2
     kind: ClassVar[str] = "scripted"
     Config: ClassVar[type[BaseSensorConfig]] = BaseSensorConfig
     Binding: ClassVar[type[Sel]] = Sel
@@ -54,7 +55,7 @@ class Scripted:
             return
         await asyncio.Event().wait()
 
-    async def revalidate(self, request):
+    async def revalidate(self, request, ctx):
         if self.check == "hang":
             await asyncio.Event().wait()
         if isinstance(self.check, Exception):

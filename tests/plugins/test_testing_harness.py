@@ -36,6 +36,7 @@ class Sel(BaseBinding):
 class Thermo:
     """Emits one event per binding it learns; checks compare ``value`` with ``equals``."""
 
+    api_version: ClassVar[int] = 2
     kind: ClassVar[str] = "thermo"
     Config: ClassVar[type[Cfg]] = Cfg
     Binding: ClassVar[type[Sel]] = Sel
@@ -62,7 +63,7 @@ class Thermo:
             for bound in await ctx.wait_bindings_changed():
                 await ctx.emit(self._check(bound.subject, bound.selector.equals, bound.block_id))
 
-    async def revalidate(self, request):
+    async def revalidate(self, request, ctx):
         selector = self.ctx.parse_binding(request.binding)
         if selector.path == "slow":
             await asyncio.Event().wait()

@@ -60,7 +60,7 @@ def test_the_deployment_example_matches_the_promise(tmp_path):
 async def test_the_writer_connection_runs_the_mode(tmp_path, mode):
     """The mode reaches SQLite: the writer's PRAGMA synchronous, in WAL mode."""
     async with Store(tmp_path / "s.db", clock=FakeClock(), synchronous=mode) as store:
-        conn = store._wconn  # the writer connection is what commits
+        conn = store.db._wconn  # the writer connection is what commits
         assert conn is not None
         async with conn.execute("PRAGMA synchronous") as cur:
             assert (await cur.fetchone()) == (PRAGMA_VALUE[mode],)

@@ -20,9 +20,9 @@ import pytest
 
 from memwarden.agent import Agent
 from memwarden.daemon import Daemon, load_settings
-from memwarden.daemon._mqtt import GapTracker
 from memwarden.errors import ConfigError
 from memwarden.memory import FakeClock
+from memwarden.mqtt import GapTracker
 from memwarden.plugins import Registry
 from memwarden.sensors import FsSensor
 from tests.mqtt.conftest import (

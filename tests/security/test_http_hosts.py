@@ -254,7 +254,7 @@ async def test_a_stored_binding_that_breaks_the_rules_is_refused_when_revalidate
         deadline=now + timedelta(seconds=10),
         attempts=0,
     )
-    event: Any = await sensor.revalidate(request)
+    event: Any = await sensor.revalidate(request, sensor._ctx)
     await sensor._client.aclose()
     assert event["outcome"] == "error"
     assert event["message"].startswith("binding refused: ")

@@ -284,7 +284,7 @@ async def test_a_stored_binding_outside_the_roots_gets_one_error(fs_root, fs_har
         assert event.outcome == "error"
         assert "outside the allowed roots" in event.message
         h.ctx.set_bindings([bound])
-        answer = await h.sensor.revalidate(_request(raw, "b-1"))
+        answer = await h.sensor.revalidate(_request(raw, "b-1"), h.ctx)
         assert answer.outcome == "error"
         assert w.since() == []
 

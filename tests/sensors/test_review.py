@@ -23,8 +23,9 @@ from memwarden.errors import PluginError, ValidationInputError
 from memwarden.memory import FakeClock, ValidationEvent, from_ts
 from memwarden.memory._reviews import queue_review
 from memwarden.memory._store import Store
+from memwarden.plugins import NeedsReviews
 from memwarden.plugins.testing import SensorHarness
-from memwarden.sensors.review import ReviewSensor
+from memwarden.sensors.review import ReviewConfig, ReviewSensor
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -103,7 +104,7 @@ async def test_edit_supersedes_the_text_and_keeps_the_old_version(store, clock):
     assert after.state == "fresh"
     assert out["review"]["decision"] == "edit"
     async with (
-        store._read() as conn,
+        store.db.read() as conn,
         conn.execute(
             "SELECT version, content, replaced_by FROM block_history WHERE block_id = ?",
             (block.id,),
@@ -166,7 +167,7 @@ async def test_a_decision_answers_the_review_sensors_open_revalidation(store, cl
     clock.advance(1)
     await store.decide_review(review.id, "confirm", reviewer="alice")
     async with (
-        store._read() as conn,
+        store.db.read() as conn,
         conn.execute(
             "SELECT status, outcome FROM revalidations WHERE id = ?", (request_id,)
         ) as cur,
@@ -180,19 +181,9 @@ async def test_a_decision_answers_the_review_sensors_open_revalidation(store, cl
 
 
 def review_harness(tmp_path: Path, clock: FakeClock, **config: Any) -> SensorHarness:
-    """The review sensor in the harness, handed the harness's store as the daemon does."""
-    holder: list[SensorHarness] = []
-
-    class Wired(ReviewSensor):
-        async def setup(self, ctx: Any) -> None:
-            self.use_store(holder[0].store)
-            await super().setup(ctx)
-
-    h = SensorHarness(
-        Wired, name="review", config=config, bindings=[{}], clock=clock, tmp_path=tmp_path
-    )
-    holder.append(h)
-    return h
+    """The review sensor in the harness: a NeedsReviews sensor, it is handed a review
+    queue over the harness's store, as the daemon hands it one over its own."""
+    return SensorHarness(ReviewSensor, config=config, bindings=[{}], clock=clock, tmp_path=tmp_path)
 
 
 async def eventually(check: Callable[[], Awaitable[Any]], *, timeout_s: float = 5.0) -> Any:
@@ -254,11 +245,13 @@ async def test_the_scan_queues_a_bound_block_whose_reliability_fell(tmp_path, cl
     assert item["reason"].startswith("reliability 0.29 is below 0.40")
 
 
-async def test_the_sensor_refuses_to_start_without_the_store(tmp_path):
-    """Set up outside a daemon (no store handed over), the sensor fails with the reason."""
-    with pytest.raises(PluginError, match="has no store"):
-        async with SensorHarness(ReviewSensor, bindings=[{}], tmp_path=tmp_path):
-            pass
+async def test_the_sensor_refuses_to_start_without_the_review_queue():
+    """Set up without a review queue handed over (use_reviews), the sensor fails with the
+    reason; the daemon and the harness hand one over because it is a NeedsReviews."""
+    sensor = ReviewSensor(ReviewConfig())
+    assert isinstance(sensor, NeedsReviews)
+    with pytest.raises(PluginError, match="has no review queue"):
+        await sensor.setup(None)  # type: ignore[arg-type]  # never reached: it fails first
 
 
 # ---------------------------------------------------------------------- the CLI on a file

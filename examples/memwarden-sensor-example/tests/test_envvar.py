@@ -129,12 +129,16 @@ async def test_unknown_option_is_a_config_error(tmp_path):
             pass  # pragma: no cover - never entered
 
 
-async def test_stops_cleanly(tmp_path):
-    """Leaving the harness stops the run loop and tears the sensor down."""
-    async with SensorHarness(EnvVarSensor, config=ALLOW, tmp_path=tmp_path) as h:
-        await h.wait_ready()
+async def test_stops_cleanly(tmp_path, monkeypatch):
+    """Leaving the harness stops the run loop and tears the sensor down (it forgets)."""
+    monkeypatch.setenv("APP_MODE", "production")
+    async with SensorHarness(
+        EnvVarSensor, config=ALLOW, bindings=[{"var": "APP_MODE"}], tmp_path=tmp_path
+    ) as h:
+        await h.wait_for_events(1)
+        assert h.sensor._last  # it remembered what it saw
     assert h.status == "stopped"
-    assert h.sensor._ctx is None
+    assert h.sensor._last == {}
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("sensor[")]
 
 

@@ -30,16 +30,24 @@ from pydantic import ValidationError
 
 from memwarden import __version__
 from memwarden.agent._queue import AgentQueue
-from memwarden.daemon._mqtt import Topics, keep_connected, make_client, split_agent, tls_context
-from memwarden.daemon._sensors import build_runner
 from memwarden.errors import ConfigError, MemwardenError
 from memwarden.errors import ValidationInputError as InputError
-from memwarden.memory import Binding, RevalidationRequest, SystemClock, from_ts, new_id
-from memwarden.plugins import Backoff, BoundSubject, Registry, SensorRunner
+from memwarden.hosting import build_runner
+from memwarden.memory import Binding, RevalidationRequest, SystemClock, new_id
+from memwarden.mqtt import (
+    Topics,
+    agent_status,
+    heartbeat,
+    keep_connected,
+    make_client,
+    split_agent,
+    tls_context,
+)
+from memwarden.plugins import Backoff, BoundSubject, Registry, SensorRunner, check_binding
 
 if TYPE_CHECKING:
     from memwarden.agent._queue import QueuedEvent
-    from memwarden.daemon._config import MqttSettings, SensorSettings, Settings
+    from memwarden.daemon import MqttSettings, SensorSettings, Settings
     from memwarden.memory import Clock, ValidationEvent
 
 __all__ = ["Agent"]
@@ -289,14 +297,12 @@ class Agent:
         except (ValueError, TypeError) as err:
             log.warning("bindings_invalid", sensor=name, error=str(err))
             return
-        bound: list[BoundSubject] = []
+        bound: list[BoundSubject[Any]] = []
         for item in items:
             try:
-                binding = Binding.model_validate(item["binding"])
-                selector = runner.ctx.parse_binding(binding)
-                check = getattr(runner.sensor, "validate_binding", None)
-                if check is not None:
-                    check(selector)
+                binding, selector = check_binding(
+                    runner.sensor, runner.ctx, Binding.model_validate(item["binding"])
+                )
                 bound.append(BoundSubject(str(item["block_id"]), binding, selector))
             except (InputError, ValidationError, ValueError, KeyError, TypeError) as err:
                 log.warning("binding_invalid", sensor=name, binding=str(item)[:300], error=str(err))
@@ -332,17 +338,15 @@ class Agent:
     # ------------------------------------------------------------------ MQTT
 
     def _status(self, status: str, reason: str = "") -> bytes:
-        body: dict[str, Any] = {
-            "status": status,
-            "agent_id": self.agent_id,
-            "agent": self.agent,
-            "sensors": sorted(self.runners),
-            "heartbeat_s": self.settings.agent.heartbeat_interval.total_seconds(),
-            "version": __version__,
-        }
-        if reason:
-            body["reason"] = reason
-        return json.dumps(body).encode()
+        return agent_status(
+            status,
+            agent_id=self.agent_id,
+            agent=self.agent,
+            sensors=sorted(self.runners),
+            heartbeat_s=self.settings.agent.heartbeat_interval.total_seconds(),
+            version=__version__,
+            reason=reason,
+        )
 
     async def _session(self, tls: Any) -> None:
         status_topic = self.topics.agent_status(self.agent_id)
@@ -477,14 +481,14 @@ class Agent:
         topic = self.topics.agent_heartbeat(self.agent_id)
         while True:
             stats = await self.queue.stats()
-            body = {
-                "agent": self.agent,
-                "seq": self._acked_seq,
-                "queued": stats.unsent,
-                "dropped": stats.dropped,
-                "at": from_ts(self.clock.time()).isoformat(),
-            }
-            await client.publish(topic, json.dumps(body).encode(), qos=1, timeout=math.inf)
+            body = heartbeat(
+                self.agent,
+                seq=self._acked_seq,
+                queued=stats.unsent,
+                dropped=stats.dropped,
+                at=self.clock.time(),
+            )
+            await client.publish(topic, body, qos=1, timeout=math.inf)
             await asyncio.sleep(interval_s)
 
     # ------------------------------------------------------------------ signals

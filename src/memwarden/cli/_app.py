@@ -15,11 +15,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from memwarden import __version__
+from memwarden.cli._common import (
+    DbOpt,
+    JsonOpt,
+    call,
+    client,
+    err,
+    fail,
+    id_table,
+    out,
+    print_json,
+    target,
+)
 from memwarden.cli._review import review_app
 from memwarden.errors import (
     AddressInUseError,
@@ -29,7 +40,7 @@ from memwarden.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
 
     from memwarden.client import AsyncClient
     from memwarden.memory import Block
@@ -51,39 +62,14 @@ EX_CONFIG = 78
 # sysexits.h EX_TEMPFAIL: try again later (the API's address is in use by another process).
 EX_TEMPFAIL = 75
 
-out = Console()
-err = Console(stderr=True)
-
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="TOML configuration file.", exists=False)
 ]
-DbOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--db",
-        help="Work on this database file directly instead of the running daemon.",
-        envvar="MEMWARDEN_DB",
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
 def main() -> None:
     """Entry point of the console script."""
     app()
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
-
-
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
-
-
-# The daemon this invocation talks to, from the global options (None: find it).
-_target: dict[str, str | None] = {"home": None, "url": None}
 
 
 @app.callback(invoke_without_command=True)
@@ -107,17 +93,11 @@ def _root(
         ),
     ] = None,
 ) -> None:
-    _target["home"] = home
-    _target["url"] = url
+    target["home"] = home
+    target["url"] = url
     if version:
         out.print(f"memwarden {__version__}")
         raise typer.Exit
-
-
-def _client() -> AsyncClient:
-    from memwarden.client import AsyncClient  # noqa: PLC0415
-
-    return AsyncClient(_target["url"], home=_target["home"])
 
 
 # ---------------------------------------------------------------------- daemon
@@ -134,7 +114,7 @@ def _config_file(given: Path | None) -> Path | None:
 
 
 def _print_config_problems(file: Path) -> None:
-    from memwarden.daemon._config import config_problems  # noqa: PLC0415
+    from memwarden.daemon import config_problems  # noqa: PLC0415
     from memwarden.plugins import Registry  # noqa: PLC0415
 
     _, problems = config_problems(file, lambda allow: Registry.from_entry_points(allow=allow))
@@ -153,9 +133,7 @@ def run(config: ConfigOpt = None) -> None:
     from memwarden.daemon import Daemon, configure_logging, load_settings  # noqa: PLC0415
 
     file = _config_file(config)
-    overrides: dict[str, Any] = (
-        {"home": Path(_target["home"]).absolute()} if _target["home"] else {}
-    )
+    overrides: dict[str, Any] = {"home": Path(target["home"]).absolute()} if target["home"] else {}
     try:
         settings = load_settings(file, **overrides)
     except ConfigError as e:
@@ -164,7 +142,7 @@ def run(config: ConfigOpt = None) -> None:
         else:
             for problem in e.problems:
                 err.print(problem, markup=False, highlight=False, soft_wrap=True)
-        raise _fail(str(e), EX_CONFIG) from None
+        raise fail(str(e), EX_CONFIG) from None
     configure_logging(settings.log_level, settings.log_format, stream="stderr")
     if file is not None:
         file = file.absolute()
@@ -188,7 +166,7 @@ def mcp() -> None:
     """Serve MCP over stdio for agents (talks to the running daemon)."""
     from memwarden.mcp import run_stdio  # noqa: PLC0415
 
-    run_stdio(home=_target["home"], url=_target["url"])
+    run_stdio(home=target["home"], url=target["url"])
 
 
 # LSB's "program is not running" (what `systemctl status` answers for a stopped unit).
@@ -203,7 +181,7 @@ def status(json_out: JsonOpt = False) -> None:
     """
     from memwarden.client import Client, DaemonNotRunningError, find_home  # noqa: PLC0415
 
-    home = find_home(_target["home"])
+    home = find_home(target["home"])
     info: dict[str, Any] = {
         "home": str(home.path),
         "found_by": home.found_by,
@@ -215,7 +193,7 @@ def status(json_out: JsonOpt = False) -> None:
     }
     code = 1
     try:
-        with Client(_target["url"], home=_target["home"], timeout=5.0) as client:
+        with Client(target["url"], home=target["home"], timeout=5.0) as client:
             info["url"] = client.endpoint.shown or None
             info["sensors"] = [
                 {"name": s["name"], "status": s.get("status")} for s in client.sensors()
@@ -229,7 +207,7 @@ def status(json_out: JsonOpt = False) -> None:
     except MemwardenError as e:  # a refused token, a daemon that answers oddly
         info["error"] = str(e)
     if json_out:
-        _print_json(info)
+        print_json(info)
         raise typer.Exit(code)
     out.print(
         f"home     {info['home']} (found by {info['found_by']})", highlight=False, soft_wrap=True
@@ -271,14 +249,13 @@ def config_check(
     ] = None,
 ) -> None:
     """Check a configuration file; print every problem with its path, in one pass."""
-    from memwarden.daemon import configure_logging  # noqa: PLC0415
-    from memwarden.daemon._config import config_problems  # noqa: PLC0415
+    from memwarden.daemon import config_problems, configure_logging  # noqa: PLC0415
     from memwarden.plugins import Registry  # noqa: PLC0415
 
     configure_logging("warning", "console", stream="stderr")  # stdout is the report
     path = _config_file(file)
     if path is None:
-        raise _fail(
+        raise fail(
             "no memwarden.toml here: give a file (memwarden config check FILE) or write one "
             "with `memwarden init`"
         )
@@ -312,16 +289,16 @@ def init(
     from memwarden.cli._init import CONFIG_NAME, detect_pytest, render_config  # noqa: PLC0415
 
     if not directory.is_dir():
-        raise _fail(f"{directory}: not a directory")
+        raise fail(f"{directory}: not a directory")
     target = directory / CONFIG_NAME
     if target.exists():
-        raise _fail(f"{target} exists; not overwriting it (edit it, or remove it first)")
+        raise fail(f"{target} exists; not overwriting it (edit it, or remove it first)")
     text = render_config(directory, python=python)
     try:
         with target.open("x", encoding="utf-8") as fh:
             fh.write(text)
     except OSError as e:
-        raise _fail(f"{target}: {e.strerror or e}") from None
+        raise fail(f"{target}: {e.strerror or e}") from None
     project = detect_pytest(directory)
     sensors = "fs, " + ("tests (code_test), " if project else "") + "http, review"
     out.print(f"wrote {target}: sensors {sensors}", highlight=False, soft_wrap=True)
@@ -352,9 +329,9 @@ def sensors(json_out: JsonOpt = False) -> None:
 
     async def ask() -> tuple[str, list[dict[str, Any]]] | None:
         try:
-            async with _client() as client:
-                where = client.endpoint.uds or client.endpoint.url
-                return where, await client.sensors()
+            async with client() as c:
+                where = c.endpoint.uds or c.endpoint.url
+                return where, await c.sensors()
         except MemwardenError:
             return None
 
@@ -378,7 +355,7 @@ def sensors(json_out: JsonOpt = False) -> None:
     kinds = {p.kind for p, _ in listed}
     orphans = [c for c in configured if (c.get("kind") or c["name"]) not in kinds]
     if json_out:
-        _print_json(rows)
+        print_json(rows)
         return
     table = Table("kind", "distribution", "version", "installed", "daemon runs it as")
     for r in rows:
@@ -408,41 +385,6 @@ def _instance(row: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------- store commands
 
 
-def _call(
-    db: Path | None,
-    *,
-    api: Callable[[AsyncClient], Awaitable[Any]],
-    local: Callable[[Store], Awaitable[Any]],
-    create: bool = False,
-) -> Any:
-    """Run a data command against the running daemon, or a database file with ``--db``
-    (which must exist unless ``create``: only `add` and `import` start a new one)."""
-    from memwarden.daemon import configure_logging  # noqa: PLC0415
-    from memwarden.memory._store import Store  # noqa: PLC0415
-
-    configure_logging("warning", "console", stream="stderr")
-    if db is not None and not create and not db.is_file():
-        raise _fail(f"--db {db}: no such database file")
-
-    async def go() -> Any:
-        if db is not None:
-            async with Store(db) as store:
-                return await local(store)
-        async with _client() as client:
-            return await api(client)
-
-    try:
-        return asyncio.run(go())
-    except ValidationInputError as e:
-        for field, message in e.errors:
-            err.print(f"{field or 'input'}: {message}", highlight=False, soft_wrap=True)
-        if any("no sensor named" in m for _, m in e.errors):
-            err.print("(`memwarden sensors` shows which sensors run)", highlight=False)
-        raise typer.Exit(2) from None
-    except MemwardenError as e:
-        raise _fail(str(e)) from None
-
-
 def _age(when: datetime | None) -> str:
     if when is None:
         return "never"
@@ -451,16 +393,6 @@ def _age(when: datetime | None) -> str:
         if abs(seconds) >= size:
             return f"{seconds / size:.0f}{unit} ago"
     return f"{seconds:.0f}s ago"
-
-
-def id_table(ids: list[str], *columns: str) -> Table:
-    """A table whose first column shows ids whole, however narrow the terminal: an id
-    cut short would not be accepted back."""
-    table = Table()
-    table.add_column("id", no_wrap=True, min_width=max((len(i) for i in ids), default=2))
-    for column in columns:
-        table.add_column(column)
-    return table
 
 
 def _block_table(blocks: list[Block]) -> Table:
@@ -520,15 +452,15 @@ def add(
     try:
         payload["bindings"] = [json.loads(b) for b in bind or []]
     except json.JSONDecodeError as e:
-        raise _fail(f"--bind: not JSON: {e}", 2) from None
-    block = _call(
+        raise fail(f"--bind: not JSON: {e}", 2) from None
+    block = call(
         db,
         api=lambda c: c.add(payload, dedupe=dedupe),
         local=lambda s: s.add(payload, actor="cli", dedupe=dedupe),
         create=True,  # the first fact may start a database file
     )
     if json_out:
-        _print_json(block.model_dump(mode="json"))
+        print_json(block.model_dump(mode="json"))
     elif quiet:
         sys.stdout.write(f"{block.short_id or block.id}\n")
     elif block.duplicate_of is not None:
@@ -576,9 +508,9 @@ def get(
     async def local(s: Store) -> Block:
         return await s.get(await s.resolve_id(block_id))
 
-    block = _call(db, api=read, local=local)
+    block = call(db, api=read, local=local)
     if json_out:
-        _print_json({**block.model_dump(mode="json"), **({"receipt": receipt} if receipt else {})})
+        print_json({**block.model_dump(mode="json"), **({"receipt": receipt} if receipt else {})})
         return
     if receipt:
         why = f" ({receipt['why']})" if receipt.get("why") else ""
@@ -600,7 +532,7 @@ def get(
 
 
 def _believed(block_id: str, as_of: str, *, db: Path | None, json_out: bool) -> None:
-    async def api(c: AsyncClient) -> dict[str, Any]:
+    async def api(c: AsyncClient) -> Mapping[str, Any]:
         return await c.believed_at(block_id, as_of)
 
     async def local(s: Store) -> dict[str, Any]:
@@ -616,9 +548,9 @@ def _believed(block_id: str, as_of: str, *, db: Path | None, json_out: bool) -> 
             ) from None
         return await s.believed_at(await s.resolve_id(block_id), at)
 
-    then = _call(db, api=api, local=local)
+    then = call(db, api=api, local=local)
     if json_out:
-        _print_json(then)
+        print_json(then)
         return
     out.print(f"as of {then['as_of']} (version {then['version']})", highlight=False)
     out.print(then["content"], highlight=False, soft_wrap=True)
@@ -668,7 +600,7 @@ def search(
             "timed_out": [],
         }
 
-    answer = _call(
+    answer = call(
         db,
         api=lambda c: c.search(
             query,
@@ -681,7 +613,7 @@ def search(
         local=local,
     )
     if json_out:
-        _print_json(answer)
+        print_json(answer)
         return
     hidden = answer.get("hidden_refuted", 0)
     hidden_line = f"{hidden} refuted fact{'s' if hidden != 1 else ''} hidden (--refuted to show)"
@@ -757,9 +689,9 @@ def list_blocks(
             if cursor is None or not all_pages:
                 return shown, cursor
 
-    blocks, more = _call(db, api=api, local=local)
+    blocks, more = call(db, api=api, local=local)
     if json_out:
-        _print_json({"blocks": [b.model_dump(mode="json") for b in blocks], "next": more})
+        print_json({"blocks": [b.model_dump(mode="json") for b in blocks], "next": more})
         return
     if not blocks:
         out.print("no blocks" + (" match" if any(filters.values()) else ""))
@@ -776,13 +708,13 @@ def stale(
     json_out: JsonOpt = False,
 ) -> None:
     """What is stale now, and why."""
-    blocks = _call(
+    blocks = call(
         db,
         api=lambda c: c.stale(limit),
         local=lambda s: s.list_blocks({"state": "stale", "limit": limit}),
     )
     if json_out:
-        _print_json(
+        print_json(
             [
                 {
                     "id": b.id,
@@ -814,9 +746,9 @@ def events(
         full = await s.resolve_id(block_id)  # a clear error for an unknown id
         return [r.as_dict() for r in await s.events_for(full, limit=limit)]
 
-    records = _call(db, api=lambda c: c.events(block_id, limit), local=local)
+    records = call(db, api=lambda c: c.events(block_id, limit), local=local)
     if json_out:
-        _print_json(records)
+        print_json(records)
         return
     if not records:
         out.print("no events yet")
@@ -851,9 +783,9 @@ def explain(
     async def local(s: Store) -> Any:
         return await s.explain(await s.resolve_id(block_id))
 
-    data = _call(db, api=lambda c: c.explain(block_id), local=local)
+    data = call(db, api=lambda c: c.explain(block_id), local=local)
     if json_out:
-        _print_json(data)
+        print_json(data)
         return
     out.print_json(json.dumps(data, default=str))
 
@@ -869,9 +801,9 @@ def revalidate(
     async def local(_: Store) -> Any:
         raise MemwardenError("revalidate needs the running daemon: its sensors do the checking")
 
-    data = _call(None, api=lambda c: c.revalidate(block_id, wait=wait), local=local)
+    data = call(None, api=lambda c: c.revalidate(block_id, wait=wait), local=local)
     if json_out:
-        _print_json(data)
+        print_json(data)
         return
     block = data["block"]
     out.print(
@@ -889,9 +821,9 @@ def health(json_out: JsonOpt = False) -> None:
     async def local(_: Store) -> Any:
         raise MemwardenError("health needs the running daemon")
 
-    data = _call(None, api=lambda c: c.health(), local=local)
+    data = call(None, api=lambda c: c.health(), local=local)
     if json_out:
-        _print_json(data)
+        print_json(data)
         return
     out.print(f"health {data.get('score', '?')}/100 ({data.get('status', '?')})", highlight=False)
     for w in data.get("warnings", []):
@@ -959,7 +891,7 @@ def tail(
         raise MemwardenError("tail follows the running daemon")
 
     with contextlib.suppress(KeyboardInterrupt):
-        _call(None, api=api, local=local)
+        call(None, api=api, local=local)
 
 
 _IMPORT_BATCH_BYTES = 512 * 1024  # under the API's default body limit (1 MiB)
@@ -992,7 +924,7 @@ def export_blocks(
     async def api(c: AsyncClient) -> Any:
         return await pages(lambda after: c.export(after=after, limit=200))
 
-    rows = _call(db, api=api, local=local)
+    rows = call(db, api=api, local=local)
     text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
     if str(file) == "-":
         sys.stdout.write(text)
@@ -1000,7 +932,7 @@ def export_blocks(
     try:
         file.write_text(text, encoding="utf-8")
     except OSError as e:
-        raise _fail(f"{file}: cannot write: {e.strerror or e}") from None
+        raise fail(f"{file}: cannot write: {e.strerror or e}") from None
     err.print(f"exported {len(rows)} block(s) to {file}", highlight=False, soft_wrap=True)
 
 
@@ -1008,13 +940,13 @@ def _read_jsonl(file: Path) -> list[dict[str, Any]]:
     try:
         text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise _fail(f"{file}: no such file") from None
+        raise fail(f"{file}: no such file") from None
     except IsADirectoryError:
-        raise _fail(f"{file}: is a directory, not a JSONL file") from None
+        raise fail(f"{file}: is a directory, not a JSONL file") from None
     except UnicodeDecodeError:
-        raise _fail(f"{file}: not UTF-8 text (a JSONL file, as `export` writes)", 2) from None
+        raise fail(f"{file}: not UTF-8 text (a JSONL file, as `export` writes)", 2) from None
     except OSError as e:
-        raise _fail(f"{file}: cannot read: {e.strerror or e}") from None
+        raise fail(f"{file}: cannot read: {e.strerror or e}") from None
     rows: list[dict[str, Any]] = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -1022,9 +954,9 @@ def _read_jsonl(file: Path) -> list[dict[str, Any]]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise _fail(f"{file}:{n}: not JSON: {e}", 2) from None
+            raise fail(f"{file}:{n}: not JSON: {e}", 2) from None
         if not isinstance(row, dict):
-            raise _fail(f"{file}:{n}: not a JSON object (one block per line)", 2)
+            raise fail(f"{file}:{n}: not a JSON object (one block per line)", 2)
         rows.append(row)
     return rows
 
@@ -1073,7 +1005,7 @@ def import_blocks(
             for key in totals:
                 totals[key] += int(answer.get(key, 0))
 
-    _call(db, api=api, local=local, create=True)
+    call(db, api=api, local=local, create=True)
     line = f"imported {totals['added']} block(s), {totals['existing']} already here (unchanged)"
     if totals["created"]:
         line += f", {totals['created']} new block(s) created"
@@ -1093,16 +1025,16 @@ def _database_here() -> Path:
 
     file = _config_file(None)
     if file is None:
-        return find_home(_target["home"]).path / "memwarden.db"
+        return find_home(target["home"]).path / "memwarden.db"
     overrides: dict[str, Any] = {}
-    if _target["home"]:
-        overrides["home"] = Path(_target["home"]).absolute()
+    if target["home"]:
+        overrides["home"] = Path(target["home"]).absolute()
     try:
         settings = load_settings(file, **overrides)
     except ConfigError as e:
         for problem in e.problems:
             err.print(problem, markup=False, highlight=False, soft_wrap=True)
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     db = settings.db_path
     return db if db.is_absolute() else file.absolute().parent / db
 
@@ -1141,9 +1073,9 @@ def backup(
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )
         except MemwardenError as e:
-            raise _fail(str(e)) from None
+            raise fail(str(e)) from None
     if json_out:
-        _print_json(result.as_dict())
+        print_json(result.as_dict())
         return
     out.print(
         f"backed up {result.source} to {result.path}: {result.size_bytes:,} bytes "
@@ -1178,7 +1110,7 @@ def agent(
     except ConfigError as e:
         for problem in e.problems:
             err.print(problem, markup=False, highlight=False, soft_wrap=True)
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     configure_logging(settings.log_level, settings.log_format, stream="stderr")
     try:
         asyncio.run(runner.run())

@@ -8,16 +8,16 @@ default ``$USER``) and an optional ``--comment``.
 from __future__ import annotations
 
 import getpass
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
+from memwarden.cli._common import DbOpt, JsonOpt, call, fail, id_table, out, print_json
 from memwarden.errors import MemwardenError
 
 if TYPE_CHECKING:
-    from types import ModuleType
+    from pathlib import Path
 
     from memwarden.client import AsyncClient
     from memwarden.memory._store import Store
@@ -48,7 +48,7 @@ def _review_root(
         async def local(_: Store) -> Any:
             raise MemwardenError("the review page is served by the running daemon")
 
-        url = _call(None, api=api, local=local)
+        url = call(None, api=api, local=local)
         typer.echo(f"Open this link to review as {reviewer} (it works once, for 10 minutes):")
         typer.echo(url)
         raise typer.Exit
@@ -57,16 +57,6 @@ def _review_root(
         raise typer.Exit
 
 
-# The same options as the other data commands (cli/_app.py, which imports this module).
-DbOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--db",
-        help="Work on this database file directly instead of the running daemon.",
-        envvar="MEMWARDEN_DB",
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 IdArg = Annotated[str, typer.Argument(help="The review item's id (from `review list`).")]
 ByOpt = Annotated[
     str | None,
@@ -75,23 +65,13 @@ ByOpt = Annotated[
 CommentOpt = Annotated[str, typer.Option("--comment", "-m", help="Why (kept with the decision).")]
 
 
-def _cli() -> ModuleType:
-    from memwarden.cli import _app  # noqa: PLC0415 - _app imports this module at its top
-
-    return _app
-
-
-def _call(db: Path | None, *, api: Any, local: Any) -> Any:
-    return _cli()._call(db, api=api, local=local)  # noqa: SLF001 - the CLI's own helper
-
-
 def _reviewer(by: str | None) -> str:
     if by and by.strip():
         return by.strip()
     try:
         return getpass.getuser()
     except (OSError, KeyError):
-        raise _cli()._fail("who decides? pass --by NAME (or set $USER)", 2) from None  # noqa: SLF001
+        raise fail("who decides? pass --by NAME (or set $USER)", 2) from None
 
 
 # ---------------------------------------------------------------------- reading
@@ -114,17 +94,16 @@ def list_items(
     async def local(s: Store) -> Any:
         return await s.list_reviews(status=status, limit=limit)
 
-    items = _call(db, api=api, local=local)
-    cli = _cli()
+    items = call(db, api=api, local=local)
     if json_out:
-        cli._print_json(items)  # noqa: SLF001
+        print_json(items)
         return
     if not items:
-        cli.out.print("no reviews pending" if status == "pending" else "no reviews")
+        out.print("no reviews pending" if status == "pending" else "no reviews")
         return
     # The id is shown whole (a cut id is refused), so the rest is packed into three
     # columns that wrap: this stays readable at 80 columns.
-    table = cli.id_table([item["id"] for item in items], "reason", "block", "status")
+    table = id_table([item["id"] for item in items], "reason", "block", "status")
     for item in items:
         block = item["block"] or {}
         about = (
@@ -140,7 +119,7 @@ def list_items(
             about,
             f"{item['decision']} by {item['decided_by']}" if item["decision"] else f"asked {when}",
         )
-    cli.out.print(table)
+    out.print(table)
 
 
 @review_app.command()
@@ -158,13 +137,11 @@ def show(
     async def local(s: Store) -> Any:
         return await s.get_review(review_id, events=events)
 
-    data = _call(db, api=api, local=local)
-    cli = _cli()
+    data = call(db, api=api, local=local)
     if json_out:
-        cli._print_json(data)  # noqa: SLF001
+        print_json(data)
         return
     review, block = data["review"], data["block"]
-    out = cli.out
     out.print(f"[bold]review {review['id']}[/bold] ({review['status']})", highlight=False)
     out.print(f"reason: {review['reason']}", highlight=False, soft_wrap=True)
     if review["decision"]:
@@ -222,10 +199,9 @@ def _decide(
             review_id, decision, reviewer=reviewer, comment=comment, new_content=content
         )
 
-    data = _call(db, api=api, local=local)
-    cli = _cli()
+    data = call(db, api=api, local=local)
     if json_out:
-        cli._print_json(data)  # noqa: SLF001
+        print_json(data)
         return
     block = data["block"]
     done = {"confirm": "confirmed", "reject": "rejected", "edit": "edited and confirmed"}[decision]
@@ -234,7 +210,7 @@ def _decide(
         if block is None
         else f"now {block['state']} (reliability {block['validation']['reliability']:.2f})"
     )
-    cli.out.print(f"{done} {data['review']['block_id']} as {reviewer}: {now}", highlight=False)
+    out.print(f"{done} {data['review']['block_id']} as {reviewer}: {now}", highlight=False)
 
 
 @review_app.command()

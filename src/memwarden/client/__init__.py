@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from memwarden.client._answers import (
+    BelievedAt,
+    BlockPage,
+    EventsAccepted,
+    HealthAnswer,
+    Liveness,
+    RevalidateAnswer,
+)
 from memwarden.client._client import (
     AsyncClient,
     Client,
@@ -14,10 +22,16 @@ from memwarden.client._client import (
 
 __all__ = [
     "AsyncClient",
+    "BelievedAt",
+    "BlockPage",
     "Client",
     "DaemonNotRunningError",
     "Endpoint",
+    "EventsAccepted",
+    "HealthAnswer",
     "Home",
+    "Liveness",
+    "RevalidateAnswer",
     "find_home",
     "resolve_endpoint",
 ]

@@ -32,6 +32,15 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from types import TracebackType
 
+    from memwarden.client._answers import (
+        BelievedAt,
+        BlockPage,
+        EventsAccepted,
+        HealthAnswer,
+        Liveness,
+        RevalidateAnswer,
+    )
+
 __all__ = [
     "AsyncClient",
     "Client",
@@ -321,7 +330,7 @@ class AsyncClient:
         whitespace collapsed) comes back instead, its ``duplicate_of`` set."""
         return _block(await self._call(*_Ops.add(block, dedupe=dedupe)))
 
-    async def list_blocks(self, **filters: Any) -> dict[str, Any]:
+    async def list_blocks(self, **filters: Any) -> BlockPage:
         """One page: ``{"blocks": [Block], "next": cursor | None}``; filters ``state``,
         ``tag``, ``sensor``, ``tier``, ``volatility``, ``after`` (the cursor), ``limit``."""
         data = await self._call(*_Ops.blocks(filters))
@@ -344,11 +353,12 @@ class AsyncClient:
         params = {"session": session, "after": after, "wait": wait, "limit": limit}
         return await self._call("GET", "/v1/events", params, None)  # type: ignore[no-any-return]
 
-    async def believed_at(self, block_id: str, as_of: str) -> dict[str, Any]:
+    async def believed_at(self, block_id: str, as_of: str) -> BelievedAt:
         """What was believed about a block at ``as_of`` (ISO 8601): version, content,
         state, reliability, validation and the last evidence before then."""
         params = {"as_of": as_of}
-        return await self._call("GET", f"/v1/blocks/{block_id}", params, None)  # type: ignore[no-any-return]
+        then: BelievedAt = await self._call("GET", f"/v1/blocks/{block_id}", params, None)
+        return then
 
     async def read(
         self,
@@ -413,15 +423,20 @@ class AsyncClient:
     async def explain(self, block_id: str) -> dict[str, Any]:
         return await self._call("GET", f"/v1/blocks/{block_id}/explain")  # type: ignore[no-any-return]
 
-    async def revalidate(self, block_id: str, *, wait: str = "0s") -> dict[str, Any]:
-        return await self._call(  # type: ignore[no-any-return]
+    async def revalidate(self, block_id: str, *, wait: str = "0s") -> RevalidateAnswer:
+        """Ask the block's sensors to check it now; wait up to ``wait`` for the outcome."""
+        answer: RevalidateAnswer = await self._call(
             "POST", f"/v1/blocks/{block_id}/revalidate", {"wait": wait}
         )
+        return answer
 
-    async def ingest(self, events: Sequence[ValidationEvent | Mapping[str, Any]]) -> dict[str, Any]:
-        return await self._call(  # type: ignore[no-any-return]
+    async def ingest(self, events: Sequence[ValidationEvent | Mapping[str, Any]]) -> EventsAccepted:
+        """Report events as a remote sensor (answers after commit): accepted, duplicates,
+        unmatched, rejected (schema) and capped values."""
+        answer: EventsAccepted = await self._call(
             "POST", "/v1/events", None, [_body(e) for e in events]
         )
+        return answer
 
     async def sensors(self) -> list[dict[str, Any]]:
         return await self._call("GET", "/v1/sensors")  # type: ignore[no-any-return]
@@ -476,8 +491,10 @@ class AsyncClient:
         data = await self._call("POST", "/v1/review-links", None, {"reviewer": reviewer})
         return str(data["url"])
 
-    async def health(self) -> dict[str, Any]:
-        return await self._call("GET", "/v1/health")  # type: ignore[no-any-return]
+    async def health(self) -> HealthAnswer:
+        """The 0-100 health score, its status and warnings, and the counts behind it."""
+        answer: HealthAnswer = await self._call("GET", "/v1/health")
+        return answer
 
     async def export(self, *, after: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
         """A page of whole blocks as export objects (``after``: the last id of the previous)."""
@@ -490,9 +507,10 @@ class AsyncClient:
         """Import export objects (idempotent by id) and new blocks."""
         return await self._call("POST", "/v1/import", None, list(rows))  # type: ignore[no-any-return]
 
-    async def healthz(self) -> dict[str, Any]:
+    async def healthz(self) -> Liveness:
         """Liveness and version (``/healthz``)."""
-        return await self._call("GET", "/healthz")  # type: ignore[no-any-return]
+        answer: Liveness = await self._call("GET", "/healthz")
+        return answer
 
 
 class Client:
@@ -549,7 +567,7 @@ class Client:
     def add(self, block: NewBlock | Mapping[str, Any], *, dedupe: bool = False) -> Block:
         return _block(self._call(*_Ops.add(block, dedupe=dedupe)))
 
-    def list_blocks(self, **filters: Any) -> dict[str, Any]:
+    def list_blocks(self, **filters: Any) -> BlockPage:
         """One page: ``{"blocks": [Block], "next": cursor | None}`` (see AsyncClient)."""
         data = self._call(*_Ops.blocks(filters))
         return {"blocks": [_block(b) for b in data["blocks"]], "next": data.get("next")}
@@ -561,10 +579,10 @@ class Client:
         data.pop("receipt", None)
         return _block(data)
 
-    def believed_at(self, block_id: str, as_of: str) -> dict[str, Any]:
+    def believed_at(self, block_id: str, as_of: str) -> BelievedAt:
         """What was believed about a block at ``as_of`` (ISO 8601)."""
-        params = {"as_of": as_of}
-        return self._call("GET", f"/v1/blocks/{block_id}", params, None)  # type: ignore[no-any-return]
+        then: BelievedAt = self._call("GET", f"/v1/blocks/{block_id}", {"as_of": as_of}, None)
+        return then
 
     def read(
         self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
@@ -616,15 +634,15 @@ class Client:
     def explain(self, block_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/blocks/{block_id}/explain")  # type: ignore[no-any-return]
 
-    def revalidate(self, block_id: str, *, wait: str = "0s") -> dict[str, Any]:
-        return self._call(  # type: ignore[no-any-return]
+    def revalidate(self, block_id: str, *, wait: str = "0s") -> RevalidateAnswer:
+        answer: RevalidateAnswer = self._call(
             "POST", f"/v1/blocks/{block_id}/revalidate", {"wait": wait}
         )
+        return answer
 
-    def ingest(self, events: Sequence[ValidationEvent | Mapping[str, Any]]) -> dict[str, Any]:
-        return self._call(  # type: ignore[no-any-return]
-            "POST", "/v1/events", None, [_body(e) for e in events]
-        )
+    def ingest(self, events: Sequence[ValidationEvent | Mapping[str, Any]]) -> EventsAccepted:
+        answer: EventsAccepted = self._call("POST", "/v1/events", None, [_body(e) for e in events])
+        return answer
 
     def sensors(self) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/sensors")  # type: ignore[no-any-return]
@@ -679,8 +697,9 @@ class Client:
         data = self._call("POST", "/v1/review-links", None, {"reviewer": reviewer})
         return str(data["url"])
 
-    def health(self) -> dict[str, Any]:
-        return self._call("GET", "/v1/health")  # type: ignore[no-any-return]
+    def health(self) -> HealthAnswer:
+        answer: HealthAnswer = self._call("GET", "/v1/health")
+        return answer
 
     def export(self, *, after: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
         """A page of whole blocks as export objects (``after``: the last id of the previous)."""
@@ -693,6 +712,7 @@ class Client:
         """Import export objects (idempotent by id) and new blocks."""
         return self._call("POST", "/v1/import", None, list(rows))  # type: ignore[no-any-return]
 
-    def healthz(self) -> dict[str, Any]:
+    def healthz(self) -> Liveness:
         """Liveness and version (``/healthz``)."""
-        return self._call("GET", "/healthz")  # type: ignore[no-any-return]
+        answer: Liveness = self._call("GET", "/healthz")
+        return answer

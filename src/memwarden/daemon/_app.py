@@ -30,7 +30,6 @@ from memwarden.daemon._metrics import DaemonMetrics
 from memwarden.daemon._mqtt import MqttBridge
 from memwarden.daemon._notify import Notifier
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
-from memwarden.daemon._sensors import build_runner
 from memwarden.daemon._sessions import SessionWatch
 from memwarden.errors import (
     AmbiguousIdError,
@@ -41,6 +40,7 @@ from memwarden.errors import (
     PluginLoadError,
     ValidationInputError,
 )
+from memwarden.hosting import build_runner
 from memwarden.memory import (
     Binding,
     BlockState,
@@ -52,19 +52,27 @@ from memwarden.memory import (
 )
 from memwarden.memory._codec import binding_from_row
 from memwarden.memory._files import private_dir
-from memwarden.memory._store import Store, validate_input
+from memwarden.memory._results import validate_input
+from memwarden.memory._store import Store
 from memwarden.memory._transfer import is_export_row
 from memwarden.plugins import (
     BoundSubject,
+    Describes,
+    NeedsReviews,
+    PreparesValidation,
+    QuickCheck,
     Registry,
     SensorRunner,
     StartupPolicy,
+    check_binding,
 )
+from memwarden.plugins._review_queue import StoreReviewQueue
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
+    from memwarden.client import HealthAnswer
     from memwarden.memory import Block, Clock, ValidationEvent
     from memwarden.memory._quarantine import StoredBinding
     from memwarden.memory._store import ApplyResult
@@ -425,9 +433,8 @@ class Daemon:
 
     def _make_runner(self, name: str, conf: SensorSettings) -> SensorRunner:
         def prepare(sensor: Any) -> None:
-            use_store = getattr(sensor, "use_store", None)
-            if callable(use_store):  # a built-in that keeps its state in the store (review)
-                use_store(self.store)
+            if isinstance(sensor, NeedsReviews):  # review: the queue, never the whole store
+                sensor.use_reviews(StoreReviewQueue(self.store))
 
         return build_runner(
             name,
@@ -518,6 +525,8 @@ class Daemon:
             bound = []
             for block_id, binding in await self.store.bindings_for_sensor(name):
                 try:
+                    # Checked in full when added and again at start (quarantined if refused):
+                    # here only parsed into the sensor's model.
                     selector = runner.ctx.parse_binding(binding)
                 except ValidationInputError as err:
                     log.warning("binding_invalid", sensor=name, block_id=block_id, error=str(err))
@@ -540,12 +549,14 @@ class Daemon:
         for name, runner in runners.items():
             # A sensor whose rules rest on state loaded from disk (code_test's pytest
             # config) loads it before its stored bindings are judged by them.
-            prepare = getattr(runner.sensor, "prepare_validation", None)
-            if prepare is None or not any(row.sensor == name for row in stored):
+            sensor = runner.sensor
+            if not isinstance(sensor, PreparesValidation) or not any(
+                row.sensor == name for row in stored
+            ):
                 continue
             try:
                 async with asyncio.timeout(runner.setup_timeout_s):
-                    await prepare()
+                    await sensor.prepare_validation()
             except Exception as err:  # judged by its defaults then; released once it passes
                 log.error(
                     "prepare_validation_failed",
@@ -556,10 +567,7 @@ class Daemon:
         failing: list[tuple[StoredBinding, str]] = []
         released: list[int] = []
         for row in stored:
-            try:
-                _, problems = _check_binding(runners[row.sensor], row.as_binding())
-            except ValidationInputError as err:
-                problems = list(err.errors)
+            problems = _binding_problems(runners[row.sensor], row)
             if problems:
                 failing.append((row, _rule_text(problems)[:1000]))
             elif row.quarantine is not None:
@@ -616,10 +624,11 @@ class Daemon:
                     )
                 )
                 continue
-            checked, problems = _check_binding(runner, binding)
-            if problems:
+            try:
+                checked, _ = check_binding(runner.sensor, runner.ctx, binding)
+            except ValidationInputError as err:
                 errors.extend(
-                    (f"bindings.{i}.{f}" if f else f"bindings.{i}", m) for f, m in problems
+                    (f"bindings.{i}.{f}" if f else f"bindings.{i}", m) for f, m in err.errors
                 )
                 continue
             out.append(checked)
@@ -803,7 +812,9 @@ class Daemon:
         runner = self.runners.get(sensor)
         # Until its first check is timed, a binding is taken as quick unless its sensor
         # says otherwise (a test suite, a person): the wait bounds that first check.
-        prior = bool(getattr(runner.sensor, "quick_check", True)) if runner else True
+        prior = (
+            runner.sensor.quick_check if runner and isinstance(runner.sensor, QuickCheck) else True
+        )
         limit_s = self.settings.read_through.quick.total_seconds()
         return self.scheduler.stats.quick(sensor, subject, limit_s=limit_s, prior=prior)
 
@@ -1021,18 +1032,15 @@ class Daemon:
             "hidden_refuted": hidden,
         }
 
-    async def health(self) -> dict[str, Any]:
+    async def health(self) -> HealthAnswer:
         """The 0-100 health score with its warnings, and the counts behind it."""
         failing = [n for n, r in self.runners.items() if r.status in ("failed", "backoff")]
         counts = await self.store.counts()
-        fn = getattr(self.store, "health", None)
-        report: dict[str, Any] = {}
-        if fn is not None:
-            result = await fn(failing_sensors=failing, sensors_total=len(self.runners))
-            report = result.as_dict() if hasattr(result, "as_dict") else dict(result)
+        report = await self.store.health(failing_sensors=failing, sensors_total=len(self.runners))
+        warnings = [w.as_dict() for w in report.warnings]
         quarantined = [b.as_dict() for b in await self.store.quarantined_bindings()]
         if quarantined:
-            report.setdefault("warnings", []).append(
+            warnings.append(
                 {
                     "severity": "warning",
                     "category": "bindings",
@@ -1041,14 +1049,18 @@ class Daemon:
                     " see quarantined_bindings)",
                 }
             )
-        return {
-            **report,
+        answer: HealthAnswer = {
+            "score": report.score,
+            "status": report.status,
+            "warnings": warnings,
             "counts": counts,
             "quarantined_bindings": quarantined,
             "sensors": self.sensor_status(),
             "dead_letters": counts.get("dead_letters", 0),
-            **({"mqtt": await self.mqtt.health()} if self.mqtt is not None else {}),
         }
+        if self.mqtt is not None:
+            answer["mqtt"] = await self.mqtt.health()
+        return answer
 
     # ------------------------------------------------------------------ status
 
@@ -1164,14 +1176,13 @@ class Daemon:
         sensor = runner.sensor
         fields = sorted(runner.ctx.binding_keys())
         about: dict[str, Any] = {
-            "quick_check": bool(getattr(sensor, "quick_check", False)),
+            "quick_check": isinstance(sensor, QuickCheck) and bool(sensor.quick_check),
             "binding_keys": fields,
         }
-        fn = getattr(sensor, "describe", None)
-        if not callable(fn):
+        if not isinstance(sensor, Describes):
             return {**about, "summary": "", "binds": {}, "keys": {}, "examples": []}
         try:
-            info = dict(fn())
+            info = dict(sensor.describe())
         except Exception as err:  # noqa: BLE001 - a plugin's bug: say so, never fail the listing
             log.warning("sensor_describe_failed", sensor=name, error=repr(err))
             return {**about, "describe_error": f"{type(err).__name__}: {err}", "examples": []}
@@ -1204,28 +1215,13 @@ class Daemon:
             loop.remove_signal_handler(sig)
 
 
-def _check_binding(runner: SensorRunner, binding: Binding) -> tuple[Binding, list[tuple[str, str]]]:
-    """A binding checked by its sensor's model and ``validate_binding``: with its subject
-    filled in, and the problems as ``(field, message)`` (field "" for the whole)."""
+def _binding_problems(runner: SensorRunner, row: StoredBinding) -> list[tuple[str, str]]:
+    """What today's rules refuse in a stored binding, as ``(field, message)``."""
     try:
-        selector = runner.ctx.parse_binding(binding)
-        check = getattr(runner.sensor, "validate_binding", None)
-        if check is not None:
-            check(selector)
-        subject = binding.subject or selector.subject_of()
+        check_binding(runner.sensor, runner.ctx, row.as_binding())
     except ValidationInputError as err:
-        return binding, list(err.errors)
-    except ValueError as err:
-        return binding, [("", str(err))]
-    except Exception as err:  # a bug in the plugin's hook: refuse, name the plugin
-        log.exception("validate_binding_failed", sensor=binding.sensor)
-        problem = f"{type(err).__name__}: {err}"
-        return binding, [("", f"sensor {binding.sensor!r} could not check it: {problem}")]
-    if subject and subject != binding.subject:
-        binding = binding.model_copy(update={"subject": subject})
-    if not binding.subject:
-        return binding, [("", "names no subject (path, test, url, check)")]
-    return binding, []
+        return list(err.errors)
+    return []
 
 
 def _rule_text(problems: Sequence[tuple[str, str]]) -> str:

@@ -1,7 +1,10 @@
 """The daemon's configuration: arguments > environment (``MEMWARDEN_``) > TOML > defaults.
 
-Only the daemon reads the environment. Every problem is reported with its path, the
-value and what was expected: ``sensors.api.interval: '5 minutes' is not a duration ...``.
+Only the daemon reads the environment, and never writes it: the variables (the process's,
+or a mapping given to :func:`load_settings`) reach pydantic-settings through a settings
+source (:class:`_EnvSource`), so loading is safe while other threads run. Every problem
+is reported with its path, the value and what was expected:
+``sensors.api.interval: '5 minutes' is not a duration ...``.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import socket
 import tomllib
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,9 +26,16 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 from memwarden.errors import ConfigError, PluginLoadError
+from memwarden.hosting import validate_sensor_options
 from memwarden.memory import Duration
 from memwarden.memory._compaction import CompactionConfig
 from memwarden.memory._model import Unit
@@ -35,8 +45,7 @@ from memwarden.plugins import StartupPolicy
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from pydantic_core import ErrorDetails
-    from pydantic_settings import PydanticBaseSettingsSource
+    from pydantic.fields import FieldInfo
 
     from memwarden.plugins import Registry
 
@@ -61,19 +70,20 @@ __all__ = [
 ]
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
-M = TypeVar("M", bound=BaseModel)
 Port = Annotated[int, Field(ge=0, le=65535)]
 
 
-def default_home() -> Path:
+def default_home(environ: Mapping[str, str] | None = None) -> Path:
     """Where state lives when nothing says otherwise.
 
     systemd's ``STATE_DIRECTORY``, then ``$XDG_STATE_HOME/memwarden``, then
-    ``~/.local/state/memwarden``. ``MEMWARDEN_HOME`` (read by :class:`Settings`) wins.
+    ``~/.local/state/memwarden``, read from ``environ`` (default: the process
+    environment). ``MEMWARDEN_HOME`` (read by :class:`Settings`) wins.
     """
-    if state := os.environ.get("STATE_DIRECTORY"):
+    env = os.environ if environ is None else environ
+    if state := env.get("STATE_DIRECTORY"):
         return Path(state.split(":")[0])
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "memwarden"
 
 
@@ -477,25 +487,6 @@ def format_problems(err: ValidationError) -> list[str]:
     return out
 
 
-def _sensor_problem(name: str, item: ErrorDetails) -> str:
-    path = ".".join(["sensors", name, *(str(p) for p in item["loc"])])
-    msg = "unknown setting" if item["type"] == "extra_forbidden" else item["msg"]
-    return f"{path}: {msg}"
-
-
-def validate_sensor_options(name: str, model: type[M], options: Mapping[str, Any]) -> M:
-    """A sensor's own ``Config`` from its table; :class:`ConfigError` naming each key.
-
-    Problems read ``sensors.<name>.<key>: <message>`` (``unknown setting`` for a key the
-    sensor does not declare), exactly as ``memwarden config check`` prints them.
-    """
-    try:
-        return model.model_validate(dict(options))
-    except ValidationError as err:
-        problems = [_sensor_problem(name, item) for item in err.errors()]
-        raise ConfigError("; ".join(problems), problems=problems) from None
-
-
 def _one_sensor_problems(name: str, conf: SensorSettings, registry: Registry) -> list[str]:
     if conf.remote:  # checked by the agent that runs it, not here
         return []
@@ -556,6 +547,44 @@ def config_problems(
     return None, problems
 
 
+class _EnvSource(EnvSettingsSource):
+    """``MEMWARDEN_*`` variables read from a given mapping, not from ``os.environ``.
+
+    pydantic-settings' own environment source, with its prefix, ``__`` nesting and JSON
+    parsing; only where the variables come from differs (``_load_env_vars`` is the hook
+    its dotenv source overrides too). ``load_settings(env=...)`` thus never writes the
+    process environment, which other threads may be reading.
+    """
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {
+            key if self.case_sensitive else key.lower(): value
+            for key, value in self._environ.items()
+            if not (self.env_ignore_empty and value == "")
+        }
+
+
+class _DefaultHome(PydanticBaseSettingsSource):
+    """The lowest layer: ``home`` from :func:`default_home` of the given environment."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self._environ = environ
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        del field  # one field only, by name
+        if field_name == "home":
+            return default_home(self._environ), field_name, False
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return {"home": default_home(self._environ)}
+
+
 def load_settings(
     config_file: str | Path | None = None,
     *,
@@ -563,6 +592,10 @@ def load_settings(
     **overrides: Any,
 ) -> Settings:
     """Load settings from a TOML file, the environment and explicit overrides.
+
+    Precedence: ``overrides`` > ``MEMWARDEN_*`` variables of ``env`` (default: the
+    process environment) > the TOML file > defaults (``home`` from :func:`default_home`
+    of that same environment). The process environment is read, never written.
 
     Raises :class:`ConfigError` listing every problem with its path.
     """
@@ -580,26 +613,27 @@ def load_settings(
         except OSError as err:
             raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
 
+    environ = dict(os.environ if env is None else env)  # a snapshot: read once, never written
+
     class _FileSettings(Settings):
         @classmethod
         def settings_customise_sources(
             cls,
             settings_cls: type[BaseSettings],
             init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,  # noqa: ARG003 - replaced by _EnvSource
             dotenv_settings: PydanticBaseSettingsSource,  # noqa: ARG003 - no .env files
             file_secret_settings: PydanticBaseSettingsSource,  # noqa: ARG003 - nor secrets dirs
         ) -> tuple[PydanticBaseSettingsSource, ...]:
-            sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+            sources: list[PydanticBaseSettingsSource] = [
+                init_settings,
+                _EnvSource(settings_cls, environ),
+            ]
             if path is not None:
                 sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            sources.append(_DefaultHome(settings_cls, environ))
             return tuple(sources)
 
-    saved = None
-    if env is not None:
-        saved = dict(os.environ)
-        os.environ.clear()
-        os.environ.update(env)
     try:
         loaded = _FileSettings(**overrides)
     except ValidationError as err:
@@ -608,8 +642,4 @@ def load_settings(
         raise ConfigError(
             f"{where}{len(problems)} problem(s) in the configuration", problems=problems
         ) from None
-    finally:
-        if saved is not None:
-            os.environ.clear()
-            os.environ.update(saved)
     return Settings.model_validate(loaded.model_dump())

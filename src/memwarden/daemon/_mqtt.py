@@ -12,6 +12,10 @@ Topics, under a prefix (``memwarden/v1`` by default; see ``docs/MQTT.md``)::
     blocks/<id>/state          out  a block's state change (QoS 1, not retained)
     status                     out  ``online`` / ``offline`` (birth and last will, retained)
 
+The wire itself (topic names, the client, reconnecting, gap bookkeeping) is
+:mod:`memwarden.mqtt`, shared with ``memwarden agent``; here is what only the daemon does:
+ingest, acknowledgement after commit, who may report what, the outbox.
+
 **Ack after commit.** The subscription is QoS 1 in a persistent session (MQTT 3.1.1,
 ``clean_session=False``, a stable client id): the broker keeps what arrives while we
 are away. A message is acknowledged (PUBACK) only after :meth:`Bus.submit` returned,
@@ -37,8 +41,6 @@ import contextlib
 import itertools
 import json
 import math
-import re
-import ssl
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -51,12 +53,29 @@ from pydantic import ValidationError
 
 from memwarden.daemon._config import hostname_id
 from memwarden.daemon._ingest import Refused
-from memwarden.errors import ConfigError, StorageError, ValidationInputError
+from memwarden.errors import StorageError, ValidationInputError
 from memwarden.memory import Outcome, ValidationEvent, from_ts, to_ts
+from memwarden.mqtt import (
+    DAEMON_OFFLINE,
+    DAEMON_ONLINE,
+    AgentGaps,
+    GapTracker,
+    Topics,
+    bindings_message,
+    block_state,
+    describe_error,
+    is_agent_id,
+    keep_connected,
+    make_client,
+    manual_acks,
+    resend_request,
+    split_agent,
+    tls_context,
+)
 from memwarden.plugins import Backoff
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
     from types import TracebackType
 
     from prometheus_client.core import Metric
@@ -67,359 +86,15 @@ if TYPE_CHECKING:
     from memwarden.memory import Clock, RevalidationRequest
     from memwarden.memory._store import ApplyResult, Store
 
-__all__ = [
-    "GapTracker",
-    "MqttBridge",
-    "Topics",
-    "keep_connected",
-    "make_client",
-    "manual_acks",
-    "split_agent",
-    "tls_context",
-]
+__all__ = ["MqttBridge"]
 
 log = structlog.get_logger("memwarden.mqtt")
 
-_AGENT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _SOURCE = "remote:mqtt"
 _MAX_RESEND_RANGES = 64  # per heartbeat
 _SKEW_SAMPLES = 8  # heartbeats the clock-offset estimate looks back on
 _MAX_CLOCK_CORRECTION_S = 600.0  # a larger skew is a broken clock: corrected this far only
 _MIN_CLOCK_CORRECTION_S = 1.0  # below this, delivery jitter: observed_at is left alone
-
-
-# ---------------------------------------------------------------------- shared pieces
-
-
-@dataclass(frozen=True, slots=True)
-class Topics:
-    """The topic names under one prefix (the same on the daemon's and the agent's side)."""
-
-    prefix: str
-
-    def events(self, sensor: str = "+") -> str:
-        return f"{self.prefix}/events/{sensor}"
-
-    def agent_events(self, agent_id: str = "+", sensor: str = "+") -> str:
-        """Where an agent publishes its sensors' events: its own topics (broker ACL)."""
-        return f"{self.prefix}/agents/{agent_id}/events/{sensor}"
-
-    def revalidate(self, sensor: str = "+") -> str:
-        return f"{self.prefix}/revalidate/{sensor}"
-
-    def bindings(self, sensor: str = "+") -> str:
-        return f"{self.prefix}/bindings/{sensor}"
-
-    def block_state(self, block_id: str = "+") -> str:
-        return f"{self.prefix}/blocks/{block_id}/state"
-
-    @property
-    def status(self) -> str:
-        return f"{self.prefix}/status"
-
-    def agent_status(self, agent_id: str = "+") -> str:
-        return f"{self.prefix}/agents/{agent_id}/status"
-
-    def agent_heartbeat(self, agent_id: str = "+") -> str:
-        return f"{self.prefix}/agents/{agent_id}/heartbeat"
-
-    def agent_resend(self, agent_id: str = "+") -> str:
-        return f"{self.prefix}/agents/{agent_id}/resend"
-
-    def relative(self, topic: str) -> list[str] | None:
-        """The levels after the prefix (None for a topic outside it)."""
-        head = self.prefix + "/"
-        return topic[len(head) :].split("/") if topic.startswith(head) else None
-
-
-def split_agent(agent: str) -> tuple[str, str]:
-    """``"<agent id>/<run>"`` -> ``(agent id, run)``; a bare id has an empty run."""
-    agent_id, sep, run = agent.rpartition("/")
-    return (agent_id, run) if sep else (agent, "")
-
-
-def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
-    """The TLS context for ``mqtts://`` (None for ``mqtt://``); ConfigError on bad files."""
-    if not settings.tls:
-        return None
-    try:
-        ctx = ssl.create_default_context(
-            cafile=str(settings.ca_file) if settings.ca_file is not None else None
-        )
-        if settings.cert_file is not None:
-            ctx.load_cert_chain(settings.cert_file, settings.key_file)
-    except (OSError, ssl.SSLError) as err:
-        raise ConfigError(f"mqtt: cannot load the TLS files: {err}") from err
-    if settings.tls_insecure:
-        ctx.check_hostname = False
-    return ctx
-
-
-def make_client(
-    settings: MqttSettings,
-    *,
-    client_id: str,
-    will: aiomqtt.Will | None,
-    tls: ssl.SSLContext | None,
-) -> aiomqtt.Client:
-    """An aiomqtt client for one connection: MQTT 3.1.1, persistent session, QoS 1 window."""
-    password = settings.password.get_secret_value() if settings.password is not None else None
-    client = aiomqtt.Client(
-        settings.host,
-        settings.port,
-        username=settings.username,
-        password=password,
-        identifier=client_id,
-        protocol=aiomqtt.ProtocolVersion.V311,
-        clean_session=False,  # the broker keeps our subscriptions and queues while we are away
-        will=will,
-        keepalive=settings.keepalive_s,
-        timeout=settings.connect_timeout.total_seconds(),
-        tls_context=tls,
-        max_inflight_messages=settings.inflight_max,
-    )
-    # aiomqtt warns once per call beyond this many unanswered calls; our window is larger.
-    client.pending_calls_threshold = settings.inflight_max + 16
-    return client
-
-
-def manual_acks(client: aiomqtt.Client) -> Callable[[aiomqtt.Message], None]:
-    """Turn off automatic PUBACKs on ``client``; returns the function that sends one.
-
-    aiomqtt acknowledges a QoS 1 message as soon as it is received and offers no
-    delayed acknowledgement. paho-mqtt 2, which it wraps, does: ``manual_ack_set(True)``
-    before connecting, then ``ack(mid, qos)`` per message. This is the one place we
-    reach through aiomqtt to its paho client (``client._client``); call it before
-    ``async with client`` and only ack messages of that same connection (message ids
-    are per connection). paho runs in the event loop's thread here, so ``ack`` is safe
-    to call from a coroutine.
-    """
-    paho = client._client  # noqa: SLF001 - see the docstring: the only private access
-    paho.manual_ack_set(on=True)
-
-    def ack(message: aiomqtt.Message) -> None:
-        paho.ack(message.mid, message.qos)
-
-    return ack
-
-
-def _describe(err: BaseException) -> str:
-    while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
-        err = err.exceptions[0]
-    return f"{type(err).__name__}: {err}"
-
-
-def _is_mqtt_error(err: BaseException) -> bool:
-    if isinstance(err, BaseExceptionGroup):
-        return all(_is_mqtt_error(e) for e in err.exceptions)
-    return isinstance(err, aiomqtt.MqttError | OSError)
-
-
-async def keep_connected(
-    session: Callable[[], Awaitable[None]],
-    *,
-    stopping: asyncio.Event,
-    backoff: Backoff,
-    healthy_after_s: float = 30.0,
-    what: str = "mqtt",
-) -> None:
-    """Run ``session`` (one connection) again and again until ``stopping`` is set.
-
-    Between attempts: capped full-jitter backoff, reset after a session that lasted
-    ``healthy_after_s``. A lost connection is a warning; anything else an error with
-    its traceback. Either way we try again; cancellation always propagates.
-    """
-    loop = asyncio.get_running_loop()
-    attempt = 0
-    while not stopping.is_set():
-        began = loop.time()
-        try:
-            await session()
-        except Exception as err:  # a broken connection never stops the process
-            if _is_mqtt_error(err):
-                log.warning("mqtt_disconnected", client=what, error=_describe(err))
-            else:
-                log.error("mqtt_session_failed", client=what, error=_describe(err), exc_info=err)
-        if stopping.is_set():
-            return
-        if loop.time() - began >= healthy_after_s:
-            attempt = 0
-        attempt += 1
-        delay = backoff.delay(attempt)
-        log.info("mqtt_reconnecting", client=what, attempt=attempt, delay_s=round(delay, 3))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopping.wait(), timeout=delay)
-
-
-# ---------------------------------------------------------------------- gap detection
-
-
-@dataclass(slots=True)
-class _Run:
-    high: int = 0  # the highest sequence number seen (or announced) so far
-    missing: list[list[int]] = field(default_factory=list)  # sorted [from, to], inclusive
-
-
-@dataclass(slots=True)
-class AgentGaps:
-    """What gap detection knows about one agent (all its runs)."""
-
-    run: str = ""
-    last_seq: int = 0
-    gaps: int = 0  # events found missing (ever)
-    recovered: int = 0  # of those, arrived later (a re-send, a late redelivery)
-    resends: int = 0  # re-send requests sent
-    missing: int = 0  # missing now
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "run": self.run,
-            "last_seq": self.last_seq,
-            "gaps": self.gaps,
-            "recovered": self.recovered,
-            "missing": self.missing,
-            "resends": self.resends,
-        }
-
-
-class GapTracker:
-    """Per agent run, which sequence numbers never arrived.
-
-    Pure bookkeeping (no I/O): the bridge tells it what it saw and what an agent
-    announced; it answers with the new gaps to ask for. Bounded: at most ``max_agents``
-    agents (the least recently heard is forgotten first, with its runs), an agent not
-    heard from for ``idle_s`` is forgotten, at most ``max_runs`` runs and ``max_ranges``
-    missing ranges per run. Only called with identities the bridge validated.
-    """
-
-    def __init__(
-        self,
-        *,
-        max_runs: int = 1024,
-        max_ranges: int = 1024,
-        max_agents: int = 1000,
-        idle_s: float = 86_400.0,
-        clock: Callable[[], float] | None = None,
-    ) -> None:
-        self._runs: collections.OrderedDict[str, _Run] = collections.OrderedDict()
-        self.agents: collections.OrderedDict[str, AgentGaps] = collections.OrderedDict()
-        self._heard: dict[str, float] = {}
-        self._max_runs = max_runs
-        self._max_ranges = max_ranges
-        self._max_agents = max_agents
-        self._idle_s = idle_s
-        self._now = clock or (lambda: 0.0)
-        self.evicted = 0  # agents forgotten (too many, or idle)
-
-    def forget_idle(self) -> int:
-        """Forget the agents not heard from for ``idle_s``; how many."""
-        limit = self._now() - self._idle_s
-        gone = 0
-        while self.agents:
-            oldest = next(iter(self.agents))
-            if self._heard.get(oldest, 0.0) > limit:
-                break
-            self._forget(oldest)
-            gone += 1
-        return gone
-
-    def _forget(self, agent_id: str) -> None:
-        self.agents.pop(agent_id, None)
-        self._heard.pop(agent_id, None)
-        for key in [k for k in self._runs if split_agent(k)[0] == agent_id]:
-            del self._runs[key]
-        self.evicted += 1
-
-    def known(self, agent: str) -> bool:
-        return agent in self._runs
-
-    def begin(self, agent: str, high_water: int = 0) -> None:
-        """Start following a run whose events up to ``high_water`` are already stored."""
-        if agent in self._runs:
-            return
-        stats = self._stats(agent)
-        self._runs[agent] = _Run(high=high_water)
-        while len(self._runs) > self._max_runs:
-            old, run = self._runs.popitem(last=False)
-            old_stats = self.agents.get(split_agent(old)[0])
-            if old_stats is not None:
-                old_stats.missing -= sum(b - a + 1 for a, b in run.missing)
-        stats.run = split_agent(agent)[1]
-        stats.last_seq = high_water
-
-    def seen(self, agent: str, seq: int) -> tuple[int, int] | None:
-        """An event numbered ``seq`` arrived; returns the gap it reveals, if any."""
-        run = self._run(agent)
-        stats = self._stats(agent)
-        if seq > run.high:
-            gap = (run.high + 1, seq - 1) if seq > run.high + 1 else None
-            if gap is not None:
-                self._add(agent, run, gap)
-            run.high = seq
-            stats.last_seq = seq
-            return gap
-        if self._remove(run, seq):
-            stats.recovered += 1
-            stats.missing -= 1
-        return None
-
-    def announced(self, agent: str, seq: int) -> tuple[int, int] | None:
-        """The agent says it published up to ``seq``; what we lack up to there is a gap."""
-        run = self._run(agent)
-        self._stats(agent)
-        if seq <= run.high:
-            return None
-        gap = (run.high + 1, seq)
-        self._add(agent, run, gap)
-        run.high = seq
-        return gap
-
-    def missing_ranges(self, agent: str) -> list[tuple[int, int]]:
-        run = self._runs.get(agent)
-        return [] if run is None else [(a, b) for a, b in run.missing]
-
-    def _run(self, agent: str) -> _Run:
-        run = self._runs.get(agent)
-        if run is None:
-            self.begin(agent)
-            return self._runs[agent]
-        self._runs.move_to_end(agent)  # least recently used goes first
-        return run
-
-    def _stats(self, agent: str) -> AgentGaps:
-        """The agent's figures; it counts as heard now (most recently used)."""
-        agent_id = split_agent(agent)[0]
-        self._heard[agent_id] = self._now()
-        stats = self.agents.get(agent_id)
-        if stats is None:
-            stats = self.agents[agent_id] = AgentGaps()
-            while len(self.agents) > self._max_agents:
-                self._forget(next(iter(self.agents)))
-        else:
-            self.agents.move_to_end(agent_id)
-        self.forget_idle()
-        return stats
-
-    def _add(self, agent: str, run: _Run, gap: tuple[int, int]) -> None:
-        n = gap[1] - gap[0] + 1
-        stats = self._stats(agent)
-        stats.gaps += n
-        stats.missing += n
-        run.missing.append([gap[0], gap[1]])
-        if len(run.missing) > self._max_ranges:  # give up on the oldest (still counted)
-            a, b = run.missing.pop(0)
-            stats.missing -= b - a + 1
-
-    @staticmethod
-    def _remove(run: _Run, seq: int) -> bool:
-        for i, (a, b) in enumerate(run.missing):
-            if a <= seq <= b:
-                pieces = [[a, seq - 1]] if a < seq else []
-                if seq < b:
-                    pieces.append([seq + 1, b])
-                run.missing[i : i + 1] = pieces
-                return True
-        return False
 
 
 # ---------------------------------------------------------------------- the bridge
@@ -561,7 +236,7 @@ class MqttBridge:
             except TimeoutError:
                 task.cancel()
             except Exception as err:  # noqa: BLE001 - logged; closing goes on
-                log.error("mqtt_bridge_failed", error=_describe(err))
+                log.error("mqtt_bridge_failed", error=describe_error(err))
             await asyncio.gather(task, return_exceptions=True)
         await self._spill()
 
@@ -585,7 +260,7 @@ class MqttBridge:
 
     async def _session(self) -> None:
         """One connection: subscribe, say online, then receive and publish until it ends."""
-        will = aiomqtt.Will(self.topics.status, b"offline", qos=1, retain=True)
+        will = aiomqtt.Will(self.topics.status, DAEMON_OFFLINE, qos=1, retain=True)
         client = make_client(self.settings, client_id=self.client_id, will=will, tls=self._tls)
         ack = manual_acks(client)  # before connecting: queued messages arrive at once
         async with client:
@@ -598,7 +273,7 @@ class MqttBridge:
                         (self.topics.agent_heartbeat(), 1),
                     ]
                 )
-                await client.publish(self.topics.status, b"online", qos=1, retain=True)
+                await client.publish(self.topics.status, DAEMON_ONLINE, qos=1, retain=True)
                 self.connections += 1
                 self._disconnected.clear()
                 self._connected.set()
@@ -622,7 +297,7 @@ class MqttBridge:
                             await self._drained()
                     publisher.cancel()
                 await client.publish(
-                    self.topics.status, b"offline", qos=1, retain=True, timeout=self._drain_s
+                    self.topics.status, DAEMON_OFFLINE, qos=1, retain=True, timeout=self._drain_s
                 )
             finally:
                 self._connected.clear()
@@ -669,9 +344,9 @@ class MqttBridge:
                 return await self._parse_event(sensor, payload)
             case ["agents", agent_id, "events", sensor]:
                 return await self._parse_event(sensor, payload, agent_id)
-            case ["agents", agent_id, "status"] if _AGENT_ID.fullmatch(agent_id):
+            case ["agents", agent_id, "status"] if is_agent_id(agent_id):
                 self._agent_status(agent_id, payload)
-            case ["agents", agent_id, "heartbeat"] if _AGENT_ID.fullmatch(agent_id):
+            case ["agents", agent_id, "heartbeat"] if is_agent_id(agent_id):
                 await self._heartbeat(agent_id, payload)
             case _:
                 pass
@@ -707,7 +382,7 @@ class MqttBridge:
             raise _Rejected("invalid_event", "not a JSON object")
         if agent_id is not None:
             topic = self.topics.agent_events(agent_id, sensor)
-            if not _AGENT_ID.fullmatch(agent_id):
+            if not is_agent_id(agent_id):
                 raise _Rejected("invalid_agent", f"{topic}: {agent_id!r} is not an agent id")
             claimed = data.get("agent")
             if claimed is not None and (
@@ -841,7 +516,7 @@ class MqttBridge:
             missing=gap[1] - gap[0] + 1,
             why=why,
         )
-        if self.settings.resend_gaps and _AGENT_ID.fullmatch(agent_id):
+        if self.settings.resend_gaps and is_agent_id(agent_id):
             self._resend_queue.append((agent, gap[0], gap[1]))
 
     async def _send_resends(self) -> None:
@@ -852,8 +527,9 @@ class MqttBridge:
             if stats is None:  # forgotten meanwhile (bounded tracking)
                 continue
             stats.resends += 1
-            body = {"agent": agent, "from_seq": first, "to_seq": last}
-            await self.publish(self.topics.agent_resend(agent_id), json.dumps(body).encode())
+            await self.publish(
+                self.topics.agent_resend(agent_id), resend_request(agent, first, last)
+            )
 
     def _agent_status(self, agent_id: str, payload: bytes) -> None:
         now = self.clock.time()
@@ -929,7 +605,7 @@ class MqttBridge:
             gap = self.gaps.announced(agent, seq)
             if gap is not None:
                 self._gap(agent, gap, "heartbeat is ahead")
-        if self.settings.resend_gaps and _AGENT_ID.fullmatch(agent_id):
+        if self.settings.resend_gaps and is_agent_id(agent_id):
             # Still missing (a re-send can be lost too): ask again, once per heartbeat.
             asked = {(a, f, t) for a, f, t in self._resend_queue}
             for first, last in self.gaps.missing_ranges(agent)[:_MAX_RESEND_RANGES]:
@@ -1061,23 +737,22 @@ class MqttBridge:
     async def publish_bindings(self, sensor: str) -> None:
         """Publish (retained) the bindings a remote sensor owns, for its agent."""
         rows = await self.store.bindings_for_sensor(sensor)
-        body = [{"block_id": b, "binding": binding.model_dump(mode="json")} for b, binding in rows]
-        await self.publish(self.topics.bindings(sensor), json.dumps(body).encode(), retain=True)
+        await self.publish(self.topics.bindings(sensor), bindings_message(rows), retain=True)
 
     async def on_applied(self, result: ApplyResult) -> None:
         """After a commit: forget answered requests, publish the state changes."""
         for request_id in result.answered:
             self._awaiting.pop(request_id, None)
         for change in result.changes:
-            body = {
-                "block_id": change.block_id,
-                "state": change.after,
-                "before": change.before,
-                "reliability": change.reliability,
-                "observed_at": from_ts(change.observed_at).isoformat(),
-                "event_id": change.event_id,
-            }
-            await self.publish(self.topics.block_state(change.block_id), json.dumps(body).encode())
+            body = block_state(
+                change.block_id,
+                state=change.after,
+                before=change.before,
+                reliability=change.reliability,
+                observed_at=change.observed_at,
+                event_id=change.event_id,
+            )
+            await self.publish(self.topics.block_state(change.block_id), body)
 
     async def expire_overdue(self) -> int:
         """Answer remote requests whose deadline passed with an ``error`` event."""

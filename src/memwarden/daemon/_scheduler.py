@@ -20,6 +20,7 @@ from memwarden.memory.policy import plan_revalidations
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
+    from datetime import timedelta
 
     from memwarden.daemon._bus import Bus
     from memwarden.daemon._config import SchedulerSettings
@@ -201,19 +202,14 @@ class Scheduler:
                 ("dispatch", s.dispatch_interval.total_seconds(), self.dispatch_once, True),
                 ("heartbeat", s.heartbeat_interval.total_seconds(), self.heartbeat_once, True),
             ]
-            for name, interval, method in (
-                ("decay", s.decay_interval, "decay_cycle"),
-                ("heuristics", s.heuristic_interval, "heuristic_cycle"),
-                ("consolidation", s.consolidation_interval, "consolidate"),
-                ("compaction", s.compaction_interval, "compact_events"),
-            ):
-                if name == "compaction" and not getattr(
-                    getattr(self.store, "compaction", None), "enabled", True
-                ):
-                    continue
-                fn = getattr(self.store, method, None)
-                if fn is not None:
-                    loops.append((name, interval.total_seconds(), fn, False))
+            passes: list[tuple[str, timedelta, Callable[[], Awaitable[Any]]]] = [
+                ("decay", s.decay_interval, self.store.decay_cycle),
+                ("heuristics", s.heuristic_interval, self.store.heuristic_cycle),
+                ("consolidation", s.consolidation_interval, self.store.consolidate),
+            ]
+            if self.store.compaction.enabled:
+                passes.append(("compaction", s.compaction_interval, self.store.compact_events))
+            loops.extend((name, every.total_seconds(), fn, False) for name, every, fn in passes)
             for name, interval_s, fn, first in loops:
                 if not self._stopped:
                     self._loops.append(

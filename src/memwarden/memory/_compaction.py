@@ -362,7 +362,7 @@ async def _prune_dead_letters(
 
 async def compact(store: Store, cfg: CompactionConfig | None = None) -> CompactionReport:
     """One compaction pass over the whole event log, then the dead letters."""
-    submit, read = store._write, store._read  # noqa: SLF001 - the store's own pass
+    submit, read = store.db.write, store.db.read
     cfg = cfg or store.compaction
     report = CompactionReport()
 

@@ -106,8 +106,8 @@ def _ops(
     Callable[[], AbstractAsyncContextManager[aiosqlite.Connection]],
 ]:
     # These passes are the store's own methods, kept in a module of their own; they use
-    # its writer and its reader pool like the methods in _store.py do.
-    return store._write, store._read  # noqa: SLF001
+    # its database's writer and reader pool like the store's other parts do.
+    return store.db.write, store.db.read
 
 
 def _chunks(items: Sequence[Any], size: int = _IN_CHUNK) -> Iterable[Sequence[Any]]:

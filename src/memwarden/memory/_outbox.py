@@ -75,12 +75,12 @@ async def put(
         )
         return int(excess)
 
-    return await store._write(job)  # type: ignore[no-any-return]  # noqa: SLF001 - a store extension
+    return await store.db.write(job)
 
 
 async def peek(store: Store, *, limit: int = 500) -> list[OutboxMessage]:
     """The oldest waiting messages, in the order they were put."""
-    async with store._read() as conn:  # noqa: SLF001 - a store extension
+    async with store.db.read() as conn:
         rows = await conn.execute_fetchall(
             "SELECT id, topic, payload, qos, retain FROM outbox ORDER BY id LIMIT ?", (limit,)
         )
@@ -105,11 +105,11 @@ async def delete(store: Store, ids: Sequence[int]) -> None:
     async def job(conn: aiosqlite.Connection) -> None:
         await conn.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in keys])
 
-    await store._write(job)  # noqa: SLF001 - a store extension
+    await store.db.write(job)
 
 
 async def stats(store: Store) -> OutboxStats:
-    async with store._read() as conn:  # noqa: SLF001 - a store extension
+    async with store.db.read() as conn:
         rows = list(
             await conn.execute_fetchall(
                 "SELECT (SELECT count(*) FROM outbox), (SELECT value FROM meta WHERE key = ?)",
@@ -125,7 +125,7 @@ async def agent_high_water(store: Store, agents: Sequence[str]) -> dict[str, int
     if not agents:
         return {}
     out: dict[str, int] = {}
-    async with store._read() as conn:  # noqa: SLF001 - a store extension
+    async with store.db.read() as conn:
         for agent in dict.fromkeys(agents):  # one index seek each (events_agent_seq)
             rows = list(
                 await conn.execute_fetchall(

@@ -88,7 +88,7 @@ async def stored_bindings(store: Store, sensors: Sequence[str]) -> list[StoredBi
     if not sensors:
         return []
     marks = ",".join("?" * len(sensors))
-    async with store._read() as conn:  # noqa: SLF001 - the store's own query
+    async with store.db.read() as conn:
         rows = await conn.execute_fetchall(
             f"{_SELECT} WHERE g.sensor IN ({marks}) AND k.state <> 'archived' ORDER BY g.id",
             list(sensors),
@@ -98,7 +98,7 @@ async def stored_bindings(store: Store, sensors: Sequence[str]) -> list[StoredBi
 
 async def quarantined(store: Store) -> list[StoredBinding]:
     """The quarantined bindings, oldest first."""
-    async with store._read() as conn:  # noqa: SLF001 - the store's own query
+    async with store.db.read() as conn:
         rows = await conn.execute_fetchall(
             f"{_SELECT} WHERE g.quarantine IS NOT NULL ORDER BY g.quarantined_at, g.id"
         )
@@ -149,5 +149,5 @@ async def set_quarantine(
             [(i,) for i in release],
         )
 
-    await store._write(job)  # noqa: SLF001 - the store's own write
+    await store.db.write(job)
     return len(fresh) + len(release)

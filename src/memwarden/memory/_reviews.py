@@ -83,8 +83,8 @@ class Review:
 
 def _ops(store: Store) -> Any:
     # Review operations are the store's own, kept in a module of their own; they use its
-    # writer and its reader pool like the methods in _store.py do.
-    return store._write, store._read  # noqa: SLF001
+    # database's writer and reader pool like the store's other parts do.
+    return store.db.write, store.db.read
 
 
 async def _fetch(store: Store, review_id: str) -> Review:

@@ -1,13 +1,15 @@
 """The contract for sensor authors — the only module a third-party sensor imports.
 
-A sensor is a class with ``kind``, a ``Config`` model, a ``Binding`` model and four
-async methods (``setup``, ``run``, ``revalidate``, ``teardown``), published through the
-entry-point group ``memwarden.sensors``. See ``docs/PLUGINS.md``.
+A sensor is a class with ``api_version`` (:data:`PLUGIN_API`), a ``Config`` model, a
+``Binding`` model and four async methods (``setup``, ``run``, ``revalidate``,
+``teardown``), published through the entry-point group ``memwarden.sensors`` under its
+kind. Optional capabilities are Protocols (``QuickCheck``, ``BindingValidator``,
+``Describes``, ``PreparesValidation``, ``NeedsReviews``). See ``docs/PLUGINS.md``.
 """
 
 from __future__ import annotations
 
-from memwarden.errors import ConfigError, PluginError, ValidationInputError
+from memwarden.errors import ConfigError, PluginError, PluginLoadError, ValidationInputError
 from memwarden.memory import (
     Binding,
     Outcome,
@@ -15,7 +17,18 @@ from memwarden.memory import (
     RevalidationRequest,
     ValidationEvent,
 )
+from memwarden.plugins._bindings import check_binding
+from memwarden.plugins._capabilities import (
+    BindingValidator,
+    Describes,
+    NeedsReviews,
+    PreparesValidation,
+    QueuedReview,
+    QuickCheck,
+    ReviewQueue,
+)
 from memwarden.plugins._contract import (
+    PLUGIN_API,
     BaseBinding,
     BaseSensorConfig,
     BoundSubject,
@@ -35,23 +48,32 @@ from memwarden.plugins._supervisor import Backoff, SensorCounters, SensorRunner
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "PLUGIN_API",
     "Backoff",
     "BaseBinding",
     "BaseSensorConfig",
     "Binding",
+    "BindingValidator",
     "BoundSubject",
     "ConfigError",
+    "Describes",
+    "NeedsReviews",
     "Observation",
     "Outcome",
     "PluginError",
     "PluginInfo",
+    "PluginLoadError",
     "PollCounters",
     "PollingBinding",
     "PollingConfig",
     "PollingSensor",
+    "PreparesValidation",
+    "QueuedReview",
+    "QuickCheck",
     "Registry",
     "RevalidationReason",
     "RevalidationRequest",
+    "ReviewQueue",
     "Sensor",
     "SensorContext",
     "SensorCounters",
@@ -59,4 +81,5 @@ __all__ = [
     "StartupPolicy",
     "ValidationEvent",
     "ValidationInputError",
+    "check_binding",
 ]

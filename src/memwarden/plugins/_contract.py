@@ -1,12 +1,27 @@
-"""The sensor contract: what a plugin implements and what the daemon hands it."""
+"""The sensor contract: what a plugin implements and what the daemon hands it.
+
+This is version :data:`PLUGIN_API` of the contract. A sensor class says which version it
+was written for (``api_version: ClassVar[int] = 2``); one that says nothing is a version
+1 plugin and runs through the shim in :mod:`memwarden.plugins._shim` for one release.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Final,
+    Generic,
+    Protocol,
+    TypeVar,
+    runtime_checkable,
+)
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
@@ -22,6 +37,7 @@ if TYPE_CHECKING:
     from memwarden.memory import Clock
 
 __all__ = [
+    "PLUGIN_API",
     "BaseBinding",
     "BaseSensorConfig",
     "BoundSubject",
@@ -29,6 +45,11 @@ __all__ = [
     "SensorContext",
     "StartupPolicy",
 ]
+
+
+#: The version of the plugin contract this memwarden implements. A plugin declares the
+#: version it was written for as ``api_version: ClassVar[int]`` on its sensor class.
+PLUGIN_API: Final = 2
 
 
 class StartupPolicy(StrEnum):
@@ -50,22 +71,34 @@ class BaseBinding(BaseModel):
 
     ``sensor`` and ``subject`` are handled by the daemon; a binding model declares the
     rest (``path``, ``key``, ``equals`` ...) and may override :meth:`subject_of`.
+
+    Strict: a selector is JSON, validated as JSON with no coercion, so ``"clean": "yes"``
+    is refused for a ``bool`` and ``"by": "3"`` for an ``int`` (a string still becomes an
+    enum member, a duration string a ``timedelta``). Unknown keys are refused.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     def subject_of(self) -> str | None:
         """The subject this selector checks; None lets the daemon derive it."""
         return None
 
 
+B = TypeVar("B", bound=BaseBinding)
+
+
 @dataclass(frozen=True, slots=True)
-class BoundSubject:
-    """One binding a sensor owns: the block, the raw binding and the parsed selector."""
+class BoundSubject(Generic[B]):
+    """One binding a sensor owns: the block, the raw binding and the parsed selector.
+
+    Generic in the sensor's binding model: in a sensor whose ``Binding`` is
+    ``EnvVarBinding``, ``bound: BoundSubject[EnvVarBinding]`` has ``bound.selector``
+    typed ``EnvVarBinding`` (the daemon parsed it with that model).
+    """
 
     block_id: str
     binding: Binding
-    selector: BaseBinding
+    selector: B
 
     @property
     def subject(self) -> str:
@@ -73,49 +106,53 @@ class BoundSubject:
 
 
 @runtime_checkable
-class Sensor(Protocol):
-    """What a sensor plugin implements.
+class Sensor(Protocol[B]):
+    """What a sensor plugin implements (plugin API version 2).
 
-    The class is found through the entry-point group ``memwarden.sensors`` and built as
-    ``SensorClass(config)`` with its validated ``Config``. The daemon then calls:
+    The class is found through the entry-point group ``memwarden.sensors`` (the
+    entry-point name is its kind) and built as ``SensorClass(config)`` with its validated
+    ``Config``. The daemon then calls:
 
     - ``setup(ctx)`` once to acquire resources (may raise; the startup policy decides);
     - ``run(ctx)`` as a long-running task: watch the world, ``await ctx.emit(...)``, and
       call ``ctx.ready()`` once watching. It is restarted with backoff if it raises;
-    - ``revalidate(request)`` to check one bound subject now, under a deadline; return
-      the event(s) observed (or emit them and return None);
+    - ``revalidate(request, ctx)`` to check one bound subject now, under a deadline;
+      return the event(s) observed (or emit them and return None);
     - ``teardown()`` once at the end; idempotent and safe after a partial setup.
 
-    Optional: ``describe() -> dict`` tells agents what a binding may name, as
-    ``{"summary": str, "binds": {...}, "keys": {key: meaning}, "examples": [selector, ...]}``
-    (``binds``: roots, test files, check names, allowed hosts; the daemon adds each
-    example's ``"sensor"``). It is called for ``GET /v1/sensors`` and MCP
-    ``memory_sensors``: keep it cheap and free of secrets.
+    ``api_version`` says which contract the class was written for (:data:`PLUGIN_API`).
+    A class may also declare ``kind``; it must then equal its entry-point name. Optional
+    capabilities are separate protocols in :mod:`memwarden.plugins`: ``QuickCheck``,
+    ``BindingValidator``, ``Describes``, ``PreparesValidation``, ``NeedsReviews``.
     """
 
-    kind: ClassVar[str]
+    api_version: ClassVar[int]
     Config: ClassVar[type[BaseSensorConfig]]
     Binding: ClassVar[type[BaseBinding]]
 
-    async def setup(self, ctx: SensorContext) -> None: ...
+    async def setup(self, ctx: SensorContext[B]) -> None: ...
 
-    async def run(self, ctx: SensorContext) -> None: ...
+    async def run(self, ctx: SensorContext[B]) -> None: ...
 
     async def revalidate(
-        self, request: RevalidationRequest
+        self, request: RevalidationRequest, ctx: SensorContext[B]
     ) -> ValidationEvent | Sequence[ValidationEvent] | None: ...
 
     async def teardown(self) -> None: ...
 
 
-class SensorContext:
-    """What the daemon gives a sensor: emit, bindings, clock, logger, a state dir."""
+class SensorContext(Generic[B]):
+    """What the daemon gives a sensor: emit, bindings, clock, logger, a state dir.
+
+    Generic in the sensor's binding model ``B``: :attr:`bindings` are
+    ``BoundSubject[B]`` and :meth:`parse_binding` returns a ``B``.
+    """
 
     def __init__(
         self,
         *,
         name: str,
-        binding_model: type[BaseBinding],
+        binding_model: type[B],
         clock: Clock,
         log: structlog.typing.FilteringBoundLogger,
         state_dir: Path,
@@ -128,7 +165,7 @@ class SensorContext:
         self.state_dir = state_dir
         self._emit = emit
         self._binding_model = binding_model
-        self._bindings: list[BoundSubject] = []
+        self._bindings: list[BoundSubject[B]] = []
         self._changed = asyncio.Event()
         self._ready = asyncio.Event()
         self.default_window = default_window
@@ -149,11 +186,11 @@ class SensorContext:
     # -- bindings
 
     @property
-    def bindings(self) -> list[BoundSubject]:
+    def bindings(self) -> list[BoundSubject[B]]:
         """The bindings this sensor owns right now."""
         return list(self._bindings)
 
-    async def wait_bindings_changed(self) -> list[BoundSubject]:
+    async def wait_bindings_changed(self) -> list[BoundSubject[B]]:
         """Wait until the bindings change; returns the new list.
 
         The first call in each ``run`` (the first run and every restart) returns at once
@@ -164,7 +201,7 @@ class SensorContext:
         self._changed.clear()
         return self.bindings
 
-    def set_bindings(self, bindings: list[BoundSubject]) -> None:
+    def set_bindings(self, bindings: list[BoundSubject[B]]) -> None:
         """Daemon side: replace the bindings and wake the sensor."""
         self._bindings = list(bindings)
         self._changed.set()
@@ -177,10 +214,23 @@ class SensorContext:
         """The selector keys a binding to this sensor may have (from its model)."""
         return list(self._binding_model.model_fields)
 
-    def parse_binding(self, binding: Binding) -> BaseBinding:
-        """Validate a binding's selector with the sensor's model (ValidationInputError)."""
+    @property
+    def binding_model(self) -> type[B]:
+        """The sensor's ``Binding`` model."""
+        return self._binding_model
+
+    def parse_binding(self, binding: Binding) -> B:
+        """Validate a binding's selector with the sensor's model (ValidationInputError).
+
+        A strict model (every :class:`BaseBinding` unless it says otherwise) validates
+        the selector as the JSON it is: no coercion of ``"yes"`` to ``True``. A lax model
+        (a version-1 plugin's, through the shim) validates it as before.
+        """
+        model = self._binding_model
         try:
-            return self._binding_model.model_validate(binding.selector)
+            if model.model_config.get("strict"):
+                return model.model_validate_json(json.dumps(binding.selector))
+            return model.model_validate(binding.selector)
         except ValidationError as err:
             raise ValidationInputError(
                 [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in err.errors()]

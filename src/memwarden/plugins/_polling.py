@@ -5,7 +5,7 @@ Most sensors look at something every so often: a variable, a repository, an endp
 one task per bound block — and a plugin only declares how often (``interval`` in its
 config and, optionally, per binding) and implements::
 
-    async def check(self, bound: BoundSubject) -> Observation: ...
+    async def check(self, bound: BoundSubject[MyBinding]) -> Observation: ...
 
 The base then
 
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from pydantic import Field, JsonValue, model_validator
 
 from memwarden.memory import Duration, Outcome
-from memwarden.plugins._contract import BaseBinding, BaseSensorConfig, BoundSubject
+from memwarden.plugins._contract import PLUGIN_API, BaseBinding, BaseSensorConfig, BoundSubject
 
 if TYPE_CHECKING:
     from memwarden.memory import RevalidationRequest, ValidationEvent
@@ -165,6 +165,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
     implement :meth:`check`. Override :meth:`on_setup` / :meth:`on_teardown` to acquire
     and release resources (``setup``/``teardown`` are the base's)."""
 
+    api_version: ClassVar[int] = PLUGIN_API
     kind: ClassVar[str]
     Config: ClassVar[type[PollingConfig]]
     Binding: ClassVar[type[BaseBinding]]
@@ -173,39 +174,35 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         self.config: ConfigT = config
         self.poll_counters = PollCounters()
         self.rng = random.Random()  # noqa: S311 - spreading polls, not secrets
-        self._ctx: SensorContext | None = None
+        self._ctx: SensorContext[BindingT] | None = None
         self._tasks: dict[tuple[str, Any], asyncio.Task[None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._seen: dict[str, _Seen] = {}
 
     # ------------------------------------------------------------------ for subclasses
 
-    async def check(self, bound: BoundSubject) -> Observation:
+    async def check(self, bound: BoundSubject[BindingT]) -> Observation:
         """Look at the world for one bound block; return what was seen."""
         raise NotImplementedError
 
-    def selector(self, bound: BoundSubject) -> BindingT:
-        """``bound.selector``, typed as this sensor's ``Binding``."""
-        sel = bound.selector
-        if not isinstance(sel, self.Binding):
-            msg = f"binding of block {bound.block_id} was not parsed by {self.Binding.__name__}"
-            raise TypeError(msg)
-        return sel  # type: ignore[return-value]  # isinstance on a ClassVar cannot narrow BindingT
+    def selector(self, bound: BoundSubject[BindingT]) -> BindingT:
+        """``bound.selector`` (typed ``BindingT`` already; kept for older callers)."""
+        return bound.selector
 
     @property
-    def ctx(self) -> SensorContext:
+    def ctx(self) -> SensorContext[BindingT]:
         """The context given to ``setup`` (raises before it)."""
         if self._ctx is None:
-            raise RuntimeError(f"sensor {self.kind!r} is not set up")
+            raise RuntimeError(f"sensor {type(self).__name__} is not set up")
         return self._ctx
 
-    async def on_setup(self, ctx: SensorContext) -> None:
+    async def on_setup(self, ctx: SensorContext[BindingT]) -> None:
         """Acquire resources (called by ``setup``)."""
 
     async def on_teardown(self) -> None:
         """Release them (called by ``teardown``; must cope with a partial ``on_setup``)."""
 
-    def interval_of(self, bound: BoundSubject) -> timedelta:
+    def interval_of(self, bound: BoundSubject[BindingT]) -> timedelta:
         """The binding's ``interval`` if it has one (never below ``min_interval``), else
         the sensor's."""
         own = getattr(bound.selector, "interval", None)
@@ -215,11 +212,11 @@ class PollingSensor(Generic[ConfigT, BindingT]):
 
     # ------------------------------------------------------------------ the contract
 
-    async def setup(self, ctx: SensorContext) -> None:
+    async def setup(self, ctx: SensorContext[BindingT]) -> None:
         self._ctx = ctx
         await self.on_setup(ctx)
 
-    async def run(self, ctx: SensorContext) -> None:
+    async def run(self, ctx: SensorContext[BindingT]) -> None:
         ctx.ready()
         try:
             while True:
@@ -227,8 +224,9 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         finally:
             await self._cancel_all()
 
-    async def revalidate(self, request: RevalidationRequest) -> ValidationEvent:
-        ctx = self.ctx
+    async def revalidate(
+        self, request: RevalidationRequest, ctx: SensorContext[BindingT]
+    ) -> ValidationEvent:
         bound = BoundSubject(request.block_id, request.binding, ctx.parse_binding(request.binding))
         self.poll_counters.revalidations += 1
         async with self._lock(bound.subject):
@@ -247,7 +245,9 @@ class PollingSensor(Generic[ConfigT, BindingT]):
 
     # ------------------------------------------------------------------ the loop
 
-    def _reconcile(self, ctx: SensorContext, bindings: list[BoundSubject]) -> None:
+    def _reconcile(
+        self, ctx: SensorContext[BindingT], bindings: list[BoundSubject[BindingT]]
+    ) -> None:
         wanted = {(b.block_id, b.binding): b for b in bindings}
         for key in [k for k in self._tasks if k not in wanted]:
             self._tasks.pop(key).cancel()
@@ -269,7 +269,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    async def _poll(self, ctx: SensorContext, bound: BoundSubject) -> None:
+    async def _poll(self, ctx: SensorContext[BindingT], bound: BoundSubject[BindingT]) -> None:
         failures = 0
         while True:
             lock = self._lock(bound.subject)
@@ -293,7 +293,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         jitter = self.config.jitter
         return base * self.rng.uniform(1.0 - jitter, 1.0 + jitter)
 
-    async def _checked(self, bound: BoundSubject) -> Observation:
+    async def _checked(self, bound: BoundSubject[BindingT]) -> Observation:
         """``check`` under its deadline; a crash or a timeout is an ``error``."""
         self.poll_counters.checks += 1
         timeout = self.config.check_timeout
@@ -312,7 +312,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         return obs
 
     def _if_due(
-        self, ctx: SensorContext, bound: BoundSubject, obs: Observation
+        self, ctx: SensorContext[BindingT], bound: BoundSubject[BindingT], obs: Observation
     ) -> ValidationEvent | None:
         """The event to emit for a poll's observation, or None when nothing is new."""
         now = ctx.clock.time()
@@ -336,8 +336,8 @@ class PollingSensor(Generic[ConfigT, BindingT]):
 
     def _event(
         self,
-        ctx: SensorContext,
-        bound: BoundSubject,
+        ctx: SensorContext[BindingT],
+        bound: BoundSubject[BindingT],
         obs: Observation,
         *,
         request_id: str | None = None,

@@ -3,6 +3,15 @@
 A plugin that fails to import or to validate is reported with its name and the others
 still load. Built-in sensors are registered through the same group by our own
 distribution, so they are found exactly like third-party ones.
+
+The entry-point name is the sensor's kind (what ``[sensors.<name>] kind = ...`` names).
+A class may repeat it as ``kind``; one that states another kind is refused at load, so a
+plugin has one name, not two that drift apart (a subclass registered under its own name
+need not restate ``kind``: only a ``kind`` in the class's own body is checked).
+
+A class declares the plugin API version it was written for (``api_version``); one
+without it is a version-1 plugin and runs through the shim
+(:mod:`memwarden.plugins._shim`) with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ import structlog
 from pydantic import BaseModel
 
 from memwarden.errors import PluginLoadError
+from memwarden.plugins._contract import PLUGIN_API
+from memwarden.plugins._shim import adapt_v1
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -122,7 +133,12 @@ class Registry:
 
 
 def validate_sensor_class(kind: str, obj: Any) -> type[Any]:
-    """Check that ``obj`` is a sensor class honouring the contract."""
+    """Check that ``obj`` is a sensor class honouring the contract for ``kind``.
+
+    Returns the class to run: ``obj`` itself, or for a version-1 plugin the shim's
+    version-2 adapter (with a ``DeprecationWarning``). Raises :class:`PluginLoadError`
+    naming every problem.
+    """
     if not inspect.isclass(obj):
         raise PluginLoadError(f"sensor plugin {kind!r} is not a class: {obj!r}", plugin=kind)
     problems = []
@@ -134,10 +150,45 @@ def validate_sensor_class(kind: str, obj: Any) -> type[Any]:
         fn = getattr(obj, method, None)
         if fn is None or not inspect.iscoroutinefunction(fn):
             problems.append(f"{method}() must be an async method")
+    api = getattr(obj, "api_version", None)
+    # Only a kind the class itself states is held to its entry-point name: a subclass
+    # registered under a name of its own need not restate it.
+    declared_kind = vars(obj).get("kind")
+    wrong_kind = declared_kind is not None and declared_kind != kind
+    notes = []
+    if api is not None and (not isinstance(api, int) or isinstance(api, bool) or api < 1):
+        problems.append(f"api_version must be a plugin API version (1 to {PLUGIN_API}): {api!r}")
+    elif api is not None and api > PLUGIN_API:
+        problems.append(
+            f"it is written for plugin API {api}, this memwarden implements {PLUGIN_API} "
+            "(upgrade memwarden)"
+        )
+    elif api == PLUGIN_API:
+        if wrong_kind:
+            problems.append(
+                f"kind = {declared_kind!r} disagrees with its entry-point name {kind!r} "
+                "(the entry-point name is the kind: rename one of them, or drop kind)"
+            )
+        fn = getattr(obj, "revalidate", None)
+        if fn is not None and not _takes_request_and_ctx(fn):
+            problems.append(f"revalidate() must take (request, ctx) under plugin API {api}")
+    elif wrong_kind:
+        notes.append(f"its kind {declared_kind!r} must equal its entry-point name {kind!r}")
     if problems:
         raise PluginLoadError(
             f"sensor plugin {kind!r} ({obj.__module__}.{obj.__qualname__}) breaks the contract: "
             + "; ".join(problems),
             plugin=kind,
         )
+    if api is None or api < PLUGIN_API:
+        return adapt_v1(kind, obj, notes=notes)
     return obj
+
+
+def _takes_request_and_ctx(fn: Any) -> bool:
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:]  # after self
+    except (TypeError, ValueError):
+        return True  # cannot tell: let the call say
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)

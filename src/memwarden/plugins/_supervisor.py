@@ -82,8 +82,8 @@ class SensorRunner:
         *,
         name: str,
         kind: str,
-        sensor: Sensor,
-        ctx: SensorContext,
+        sensor: Sensor[Any],
+        ctx: SensorContext[Any],
         startup: StartupPolicy = StartupPolicy.RETRY,
         revalidate_timeout_s: float | None = None,
         setup_timeout_s: float = 30.0,
@@ -284,9 +284,11 @@ class SensorRunner:
         The deadline is the sensor's configured ``revalidate_timeout_s`` if it has one,
         else the request's own (``rules.staleness.revalidation_timeout``); nothing else
         shortens it. A timeout or a crash becomes an ``error`` event (never a
-        refutation). Returns ``None`` when a check of the same subject for the same block
-        is still running: this one is skipped (and counted), not overlapped. An empty list
-        means the sensor answered through ``ctx.emit`` instead.
+        refutation) without a ``block_id``, so it reaches every block bound to the
+        subject. Every event returned without a ``request_id`` gets the request's ``id``.
+        Returns ``None`` when a check of the same subject for the same block is still
+        running: this one is skipped (and counted), not overlapped. An empty list means
+        the sensor answered through ``ctx.emit`` instead.
         """
         subject = request.subject
         key = (subject, request.block_id)  # answers can be per block (two URLs expectations)
@@ -305,7 +307,7 @@ class SensorRunner:
         self.counters.revalidations += 1
         try:
             async with asyncio.timeout(timeout_s):
-                result = await self.sensor.revalidate(request)
+                result = await self.sensor.revalidate(request, self.ctx)
         except TimeoutError:
             self.counters.timeouts += 1
             self.counters.errors += 1  # the source did not answer: an error that shows

@@ -51,8 +51,11 @@ from memwarden.memory import (
 )
 from memwarden.memory import FakeClock as _StoreFakeClock
 from memwarden.memory._store import Store
+from memwarden.plugins._bindings import check_binding
+from memwarden.plugins._capabilities import NeedsReviews
 from memwarden.plugins._contract import BoundSubject, SensorContext, StartupPolicy
 from memwarden.plugins._registry import validate_sensor_class
+from memwarden.plugins._review_queue import StoreReviewQueue
 from memwarden.plugins._supervisor import Backoff, SensorCounters, SensorRunner
 
 if TYPE_CHECKING:
@@ -119,6 +122,12 @@ class SensorHarness:
     ``bindings`` are raw bindings without ``sensor`` (the harness fills it in), each
     stored on a block of its own. ``startup`` defaults to ``error`` so a failing setup
     fails the ``async with``; the restart backoff defaults to milliseconds.
+
+    ``name`` is the sensor's name (as in ``[sensors.<name>]``); it defaults to the class's
+    ``kind``. The class is checked as the daemon checks a plugin at load (a version-1
+    class runs through the shim, with its ``DeprecationWarning``). A
+    :class:`~memwarden.plugins.NeedsReviews` sensor is handed a review queue over the
+    harness's store, as the daemon hands it one over its own.
     """
 
     def __init__(
@@ -140,8 +149,9 @@ class SensorHarness:
         healthy_after_s: float = 60.0,
         emit_tick_s: float = EMIT_TICK_S,
     ) -> None:
-        self.name = name or str(getattr(sensor_cls, "kind", "") or "sensor")
-        self.sensor_cls = validate_sensor_class(self.name, sensor_cls)
+        kind = str(getattr(sensor_cls, "kind", "") or name or "sensor")
+        self.name = name or kind
+        self.sensor_cls = validate_sensor_class(kind, sensor_cls)
         self.clock: Clock = clock if clock is not None else FakeClock()
         self.emitted: list[ValidationEvent] = []
         """Every event the sensor handed to ``ctx.emit``, in order."""
@@ -207,7 +217,7 @@ class SensorHarness:
         self._store = await self._stack.enter_async_context(
             Store(root / "harness.db", clock=self.clock)
         )
-        ctx = SensorContext(
+        ctx: SensorContext[Any] = SensorContext(
             name=self.name,
             binding_model=self.sensor_cls.Binding,
             clock=self.clock,
@@ -215,10 +225,13 @@ class SensorHarness:
             state_dir=state_dir,
             emit=self._emit,
         )
+        sensor = self.sensor_cls(config)
+        if isinstance(sensor, NeedsReviews):
+            sensor.use_reviews(StoreReviewQueue(self.store))
         self._runner = SensorRunner(
             name=self.name,
-            kind=self.name,
-            sensor=self.sensor_cls(config),
+            kind=str(getattr(self.sensor_cls, "kind", "") or self.name),
+            sensor=sensor,
             ctx=ctx,
             **self._runner_kwargs,
         )
@@ -246,7 +259,7 @@ class SensorHarness:
         return self._runner
 
     @property
-    def ctx(self) -> SensorContext:
+    def ctx(self) -> SensorContext[Any]:
         """The context the sensor was given."""
         return self.runner.ctx
 
@@ -273,8 +286,9 @@ class SensorHarness:
         return self.runner.counters
 
     @property
-    def bindings(self) -> list[BoundSubject]:
-        """The bindings the sensor holds now."""
+    def bindings(self) -> list[BoundSubject[Any]]:
+        """The bindings the sensor holds now (each with its block id, the binding with its
+        subject filled in, and the selector parsed by the sensor's model)."""
         return self.ctx.bindings
 
     async def block(self, subject: str | None = None, *, block_id: str | None = None) -> Block:
@@ -368,7 +382,7 @@ class SensorHarness:
 
     async def wait_state(
         self,
-        block: Block | BoundSubject | str,
+        block: Block | BoundSubject[Any] | str,
         state: str,
         *,
         timeout_s: float = 5.0,
@@ -391,7 +405,7 @@ class SensorHarness:
             ) from None
         return current
 
-    def _block_id_of(self, block: Block | BoundSubject | str) -> str:
+    def _block_id_of(self, block: Block | BoundSubject[Any] | str) -> str:
         if isinstance(block, BoundSubject):
             return block.block_id
         if isinstance(block, str):
@@ -445,7 +459,7 @@ class SensorHarness:
 
     async def set_bindings(
         self, bindings: Iterable[Mapping[str, Any] | Binding]
-    ) -> list[BoundSubject]:
+    ) -> list[BoundSubject[Any]]:
         """Replace the sensor's bindings (validated as the daemon does) and wake it.
 
         Raises :class:`ValidationInputError` naming the binding and the field for one the
@@ -489,20 +503,9 @@ class SensorHarness:
             raise ValidationInputError(
                 [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in err.errors()]
             ) from None
-        selector = runner.ctx.parse_binding(binding)
-        check = getattr(runner.sensor, "validate_binding", None)
-        if check is not None:
-            try:
-                check(selector)
-            except ValueError as err:
-                raise ValidationInputError([("", str(err))]) from None
-        if not binding.subject and (subject := selector.subject_of()):
-            binding = binding.model_copy(update={"subject": subject})
-        if not binding.subject:
-            raise ValidationInputError([("", "names no subject (path, test, url, check)")])
-        return binding, selector
+        return check_binding(runner.sensor, runner.ctx, binding)
 
-    def _bound(self, subject: str | None, block_id: str | None = None) -> BoundSubject:
+    def _bound(self, subject: str | None, block_id: str | None = None) -> BoundSubject[Any]:
         if (subject is None) == (block_id is None):
             raise TypeError("name either a subject or a block_id")
         if block_id is not None:

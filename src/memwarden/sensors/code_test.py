@@ -35,7 +35,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from memwarden.errors import ConfigError, ValidationInputError
 from memwarden.memory import Outcome
-from memwarden.plugins import BaseBinding, BaseSensorConfig
+from memwarden.plugins import PLUGIN_API, BaseBinding, BaseSensorConfig
 from memwarden.sensors import _fscheck as fc
 from memwarden.sensors import _sandbox as sb
 from memwarden.sensors import _selection as picks
@@ -230,6 +230,7 @@ class _Request:
 class CodeTestSensor:
     """Runs the configured test command; see the module docstring."""
 
+    api_version: ClassVar[int] = PLUGIN_API
     kind: ClassVar[str] = "code_test"
     Config: ClassVar[type[BaseSensorConfig]] = CodeTestConfig
     Binding: ClassVar[type[BaseBinding]] = CodeTestBinding
@@ -239,7 +240,7 @@ class CodeTestSensor:
     def __init__(self, config: CodeTestConfig) -> None:
         self.config = config
         self.root = config.project_root
-        self._ctx: SensorContext | None = None
+        self._ctx: SensorContext[CodeTestBinding] | None = None
         self._env: dict[str, str] = {}
         self._requests: list[_Request] = []
         self._full_pending = False
@@ -278,7 +279,7 @@ class CodeTestSensor:
             ],
         }
 
-    async def setup(self, ctx: SensorContext) -> None:
+    async def setup(self, ctx: SensorContext[CodeTestBinding]) -> None:
         self._ctx = ctx
         self._env = self._build_env()
         if not self.root.is_dir():
@@ -301,7 +302,7 @@ class CodeTestSensor:
         self.layout = await asyncio.to_thread(picks.PytestLayout.load, self.root, ini)
         await self._setup_sandbox(ctx)
 
-    async def _setup_sandbox(self, ctx: SensorContext) -> None:
+    async def _setup_sandbox(self, ctx: SensorContext[CodeTestBinding]) -> None:
         mode = self.config.sandbox
         self.sandboxed, self._bwrap = False, None
         self._interpreter = await asyncio.to_thread(
@@ -341,7 +342,9 @@ class CodeTestSensor:
             raise ConfigError(f"sensors.{ctx.name}.sandbox = 'bwrap', but {problem}")
         ctx.log.warning("code_test_sandbox_unavailable", sandbox="none", reason=problem)
 
-    def _sandbox_spec(self, ctx: SensorContext, report_dir: Path) -> sb.SandboxSpec:
+    def _sandbox_spec(
+        self, ctx: SensorContext[CodeTestBinding], report_dir: Path
+    ) -> sb.SandboxSpec:
         state = ctx.state_dir.resolve()
         # The daemon's home holds sensors/<name>: hide all of it (token, database, sockets).
         home = state.parents[1] if state.parent.name == "sensors" else state
@@ -361,7 +364,7 @@ class CodeTestSensor:
             network=self.config.sandbox_network,
         )
 
-    async def run(self, ctx: SensorContext) -> None:
+    async def run(self, ctx: SensorContext[CodeTestBinding]) -> None:
         self._ctx = ctx
         self._accepting = True
         try:
@@ -394,11 +397,12 @@ class CodeTestSensor:
                     )
             self._requests = []
 
-    async def revalidate(self, request: RevalidationRequest) -> ValidationEvent | None:
-        ctx = self._require_ctx()
+    async def revalidate(
+        self, request: RevalidationRequest, ctx: SensorContext[CodeTestBinding]
+    ) -> ValidationEvent | None:
         try:
-            selector = CodeTestBinding.model_validate(request.binding.selector)
-        except ValueError as err:
+            selector = ctx.parse_binding(request.binding)
+        except ValidationInputError as err:
             return ctx.event(
                 request.subject, Outcome.ERROR, message=str(err)[:1000], block_id=request.block_id
             )
@@ -430,13 +434,11 @@ class CodeTestSensor:
             picks.PytestLayout.load, self.root, self.config.pytest_ini
         )
 
-    def validate_binding(self, selector: BaseBinding) -> None:
+    def validate_binding(self, selector: CodeTestBinding) -> None:
         """A selection names tests of this project, never an option or another file.
 
         Raises :class:`ValidationInputError` naming the binding key (``prefix`` ...).
         """
-        if not isinstance(selector, CodeTestBinding):
-            raise TypeError(f"not a code_test binding: {type(selector).__name__}")
         problem = self._selection_problem(selector)
         if problem is not None:
             raise problem
@@ -466,7 +468,7 @@ class CodeTestSensor:
         self._full_pending = True
         self._wake.set()
 
-    async def _follow_bindings(self, ctx: SensorContext) -> None:
+    async def _follow_bindings(self, ctx: SensorContext[CodeTestBinding]) -> None:
         # New bindings are not run at once: the first check comes from a revalidation
         # request, a source change or the schedule.
         while True:
@@ -513,13 +515,11 @@ class CodeTestSensor:
 
     async def _run_batch(self, requests: list[_Request], *, full: bool) -> None:
         ctx = self._require_ctx()
-        bound = [bs for bs in ctx.bindings if isinstance(bs.selector, CodeTestBinding)]
+        bound = ctx.bindings
         selectors: dict[str, CodeTestBinding] = {}
         if full:
             for bs in bound:
-                sel = bs.selector
-                assert isinstance(sel, CodeTestBinding)  # noqa: S101 - filtered above
-                selectors.setdefault(sel.selection, sel)
+                selectors.setdefault(bs.selector.selection, bs.selector)
         for req in requests:
             selectors.setdefault(req.selector.selection, req.selector)
         if not selectors:
@@ -542,9 +542,7 @@ class CodeTestSensor:
         if not full:
             return
         for bs in bound:
-            sel = bs.selector
-            assert isinstance(sel, CodeTestBinding)  # noqa: S101 - filtered above
-            verdict = verdicts.get(sel.selection)
+            verdict = verdicts.get(bs.selector.selection)
             if verdict is None or (bs.block_id, bs.subject) in answered:
                 continue
             await ctx.emit(self._event(bs.subject, bs.block_id, verdict))
@@ -706,7 +704,7 @@ class CodeTestSensor:
             return None
         return self._event(req.request.subject, req.request.block_id, verdict)
 
-    def _require_ctx(self) -> SensorContext:
+    def _require_ctx(self) -> SensorContext[CodeTestBinding]:
         if self._ctx is None:
             raise RuntimeError("code_test sensor used before setup()")
         return self._ctx

@@ -28,7 +28,13 @@ from pydantic import Field, JsonValue, field_validator, model_validator
 
 from memwarden.memory import Outcome
 from memwarden.memory._files import write_private
-from memwarden.plugins import BaseBinding, BaseSensorConfig, BoundSubject
+from memwarden.plugins import (
+    PLUGIN_API,
+    BaseBinding,
+    BaseSensorConfig,
+    BoundSubject,
+    ValidationInputError,
+)
 from memwarden.sensors import _fscheck as fc
 from memwarden.sensors._observed import bounded
 from memwarden.sensors._regex import (
@@ -207,6 +213,7 @@ class FsSensor:
 
     quick_check: ClassVar[bool] = True  # answers in milliseconds: read-through may wait
 
+    api_version: ClassVar[int] = PLUGIN_API
     kind: ClassVar[str] = "fs"
     Config: ClassVar[type[BaseSensorConfig]] = FsConfig
     Binding: ClassVar[type[BaseBinding]] = FsBinding
@@ -214,7 +221,7 @@ class FsSensor:
     def __init__(self, config: FsConfig) -> None:
         self.config = config
         self.roots: tuple[str, ...] = tuple(str(r) for r in config.roots)
-        self._ctx: SensorContext | None = None
+        self._ctx: SensorContext[FsBinding] | None = None
         self._watcher: Watcher | None = None
         self._bound: dict[str, _Bound] = {}
         self._by_key: dict[str, list[_Bound]] = {}
@@ -255,7 +262,7 @@ class FsSensor:
             ],
         }
 
-    async def setup(self, ctx: SensorContext) -> None:
+    async def setup(self, ctx: SensorContext[FsBinding]) -> None:
         self._ctx = ctx
         for root in self.roots:
             if not await asyncio.to_thread(os.path.isdir, root):
@@ -263,7 +270,7 @@ class FsSensor:
         self._state_path = ctx.state_dir / STATE_FILE
         self._load_state()
 
-    async def run(self, ctx: SensorContext) -> None:
+    async def run(self, ctx: SensorContext[FsBinding]) -> None:
         self._ctx = ctx
         # A (re)start looks at every binding again: whatever happened while nothing was
         # watching is found by comparing with the last known hashes.
@@ -285,12 +292,13 @@ class FsSensor:
             self._lookup = _Lookup()
             self._save_state()
 
-    async def revalidate(self, request: RevalidationRequest) -> ValidationEvent | None:
-        ctx = self._require_ctx()
+    async def revalidate(
+        self, request: RevalidationRequest, ctx: SensorContext[FsBinding]
+    ) -> ValidationEvent | None:
         try:
-            selector = FsBinding.model_validate(request.binding.selector)
+            selector = ctx.parse_binding(request.binding)
             target = self._target_of(selector)
-        except ValueError as err:
+        except (ValidationInputError, ValueError) as err:
             return ctx.event(
                 request.subject, Outcome.ERROR, message=str(err), block_id=request.block_id
             )
@@ -323,14 +331,9 @@ class FsSensor:
             await watcher.stop()
         self._save_state()
 
-    def validate_binding(self, selector: BaseBinding) -> None:
+    def validate_binding(self, selector: FsBinding) -> None:
         """Refuse, when a block is added, a path outside the allowed roots."""
-        parsed = (
-            selector
-            if isinstance(selector, FsBinding)
-            else FsBinding.model_validate(selector.model_dump())
-        )
-        self._target_of(parsed)
+        self._target_of(selector)
 
     # ------------------------------------------------------------------ resolving
 
@@ -364,31 +367,26 @@ class FsSensor:
 
     # ------------------------------------------------------------------ bindings
 
-    async def _follow_bindings(self, ctx: SensorContext) -> None:
+    async def _follow_bindings(self, ctx: SensorContext[FsBinding]) -> None:
         while True:
             await self._reconcile(await ctx.wait_bindings_changed())
 
-    async def _reconcile(self, bindings: Sequence[BoundSubject]) -> None:
+    async def _reconcile(self, bindings: Sequence[BoundSubject[FsBinding]]) -> None:
         """Take the new bindings: watch what they need, then judge the new ones."""
         ctx = self._require_ctx()
         bound: dict[str, _Bound] = {}
-        refused: list[tuple[str, BoundSubject, str]] = []
+        refused: list[tuple[str, BoundSubject[FsBinding], str]] = []
         for bs in bindings:
             bid = binding_id(bs.block_id, bs.subject, bs.binding.selector)
             if bid in self._bound:
                 bound[bid] = self._bound[bid]
                 continue
             try:
-                selector = (
-                    bs.selector
-                    if isinstance(bs.selector, FsBinding)
-                    else FsBinding.model_validate(bs.binding.selector)
-                )
-                target = self._target_of(selector)
+                target = self._target_of(bs.selector)
             except ValueError as err:
                 refused.append((bid, bs, str(err)))
                 continue
-            bound[bid] = self._make_bound(bid, bs.block_id, bs.subject, selector, target)
+            bound[bid] = self._make_bound(bid, bs.block_id, bs.subject, bs.selector, target)
         added = [b for bid, b in bound.items() if bid not in self._bound]
         self._bound = bound
         by_key: dict[str, list[_Bound]] = defaultdict(list)
@@ -780,7 +778,7 @@ class FsSensor:
             if data is not None:
                 await asyncio.to_thread(self._write_state, data)
 
-    def _require_ctx(self) -> SensorContext:
+    def _require_ctx(self) -> SensorContext[FsBinding]:
         if self._ctx is None:
             raise RuntimeError("fs sensor used before setup()")
         return self._ctx

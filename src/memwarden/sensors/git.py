@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from memwarden.plugins import Observation, PollingBinding, PollingConfig, PollingSensor
 from memwarden.sensors._proc import run_command
@@ -74,9 +74,7 @@ class GitConfig(PollingConfig):
 
 
 class GitBinding(PollingBinding):
-    """A repository and exactly one assertion about it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    """A repository and exactly one assertion about it (strict, as every binding)."""
 
     repo: str = Field(description="The work tree: relative to the first root, or absolute.")
     branch: str | None = None
@@ -164,8 +162,8 @@ class GitSensor(PollingSensor[GitConfig, GitBinding]):
 
     # ------------------------------------------------------------------ checking
 
-    async def check(self, bound: BoundSubject) -> Observation:
-        sel = self.selector(bound)
+    async def check(self, bound: BoundSubject[GitBinding]) -> Observation:
+        sel = bound.selector
         try:
             repo = self.resolve_repo(sel.repo)
         except ValueError as err:

@@ -48,7 +48,7 @@ from pydantic import (
 
 from memwarden import __version__
 from memwarden.memory import Duration, Outcome, format_duration
-from memwarden.plugins import BaseBinding, BaseSensorConfig
+from memwarden.plugins import PLUGIN_API, BaseBinding, BaseSensorConfig
 from memwarden.sensors._observed import bounded
 from memwarden.sensors._regex import RegexTimeoutError, compile_user_regex, regex_field
 
@@ -415,6 +415,7 @@ class HttpSensor:
 
     quick_check: ClassVar[bool] = True  # answers in milliseconds: read-through may wait
 
+    api_version: ClassVar[int] = PLUGIN_API
     kind: ClassVar[str] = "http"
     Config: ClassVar[type[HttpConfig]] = HttpConfig
     Binding: ClassVar[type[HttpBinding]] = HttpBinding
@@ -424,7 +425,7 @@ class HttpSensor:
         self._allowed = tuple(HostRule.parse(e) for e in config.allowed_hosts)
         self._headers = tuple((HostRule.parse(h.host), h.values) for h in config.headers)
         self._client: httpx.AsyncClient | None = None
-        self._ctx: SensorContext | None = None
+        self._ctx: SensorContext[HttpBinding] | None = None
         self._remembered: dict[str, _Remembered] = {}
         self.fetches = 0
         self.not_modified = 0
@@ -482,7 +483,7 @@ class HttpSensor:
             ],
         }
 
-    async def setup(self, ctx: SensorContext) -> None:
+    async def setup(self, ctx: SensorContext[HttpBinding]) -> None:
         verify: ssl.SSLContext | bool = self.config.verify
         if self.config.verify and self.config.ca_file is not None:
             verify = ssl.create_default_context(cafile=str(self.config.ca_file))
@@ -499,7 +500,7 @@ class HttpSensor:
         )
         self._ctx = ctx
 
-    async def run(self, ctx: SensorContext) -> None:
+    async def run(self, ctx: SensorContext[HttpBinding]) -> None:
         ctx.ready()
         tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         async with asyncio.TaskGroup() as tg:
@@ -513,9 +514,11 @@ class HttpSensor:
                         name=f"sensor[{ctx.name}].check[{bound[key].subject}]",
                     )
 
-    async def revalidate(self, request: RevalidationRequest) -> ValidationEvent:
+    async def revalidate(
+        self, request: RevalidationRequest, ctx: SensorContext[HttpBinding]
+    ) -> ValidationEvent:
         """Check the binding now."""
-        ctx = self._context()
+        self._context()  # raises before setup
         try:  # a binding stored before today's rules: refused here too, never fetched
             selector = HttpBinding.model_validate(request.binding.selector)
             self.validate_binding(selector)
@@ -540,12 +543,14 @@ class HttpSensor:
 
     # ------------------------------------------------------------------ scheduling
 
-    def _context(self) -> SensorContext:
+    def _context(self) -> SensorContext[HttpBinding]:
         if self._ctx is None or self._client is None:
             raise RuntimeError("the http sensor is not set up")
         return self._ctx
 
-    async def _every(self, ctx: SensorContext, bound: BoundSubject) -> None:
+    async def _every(
+        self, ctx: SensorContext[HttpBinding], bound: BoundSubject[HttpBinding]
+    ) -> None:
         selector = bound.selector
         if not isinstance(selector, HttpBinding):
             raise TypeError(f"not an http binding: {type(selector).__name__}")
@@ -573,7 +578,7 @@ class HttpSensor:
 
     async def _observe(
         self,
-        ctx: SensorContext,
+        ctx: SensorContext[HttpBinding],
         selector: HttpBinding,
         *,
         block_id: str,
@@ -699,7 +704,7 @@ class HttpSensor:
         return Outcome.CONFIRMED, f"status {answer.status}{shown}", observed
 
 
-def _key(bound: BoundSubject) -> tuple[str, str]:
+def _key(bound: BoundSubject[HttpBinding]) -> tuple[str, str]:
     return bound.block_id, bound.binding.model_dump_json()
 
 

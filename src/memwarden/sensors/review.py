@@ -18,8 +18,10 @@ A review binding selects nothing: its subject is the constant ``"human"``
 (:meth:`ReviewBinding.subject_of`) and its events target the block by ``block_id``.
 :meth:`ReviewSensor.revalidate` therefore never waits on anything: it notes the block
 and returns, so checks of different blocks (one shared subject) never overlap and none
-is skipped; the run loop writes the queue. The queue lives in the store, so the daemon
-hands this sensor its store (:meth:`ReviewSensor.use_store`) before ``setup``.
+is skipped; the run loop writes the queue. The queue lives in the store: the daemon
+hands this sensor the review operations it uses (a
+:class:`~memwarden.plugins.ReviewQueue`, through :meth:`ReviewSensor.use_reviews`: the
+sensor is a :class:`~memwarden.plugins.NeedsReviews`) before ``setup`` — never the store.
 """
 
 from __future__ import annotations
@@ -34,13 +36,11 @@ from pydantic import Field
 
 from memwarden.errors import NotFoundError, PluginError
 from memwarden.memory import Duration, RevalidationReason
-from memwarden.memory._reviews import escalation_candidates, queue_review
-from memwarden.plugins import BaseBinding, BaseSensorConfig
+from memwarden.plugins import PLUGIN_API, BaseBinding, BaseSensorConfig
 
 if TYPE_CHECKING:
     from memwarden.memory import RevalidationRequest, ValidationEvent
-    from memwarden.memory._store import Store
-    from memwarden.plugins import SensorContext
+    from memwarden.plugins import ReviewQueue, SensorContext
 
 __all__ = ["ReviewBinding", "ReviewConfig", "ReviewSensor"]
 
@@ -84,6 +84,7 @@ class ReviewBinding(BaseBinding):
 class ReviewSensor:
     """Keeps the review queue filled; people empty it."""
 
+    api_version: ClassVar[int] = PLUGIN_API
     kind: ClassVar[str] = "review"
     Config: ClassVar[type[ReviewConfig]] = ReviewConfig
     Binding: ClassVar[type[ReviewBinding]] = ReviewBinding
@@ -92,24 +93,24 @@ class ReviewSensor:
 
     def __init__(self, config: ReviewConfig) -> None:
         self.config = config
-        self._store: Store | None = None
-        self._ctx: SensorContext | None = None
+        self._reviews: ReviewQueue | None = None
+        self._ctx: SensorContext[ReviewBinding] | None = None
         self._asked: deque[tuple[str, str]] = deque()  # (block id, reason) from revalidate
         self._wake = asyncio.Event()
         self.queued = 0
 
-    def use_store(self, store: Store) -> None:
-        """The daemon's store, where the queue lives (called before ``setup``)."""
-        self._store = store
+    def use_reviews(self, reviews: ReviewQueue) -> None:
+        """The review queue (called by the daemon before ``setup``)."""
+        self._reviews = reviews
 
     @property
-    def store(self) -> Store:
-        if self._store is None:
+    def reviews(self) -> ReviewQueue:
+        if self._reviews is None:
             raise PluginError(
-                "the review sensor has no store (the daemon hands it one before setup)",
+                "the review sensor has no review queue (the daemon hands it one before setup)",
                 plugin="review",
             )
-        return self._store
+        return self._reviews
 
     def describe(self) -> dict[str, Any]:
         """A review binding names nothing: a person settles the block."""
@@ -120,11 +121,11 @@ class ReviewSensor:
             "examples": [{}],
         }
 
-    async def setup(self, ctx: SensorContext) -> None:
-        _ = self.store  # fail at setup, with the reason, rather than at the first item
+    async def setup(self, ctx: SensorContext[ReviewBinding]) -> None:
+        _ = self.reviews  # fail at setup, with the reason, rather than at the first item
         self._ctx = ctx
 
-    async def run(self, ctx: SensorContext) -> None:
+    async def run(self, ctx: SensorContext[ReviewBinding]) -> None:
         loop = asyncio.get_running_loop()
         interval_s = self.config.scan_interval.total_seconds()
         next_scan = loop.time()
@@ -143,10 +144,9 @@ class ReviewSensor:
                 async with asyncio.timeout(max(0.0, next_scan - loop.time())):
                     await self._wake.wait()
 
-    async def scan(self, ctx: SensorContext) -> int:
+    async def scan(self, ctx: SensorContext[ReviewBinding]) -> int:
         """Queue what needs a human now; returns how many items were queued."""
-        candidates = await escalation_candidates(
-            self.store,
+        candidates = await self.reviews.candidates(
             block_ids=[b.block_id for b in ctx.bindings],
             below=self.config.escalate_below,
             now=ctx.clock.time(),
@@ -157,19 +157,22 @@ class ReviewSensor:
             await self._queue(block_id, reason)
         return len(candidates)
 
-    async def revalidate(self, request: RevalidationRequest) -> ValidationEvent | None:
+    async def revalidate(
+        self, request: RevalidationRequest, ctx: SensorContext[ReviewBinding]
+    ) -> ValidationEvent | None:
         """Queue the block for a human; the answer comes later, as the decision's event.
 
         Returns at once without an event (the run loop writes the item): every review
         binding shares one subject, and a check that waited could overlap another.
         """
+        del ctx  # the run loop writes the queue, with the context it was given
         why = _REASONS.get(request.reason, request.reason.value)
         self._asked.append((request.block_id, f"revalidation: {why}"))
         self._wake.set()
         return None
 
     async def _queue(self, block_id: str, reason: str) -> None:
-        review = await queue_review(self.store, block_id, reason=reason)
+        review = await self.reviews.queue(block_id, reason=reason)
         self.queued += 1
         if self._ctx is not None:
             self._ctx.log.info(

@@ -56,7 +56,7 @@ from pydantic import (
 )
 
 from memwarden.memory import Duration, Outcome, format_duration
-from memwarden.plugins import BaseBinding, BaseSensorConfig
+from memwarden.plugins import PLUGIN_API, BaseBinding, BaseSensorConfig
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -278,13 +278,14 @@ class RuntimeSensor:
 
     quick_check: ClassVar[bool] = True  # answers in milliseconds: read-through may wait
 
+    api_version: ClassVar[int] = PLUGIN_API
     kind: ClassVar[str] = "runtime"
     Config: ClassVar[type[RuntimeConfig]] = RuntimeConfig
     Binding: ClassVar[type[RuntimeBinding]] = RuntimeBinding
 
     def __init__(self, config: RuntimeConfig) -> None:
         self.config = config
-        self._ctx: SensorContext | None = None
+        self._ctx: SensorContext[RuntimeBinding] | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self.skipped = 0  # runs skipped because a check of the same name was still running
 
@@ -307,10 +308,10 @@ class RuntimeSensor:
             "examples": [{"check": name} for name in list(checks)[:5]],
         }
 
-    async def setup(self, ctx: SensorContext) -> None:
+    async def setup(self, ctx: SensorContext[RuntimeBinding]) -> None:
         self._ctx = ctx
 
-    async def run(self, ctx: SensorContext) -> None:
+    async def run(self, ctx: SensorContext[RuntimeBinding]) -> None:
         ctx.ready()
         tasks: dict[str, asyncio.Task[None]] = {}
         async with asyncio.TaskGroup() as tg:
@@ -329,7 +330,7 @@ class RuntimeSensor:
                         ctx.event(name, Outcome.ERROR, message=f"no runtime check named {name!r}")
                     )
 
-    def _wanted(self, bound: list[BoundSubject]) -> set[str]:
+    def _wanted(self, bound: list[BoundSubject[RuntimeBinding]]) -> set[str]:
         names = set()
         for b in bound:
             check = getattr(b.selector, "check", b.subject)
@@ -337,9 +338,11 @@ class RuntimeSensor:
                 names.add(check)
         return names
 
-    async def revalidate(self, request: RevalidationRequest) -> ValidationEvent:
+    async def revalidate(
+        self, request: RevalidationRequest, ctx: SensorContext[RuntimeBinding]
+    ) -> ValidationEvent:
         """Run the check now (after a run of it in progress, never alongside)."""
-        ctx = self._context()
+        self._context()  # raises before setup
         name = str(request.binding.selector.get("check", request.subject))
         if name not in self.config.checks:
             return ctx.event(
@@ -356,7 +359,7 @@ class RuntimeSensor:
 
     # ------------------------------------------------------------------ scheduling
 
-    def _context(self) -> SensorContext:
+    def _context(self) -> SensorContext[RuntimeBinding]:
         if self._ctx is None:
             raise RuntimeError("the runtime sensor is not set up")
         return self._ctx
@@ -368,7 +371,7 @@ class RuntimeSensor:
         check = self.config.checks[name]
         return (check.interval or self.config.interval).total_seconds()
 
-    async def _every(self, ctx: SensorContext, name: str) -> None:
+    async def _every(self, ctx: SensorContext[RuntimeBinding], name: str) -> None:
         interval_s = self._interval_s(name)
         jitter = self.config.jitter
         await asyncio.sleep(random.uniform(0.0, jitter * interval_s))  # noqa: S311 - spreading
@@ -384,7 +387,7 @@ class RuntimeSensor:
             await asyncio.sleep(interval_s * random.uniform(1.0 - jitter, 1.0 + jitter))  # noqa: S311
 
     async def _observe(
-        self, ctx: SensorContext, name: str, *, request_id: str | None = None
+        self, ctx: SensorContext[RuntimeBinding], name: str, *, request_id: str | None = None
     ) -> ValidationEvent:
         check = self.config.checks[name]
         timeout_s = check.timeout_s or self.config.timeout_s

@@ -10,7 +10,9 @@ when the variable differs or is unset. Without ``equals`` it checks that the var
 is set. It reads only the variables its config allows (``allow``: shell-style
 patterns, nothing by default), because what it observes is stored in the event log.
 
-Everything a sensor needs comes from :mod:`memwarden.plugins`; see docs/PLUGINS.md.
+Everything a sensor needs comes from :mod:`memwarden.plugins`; see docs/PLUGINS.md. It is
+written for plugin API 2 (``api_version``), the version ``memwarden.plugins.PLUGIN_API``
+names: ``revalidate(request, ctx)``, strict bindings, typed ``SensorContext[B]``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from memwarden.plugins import BaseBinding, BaseSensorConfig, Outcome
+from memwarden.plugins import PLUGIN_API, BaseBinding, BaseSensorConfig, Outcome
 from pydantic import Field
 
 if TYPE_CHECKING:
@@ -67,16 +69,21 @@ class EnvVarBinding(BaseBinding):
 
 
 class EnvVarSensor:
-    """Confirms or refutes blocks bound to environment variables."""
+    """Confirms or refutes blocks bound to environment variables.
 
-    kind: ClassVar[str] = "envvar"
+    Besides the contract it is a ``BindingValidator`` (``validate_binding``) and a
+    ``Describes`` (``describe``): optional capabilities the daemon finds by their
+    protocols in :mod:`memwarden.plugins`.
+    """
+
+    api_version: ClassVar[int] = PLUGIN_API  # the plugin API this class is written for
+    kind: ClassVar[str] = "envvar"  # optional; if given, it must equal the entry-point name
     Config: ClassVar[type[EnvVarConfig]] = EnvVarConfig
     Binding: ClassVar[type[EnvVarBinding]] = EnvVarBinding
 
     def __init__(self, config: EnvVarConfig, *, environ: Mapping[str, str] | None = None) -> None:
         self.config = config
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
-        self._ctx: SensorContext | None = None
         self._last: dict[tuple[str, str], str | None] = {}  # (block, var) -> value seen
 
     # -- the optional hook: refuse a binding when it is added, with a clear message
@@ -104,10 +111,11 @@ class EnvVarSensor:
 
     # -- the contract
 
-    async def setup(self, ctx: SensorContext) -> None:
-        self._ctx = ctx
+    async def setup(self, ctx: SensorContext[EnvVarBinding]) -> None:
+        # Nothing to acquire: the environment is read at each check.
+        ctx.log.debug("envvar_setup", allow=list(self.config.allow))
 
-    async def run(self, ctx: SensorContext) -> None:
+    async def run(self, ctx: SensorContext[EnvVarBinding]) -> None:
         ctx.ready()
         # The first wait returns at once with the current bindings; later ones when
         # blocks are bound or unbound. Between changes, look again every interval_s.
@@ -123,18 +131,15 @@ class EnvVarSensor:
             except TimeoutError:
                 pass  # nothing changed in the bindings: poll the same ones again
 
-    async def revalidate(self, request: RevalidationRequest) -> ValidationEvent:
-        if self._ctx is None:
-            raise RuntimeError("revalidate() before setup()")
-        selector = self._ctx.parse_binding(request.binding)
-        assert isinstance(selector, EnvVarBinding)  # noqa: S101 - parse_binding used our model
-        return self._check(
-            self._ctx, request.subject, selector, block_id=request.block_id, request_id=request.id
-        )
+    async def revalidate(
+        self, request: RevalidationRequest, ctx: SensorContext[EnvVarBinding]
+    ) -> ValidationEvent:
+        selector = ctx.parse_binding(request.binding)  # an EnvVarBinding, typed so
+        # request_id: the supervisor fills it in from request.id when an event lacks it.
+        return self._check(ctx, request.subject, selector, block_id=request.block_id)
 
     async def teardown(self) -> None:
         # Idempotent and safe after a partial setup: it only forgets.
-        self._ctx = None
         self._last.clear()
 
     # -- the work
@@ -143,10 +148,13 @@ class EnvVarSensor:
         return any(fnmatch.fnmatchcase(var, pattern) for pattern in self.config.allow)
 
     def _observe(
-        self, ctx: SensorContext, bound: BoundSubject, *, only_changes: bool
+        self,
+        ctx: SensorContext[EnvVarBinding],
+        bound: BoundSubject[EnvVarBinding],
+        *,
+        only_changes: bool,
     ) -> ValidationEvent | None:
-        selector = bound.selector
-        assert isinstance(selector, EnvVarBinding)  # noqa: S101 - the daemon parsed it with our model
+        selector = bound.selector  # typed EnvVarBinding: no isinstance needed
         key = (bound.block_id, selector.var)
         value = self._environ.get(selector.var)
         if only_changes and key in self._last and self._last[key] == value:
@@ -156,12 +164,11 @@ class EnvVarSensor:
 
     def _check(
         self,
-        ctx: SensorContext,
+        ctx: SensorContext[EnvVarBinding],
         subject: str,
         selector: EnvVarBinding,
         *,
         block_id: str,
-        request_id: str | None = None,
     ) -> ValidationEvent:
         var = selector.var
         if not self._allowed(var):
@@ -172,7 +179,6 @@ class EnvVarSensor:
                 Outcome.ERROR,
                 message=f"{var} is not allowed by this sensor's config",
                 block_id=block_id,
-                request_id=request_id,
             )
         value = self._environ.get(var)
         if value is None:
@@ -192,5 +198,4 @@ class EnvVarSensor:
             message=message,
             reliability=self.config.reliability,
             block_id=block_id,
-            request_id=request_id,
         )

@@ -39,7 +39,9 @@ from memwarden.memory.policy._health import (
     HEALTH_PENALTIES,
     HealthInputs,
     HealthReport,
+    HealthReportDict,
     HealthWarning,
+    HealthWarningDict,
     health_report,
 )
 from memwarden.memory.policy._promotion import (
@@ -67,7 +69,9 @@ __all__ = [
     "HealthConfig",
     "HealthInputs",
     "HealthReport",
+    "HealthReportDict",
     "HealthWarning",
+    "HealthWarningDict",
     "MultiAxisConfig",
     "PolicyConfig",
     "PromotionConfig",

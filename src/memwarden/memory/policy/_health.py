@@ -12,12 +12,22 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
+from typing_extensions import TypedDict  # pydantic validates these on Python 3.11 too
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from memwarden.memory.policy._config import PolicyConfig
 
-__all__ = ["HEALTH_PENALTIES", "HealthInputs", "HealthReport", "HealthWarning", "health_report"]
+__all__ = [
+    "HEALTH_PENALTIES",
+    "HealthInputs",
+    "HealthReport",
+    "HealthReportDict",
+    "HealthWarning",
+    "HealthWarningDict",
+    "health_report",
+]
 
 Severity = Literal["critical", "warning", "info"]
 
@@ -37,6 +47,24 @@ HEALTH_PENALTIES: Mapping[str, int] = MappingProxyType(
 """Points each warning category takes off the score."""
 
 _GREEN = 80
+
+
+class HealthWarningDict(TypedDict):
+    """A :class:`HealthWarning` as JSON."""
+
+    category: str
+    severity: Severity
+    message: str
+
+
+class HealthReportDict(TypedDict):
+    """A :class:`HealthReport` as JSON (the start of ``GET /v1/health``'s answer)."""
+
+    score: int
+    status: Literal["green", "amber", "red"]
+    warnings: list[HealthWarningDict]
+
+
 _AMBER = 50
 
 
@@ -48,7 +76,7 @@ class HealthWarning:
     severity: Severity
     message: str
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> HealthWarningDict:
         return {"category": self.category, "severity": self.severity, "message": self.message}
 
 
@@ -76,7 +104,7 @@ class HealthReport:
     status: Literal["green", "amber", "red"]
     warnings: list[HealthWarning]
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> HealthReportDict:
         return {
             "score": self.score,
             "status": self.status,

@@ -7,29 +7,86 @@ the one place that turns settings into a :class:`SensorRunner`.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import structlog
+from pydantic import BaseModel, ValidationError
 
-from memwarden.daemon._config import validate_sensor_options
 from memwarden.errors import ConfigError, PluginError, PluginLoadError
 from memwarden.memory._files import private_dir
 from memwarden.plugins import Backoff, SensorContext, SensorRunner
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
+    from datetime import timedelta
     from pathlib import Path
 
-    from memwarden.daemon._config import SensorSettings
-    from memwarden.memory import Clock, ValidationEvent
-    from memwarden.plugins import Registry
+    from pydantic_core import ErrorDetails
 
-__all__ = ["build_runner"]
+    from memwarden.memory import Clock, ValidationEvent
+    from memwarden.plugins import Registry, StartupPolicy
+
+__all__ = ["RestartSpec", "SensorSpec", "build_runner", "validate_sensor_options"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class RestartSpec(Protocol):
+    """How a crashing sensor is restarted (``[sensors.<name>.restart]``)."""
+
+    @property
+    def backoff_initial(self) -> timedelta: ...
+    @property
+    def backoff_max(self) -> timedelta: ...
+    @property
+    def crash_loop_restarts(self) -> int: ...
+    @property
+    def crash_loop_window(self) -> timedelta: ...
+    @property
+    def healthy_after(self) -> timedelta: ...
+
+
+class SensorSpec(Protocol):
+    """What building a runner needs of a ``[sensors.<name>]`` table."""
+
+    @property
+    def kind(self) -> str | None: ...
+    @property
+    def options(self) -> Mapping[str, Any]: ...
+    @property
+    def startup(self) -> StartupPolicy: ...
+    @property
+    def revalidate_timeout(self) -> timedelta | None: ...
+    @property
+    def setup_timeout(self) -> timedelta: ...
+    @property
+    def teardown_timeout(self) -> timedelta: ...
+    @property
+    def restart(self) -> RestartSpec: ...
+
+
+def _sensor_problem(name: str, item: ErrorDetails) -> str:
+    path = ".".join(["sensors", name, *(str(p) for p in item["loc"])])
+    msg = "unknown setting" if item["type"] == "extra_forbidden" else item["msg"]
+    return f"{path}: {msg}"
+
+
+def validate_sensor_options(name: str, model: type[M], options: Mapping[str, Any]) -> M:
+    """A sensor's own ``Config`` from its table; :class:`ConfigError` naming each key.
+
+    Problems read ``sensors.<name>.<key>: <message>`` (``unknown setting`` for a key the
+    sensor does not declare), exactly as ``memwarden config check`` prints them.
+    """
+    try:
+        return model.model_validate(dict(options))
+    except ValidationError as err:
+        problems = [_sensor_problem(name, item) for item in err.errors()]
+        raise ConfigError("; ".join(problems), problems=problems) from None
 
 
 def build_runner(
     name: str,
-    conf: SensorSettings,
+    conf: SensorSpec,
     *,
     registry: Registry,
     clock: Clock,

@@ -1,0 +1,124 @@
+"""What every ``memwarden`` command shares: the consoles, the common options, the daemon
+this invocation talks to, running a data command (:func:`call`) and failing cleanly
+(:func:`fail`).
+
+The command modules (``_app``, ``_review``) import this one and never each other, so the
+package's imports form no cycle (``tests/cli/test_import_graph.py`` checks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from memwarden.errors import MemwardenError, ValidationInputError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from memwarden.client import AsyncClient
+    from memwarden.memory._store import Store
+
+__all__ = [
+    "DbOpt",
+    "JsonOpt",
+    "call",
+    "client",
+    "err",
+    "fail",
+    "id_table",
+    "out",
+    "print_json",
+    "target",
+]
+
+out = Console()
+err = Console(stderr=True)
+
+DbOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--db",
+        help="Work on this database file directly instead of the running daemon.",
+        envvar="MEMWARDEN_DB",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+# The daemon this invocation talks to, from the global options (None: find it).
+target: dict[str, str | None] = {"home": None, "url": None}
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``error: message`` on stderr; the exit to raise (``raise fail(...)``)."""
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def print_json(data: Any) -> None:
+    """``data`` as indented JSON on stdout (what ``--json`` prints)."""
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def client() -> AsyncClient:
+    """A client for the daemon the global options (``--home``, ``--url``) name."""
+    from memwarden.client import AsyncClient  # noqa: PLC0415 - the CLI imports lazily
+
+    return AsyncClient(target["url"], home=target["home"])
+
+
+def call(
+    db: Path | None,
+    *,
+    api: Callable[[AsyncClient], Awaitable[Any]],
+    local: Callable[[Store], Awaitable[Any]],
+    create: bool = False,
+) -> Any:
+    """Run a data command against the running daemon, or a database file with ``--db``
+    (which must exist unless ``create``: only `add` and `import` start a new one).
+
+    Input errors exit 2 naming each field; any other memwarden error exits 1 with its
+    message; never a traceback.
+    """
+    from memwarden.daemon import configure_logging  # noqa: PLC0415
+    from memwarden.memory._store import Store  # noqa: PLC0415
+
+    configure_logging("warning", "console", stream="stderr")
+    if db is not None and not create and not db.is_file():
+        raise fail(f"--db {db}: no such database file")
+
+    async def go() -> Any:
+        if db is not None:
+            async with Store(db) as store:
+                return await local(store)
+        async with client() as c:
+            return await api(c)
+
+    try:
+        return asyncio.run(go())
+    except ValidationInputError as e:
+        for field, message in e.errors:
+            err.print(f"{field or 'input'}: {message}", highlight=False, soft_wrap=True)
+        if any("no sensor named" in m for _, m in e.errors):
+            err.print("(`memwarden sensors` shows which sensors run)", highlight=False)
+        raise typer.Exit(2) from None
+    except MemwardenError as e:
+        raise fail(str(e)) from None
+
+
+def id_table(ids: list[str], *columns: str) -> Table:
+    """A table whose first column shows ids whole, however narrow the terminal: an id
+    cut short would not be accepted back."""
+    table = Table()
+    table.add_column("id", no_wrap=True, min_width=max((len(i) for i in ids), default=2))
+    for column in columns:
+        table.add_column(column)
+    return table

@@ -1,0 +1,90 @@
+"""The API's answers as typed dictionaries: what :class:`~memwarden.client.Client` and
+:class:`~memwarden.client.AsyncClient` return where the API documents the shape.
+
+They are ``TypedDict``\\ s, so an answer is still the plain ``dict`` decoded from JSON
+(``answer["accepted"]`` and ``answer.get("mqtt")`` work as before) while a type checker
+knows its keys. Each mirrors the model the route declares (``docs/openapi.v1.json``);
+``tests/api/test_client.py`` checks that they list the same fields.
+"""
+
+# No ``from __future__ import annotations``: TypedDict reads NotRequired from the evaluated
+# annotations (``__required_keys__``), and pydantic validates these as the API's models.
+from typing import Any, Literal, NotRequired
+
+from typing_extensions import TypedDict  # pydantic validates these on Python 3.11 too
+
+from memwarden.memory import Block
+from memwarden.memory.policy import HealthReportDict
+
+__all__ = [
+    "BelievedAt",
+    "BlockPage",
+    "EventsAccepted",
+    "HealthAnswer",
+    "Liveness",
+    "RevalidateAnswer",
+]
+
+
+class Liveness(TypedDict):
+    """``GET /healthz``."""
+
+    status: Literal["ok"]
+    version: str
+
+
+class HealthAnswer(HealthReportDict):
+    """``GET /v1/health``: the 0-100 score, its status and warnings (worst first), and what
+    is behind them. ``mqtt`` only when the MQTT bridge is configured."""
+
+    counts: dict[str, Any]
+    quarantined_bindings: list[dict[str, Any]]
+    sensors: list[dict[str, Any]]
+    dead_letters: int
+    mqtt: NotRequired[dict[str, Any]]
+
+
+class BlockPage(TypedDict):
+    """One page of ``GET /v1/blocks``: pass ``next`` as ``after`` for the next page."""
+
+    blocks: list[Block]
+    next: str | None
+
+
+class BelievedAt(TypedDict):
+    """``GET /v1/blocks/{id}?as_of=``: what memwarden believed about a block then."""
+
+    as_of: str
+    block_id: str
+    version: int
+    title: str
+    content: str
+    tags: list[str]
+    state: str
+    stale_reasons: list[str]
+    reliability: float
+    validated_by: str | None
+    validated_at: str | None
+    stale_at: str | None
+    last_evidence: dict[str, Any] | None
+    current_version: int
+
+
+class RevalidateAnswer(TypedDict):
+    """``POST /v1/blocks/{id}/revalidate``: the checks asked for, those answered (within
+    ``wait``) and not, and the block (as JSON) afterwards."""
+
+    requested: list[str]
+    answered: list[str]
+    timed_out: list[str]
+    block: dict[str, Any]
+
+
+class EventsAccepted(TypedDict):
+    """``POST /v1/events``: what happened to the events sent (after commit)."""
+
+    accepted: int
+    duplicates: int
+    unmatched: int
+    rejected: list[dict[str, str]]
+    capped: list[dict[str, str]]

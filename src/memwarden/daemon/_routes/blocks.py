@@ -1,0 +1,203 @@
+"""``/v1/blocks``: add, list, read (with its receipt, or as believed then), edit (If-Match),
+archive, a block's events, why it stands where it does, and revalidating it now."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Response, status
+from pydantic import BaseModel, Field
+
+from memwarden.daemon._routes._deps import (
+    Auth,
+    BlockId,
+    DaemonDep,
+    ErrorMessage,
+    duration,
+    if_match_version,
+    instant,
+)
+from memwarden.daemon._routes.search import BelievedAt, BlockRead
+from memwarden.errors import ValidationInputError
+from memwarden.memory import Block, BlockState, NewBlock, Tier, Volatility, parse_duration
+from memwarden.memory._store import BlockPatch
+
+__all__ = ["BlockPage", "RevalidateAnswer", "router"]
+
+router = APIRouter(tags=["blocks"])
+
+
+class BlockPage(BaseModel):
+    """One page of ``GET /v1/blocks``."""
+
+    blocks: list[Block]
+    next: str | None = Field(description="Pass as `after` for the next page; null at the end.")
+
+
+class RevalidateAnswer(BaseModel):
+    requested: list[str]
+    answered: list[str]
+    timed_out: list[str]
+    block: Block
+
+
+@router.post(
+    "/v1/blocks",
+    status_code=201,
+    responses={200: {"model": Block, "description": "dedupe: the block already stored."}},
+)
+async def add_block(
+    body: NewBlock,
+    response: Response,
+    _: Auth,
+    daemon: DaemonDep,
+    dedupe: Annotated[
+        bool,
+        Query(
+            description="Opt in: when a live block has the same content (casefolded, "
+            "whitespace collapsed), answer 200 with it (duplicate_of set) and store nothing."
+        ),
+    ] = False,
+) -> Block:
+    """Add a block (with bindings): 201. With dedupe, a duplicate answers 200."""
+    block = await daemon.add_block(body, actor="api", dedupe=dedupe)
+    if block.duplicate_of is not None:
+        response.status_code = status.HTTP_200_OK
+    return block
+
+
+@router.get("/v1/blocks")
+async def list_blocks(
+    _: Auth,
+    daemon: DaemonDep,
+    state: BlockState | None = None,
+    tag: Annotated[str | None, Query(max_length=64)] = None,
+    sensor: Annotated[str | None, Query(max_length=64)] = None,
+    tier: Tier | None = None,
+    volatility: Volatility | None = None,
+    after: Annotated[
+        str | None, Query(max_length=100, description="The `next` of the previous page.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> BlockPage:
+    """Every block matching the filters, oldest first, a page at a time."""
+    flt = {
+        "state": state,
+        "tag": tag,
+        "sensor": sensor,
+        "tier": tier,
+        "volatility": volatility,
+        "after": after,
+        "limit": limit,
+    }
+    blocks = await daemon.store.list_blocks(flt)
+    return BlockPage(blocks=blocks, next=blocks[-1].id if len(blocks) == limit else None)
+
+
+@router.get("/v1/blocks/{block_id}")
+async def get_block(
+    block_id: BlockId,
+    response: Response,
+    _: Auth,
+    daemon: DaemonDep,
+    max_age: Annotated[
+        str | None,
+        Query(description="Re-check first (when quick) if validated longer ago: 30s."),
+    ] = None,
+    fresh: Annotated[bool, Query(description="max_age=0 for quick checks.")] = False,
+    wait: Annotated[str, Query(description="How long a re-check may take: 2s.")] = "2s",
+    session: Annotated[
+        str | None,
+        Query(max_length=128, description="Told (GET /v1/events?session=) if it falls."),
+    ] = None,
+    as_of: Annotated[
+        str | None,
+        Query(max_length=64, description="Answer what was believed then (ISO 8601; naive: UTC)."),
+    ] = None,
+) -> BlockRead | BelievedAt:
+    """One block with its receipt (verdict, who verified it, when, the observation);
+    with ``as_of``, what memwarden believed about it at that time."""
+    if as_of is not None:
+        return BelievedAt(**await daemon.store.believed_at(block_id, instant(as_of)))
+    max_age_s = duration("max_age", max_age) if max_age is not None else None
+    wait_s = duration("wait", wait)
+    block = BlockRead.model_validate(
+        await daemon.read_block(
+            block_id,
+            max_age_s=max_age_s,
+            fresh=fresh,
+            wait_s=min(wait_s, 30.0),
+            session=session,
+        )
+    )
+    response.headers["ETag"] = f'"{block.version}"'  # If-Match for a PATCH
+    return block
+
+
+@router.patch(
+    "/v1/blocks/{block_id}",
+    responses={412: {"model": ErrorMessage, "description": "If-Match: edited meanwhile."}},
+)
+async def edit_block(
+    block_id: BlockId,
+    body: BlockPatch,
+    response: Response,
+    _: Auth,
+    daemon: DaemonDep,
+    if_match: Annotated[
+        str | None,
+        Header(
+            alias="If-Match",
+            max_length=40,
+            description='The version the edit is based on ("3", as the ETag said): '
+            "412 if the block was edited since. Without it the edit always applies.",
+        ),
+    ] = None,
+) -> Block:
+    """Edit a block; the answer's ETag is its new version (use it as If-Match)."""
+    block = await daemon.store.update(
+        block_id, body, actor="api", expected_version=if_match_version(if_match)
+    )
+    response.headers["ETag"] = f'"{block.version}"'
+    return block
+
+
+@router.delete("/v1/blocks/{block_id}")
+async def archive_block(
+    block_id: BlockId,
+    _: Auth,
+    daemon: DaemonDep,
+    reason: Annotated[str, Query(max_length=500)] = "archived via API",
+) -> Block:
+    """Archive a block (cold storage, out of search)."""
+    return await daemon.store.archive(block_id, reason=reason, actor="api")
+
+
+@router.get("/v1/blocks/{block_id}/events")
+async def block_events(
+    block_id: BlockId, _: Auth, daemon: DaemonDep, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+) -> list[dict[str, Any]]:
+    await daemon.store.get(block_id)
+    return [e.as_dict() for e in await daemon.store.events_for(block_id, limit=limit)]
+
+
+@router.get("/v1/blocks/{block_id}/explain")
+async def explain(block_id: BlockId, _: Auth, daemon: DaemonDep) -> dict[str, Any]:
+    """Why the block has this rank, retention, reliability and state."""
+    return await daemon.store.explain(block_id)
+
+
+@router.post("/v1/blocks/{block_id}/revalidate")
+async def revalidate(
+    block_id: BlockId,
+    _: Auth,
+    daemon: DaemonDep,
+    wait: Annotated[str, Query(description="How long to wait for the outcome, e.g. 2s.")] = "0s",
+) -> RevalidateAnswer:
+    """Ask the block's sensors to check it now; optionally wait for the outcome."""
+    try:
+        wait_s = parse_duration(wait).total_seconds()
+    except ValueError as err:
+        raise ValidationInputError([("wait", str(err))]) from None
+    result = await daemon.revalidate(block_id, wait_s=min(wait_s, 60.0))
+    return RevalidateAnswer(**result)

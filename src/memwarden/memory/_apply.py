@@ -1,0 +1,507 @@
+"""Event application: append validation events to the log and apply them to every block
+they reach, in one writer job.
+
+:class:`EventLog` is the entry point (:meth:`EventLog.apply_events`); the job routes a
+batch to its blocks (:class:`_EventBatch`), runs the rules (:func:`~memwarden.memory.
+policy.apply_event`) event by event in observation order, writes events, effects and
+the blocks' evidence in key order, and lets stale or refuted blocks pull their
+dependents stale (:func:`propagate_dependencies`). Rejected input goes to the dead
+letters, which stay bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import operator
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_record, evidence_row
+from memwarden.memory._ids import new_id
+from memwarden.memory._model import Outcome, StaleReason
+from memwarden.memory._results import ApplyResult, StateChange
+from memwarden.memory._sql import (
+    EVIDENCE_SELECT,
+    EVIDENCE_UPDATE,
+    REVALIDATION_INSERT,
+    executemany,
+    select_in,
+)
+from memwarden.memory.policy import Effect, PolicyConfig, apply_event, mark_stale
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    import aiosqlite
+
+    from memwarden.memory._clock import Clock
+    from memwarden.memory._compaction import CompactionConfig
+    from memwarden.memory._database import Database
+    from memwarden.memory._model import ValidationEvent
+
+__all__ = ["EventLog", "propagate_dependencies"]
+
+_ERROR = Outcome.ERROR.value
+_MAX_FUTURE_SKEW_S = 300.0  # an observation this far ahead of our clock is rejected
+_RULES_PART = 250  # events whose rules run while the previous part's writes are made
+
+# A prepared event: plain values computed outside the writer's transaction.
+_Prepared = tuple[
+    str,  # 0 event_id
+    str,  # 1 sensor
+    str,  # 2 subject
+    str,  # 3 outcome
+    float,  # 4 observed_at
+    float | None,  # 5 reliability
+    float | None,  # 6 validity_window_s
+    str | None,  # 7 request_id
+    str | None,  # 8 block_id
+    str,  # 9 message
+    str | None,  # 10 observed (JSON)
+    str | None,  # 11 agent
+    int | None,  # 12 agent seq
+]
+
+_ROUTE_SELECT = (
+    "SELECT g.subject, g.sensor, "
+    + ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
+    + " FROM bindings g JOIN blocks k ON k.rid = g.block_rid WHERE g.subject IN "
+)
+_EVENT_INSERT = (
+    "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"
+    " reliability, validity_window_s, request_id, block_id, message, observed, agent, agent_seq)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_REVALIDATION_DONE = (
+    "UPDATE revalidations SET status = 'done', finished_at = ?, outcome = ?"
+    " WHERE id = ? AND status IN ('pending', 'sent')"
+)
+_EFFECT_INSERT = (
+    "INSERT INTO effects (block_rid, event_seq, state_before, state_after,"
+    " reliability_before, reliability_after, detail) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+class EventLog:
+    """Appends events and applies them; keeps rejected input as dead letters."""
+
+    def __init__(
+        self, db: Database, clock: Clock, policy: PolicyConfig, compaction: CompactionConfig
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.policy = policy
+        self.compaction = compaction
+
+    @staticmethod
+    def _prepare(ev: ValidationEvent) -> _Prepared:
+        return (
+            ev.event_id,
+            ev.sensor,
+            ev.subject,
+            ev.outcome.value,
+            ev.observed_at.timestamp(),
+            ev.reliability,
+            ev.validity_window.total_seconds() if ev.validity_window is not None else None,
+            ev.request_id,
+            ev.block_id,
+            ev.message,
+            None if ev.observed is None else json.dumps(ev.observed, separators=(",", ":")),
+            ev.agent,
+            ev.seq,
+        )
+
+    async def apply_events(
+        self, events: Sequence[ValidationEvent], *, bound_only: bool = False
+    ) -> ApplyResult:
+        """Append events to the log and apply them to every block they reach, atomically.
+
+        Returns once the transaction committed. Duplicates (same ``event_id``) are stored
+        once; an observation from the future is rejected (dead-lettered), not applied.
+        With ``bound_only`` (events from outside), an event naming a ``block_id`` whose
+        block has no binding for the event's sensor is rejected too, in the same
+        transaction that applies the others.
+        """
+        now = self.clock.time()
+        prepared: list[_Prepared] = []
+        rejected: list[tuple[str, str, str]] = []
+        direct: dict[str, str] = {}  # event id -> payload, for the bound_only check
+        limit = now + _MAX_FUTURE_SKEW_S
+        for ev in events:
+            p = self._prepare(ev)
+            if p[4] > limit:
+                rejected.append((p[0], "observed_at is in the future", ev.model_dump_json()))
+            else:
+                prepared.append(p)
+                if bound_only and ev.block_id is not None:
+                    direct[ev.event_id] = ev.model_dump_json()
+        prepared.sort(key=lambda p: p[4])  # apply in observation order
+        cfg = self.policy
+
+        async def job(conn: aiosqlite.Connection) -> ApplyResult:
+            if direct:
+                await _reject_unbound(conn, prepared, rejected, direct)
+            result = await _apply_job(conn, prepared, rejected, now, cfg)
+            if rejected:
+                await self.cap_dead_letters(conn)
+            return result
+
+        return await self.db.write(job, weight=len(prepared))
+
+    async def cap_dead_letters(self, conn: aiosqlite.Connection) -> None:
+        """Keep at most ``compaction.dead_letters_max_rows`` dead letters, at every insert:
+        a flood of rejected input is bounded at once, not at the next compaction pass.
+        (ids grow by one per row, so this is one range delete on the primary key.)"""
+        cfg = self.compaction
+        if cfg.enabled:
+            await conn.execute(
+                "DELETE FROM dead_letters WHERE id <= (SELECT max(id) FROM dead_letters) - ?",
+                (cfg.dead_letters_max_rows,),
+            )
+
+    async def dead_letter(self, *, source: str, reason: str, payload: str | bytes) -> None:
+        """Keep a rejected input with the reason (never applied)."""
+        text = payload if isinstance(payload, str) else payload.decode("utf-8", "replace")
+        now = self.clock.time()
+
+        async def job(conn: aiosqlite.Connection) -> None:
+            await conn.execute(
+                "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)",
+                (now, source, reason, text[:65536]),
+            )
+            await self.cap_dead_letters(conn)
+
+        await self.db.write(job)
+
+    # ------------------------------------------------------------------ staleness
+
+
+async def _apply_job(
+    conn: aiosqlite.Connection,
+    prepared: list[_Prepared],
+    rejected: list[tuple[str, str, str]],
+    now: float,
+    cfg: PolicyConfig,
+) -> ApplyResult:
+    """The writer job behind :meth:`EventLog.apply_events`."""
+    result = ApplyResult(rejected=[(event_id, reason) for event_id, reason, _ in rejected])
+    if rejected:
+        await conn.executemany(
+            "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)",
+            [(now, "events", reason, payload) for _, reason, payload in rejected],
+        )
+    batch = await _drop_duplicates(conn, prepared, result)
+    if batch:
+        applied = _EventBatch(now, cfg, result)
+        await applied.route(conn, batch)
+        await applied.run(conn, batch)
+    return result
+
+
+async def _reject_unbound(
+    conn: aiosqlite.Connection,
+    prepared: list[_Prepared],
+    rejected: list[tuple[str, str, str]],
+    payloads: Mapping[str, str],
+) -> None:
+    """Move the events whose ``block_id`` has no binding for their sensor to ``rejected``."""
+    blocks = list({p[8] for p in prepared if p[0] in payloads})
+    bound = {
+        (r[0], r[1])
+        for r in await select_in(
+            conn,
+            "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
+            " WHERE k.id IN ",
+            blocks,
+        )
+    }
+    keep = []
+    for p in prepared:
+        if p[0] in payloads and (p[8], p[1]) not in bound:
+            reason = f"block_id: block {p[8]!r} has no binding for sensor {p[1]!r}"
+            rejected.append((p[0], reason, payloads[p[0]]))
+        else:
+            keep.append(p)
+    prepared[:] = keep
+
+
+async def _drop_duplicates(
+    conn: aiosqlite.Connection, prepared: list[_Prepared], result: ApplyResult
+) -> list[_Prepared]:
+    """The events not yet in the log (nor twice in this batch)."""
+    if not prepared:
+        return []
+    existing = {
+        r[0]
+        for r in await select_in(
+            conn, "SELECT event_id FROM events WHERE event_id IN ", [p[0] for p in prepared]
+        )
+    }
+    batch: list[_Prepared] = []
+    for p in prepared:
+        if p[0] in existing:
+            result.duplicates += 1
+        else:
+            existing.add(p[0])
+            batch.append(p)
+    return batch
+
+
+class _EventBatch:
+    """Routes a batch of new events to their blocks, runs the rules and writes it all."""
+
+    def __init__(self, now: float, cfg: PolicyConfig, result: ApplyResult) -> None:
+        self.now = now
+        self.cfg = cfg
+        self.result = result
+        self.by_subject: dict[tuple[str, str], list[str]] = defaultdict(list)
+        self.records: dict[str, Any] = {}
+        self.bound: set[tuple[str, str]] = set()
+        self.reviews: list[tuple[Any, ...]] = []
+        self.timeout_s = cfg.staleness.revalidation_timeout.total_seconds()
+
+    async def route(self, conn: aiosqlite.Connection, batch: list[_Prepared]) -> None:
+        """Which blocks each event reaches: by (sensor, subject) binding, or by block id.
+
+        One joined lookup fetches the bindings and the evidence of the blocks behind them.
+        """
+        records = self.records
+        subjects = list({p[2] for p in batch if p[8] is None})
+        routed: set[tuple[str, str, str]] = set()
+        for row in await select_in(conn, _ROUTE_SELECT, subjects):
+            block_id = row[3]
+            if (row[0], row[1], block_id) in routed:  # a block bound twice to one subject
+                continue  # (two assertions on one file): the event reaches it once
+            routed.add((row[0], row[1], block_id))
+            self.by_subject[(row[1], row[0])].append(block_id)
+            if block_id not in records:
+                records[block_id] = evidence_record(row[2:])
+        direct = list({p[8] for p in batch if p[8] is not None})
+        if not direct:
+            return
+        for block_id, sensor in await select_in(
+            conn,
+            "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
+            " WHERE k.id IN ",
+            direct,
+        ):
+            self.bound.add((block_id, sensor))
+        missing = [b for b in direct if b not in records]
+        for row in await select_in(conn, EVIDENCE_SELECT, missing):
+            records[row[1]] = evidence_record(row)
+
+    async def run(self, conn: aiosqlite.Connection, batch: list[_Prepared]) -> None:
+        """Apply the rules event by event (in observation order), then write everything.
+
+        The batch goes in parts of :data:`_RULES_PART` events: a part's writes are queued
+        on the connection's thread and the rules of the next part run meanwhile, so the
+        event loop and SQLite work at the same time instead of in turn. The connection
+        runs what it is given in order, so the writes land as if made one after the other.
+        """
+        now, cfg, result = self.now, self.cfg, self.result
+        async with conn.execute("SELECT coalesce(max(seq), 0) FROM events") as cur:
+            first_seq = (await cur.fetchone() or (0,))[0] + 1
+        answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
+        result.answered = [p[7] for p in batch if p[7] is not None]
+        writes = _QueuedWrites(conn)
+        # Answered requests first: a new request for the same check may follow.
+        await writes.queue([(_REVALIDATION_DONE, answered)])
+        for start in range(0, len(batch), _RULES_PART):
+            part = batch[start : start + _RULES_PART]
+            await writes.queue(self._rules(part, first_seq + start))
+        result.accepted = len(batch)
+        await writes.done()
+        fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
+        if fallen:
+            result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=cfg))
+        result.reviews = len(self.reviews)
+        await executemany(
+            conn,
+            "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at) VALUES (?,?,?,?)",
+            self.reviews,
+        )
+
+    def _rules(
+        self, part: list[_Prepared], first_seq: int
+    ) -> list[tuple[str, list[tuple[Any, ...]]]]:
+        """Run the rules over ``part``; the statements that write what they did, in order."""
+        now, cfg, result = self.now, self.cfg, self.result
+        event_rows = [(seq, *p[:5], now, *p[5:]) for seq, p in enumerate(part, start=first_seq)]
+        effect_rows: list[tuple[Any, ...]] = []
+        touched: dict[str, Any] = {}
+        requests: list[tuple[Any, ...]] = []
+        demoted: list[tuple[Any, ...]] = []
+        for seq, p in enumerate(part, start=first_seq):
+            eid, sensor, subject, outcome, observed_at, rel, window, _, block_id = p[:9]
+            targets = [block_id] if block_id is not None else self.by_subject.get((sensor, subject))
+            reached = False
+            for bid in targets or ():
+                rec = self.records.get(bid)
+                if rec is None:
+                    continue
+                reached = True
+                eff = apply_event(
+                    rec,
+                    outcome=outcome,
+                    sensor=sensor,
+                    observed_at=observed_at,
+                    now=now,
+                    cfg=cfg,
+                    reliability=rel,
+                    validity_window_s=window,
+                    settled_by_binding=block_id is None or (bid, sensor) in self.bound,
+                )
+                effect_rows.append(_effect_row(rec.rid, seq, eff))
+                if eff.ignored is not None:
+                    continue
+                touched[bid] = rec
+                if eff.state_after != eff.state_before:
+                    result.changes.append(
+                        StateChange(
+                            bid,
+                            eff.state_before,
+                            eff.state_after,
+                            rec.reliability,
+                            observed_at,
+                            eid,
+                            sensor,
+                        )
+                    )
+                if eff.demoted:
+                    demoted.append((rec.tier, cfg.promotion.core.initial_stability, rec.rid))
+                if eff.revalidate and outcome != _ERROR:
+                    requests.append(
+                        (
+                            new_id(),
+                            bid,
+                            sensor,
+                            subject,
+                            eff.revalidate,
+                            now,
+                            now + eff.revalidate_after_s,
+                            self.timeout_s,
+                        )
+                    )
+                if eff.review:
+                    self.reviews.append((new_id(), bid, eff.review, now))
+            if not reached:
+                result.unmatched += 1
+        result.revalidations += len(requests)
+        # Writes in key order: B-tree pages are then visited once, in sequence.
+        effect_rows.sort(key=_first_two)
+        updates = sorted((evidence_row(r) for r in touched.values()), key=_last)
+        return [
+            (_EVENT_INSERT, event_rows),
+            (_EFFECT_INSERT, effect_rows),
+            (EVIDENCE_UPDATE, updates),
+            ("UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?", demoted),
+            (REVALIDATION_INSERT, requests),
+        ]
+
+
+class _QueuedWrites:
+    """Statements handed to a connection's thread without waiting for each in turn.
+
+    ``queue`` returns as soon as the thread has the statements (in the order given),
+    so the caller can compute the next ones meanwhile; ``done`` waits for all of them
+    and raises the first failure.
+    """
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._conn = conn
+        self._pending: list[asyncio.Future[Any]] = []
+
+    async def queue(self, statements: Sequence[tuple[str, list[tuple[Any, ...]]]]) -> None:
+        started = [
+            asyncio.ensure_future(self._conn.executemany(sql, rows))
+            for sql, rows in statements
+            if rows
+        ]
+        self._pending.extend(started)
+        if started:
+            # One pass of the loop: each task, in creation order, hands its statement to
+            # the connection's queue (aiosqlite runs them in that order).
+            await asyncio.sleep(0)
+
+    async def done(self) -> None:
+        outcomes = await asyncio.gather(*self._pending, return_exceptions=True)
+        self._pending.clear()
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+
+_first_two = operator.itemgetter(0, 1)
+_last = operator.itemgetter(-1)
+
+
+def _effect_row(rid: int, seq: int, eff: Effect) -> tuple[Any, ...]:
+    detail = None
+    if eff.ignored or eff.hard or eff.review or eff.demoted or eff.notes:
+        detail = json.dumps(eff.as_dict(), separators=(",", ":"))
+    return (
+        rid,
+        seq,
+        eff.state_before,
+        eff.state_after,
+        eff.reliability_before,
+        eff.reliability_after,
+        detail,
+    )
+
+
+async def propagate_dependencies(
+    conn: aiosqlite.Connection,
+    roots: Iterable[str],
+    *,
+    now: float,
+    cfg: PolicyConfig,
+    max_depth: int = 16,
+) -> list[StateChange]:
+    """Dependents of refuted or stale blocks go stale (reason ``dependency``), transitively,
+    each with one revalidation request per binding. Returns their state changes."""
+    changes: list[StateChange] = []
+    frontier = list(dict.fromkeys(roots))
+    seen = set(frontier)
+    timeout_s = cfg.staleness.revalidation_timeout.total_seconds()
+    for _ in range(max_depth):
+        if not frontier:
+            break
+        rows = await select_in(
+            conn,
+            "SELECT "
+            + ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
+            + " FROM dependencies d JOIN blocks k ON k.rid = d.block_rid WHERE d.depends_on IN ",
+            frontier,
+        )
+        staled = []
+        for row in rows:
+            rec = evidence_record(row)
+            if rec.id in seen:
+                continue
+            seen.add(rec.id)
+            before = rec.state
+            if mark_stale(rec, now, StaleReason.DEPENDENCY):
+                staled.append(rec)
+                changes.append(StateChange(rec.id, before, rec.state, rec.reliability, now, ""))
+        if not staled:
+            break
+        await conn.executemany(EVIDENCE_UPDATE, [evidence_row(r) for r in staled])
+        bindings = await select_in(
+            conn,
+            "SELECT k.id, g.sensor, g.subject FROM bindings g"
+            " JOIN blocks k ON k.rid = g.block_rid WHERE g.quarantine IS NULL"
+            " AND g.block_rid IN ",
+            [r.rid for r in staled],
+        )
+        await executemany(
+            conn,
+            REVALIDATION_INSERT,
+            [
+                (new_id(), b, sensor, subject, "dependency", now, now, timeout_s)
+                for b, sensor, subject in bindings
+            ],
+        )
+        frontier = [r.id for r in staled]
+    return changes

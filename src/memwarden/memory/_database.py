@@ -1,0 +1,280 @@
+"""The database: the connections behind the store, and nothing else.
+
+A :class:`Database` owns one SQLite file in WAL mode: one writer connection driven by a
+:class:`~memwarden.memory._writer.Writer` (group commit: jobs share a transaction and
+return once it committed) and a small pool of read-only connections that never wait
+for the writer. It knows no table but what its ``prepare`` hook (the migrations) runs
+at open; the store's parts (``_blocks``, ``_apply``, ``_search``...) bring their SQL to
+it as jobs (:meth:`Database.write`) and reads (:meth:`Database.read`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
+
+import aiosqlite
+import structlog
+
+from memwarden.errors import MemwardenError, StorageError
+from memwarden.memory._files import prepare_database
+from memwarden.memory._migrate import SCHEMA_VERSION, prepare_schema
+from memwarden.memory._writer import Writer
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+    from types import TracebackType
+
+__all__ = ["Database"]
+
+T = TypeVar("T")
+
+log = structlog.get_logger("memwarden.store")
+
+_INLINE_STEPS = 1000  # SQLite VM instructions between two looks at an inline read's budget
+_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+class Database:
+    """One SQLite database: a single writer with group commit and a pool of readers.
+
+    Use it as an async context manager, or :meth:`open` and :meth:`close` it. ``prepare``
+    runs on the writer connection at open, before any reader exists (by default: the
+    schema migrations, :func:`~memwarden.memory._migrate.prepare_schema`).
+    ``inline_read_ms`` is the budget of :meth:`read_inline` (0: every read on a reader).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        readers: int = 2,
+        synchronous: Literal["normal", "full"] = "normal",
+        max_jobs_per_commit: int = 256,
+        prepare: Callable[[aiosqlite.Connection], Awaitable[None]] = prepare_schema,
+        inline_read_ms: float = 0.5,
+    ) -> None:
+        self.path = Path(path)
+        self._prepare = prepare
+        self._n_readers = max(1, readers)
+        self._synchronous = synchronous
+        self._max_jobs = max_jobs_per_commit
+        self._wconn: aiosqlite.Connection | None = None
+        self._writer: Writer | None = None
+        self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
+        self._all_readers: list[aiosqlite.Connection] = []
+        self._replacing: set[asyncio.Future[None]] = set()
+        self._open = False
+        self._inline_budget_s = max(0.0, inline_read_ms) / 1000.0
+        self._inline: sqlite3.Connection | None = None
+        self._inline_deadline = 0.0
+        self._inline_stopped = False
+        self.inline_reads = 0  # reads answered on the loop
+        self.inline_overruns = 0  # reads that ran past the budget (or found a lock): a reader's
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    @property
+    def writer(self) -> Writer | None:
+        """The writer (its ``commits`` and ``jobs`` counters), while open."""
+        return self._writer
+
+    async def open(self) -> Self:
+        """Open (creating or migrating) the database and start the writer."""
+        if self._open:
+            return self
+        try:
+            prepare_database(self.path)  # 0600 (and so its -wal and -shm), whatever the umask
+        except OSError as err:
+            raise StorageError(f"cannot open the store at {self.path}: {err}") from err
+        try:
+            self._wconn = await aiosqlite.connect(self.path, isolation_level=None)
+            await self._configure(self._wconn, writer=True)
+            await self._prepare(self._wconn)
+            for _ in range(self._n_readers):
+                conn = await aiosqlite.connect(self.path, isolation_level=None)
+                await self._configure(conn, writer=False)
+                self._all_readers.append(conn)
+                self._readers.put_nowait(conn)
+            if self._inline_budget_s > 0:
+                self._inline = self._open_inline()
+        except sqlite3.Error as err:
+            await self._close_connections()
+            raise StorageError(f"cannot open the store at {self.path}: {err}") from err
+        except BaseException:  # a too-new schema, a cancelled open: leave no thread running
+            await self._close_connections()
+            raise
+        self._writer = Writer(self._wconn, max_jobs=self._max_jobs)
+        self._writer.start()
+        self._open = True
+        log.debug("store_opened", path=str(self.path), schema=SCHEMA_VERSION)
+        return self
+
+    async def close(self) -> None:
+        """Commit what was accepted, stop the writer and close every connection."""
+        if not self._open:
+            return
+        self._open = False
+        if self._replacing:
+            await asyncio.gather(*self._replacing, return_exceptions=True)
+        if self._writer is not None:
+            await self._writer.close()
+            self._writer = None
+        if self._wconn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                await self._wconn.execute("PRAGMA optimize")
+        await self._close_connections()
+
+    async def _close_connections(self) -> None:
+        if self._inline is not None:
+            self._inline.close()
+            self._inline = None
+        for conn in [*self._all_readers, self._wconn]:
+            if conn is not None:
+                with contextlib.suppress(sqlite3.Error, ValueError):
+                    await conn.close()
+        self._all_readers.clear()
+        self._readers = asyncio.Queue()
+        self._wconn = None
+
+    async def _configure(self, conn: aiosqlite.Connection, *, writer: bool) -> None:
+        await conn.execute("PRAGMA busy_timeout = 10000")
+        await conn.execute("PRAGMA foreign_keys = ON")
+        if writer:
+            await conn.execute("PRAGMA journal_mode = WAL")
+            await conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
+        else:
+            await conn.execute("PRAGMA query_only = ON")
+        await conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB per connection, at most
+        await conn.execute("PRAGMA mmap_size = 268435456")
+        await conn.execute("PRAGMA temp_store = MEMORY")
+
+    def _open_inline(self) -> sqlite3.Connection:
+        """The loop's own read-only connection (see :meth:`read_inline`)."""
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        # Never wait for a lock on the loop: a busy database sends the read to a reader.
+        conn.execute("PRAGMA busy_timeout = 0")
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("PRAGMA cache_size = -65536")
+        conn.execute("PRAGMA mmap_size = 268435456")
+        conn.execute("PRAGMA temp_store = MEMORY")
+        conn.set_progress_handler(self._inline_progress, _INLINE_STEPS)
+        return conn
+
+    def _inline_progress(self) -> int:
+        if time.perf_counter() > self._inline_deadline:
+            self._inline_stopped = True
+            return 1  # interrupts the statement
+        return 0
+
+    def read_inline(self, sql: str, params: Mapping[str, Any]) -> list[Any] | None:
+        """The rows of a read run right here on the loop, or None if it did not finish
+        within the budget (``inline_read_ms``) or found the database locked: then the
+        caller runs it on a reader (:meth:`read`).
+
+        A read on a reader connection costs two thread hand-offs, which on a busy machine
+        take longer than a small query itself (each waits for the scheduler). A search
+        matching a few blocks takes SQLite a fraction of a millisecond, so it is tried
+        here first, under a progress handler that interrupts it once the budget is spent
+        (it looks every thousand SQLite instructions): the loop is never held much longer
+        than the budget. Only for reads whose result is worth no more than the budget.
+        """
+        conn = self._inline
+        if conn is None or not self._open:
+            return None
+        self._inline_stopped = False
+        self._inline_deadline = time.perf_counter() + self._inline_budget_s
+        try:
+            rows = conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as err:
+            if not self._inline_stopped and err.sqlite_errorcode not in _BUSY:
+                raise
+            self.inline_overruns += 1
+            return None
+        self.inline_reads += 1
+        return rows
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[aiosqlite.Connection]:
+        """A reader connection for the duration of the block (a consistent snapshot per
+        statement; it never waits for the writer)."""
+        if not self._open:
+            raise StorageError("the store is closed")
+        conn = await self._readers.get()
+        clean = False
+        try:
+            yield conn
+            clean = True
+        except MemwardenError:
+            clean = True  # ours, raised after a completed fetch (NotFoundError, ...)
+            raise
+        finally:
+            if clean:
+                self._readers.put_nowait(conn)
+            else:
+                # Cancelled or failed between a statement and its fetch: the statement may
+                # still be open and would pin this connection to an old snapshot (WAL), so
+                # later reads would miss new writes. A fresh connection costs a millisecond.
+                replacing = asyncio.ensure_future(self._replace_reader(conn))
+                self._replacing.add(replacing)
+                replacing.add_done_callback(self._replacing.discard)
+                await asyncio.shield(replacing)  # close() waits for it too
+
+    def _closed_meanwhile(self) -> bool:
+        # A method, not the attribute: the database may close while we awaited.
+        return not self._open
+
+    async def _replace_reader(self, old: aiosqlite.Connection) -> None:
+        with contextlib.suppress(sqlite3.Error, ValueError):
+            await old.close()
+        if old in self._all_readers:
+            self._all_readers.remove(old)
+        if not self._open:
+            return
+        try:
+            conn = await aiosqlite.connect(self.path, isolation_level=None)
+            await self._configure(conn, writer=False)
+        except sqlite3.Error as err:
+            log.error("store_reader_reopen_failed", error=str(err))
+            return
+        if self._closed_meanwhile():  # do not leak the new connection
+            await conn.close()
+            return
+        self._all_readers.append(conn)
+        self._readers.put_nowait(conn)
+
+    async def write(
+        self, job: Callable[[aiosqlite.Connection], Awaitable[T]], *, weight: int = 1
+    ) -> T:
+        """Run ``job`` (an async function of the writer connection) in the writer's next
+        transaction; returns its result once that transaction committed.
+
+        ``weight`` is the job's size (rows, events), which bounds how much one
+        transaction takes (see :meth:`Writer.submit`).
+        """
+        if self._writer is None:
+            raise StorageError("the store is closed")
+        return await self._writer.submit(job, weight=weight)
+
+    @property
+    def write_backlog(self) -> int:
+        """Jobs waiting for the writer."""
+        return self._writer.backlog if self._writer is not None else 0

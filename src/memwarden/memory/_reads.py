@@ -1,0 +1,381 @@
+"""Reads: blocks by id (full or short), listings, bindings, the event log and counts.
+
+Every method takes a reader connection from the :class:`~memwarden.memory._database.
+Database` for its duration and never waits for the writer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from pydantic import ValidationError
+
+from memwarden.errors import AmbiguousIdError, NotFoundError, ValidationInputError
+from memwarden.memory import _shortid
+from memwarden.memory._clock import from_ts
+from memwarden.memory._codec import binding_from_row, record_from_row, record_to_block
+from memwarden.memory._model import BlockState
+from memwarden.memory._results import BlockFilter, EventRecord, validate_input
+from memwarden.memory._sql import (
+    BLOCK_SELECT,
+    bindings_of,
+    chunks,
+    depends_of,
+    load_record,
+    select_in,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    import aiosqlite
+
+    from memwarden.memory._clock import Clock
+    from memwarden.memory._database import Database
+    from memwarden.memory._model import Binding, Block
+    from memwarden.memory._record import BlockRecord
+    from memwarden.memory.policy import PolicyConfig
+
+__all__ = ["Reads", "short_ids"]
+
+log = structlog.get_logger("memwarden.store")
+
+_SHORT_CHUNK = 400  # blocks per neighbour query (two host parameters each)
+
+
+class Reads:
+    """The store's reads of blocks, bindings and the event log."""
+
+    def __init__(self, db: Database, clock: Clock, policy: PolicyConfig) -> None:
+        self.db = db
+        self.clock = clock
+        self.policy = policy
+
+    async def get(self, block_id: str) -> Block:
+        """A block with its bindings, its short id and its state as of now."""
+        async with self.db.read() as conn:
+            rec = await load_record(conn, block_id)
+            bindings = await bindings_of(conn, [block_id])
+            depends = await depends_of(conn, [rec.rid])
+            short = await short_ids(conn, [block_id])
+        block = record_to_block(
+            rec,
+            bindings=bindings.get(block_id, []),
+            now=self.clock.time(),
+            cfg=self.policy,
+            depends_on=depends.get(rec.rid),
+        )
+        return block.model_copy(update={"short_id": short.get(block_id)})
+
+    async def resolve_id(self, ref: str) -> str:
+        """The full id a caller means: a full id, or a short id (the id's last hex digits,
+        at least 8, dashes optional) that only one block's id ends with.
+
+        Raises :class:`NotFoundError` ("no block with id …"), :class:`AmbiguousIdError`
+        naming the candidates, or :class:`ValidationInputError` for too short a ref.
+        """
+        try:
+            kind, value = _shortid.parse_ref(ref)
+        except ValueError as err:
+            raise ValidationInputError([("id", str(err))]) from None
+        async with self.db.read() as conn:
+            if kind == "short":
+                rows = await conn.execute_fetchall(
+                    "SELECT id FROM blocks WHERE id_key >= ? AND id_key < ? ORDER BY id LIMIT 6",
+                    (value, value + "g"),  # 'g' sorts after every hex digit
+                )
+            else:
+                rows = await conn.execute_fetchall("SELECT id FROM blocks WHERE id = ?", (value,))
+            ids = [str(r[0]) for r in rows]
+            short = await short_ids(conn, ids) if len(ids) > 1 else {}
+        if not ids:
+            raise NotFoundError("block", ref.strip())
+        if len(ids) > 1:
+            shown = [f"{short[i]} ({i})" for i in ids[:5]] + (["…"] if len(ids) > 5 else [])
+            raise AmbiguousIdError(
+                ref.strip(),
+                ids[:5],
+                message=f"ambiguous id {ref.strip()!r}: matches {', '.join(shown)}"
+                " (give more digits or the whole id)",
+            )
+        return ids[0]
+
+    async def _cursor(self, after: str) -> str:
+        """A listing's ``after``: a full id as it is (the block may be gone since), a short
+        id resolved."""
+        try:
+            kind, value = _shortid.parse_ref(after)
+        except ValueError as err:
+            raise ValidationInputError([("after", str(err))]) from None
+        return await self.resolve_id(after) if kind == "short" else value
+
+    async def short_ids(self, block_ids: Sequence[str]) -> dict[str, str]:
+        """Each block's short id: its last 8 hex digits, more while another id ends
+        the same way (git's abbreviations, from the end of the id)."""
+        async with self.db.read() as conn:
+            return await short_ids(conn, block_ids)
+
+    async def get_record(self, block_id: str) -> BlockRecord:
+        """The raw record of a block (for rules and explanations)."""
+        async with self.db.read() as conn:
+            return await load_record(conn, block_id)
+
+    async def list_blocks(self, flt: BlockFilter | Mapping[str, Any] | None = None) -> list[Block]:
+        """Blocks matching a filter, ordered by id (time of creation), keyset-paginated."""
+        f = validate_input(BlockFilter, flt or {})
+        where: list[str] = []
+        args: list[Any] = []
+        now = self.clock.time()
+        if f.state is not None:
+            if f.state == BlockState.STALE:
+                where.append(
+                    "(state = 'stale' OR (state IN ('fresh','unverified') AND stale_at <= ?))"
+                )
+                args.append(now)
+            elif f.state in (BlockState.FRESH, BlockState.UNVERIFIED):
+                where.append("state = ? AND (stale_at IS NULL OR stale_at > ?)")
+                args.extend([f.state.value, now])
+            else:
+                where.append("state = ?")
+                args.append(f.state.value)
+        for col in ("tier", "volatility"):
+            value = getattr(f, col)
+            if value is not None:
+                where.append(f"{col} = ?")
+                args.append(value.value)
+        if f.sensor is not None:
+            where.append("rid IN (SELECT block_rid FROM bindings WHERE sensor = ?)")
+            args.append(f.sensor)
+        if f.tag is not None:
+            where.append("EXISTS (SELECT 1 FROM json_each(blocks.tags) WHERE value = ?)")
+            args.append(f.tag)
+        if f.after is not None:
+            where.append("id > ?")
+            args.append(await self._cursor(f.after))
+        sql = BLOCK_SELECT + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY id LIMIT ?"
+        args.append(f.limit)
+        async with self.db.read() as conn:
+            async with conn.execute(sql, args) as cur:
+                rows = await cur.fetchall()
+            recs = [record_from_row(r) for r in rows]
+            bindings = await bindings_of(conn, [r.id for r in recs])
+            depends = await depends_of(conn, [r.rid for r in recs])
+            short = await short_ids(conn, [r.id for r in recs])
+        return [
+            record_to_block(
+                r,
+                bindings=bindings.get(r.id, []),
+                now=now,
+                cfg=self.policy,
+                depends_on=depends.get(r.rid),
+            ).model_copy(update={"short_id": short.get(r.id)})
+            for r in recs
+        ]
+
+    async def find_by_subject(self, sensor: str, subject: str) -> list[str]:
+        """Ids of the blocks bound to ``sensor`` for ``subject``."""
+        async with (
+            self.db.read() as conn,
+            conn.execute(
+                "SELECT k.id FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
+                " WHERE g.subject = ? AND g.sensor = ? ORDER BY k.id",
+                (subject, sensor),
+            ) as cur,
+        ):
+            return [r[0] for r in await cur.fetchall()]
+
+    async def sensors_bound(self, block_ids: Sequence[str]) -> dict[str, set[str]]:
+        """For each of these blocks that exists, the sensors it has a binding for."""
+        out: dict[str, set[str]] = {}
+        async with self.db.read() as conn:
+            for block_id, sensor in await select_in(
+                conn,
+                "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
+                " WHERE k.id IN ",
+                list(block_ids),
+            ):
+                out.setdefault(block_id, set()).add(sensor)
+        return out
+
+    async def bindings_for_sensor(self, sensor: str) -> list[tuple[str, Binding]]:
+        """Every (block id, binding) a sensor owns: what it must watch."""
+        async with (
+            self.db.read() as conn,
+            conn.execute(
+                "SELECT k.id, b.sensor, b.subject, b.selector FROM bindings b"
+                " JOIN blocks k ON k.rid = b.block_rid"
+                " WHERE b.sensor = ? AND k.state <> 'archived' AND b.quarantine IS NULL"
+                " ORDER BY b.id",
+                (sensor,),
+            ) as cur,
+        ):
+            rows = await cur.fetchall()
+        out = []
+        for block_id, name, subject, selector in rows:
+            try:
+                out.append((block_id, binding_from_row(name, subject, selector)))
+            except (ValueError, ValidationError) as err:  # stored by an older memwarden
+                log.warning("binding_unreadable", sensor=name, block_id=block_id, error=str(err))
+        return out
+
+    async def events_after(self, seq: int, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The event log after ``seq`` (oldest first), each with the blocks it changed."""
+        async with self.db.read() as conn:
+            async with conn.execute(
+                "SELECT seq, event_id, sensor, subject, outcome, observed_at, received_at,"
+                " message, observed FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+                (seq, limit),
+            ) as cur:
+                rows = list(await cur.fetchall())
+            effects: dict[int, list[dict[str, Any]]] = defaultdict(list)
+            if rows:
+                async with conn.execute(
+                    "SELECT f.event_seq, k.id, f.state_before, f.state_after,"
+                    " f.reliability_before, f.reliability_after FROM effects f"
+                    " LEFT JOIN blocks k ON k.rid = f.block_rid"
+                    " WHERE f.event_seq BETWEEN ? AND ?",
+                    (rows[0][0], rows[-1][0]),
+                ) as cur:
+                    for ev_seq, block_id, sb, sa, rb, ra in await cur.fetchall():
+                        effects[ev_seq].append(
+                            {"block_id": block_id, "state": [sb, sa], "reliability": [rb, ra]}
+                        )
+        return [
+            {
+                "seq": r[0],
+                "event_id": r[1],
+                "sensor": r[2],
+                "subject": r[3],
+                "outcome": r[4],
+                "observed_at": from_ts(r[5]).isoformat(),
+                "received_at": from_ts(r[6]).isoformat(),
+                "message": r[7],
+                "observed": json.loads(r[8]) if r[8] is not None else None,
+                "effects": effects.get(r[0], []),
+            }
+            for r in rows
+        ]
+
+    async def events_for(self, block_id: str, *, limit: int = 50) -> list[EventRecord]:
+        """A block's validation history, newest first."""
+        async with (
+            self.db.read() as conn,
+            conn.execute(
+                "SELECT e.seq, e.event_id, e.sensor, e.subject, e.outcome, e.observed_at,"
+                " e.received_at, e.reliability, e.message, e.observed, e.request_id,"
+                " f.state_before, f.state_after, f.reliability_before, f.reliability_after,"
+                " f.detail, r.count, r.first_observed_at"
+                " FROM effects f JOIN events e ON e.seq = f.event_seq"
+                " LEFT JOIN event_runs r ON r.block_rid = f.block_rid AND r.last_seq = f.event_seq"
+                " WHERE f.block_rid = (SELECT rid FROM blocks WHERE id = ?)"
+                " ORDER BY f.event_seq DESC LIMIT ?",
+                (block_id, limit),
+            ) as cur,
+        ):
+            rows = await cur.fetchall()
+        return [
+            EventRecord(
+                seq=r[0],
+                event_id=r[1],
+                sensor=r[2],
+                subject=r[3],
+                outcome=r[4],
+                observed_at=r[5],
+                received_at=r[6],
+                reliability=r[7],
+                message=r[8],
+                observed=json.loads(r[9]) if r[9] is not None else None,
+                request_id=r[10],
+                state_before=r[11],
+                state_after=r[12],
+                reliability_before=r[13],
+                reliability_after=r[14],
+                detail=json.loads(r[15]) if r[15] else None,
+                run=None if r[16] is None else (int(r[16]), r[17], r[5]),
+            )
+            for r in rows
+        ]
+
+    async def counts(self) -> dict[str, Any]:
+        """Blocks by state (as of now), tier and volatility; events; pending work."""
+        now = self.clock.time()
+        async with self.db.read() as conn:
+            async with conn.execute(
+                "SELECT CASE WHEN state IN ('fresh','unverified') AND stale_at <= ?"
+                " THEN 'stale' ELSE state END AS s, tier, volatility, count(*)"
+                " FROM blocks GROUP BY s, tier, volatility",
+                (now,),
+            ) as cur:
+                rows = await cur.fetchall()
+            async with conn.execute("SELECT max(seq) FROM events") as cur:
+                events = (await cur.fetchone() or (0,))[0] or 0
+            async with conn.execute(
+                "SELECT count(*) FROM revalidations WHERE status IN ('pending', 'sent')"
+            ) as cur:
+                backlog = (await cur.fetchone() or (0,))[0]
+            async with conn.execute("SELECT count(*) FROM reviews WHERE status = 'pending'") as cur:
+                reviews = (await cur.fetchone() or (0,))[0]
+            async with conn.execute("SELECT count(*) FROM dead_letters") as cur:
+                dead = (await cur.fetchone() or (0,))[0]
+        by_state: dict[str, int] = defaultdict(int)
+        by_tier: dict[str, int] = defaultdict(int)
+        by_volatility: dict[str, int] = defaultdict(int)
+        for state, tier, volatility, n in rows:
+            by_state[state] += n
+            by_tier[tier] += n
+            by_volatility[volatility] += n
+        return {
+            "blocks": sum(by_state.values()),
+            "by_state": dict(by_state),
+            "by_tier": dict(by_tier),
+            "by_volatility": dict(by_volatility),
+            "events": events,
+            "revalidation_backlog": backlog,
+            "pending_reviews": reviews,
+            "dead_letters": dead,
+        }
+
+    # ------------------------------------------------------------------ search
+
+    async def get_meta(self, key: str) -> str | None:
+        """A small fact the daemon keeps about itself."""
+        async with (
+            self.db.read() as conn,
+            conn.execute("SELECT value FROM meta WHERE key = ?", (key,)) as cur,
+        ):
+            row = await cur.fetchone()
+        return None if row is None else str(row[0])
+
+
+async def short_ids(conn: aiosqlite.Connection, block_ids: Sequence[str]) -> dict[str, str]:
+    """Short ids from the ``id_key`` index: each key's nearest neighbours decide how many
+    digits tell it apart (two index probes per block, one query per chunk of blocks)."""
+    out: dict[str, str] = {}
+    keyed: list[tuple[str, str]] = []
+    for block_id in dict.fromkeys(block_ids):
+        key = _shortid.id_key(block_id)
+        if key is None:
+            out[block_id] = block_id
+        else:
+            keyed.append((block_id, key))
+    for chunk in chunks(keyed, _SHORT_CHUNK):
+        values = ",".join("(?, ?)" for _ in chunk)
+        rows = await conn.execute_fetchall(
+            f"WITH k(id, key) AS (VALUES {values}) SELECT k.id, k.key,"
+            " (SELECT id_key FROM blocks WHERE id_key < k.key ORDER BY id_key DESC LIMIT 1),"
+            " (SELECT id_key FROM blocks WHERE id_key >= k.key AND id <> k.id"
+            "  ORDER BY id_key LIMIT 1)"
+            " FROM k",
+            [v for pair in chunk for v in pair],
+        )
+        for block_id, key, below, above in rows:
+            shared = max(
+                (_shortid.common_prefix(key, str(n)) for n in (below, above) if n is not None),
+                default=0,
+            )
+            out[block_id] = _shortid.short_form(block_id, shared + 1)
+    return out

@@ -1,0 +1,251 @@
+"""What the store takes and gives back: input models (a block edit, a listing filter)
+and the plain result types of its reads and writes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from memwarden.errors import ValidationInputError
+from memwarden.memory._clock import from_ts
+from memwarden.memory._codec import binding_from_row, record_to_block
+from memwarden.memory._durations import Duration
+from memwarden.memory._model import (
+    Block,
+    BlockState,
+    Category,
+    Content,
+    InfoType,
+    Signal,
+    Tag,
+    Tier,
+    Title,
+    Volatility,
+)
+
+if TYPE_CHECKING:
+    from memwarden.memory._record import BlockRecord
+    from memwarden.memory.policy import PolicyConfig
+
+__all__ = [
+    "ApplyResult",
+    "BlockFilter",
+    "BlockPatch",
+    "DueBlock",
+    "EventRecord",
+    "FactEvidence",
+    "SearchHit",
+    "StateChange",
+    "validate_input",
+]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_input(model: type[M], data: Any) -> M:
+    """Validate ``data`` as ``model`` or raise :class:`ValidationInputError` naming each field."""
+    if isinstance(data, model):
+        return data
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ValidationInputError(
+            [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in err.errors()]
+        ) from None
+
+
+class BlockPatch(BaseModel):
+    """An edit to a block; only the fields given change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: Title | None = None
+    content: Content | None = None
+    tags: list[Tag] | None = Field(default=None, max_length=32)
+    category: Category | None = None
+    info_type: InfoType | None = None
+    volatility: Volatility | None = None
+    importance: float | None = Field(default=None, ge=0.0, le=1.0, strict=True)
+    validity_window: Duration | None = None
+    signals: dict[str, Signal] | None = None
+
+
+class BlockFilter(BaseModel):
+    """What :meth:`Store.list_blocks` selects."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: BlockState | None = None
+    tier: Tier | None = None
+    volatility: Volatility | None = None
+    sensor: str | None = None
+    tag: str | None = None
+    after: str | None = Field(default=None, description="Keyset cursor: ids after this one.")
+    limit: int = Field(default=100, ge=1, le=10_000)
+
+
+class DueBlock(NamedTuple):
+    """A block whose validity window has run out (as the sweep sees it)."""
+
+    id: str
+    stale_at: float
+    state: str
+    volatility: str
+    reliability: float
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """A block changed state because of an event (published to MQTT, shown in ``tail``)."""
+
+    block_id: str
+    before: str
+    after: str
+    reliability: float
+    observed_at: float
+    event_id: str
+    sensor: str = ""  # who reported it ("" for a dependency)
+
+
+@dataclass(slots=True)
+class ApplyResult:
+    """What a batch of events did."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    unmatched: int = 0
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    changes: list[StateChange] = field(default_factory=list)
+    revalidations: int = 0
+    reviews: int = 0
+    answered: list[str] = field(default_factory=list)  # revalidation request ids answered
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One event in a block's history, with what it did to the block."""
+
+    seq: int
+    event_id: str
+    sensor: str
+    subject: str
+    outcome: str
+    observed_at: float
+    received_at: float
+    reliability: float | None
+    message: str
+    observed: Any
+    request_id: str | None
+    state_before: str | None
+    state_after: str | None
+    reliability_before: float | None
+    reliability_after: float | None
+    detail: dict[str, Any] | None
+    # When compaction folded a run of identical outcomes into this (its last) event:
+    # (count, first observed_at, last observed_at).
+    run: tuple[int, float, float] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "event_id": self.event_id,
+            "sensor": self.sensor,
+            "subject": self.subject,
+            "outcome": self.outcome,
+            "observed_at": from_ts(self.observed_at).isoformat(),
+            "received_at": from_ts(self.received_at).isoformat(),
+            "reliability": self.reliability,
+            "message": self.message,
+            "observed": self.observed,
+            "request_id": self.request_id,
+            "effect": None
+            if self.state_before is None
+            else {
+                "state": [self.state_before, self.state_after],
+                "reliability": [self.reliability_before, self.reliability_after],
+                **(self.detail or {}),
+            },
+            "run": None
+            if self.run is None
+            else {
+                "count": self.run[0],
+                "first_observed_at": from_ts(self.run[1]).isoformat(),
+                "last_observed_at": from_ts(self.run[2]).isoformat(),
+            },
+        }
+
+
+@dataclass(slots=True)
+class FactEvidence:
+    """What a read's receipt needs about a block beyond the block itself."""
+
+    consecutive_errors: int = 0
+    errors_since: float | None = None  # observed_at of the first error of the streak
+    last_error: str | None = None
+    open_checks: list[float] = field(default_factory=list)  # send_at of open requests
+    confirmation: dict[str, Any] | None = None  # the event behind validated_at
+    last_event: dict[str, Any] | None = None  # the block's latest event and its effect
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One ranked search result and why it ranks where it does.
+
+    The store's own callers need the ranking and a few fields (``id``, ``state``), so a
+    hit carries the block's flat record; the validated :class:`Block` is built the first
+    time ``block`` is read (at the API edge), not for every hit of every search.
+    """
+
+    record: BlockRecord
+    state: str  # effective, as of the search
+    score: float
+    relevance: float
+    freshness: float
+    reliability: float
+    retention: float
+    stale: bool
+    warnings: list[str]
+    # What the block is built from: the stored bindings and dependencies as the search
+    # statement returns them (JSON arrays), the search's instant and policy.
+    bindings_json: str = field(repr=False)
+    depends_json: str = field(repr=False)
+    now: float = field(repr=False)
+    policy: PolicyConfig = field(repr=False, compare=False)
+    _block: list[Block] = field(default_factory=list, repr=False, compare=False)  # built once
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def block(self) -> Block:
+        """The block as of the search (built once, on first use)."""
+        if not self._block:
+            self._block.append(
+                record_to_block(
+                    self.record,
+                    bindings=[binding_from_row(*b) for b in json.loads(self.bindings_json)],
+                    now=self.now,
+                    cfg=self.policy,
+                    retention=self.retention,
+                    depends_on=sorted(json.loads(self.depends_json)),
+                )
+            )
+        return self._block[0]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "block": self.block.model_dump(mode="json"),
+            "score": self.score,
+            "stale": self.stale,
+            "warnings": self.warnings,
+            "factors": {
+                "relevance": self.relevance,
+                "freshness": self.freshness,
+                "reliability": self.reliability,
+                "retention": self.retention,
+            },
+        }

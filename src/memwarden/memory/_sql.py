@@ -1,0 +1,133 @@
+"""Plain SQL helpers the store's parts share: chunked ``IN`` lists, the common
+statements, and loading, saving and describing a block on a connection.
+
+Every function here takes the connection it runs on (a reader's or the writer's
+inside a job); none owns a connection or a transaction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from memwarden.errors import NotFoundError
+from memwarden.memory._codec import (
+    BLOCK_COLUMNS,
+    EVIDENCE_COLUMNS,
+    EVIDENCE_UPDATE_COLUMNS,
+    binding_from_row,
+    record_from_row,
+    record_to_row,
+)
+
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Iterable, Sequence
+
+    import aiosqlite
+
+    from memwarden.memory._model import Binding
+    from memwarden.memory._record import BlockRecord
+
+__all__ = [
+    "BLOCK_SELECT",
+    "EVIDENCE_SELECT",
+    "EVIDENCE_UPDATE",
+    "REVALIDATION_INSERT",
+    "bindings_of",
+    "chunks",
+    "depends_of",
+    "executemany",
+    "load_record",
+    "placeholders",
+    "save_record",
+    "select_in",
+]
+
+_IN_CHUNK = 500  # host parameters per IN (...) list
+
+EVIDENCE_SELECT = f"SELECT {', '.join(EVIDENCE_COLUMNS)} FROM blocks WHERE id IN "
+EVIDENCE_UPDATE = (
+    "UPDATE blocks SET " + ", ".join(f"{c} = ?" for c in EVIDENCE_UPDATE_COLUMNS) + " WHERE rid = ?"
+)
+BLOCK_SELECT = f"SELECT {', '.join(BLOCK_COLUMNS)} FROM blocks"
+REVALIDATION_INSERT = (
+    "INSERT OR IGNORE INTO revalidations (id, block_id, sensor, subject, reason,"
+    " created_at, send_at, deadline_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def placeholders(n: int) -> str:
+    return "(" + ",".join("?" * n) + ")"
+
+
+def chunks(items: Sequence[Any], size: int = _IN_CHUNK) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+async def select_in(
+    conn: aiosqlite.Connection, sql_prefix: str, keys: Sequence[Any], suffix: str = ""
+) -> list[sqlite3.Row]:
+    """Run ``sql_prefix (?, ?, ...) suffix`` over ``keys`` in chunks; all rows."""
+    rows: list[Any] = []
+    for chunk in chunks(keys):
+        # execute_fetchall is one round trip to the connection's thread (execute + fetch
+        # + close would be three).
+        rows.extend(
+            await conn.execute_fetchall(sql_prefix + placeholders(len(chunk)) + suffix, chunk)
+        )
+    return rows
+
+
+async def executemany(conn: aiosqlite.Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    if rows:
+        await conn.executemany(sql, rows)
+
+
+async def load_record(conn: aiosqlite.Connection, block_id: str) -> BlockRecord:
+    async with conn.execute(BLOCK_SELECT + " WHERE id = ?", (block_id,)) as cur:
+        row = await cur.fetchone()
+    if row is None:
+        raise NotFoundError("block", block_id)
+    return record_from_row(row)
+
+
+async def save_record(conn: aiosqlite.Connection, rec: BlockRecord) -> None:
+    cols = [c for c in BLOCK_COLUMNS if c not in ("id", "rid")]
+    values = dict(zip(BLOCK_COLUMNS, record_to_row(rec), strict=True))
+    await conn.execute(
+        "UPDATE blocks SET " + ", ".join(f"{c} = ?" for c in cols) + " WHERE rid = ?",
+        (*(values[c] for c in cols), rec.rid),
+    )
+
+
+async def bindings_of(
+    conn: aiosqlite.Connection, block_ids: Sequence[str]
+) -> dict[str, list[Binding]]:
+    out: dict[str, list[Binding]] = defaultdict(list)
+    if not block_ids:
+        return out
+    rows = await select_in(
+        conn,
+        "SELECT k.id, g.sensor, g.subject, g.selector FROM bindings g"
+        " JOIN blocks k ON k.rid = g.block_rid WHERE k.id IN ",
+        list(block_ids),
+        " ORDER BY g.id",
+    )
+    for block_id, sensor, subject, selector in rows:
+        out[block_id].append(binding_from_row(sensor, subject, selector))
+    return out
+
+
+async def depends_of(conn: aiosqlite.Connection, rids: Sequence[int]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = defaultdict(list)
+    if rids:
+        for rid, dep in await select_in(
+            conn,
+            "SELECT block_rid, depends_on FROM dependencies WHERE block_rid IN ",
+            list(rids),
+            " ORDER BY depends_on",
+        ):
+            out[rid].append(dep)
+    return out

@@ -1,0 +1,105 @@
+"""The JSON bodies on the wire, written in one place for both ends (``docs/MQTT.md``).
+
+Each function gives the exact bytes published; reading them stays with the side that
+receives them (the daemon's bridge, the agent), which decides what to do with bad ones.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from memwarden.memory import from_ts
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from memwarden.memory import Binding
+
+__all__ = [
+    "DAEMON_OFFLINE",
+    "DAEMON_ONLINE",
+    "agent_status",
+    "bindings_message",
+    "block_state",
+    "heartbeat",
+    "resend_request",
+]
+
+DAEMON_ONLINE = b"online"  # <prefix>/status, retained: the daemon's birth message
+DAEMON_OFFLINE = b"offline"  # and its last will (also said on a clean stop)
+
+
+def _dumps(body: Any) -> bytes:
+    return json.dumps(body).encode()
+
+
+def resend_request(agent: str, from_seq: int, to_seq: int) -> bytes:
+    """``agents/<id>/resend``: re-send the run's events ``from_seq``..``to_seq``."""
+    return _dumps({"agent": agent, "from_seq": from_seq, "to_seq": to_seq})
+
+
+def bindings_message(rows: Iterable[tuple[str, Binding]]) -> bytes:
+    """``bindings/<sensor>`` (retained): the blocks a remote sensor watches, and how."""
+    return _dumps(
+        [{"block_id": b, "binding": binding.model_dump(mode="json")} for b, binding in rows]
+    )
+
+
+def block_state(
+    block_id: str,
+    *,
+    state: str,
+    before: str,
+    reliability: float,
+    observed_at: float,
+    event_id: str,
+) -> bytes:
+    """``blocks/<id>/state``: a block changed state (``observed_at`` in epoch seconds)."""
+    return _dumps(
+        {
+            "block_id": block_id,
+            "state": state,
+            "before": before,
+            "reliability": reliability,
+            "observed_at": from_ts(observed_at).isoformat(),
+            "event_id": event_id,
+        }
+    )
+
+
+def agent_status(
+    status: str,
+    *,
+    agent_id: str,
+    agent: str,
+    sensors: Sequence[str],
+    heartbeat_s: float,
+    version: str,
+    reason: str = "",
+) -> bytes:
+    """``agents/<id>/status`` (retained): an agent's birth, last will or goodbye."""
+    body: dict[str, Any] = {
+        "status": status,
+        "agent_id": agent_id,
+        "agent": agent,
+        "sensors": list(sensors),
+        "heartbeat_s": heartbeat_s,
+        "version": version,
+    }
+    if reason:
+        body["reason"] = reason
+    return _dumps(body)
+
+
+def heartbeat(agent: str, *, seq: int, queued: int, dropped: int, at: float) -> bytes:
+    """``agents/<id>/heartbeat``: the last ``seq`` the broker took, the queue, the time."""
+    return _dumps(
+        {
+            "agent": agent,
+            "seq": seq,
+            "queued": queued,
+            "dropped": dropped,
+            "at": from_ts(at).isoformat(),
+        }
+    )

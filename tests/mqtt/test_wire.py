@@ -1,0 +1,77 @@
+"""The bodies both ends publish, byte for byte as docs/MQTT.md describes them."""
+
+from __future__ import annotations
+
+import json
+
+from memwarden.memory import Binding
+from memwarden.mqtt import (
+    DAEMON_OFFLINE,
+    DAEMON_ONLINE,
+    agent_status,
+    bindings_message,
+    block_state,
+    heartbeat,
+    is_agent_id,
+    resend_request,
+)
+
+
+def test_daemon_messages_keep_their_bytes():
+    """Re-send requests, bindings and state changes: field order and JSON spacing unchanged."""
+    assert resend_request("edge1/r1", 3, 5) == (
+        b'{"agent": "edge1/r1", "from_seq": 3, "to_seq": 5}'
+    )
+    rows = [("B1", Binding(sensor="files", subject="a.txt#/x"))]
+    assert bindings_message(rows) == (
+        b'[{"block_id": "B1", "binding": {"sensor": "files", "subject": "a.txt#/x"}}]'
+    )
+    assert bindings_message([]) == b"[]"  # a sensor with no bindings left clears them
+    state = block_state(
+        "B1", state="refuted", before="valid", reliability=0.5, observed_at=1.5, event_id="E1"
+    )
+    assert state == (
+        b'{"block_id": "B1", "state": "refuted", "before": "valid", "reliability": 0.5, '
+        b'"observed_at": "1970-01-01T00:00:01.500000+00:00", "event_id": "E1"}'
+    )
+    assert (DAEMON_ONLINE, DAEMON_OFFLINE) == (b"online", b"offline")
+
+
+def test_agent_messages_keep_their_bytes():
+    """Status (with a reason only when there is one) and heartbeat bodies unchanged."""
+    online = agent_status(
+        "online",
+        agent_id="edge1",
+        agent="edge1/r1",
+        sensors=["a", "b"],
+        heartbeat_s=10.0,
+        version="1.2.3",
+    )
+    assert online == (
+        b'{"status": "online", "agent_id": "edge1", "agent": "edge1/r1", "sensors": ["a", "b"], '
+        b'"heartbeat_s": 10.0, "version": "1.2.3"}'
+    )
+    gone = agent_status(
+        "offline",
+        agent_id="edge1",
+        agent="edge1/r1",
+        sensors=[],
+        heartbeat_s=10.0,
+        version="1.2.3",
+        reason="stopped",
+    )
+    assert json.loads(gone)["reason"] == "stopped"
+    assert gone.endswith(b', "version": "1.2.3", "reason": "stopped"}')
+    beat = heartbeat("edge1/r1", seq=7, queued=2, dropped=0, at=0.0)
+    assert beat == (
+        b'{"agent": "edge1/r1", "seq": 7, "queued": 2, "dropped": 0, '
+        b'"at": "1970-01-01T00:00:00+00:00"}'
+    )
+
+
+def test_agent_ids_are_one_safe_topic_level():
+    """An agent id is 1-64 of [A-Za-z0-9_.-]: no level separators, wildcards or blanks."""
+    assert is_agent_id("edge-1.site_A")
+    assert is_agent_id("x" * 64)
+    for bad in ("", "x" * 65, "a/b", "+", "#", "a b", "é"):
+        assert not is_agent_id(bad), bad
