@@ -23,6 +23,7 @@ from memwarden.memory._model import (
     default_volatility,
 )
 from memwarden.memory._record import BlockRecord
+from memwarden.memory._results import Explanation, SearchHit
 
 __all__ = [
     "Binding",
@@ -32,12 +33,14 @@ __all__ = [
     "Category",
     "Clock",
     "Duration",
+    "Explanation",
     "FakeClock",
     "InfoType",
     "NewBlock",
     "Outcome",
     "RevalidationReason",
     "RevalidationRequest",
+    "SearchHit",
     "StaleReason",
     "SystemClock",
     "Tier",

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
     import aiosqlite
 
+    from memwarden.memory._results import Explanation
     from memwarden.memory._scorelog import ScoreLog
     from memwarden.memory._store import Store
     from memwarden.memory.policy import PolicyConfig
@@ -702,7 +703,7 @@ def _freshness(state: str, cfg: PolicyConfig) -> float:
     }.get(state, 0.0)
 
 
-async def explain(store: Store, block_id: str) -> dict[str, Any]:
+async def explain(store: Store, block_id: str) -> Explanation:
     """Everything that decides how a block is treated now, and why (JSON-serializable)."""
     _, read = _ops(store)
     cfg = store.policy

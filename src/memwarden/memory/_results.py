@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -36,6 +36,7 @@ __all__ = [
     "BlockPatch",
     "DueBlock",
     "EventRecord",
+    "Explanation",
     "FactEvidence",
     "SearchHit",
     "StateChange",
@@ -249,3 +250,110 @@ class SearchHit:
                 "retention": self.retention,
             },
         }
+
+
+# ------------------------------------------------------------------ explain
+# What Store.explain answers: JSON-ready (times as ISO strings), so the API returns it as
+# it is; typed here so callers and the type checker know every key.
+
+
+class ExplainState(TypedDict):
+    stored: str
+    effective: str
+    stale: bool
+    stale_reasons: list[str]
+    stale_at: str | None
+    archived_at: str | None
+    archive_reason: str | None
+
+
+class ReliabilityStep(TypedDict):
+    observed_at: str | None
+    sensor: str
+    outcome: str
+    before: float | None
+    after: float | None
+    ignored: Any
+    event_id: str
+
+
+class ExplainReliability(TypedDict):
+    current: float
+    history: list[ReliabilityStep]  # newest first
+
+
+class ExplainValidation(TypedDict):
+    validated_by: str | None
+    validated_at: str | None
+    validity_window_s: float
+    inside_window: bool
+    reinforcements: int
+    contradictions: int
+    last_contradiction_at: str | None
+    flapping: bool
+    outcome_history: str
+
+
+class ExplainRetention(TypedDict):
+    value: float
+    stored: float
+    importance: float
+    last_touched: str | None
+    age_s: float
+    half_life_s: float
+    half_life_effective_s: float
+    floor: float
+    archive_below: float
+    would_archive: str | None
+
+
+class ExplainRank(TypedDict):
+    freshness: float
+    reliability: float
+    retention: float
+    product: float
+    searchable: bool
+
+
+class CoreThresholds(TypedDict):
+    access_count: int
+    stability: float
+    sessions: int
+
+
+class ExplainCore(TypedDict):
+    blockers: list[str]
+    access_count: int
+    stability: float
+    sessions: int
+    thresholds: CoreThresholds
+
+
+class Consolidation(TypedDict):
+    promote: bool
+    reasons: list[str]
+
+
+class ExplainPromotion(TypedDict):
+    tier: str
+    scorer: str
+    score: dict[str, object]
+    other_score: dict[str, object]
+    consolidation: Consolidation
+    core: ExplainCore
+    access_times: list[str | None]
+    events: list[dict[str, Any]]  # EventRecord.as_dict()
+
+
+class Explanation(TypedDict):
+    """Why a block stands where it does (``Store.explain``, ``GET /v1/blocks/{id}/explain``)."""
+
+    id: str
+    title: str
+    now: str | None
+    state: ExplainState
+    reliability: ExplainReliability
+    validation: ExplainValidation
+    retention: ExplainRetention
+    rank: ExplainRank
+    promotion: ExplainPromotion

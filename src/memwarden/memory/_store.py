@@ -44,6 +44,7 @@ from memwarden.memory._results import (
     BlockPatch,
     DueBlock,
     EventRecord,
+    Explanation,
     FactEvidence,
     SearchHit,
     StateChange,
@@ -461,7 +462,7 @@ class Store:
         """Compact old runs of identical outcomes in the event log; prune dead letters."""
         return await _compaction.compact(self, cfg)
 
-    async def explain(self, block_id: str) -> dict[str, Any]:
+    async def explain(self, block_id: str) -> Explanation:
         """Why a block stands where it does: state, reliability, retention, rank, promotion."""
         return await _maintenance.explain(self, block_id)
 
