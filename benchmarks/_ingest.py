@@ -234,8 +234,9 @@ async def ingest(ctx: Context) -> list[Result]:
         chunks = [events[i : i + APPLY_CHUNK] for i in range(0, n_events, APPLY_CHUNK)]
         # Private, for the report only (None if the store changes shape): how many
         # commits the writer made, and how much CPU its SQLite thread used.
-        writer = getattr(store, "_writer", None)
-        wconn = getattr(store, "_wconn", None)
+        db = getattr(store, "db", None)
+        writer = getattr(db, "writer", None)
+        wconn = getattr(db, "_wconn", None)
         sql_tid = getattr(getattr(wconn, "_thread", None), "native_id", None)
         commits_before = getattr(writer, "commits", 0)
         sql_cpu_before = thread_cpu_s(sql_tid)

@@ -25,7 +25,9 @@ from memwarden.memory._sql import (
     EVIDENCE_SELECT,
     EVIDENCE_UPDATE,
     REVALIDATION_INSERT,
+    chunks,
     executemany,
+    placeholders,
     select_in,
 )
 from memwarden.memory.policy import Effect, PolicyConfig, apply_event, mark_stale
@@ -76,6 +78,10 @@ _EVENT_INSERT = (
 _REVALIDATION_DONE = (
     "UPDATE revalidations SET status = 'done', finished_at = ?, outcome = ?"
     " WHERE id = ? AND status IN ('pending', 'sent')"
+)
+_EVENT_IDS_SELECT = "SELECT event_id FROM events WHERE event_id IN "
+_BOUND_SELECT = (
+    "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid WHERE k.id IN "
 )
 _EFFECT_INSERT = (
     "INSERT INTO effects (block_rid, event_seq, state_before, state_after,"
@@ -191,11 +197,14 @@ async def _apply_job(
             "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)",
             [(now, "events", reason, payload) for _, reason, payload in rejected],
         )
-    batch = await _drop_duplicates(conn, prepared, result)
+    if not prepared:
+        return result
+    reads = await _Reads.fetch(conn, prepared)
+    batch = _drop_duplicates(prepared, reads.existing, result)
     if batch:
         applied = _EventBatch(now, cfg, result)
-        await applied.route(conn, batch)
-        await applied.run(conn, batch)
+        applied.route(reads)
+        await applied.run(conn, batch, reads.first_seq)
     return result
 
 
@@ -226,24 +235,59 @@ async def _reject_unbound(
     prepared[:] = keep
 
 
-async def _drop_duplicates(
-    conn: aiosqlite.Connection, prepared: list[_Prepared], result: ApplyResult
+class _Reads:
+    """Everything an event job reads before its rules run, fetched in one round trip:
+    the queries are all handed to the connection's thread at once and awaited together
+    (one wait for the thread instead of one per query: on a busy machine each wait is a
+    trip through the scheduler)."""
+
+    existing: set[str]  # event ids already in the log
+    routes: list[Any]  # _ROUTE_SELECT rows of the events' subjects
+    bound: list[Any]  # (block id, sensor) of the blocks events name directly
+    direct: list[Any]  # EVIDENCE_SELECT rows of those blocks
+    first_seq: int  # the seq of the job's first event
+
+    @classmethod
+    async def fetch(cls, conn: aiosqlite.Connection, prepared: list[_Prepared]) -> _Reads:
+        subjects = list({p[2] for p in prepared if p[8] is None})
+        direct = list({p[8] for p in prepared if p[8] is not None})
+        seq_rows, ids, routes, bound, records = await asyncio.gather(
+            conn.execute_fetchall("SELECT coalesce(max(seq), 0) FROM events"),
+            _select_all(conn, _EVENT_IDS_SELECT, [p[0] for p in prepared]),
+            _select_all(conn, _ROUTE_SELECT, subjects),
+            _select_all(conn, _BOUND_SELECT, direct),
+            _select_all(conn, EVIDENCE_SELECT, direct),
+        )
+        reads = cls()
+        reads.existing = {r[0] for r in ids}
+        reads.routes, reads.bound, reads.direct = routes, bound, records
+        reads.first_seq = next(iter(seq_rows))[0] + 1
+        return reads
+
+
+async def _select_all(
+    conn: aiosqlite.Connection, sql_prefix: str, keys: Sequence[Any]
+) -> list[Any]:
+    """``select_in`` with every chunk queued at once (one wait, not one per chunk)."""
+    if not keys:
+        return []
+    parts = await asyncio.gather(
+        *(conn.execute_fetchall(sql_prefix + placeholders(len(c)), c) for c in chunks(keys))
+    )
+    return [row for part in parts for row in part]
+
+
+def _drop_duplicates(
+    prepared: list[_Prepared], existing: set[str], result: ApplyResult
 ) -> list[_Prepared]:
     """The events not yet in the log (nor twice in this batch)."""
-    if not prepared:
-        return []
-    existing = {
-        r[0]
-        for r in await select_in(
-            conn, "SELECT event_id FROM events WHERE event_id IN ", [p[0] for p in prepared]
-        )
-    }
+    seen = set(existing)
     batch: list[_Prepared] = []
     for p in prepared:
-        if p[0] in existing:
+        if p[0] in seen:
             result.duplicates += 1
         else:
-            existing.add(p[0])
+            seen.add(p[0])
             batch.append(p)
     return batch
 
@@ -261,15 +305,14 @@ class _EventBatch:
         self.reviews: list[tuple[Any, ...]] = []
         self.timeout_s = cfg.staleness.revalidation_timeout.total_seconds()
 
-    async def route(self, conn: aiosqlite.Connection, batch: list[_Prepared]) -> None:
+    def route(self, reads: _Reads) -> None:
         """Which blocks each event reaches: by (sensor, subject) binding, or by block id.
 
-        One joined lookup fetches the bindings and the evidence of the blocks behind them.
+        One joined lookup fetched the bindings and the evidence of the blocks behind them.
         """
         records = self.records
-        subjects = list({p[2] for p in batch if p[8] is None})
         routed: set[tuple[str, str, str]] = set()
-        for row in await select_in(conn, _ROUTE_SELECT, subjects):
+        for row in reads.routes:
             block_id = row[3]
             if (row[0], row[1], block_id) in routed:  # a block bound twice to one subject
                 continue  # (two assertions on one file): the event reaches it once
@@ -277,21 +320,13 @@ class _EventBatch:
             self.by_subject[(row[1], row[0])].append(block_id)
             if block_id not in records:
                 records[block_id] = evidence_record(row[2:])
-        direct = list({p[8] for p in batch if p[8] is not None})
-        if not direct:
-            return
-        for block_id, sensor in await select_in(
-            conn,
-            "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
-            " WHERE k.id IN ",
-            direct,
-        ):
+        for block_id, sensor in reads.bound:
             self.bound.add((block_id, sensor))
-        missing = [b for b in direct if b not in records]
-        for row in await select_in(conn, EVIDENCE_SELECT, missing):
-            records[row[1]] = evidence_record(row)
+        for row in reads.direct:
+            if row[1] not in records:
+                records[row[1]] = evidence_record(row)
 
-    async def run(self, conn: aiosqlite.Connection, batch: list[_Prepared]) -> None:
+    async def run(self, conn: aiosqlite.Connection, batch: list[_Prepared], first_seq: int) -> None:
         """Apply the rules event by event (in observation order), then write everything.
 
         The batch goes in parts of :data:`_RULES_PART` events: a part's writes are queued
@@ -300,8 +335,6 @@ class _EventBatch:
         runs what it is given in order, so the writes land as if made one after the other.
         """
         now, cfg, result = self.now, self.cfg, self.result
-        async with conn.execute("SELECT coalesce(max(seq), 0) FROM events") as cur:
-            first_seq = (await cur.fetchone() or (0,))[0] + 1
         answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
         result.answered = [p[7] for p in batch if p[7] is not None]
         writes = _QueuedWrites(conn)
@@ -311,10 +344,10 @@ class _EventBatch:
             part = batch[start : start + _RULES_PART]
             await writes.queue(self._rules(part, first_seq + start))
         result.accepted = len(batch)
-        await writes.done()
         fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
-        if fallen:
+        if fallen:  # its reads run after the writes queued above (the thread keeps order)
             result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=cfg))
+        await writes.done()
         result.reviews = len(self.reviews)
         await executemany(
             conn,
