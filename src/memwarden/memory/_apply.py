@@ -46,7 +46,6 @@ __all__ = ["EventLog", "propagate_dependencies"]
 
 _ERROR = Outcome.ERROR.value
 _MAX_FUTURE_SKEW_S = 300.0  # an observation this far ahead of our clock is rejected
-_RULES_PART = 250  # events whose rules run while the previous part's writes are made
 
 # A prepared event: plain values computed outside the writer's transaction.
 _Prepared = tuple[
@@ -329,24 +328,20 @@ class _EventBatch:
     async def run(self, conn: aiosqlite.Connection, batch: list[_Prepared], first_seq: int) -> None:
         """Apply the rules event by event (in observation order), then write everything.
 
-        The batch goes in parts of :data:`_RULES_PART` events: a part's writes are queued
-        on the connection's thread and the rules of the next part run meanwhile, so the
-        event loop and SQLite work at the same time instead of in turn. The connection
-        runs what it is given in order, so the writes land as if made one after the other.
+        The writes are handed to the connection's thread all at once and awaited together
+        (with the dependency propagation's first read queued behind them): one wait for
+        the thread, not one per statement. The thread runs them in the order given.
         """
-        now, cfg, result = self.now, self.cfg, self.result
+        now, result = self.now, self.result
         answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
         result.answered = [p[7] for p in batch if p[7] is not None]
         writes = _QueuedWrites(conn)
         # Answered requests first: a new request for the same check may follow.
-        await writes.queue([(_REVALIDATION_DONE, answered)])
-        for start in range(0, len(batch), _RULES_PART):
-            part = batch[start : start + _RULES_PART]
-            await writes.queue(self._rules(part, first_seq + start))
+        await writes.queue([(_REVALIDATION_DONE, answered), *self._rules(batch, first_seq)])
         result.accepted = len(batch)
         fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
         if fallen:  # its reads run after the writes queued above (the thread keeps order)
-            result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=cfg))
+            result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=self.cfg))
         await writes.done()
         result.reviews = len(self.reviews)
         await executemany(
@@ -436,9 +431,8 @@ class _EventBatch:
 class _QueuedWrites:
     """Statements handed to a connection's thread without waiting for each in turn.
 
-    ``queue`` returns as soon as the thread has the statements (in the order given),
-    so the caller can compute the next ones meanwhile; ``done`` waits for all of them
-    and raises the first failure.
+    ``queue`` returns as soon as the thread has the statements (in the order given);
+    ``done`` waits for all of them and raises the first failure.
     """
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
