@@ -30,9 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks import _sqlite
 from benchmarks._harness import Context, Result, benchmark, thread_cpu_s
-from memwarden.memory import Binding, FakeClock, NewBlock, Outcome, ValidationEvent, from_ts
+from memwarden.memory import Binding, FakeClock, NewBlock, Outcome, Store, ValidationEvent, from_ts
 from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_record, evidence_row
-from memwarden.memory._store import Store
 from memwarden.memory.policy import PolicyConfig, apply_event
 
 if TYPE_CHECKING:
@@ -232,11 +231,10 @@ async def ingest(ctx: Context) -> list[Result]:
     ctx.progress(f"store: apply_events x {-(-n_events // APPLY_CHUNK)} chunks, gathered")
     async with Store(store_path, clock=clock) as store:
         chunks = [events[i : i + APPLY_CHUNK] for i in range(0, n_events, APPLY_CHUNK)]
-        # Private, for the report only (None if the store changes shape): how many
-        # commits the writer made, and how much CPU its SQLite thread used.
-        db = getattr(store, "db", None)
-        writer = getattr(db, "writer", None)
-        wconn = getattr(db, "_wconn", None)
+        # For the report only: how many commits the writer made, and how much CPU its
+        # SQLite thread used (private, None if the database changes shape).
+        writer = store.db.writer
+        wconn = getattr(store.db, "_wconn", None)
         sql_tid = getattr(getattr(wconn, "_thread", None), "native_id", None)
         commits_before = getattr(writer, "commits", 0)
         sql_cpu_before = thread_cpu_s(sql_tid)

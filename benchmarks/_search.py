@@ -25,8 +25,7 @@ from typing import Any
 
 from benchmarks import _sqlite
 from benchmarks._harness import Context, Result, benchmark, percentiles_ms
-from memwarden.memory import FakeClock, NewBlock
-from memwarden.memory._store import Store
+from memwarden.memory import FakeClock, NewBlock, Store
 
 SEED = 424242
 T0 = 1_767_225_600.0

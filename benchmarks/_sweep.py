@@ -19,9 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks import _sqlite
 from benchmarks._harness import Context, Result, benchmark, percentiles_ms
-from memwarden.memory import FakeClock
-from memwarden.memory._ids import new_id
-from memwarden.memory._store import Store
+from memwarden.memory import FakeClock, Store, new_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

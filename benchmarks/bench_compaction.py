@@ -20,8 +20,7 @@ from datetime import timedelta
 from benchmarks import _sqlite
 from benchmarks._harness import Context, Result, benchmark
 from benchmarks._ingest import APPLY_CHUNK, EVENT_STEP_S, T0, _make_events, _preload
-from memwarden.memory import FakeClock
-from memwarden.memory._store import Store
+from memwarden.memory import FakeClock, Store
 
 MAX_JOB_TARGET_S = 0.25
 

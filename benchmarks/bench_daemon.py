@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks._harness import Context, Result, benchmark
-from memwarden.memory._store import Store
+from memwarden.memory import Store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

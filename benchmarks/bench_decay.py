@@ -17,9 +17,8 @@ import time
 from benchmarks import _sqlite
 from benchmarks._harness import Context, Result, benchmark
 from benchmarks._sweep import NOW, _preload
-from memwarden.memory import FakeClock
+from memwarden.memory import FakeClock, Store
 from memwarden.memory._sqlrules import retention_sql, rule_params
-from memwarden.memory._store import Store
 from memwarden.memory.policy import PolicyConfig
 
 TARGET_S = 10.0

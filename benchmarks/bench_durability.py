@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from benchmarks import _sqlite
 from benchmarks._harness import Context, Result, benchmark, percentiles_ms
 from benchmarks._ingest import APPLY_CHUNK, T0, _make_events, _preload
-from memwarden.memory import FakeClock
-from memwarden.memory._store import Store
+from memwarden.memory import FakeClock, Store
 
 if TYPE_CHECKING:
     from pathlib import Path

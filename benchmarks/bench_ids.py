@@ -21,7 +21,7 @@ import sqlite3
 import time
 
 from benchmarks._harness import Context, Result, benchmark, percentiles_ms
-from memwarden.memory._store import Store
+from memwarden.memory import Store
 
 TARGET_MS = 1.0
 

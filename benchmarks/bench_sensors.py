@@ -28,7 +28,7 @@ from watchdog.observers import Observer
 
 from benchmarks._harness import Context, Result, benchmark, percentiles_ms
 from memwarden.daemon import Daemon, load_settings
-from memwarden.memory._store import Store
+from memwarden.memory import Store
 from memwarden.plugins import Registry
 from memwarden.sensors import FsSensor
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from memwarden.cli import app
 from memwarden.client import Client
 from memwarden.errors import ValidationInputError
-from memwarden.memory._ids import new_id
+from memwarden.memory import new_id
 from tests.api.conftest import REMOTE_SENSOR
 
 if TYPE_CHECKING:

@@ -10,8 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from memwarden.cli import app
-from memwarden.memory import FakeClock, ValidationEvent
-from memwarden.memory._store import Store
+from memwarden.memory import FakeClock, Store, ValidationEvent
 
 
 @pytest.fixture

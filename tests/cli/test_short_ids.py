@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from memwarden.cli import app
-from memwarden.memory._store import Store
+from memwarden.memory import Store
 
 runner = CliRunner()
 

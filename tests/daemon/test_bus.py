@@ -13,8 +13,7 @@ import structlog
 
 from memwarden.daemon import Bus
 from memwarden.errors import StorageError, ValidationInputError
-from memwarden.memory import Outcome, ValidationEvent
-from memwarden.memory._store import Store
+from memwarden.memory import Outcome, Store, ValidationEvent
 
 
 def _event(sensor: str, subject: str = "s", **fields) -> ValidationEvent:

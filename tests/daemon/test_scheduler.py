@@ -6,8 +6,7 @@ import sqlite3
 from datetime import timedelta
 
 from memwarden.daemon._scheduler import ALIVE_KEY
-from memwarden.memory import FakeClock
-from memwarden.memory._store import Store
+from memwarden.memory import FakeClock, Store
 
 SLOW_LOOPS = {"sweep_interval": "1h", "dispatch_interval": "1h", "heartbeat_interval": "1h"}
 

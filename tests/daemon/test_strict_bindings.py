@@ -10,8 +10,7 @@ import pytest
 
 from memwarden.daemon import Daemon, load_settings
 from memwarden.errors import ValidationInputError
-from memwarden.memory import Binding, FakeClock
-from memwarden.memory._store import Store
+from memwarden.memory import Binding, FakeClock, Store
 from memwarden.plugins import BaseBinding, BaseSensorConfig, Registry
 
 

@@ -15,9 +15,8 @@ from typer.testing import CliRunner
 
 from memwarden.cli import app
 from memwarden.errors import StorageError
-from memwarden.memory import ValidationEvent, from_ts
+from memwarden.memory import Store, ValidationEvent, from_ts
 from memwarden.memory._backup import backup_database
-from memwarden.memory._store import Store
 
 if TYPE_CHECKING:
     from pathlib import Path

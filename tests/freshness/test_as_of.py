@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memwarden.errors import NotFoundError
-from memwarden.memory import FakeClock, ValidationEvent, from_ts
-from memwarden.memory._store import Store
+from memwarden.memory import FakeClock, Store, ValidationEvent, from_ts
 from tests.support import daemon
 
 __all__ = ["daemon"]

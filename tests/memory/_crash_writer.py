@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 
 import structlog
 
-from memwarden.memory import ValidationEvent
-from memwarden.memory._store import Store
+from memwarden.memory import Store, ValidationEvent
 
 
 def say(line: str) -> None:

@@ -6,8 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from memwarden.memory import FakeClock
-from memwarden.memory._store import Store
+from memwarden.memory import FakeClock, Store
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable

@@ -7,8 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memwarden.errors import ValidationInputError
-from memwarden.memory import FakeClock, ValidationEvent
-from memwarden.memory._store import Store
+from memwarden.memory import FakeClock, Store, ValidationEvent
 
 
 def _event(clock: FakeClock, subject: str, outcome: str) -> ValidationEvent:

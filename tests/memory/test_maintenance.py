@@ -29,7 +29,7 @@ from memwarden.memory.policy import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from memwarden.memory._store import ApplyResult, Store
+    from memwarden.memory import ApplyResult, Store
 
 M = 60.0
 H = 3600.0
@@ -623,7 +623,7 @@ async def test_health_of_an_empty_store_is_green(store):
 
 async def test_score_log_given_as_object_stays_open(make_store, tmp_path: Path):
     """A ScoreLog passed in is the caller's: the store uses it and does not close it."""
-    from memwarden.memory._scorelog import ScoreLog  # noqa: PLC0415 - only this test
+    from memwarden.memory import ScoreLog  # noqa: PLC0415 - only this test
 
     with ScoreLog(tmp_path / "mine.jsonl") as mine:
         store = await make_store(score_log=mine)

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from memwarden.errors import StorageError
-from memwarden.memory import BlockState
+from memwarden.memory import BlockState, Store
 from memwarden.memory._schema import MIGRATIONS, SCHEMA_VERSION, split_statements
-from memwarden.memory._store import Store
 
 if TYPE_CHECKING:
     from pathlib import Path

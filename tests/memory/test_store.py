@@ -18,7 +18,7 @@ from memwarden.memory import _blocks as blocks_module
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from memwarden.memory._store import Store
+    from memwarden.memory import Store
 
 H = 3600.0
 D = 86400.0

@@ -9,12 +9,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from memwarden.errors import ValidationInputError
-from memwarden.memory import ValidationEvent
-from memwarden.memory._clock import from_ts
+from memwarden.memory import ValidationEvent, from_ts
 
 if TYPE_CHECKING:
-    from memwarden.memory import FakeClock
-    from memwarden.memory._store import Store
+    from memwarden.memory import FakeClock, Store
 
 APP = "config/app.yaml"
 FS_APP = {"sensor": "fs", "path": APP, "key": "/http/timeout", "equals": 30}

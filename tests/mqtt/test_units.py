@@ -11,8 +11,7 @@ from memwarden.agent import AgentQueue
 from memwarden.daemon import load_settings
 from memwarden.daemon._config import sensor_option_problems
 from memwarden.errors import ConfigError
-from memwarden.memory import FakeClock
-from memwarden.memory._store import Store
+from memwarden.memory import FakeClock, Store
 from memwarden.mqtt import GapTracker, Topics, split_agent, tls_context
 from memwarden.plugins import Registry
 

@@ -14,10 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from memwarden.memory import FakeClock, ValidationEvent, from_ts
-from memwarden.memory._compaction import CompactionConfig
+from memwarden.memory import CompactionConfig, FakeClock, Store, ValidationEvent, from_ts
 from memwarden.memory._schema import MIGRATIONS
-from memwarden.memory._store import Store
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator

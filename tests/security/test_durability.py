@@ -14,8 +14,7 @@ import pytest
 
 from memwarden.daemon._config import load_settings
 from memwarden.errors import ConfigError
-from memwarden.memory import FakeClock
-from memwarden.memory._store import Store
+from memwarden.memory import FakeClock, Store
 
 SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"
 PRAGMA_VALUE = {"normal": 1, "full": 2}

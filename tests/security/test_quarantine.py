@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from memwarden.memory import FakeClock
-from memwarden.memory._store import Store
+from memwarden.memory import FakeClock, Store
 from tests.security._code_test_support import OK_ID, live_daemon, make_project
 from tests.security.sensor_daemon import HealthProbe, real_daemon
 

@@ -20,9 +20,8 @@ from typer.testing import CliRunner
 
 from memwarden.cli import app
 from memwarden.errors import PluginError, ValidationInputError
-from memwarden.memory import FakeClock, ValidationEvent, from_ts
+from memwarden.memory import FakeClock, Store, ValidationEvent, from_ts
 from memwarden.memory._reviews import queue_review
-from memwarden.memory._store import Store
 from memwarden.plugins import NeedsReviews
 from memwarden.plugins.testing import SensorHarness
 from memwarden.sensors.review import ReviewConfig, ReviewSensor

@@ -43,8 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from memwarden.client import AsyncClient
-    from memwarden.memory import Block
-    from memwarden.memory._store import Store
+    from memwarden.memory import Block, Store
 
 app = typer.Typer(
     name="memwarden",

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from memwarden.client import AsyncClient
-    from memwarden.memory._store import Store
+    from memwarden.memory import Store
 
 __all__ = [
     "DbOpt",
@@ -89,7 +89,7 @@ def call(
     message; never a traceback.
     """
     from memwarden.daemon import configure_logging  # noqa: PLC0415
-    from memwarden.memory._store import Store  # noqa: PLC0415
+    from memwarden.memory import Store  # noqa: PLC0415
 
     configure_logging("warning", "console", stream="stderr")
     if db is not None and not create and not db.is_file():

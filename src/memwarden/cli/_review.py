@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from memwarden.client import AsyncClient
-    from memwarden.memory._store import Store
+    from memwarden.memory import Store
 
 __all__ = ["review_app"]
 

@@ -7,6 +7,11 @@ directory or the nearest parent that has one, then the user state dir. The URL
 never pair its own URL with a token kept elsewhere; a URL or token given explicitly
 (arguments, ``MEMWARDEN_URL`` / ``MEMWARDEN_TOKEN``) is used as given. Errors map to
 memwarden's own exceptions.
+
+Blocks come back as :class:`~memwarden.memory.Block` models; the answers whose shape the
+API documents as typed dictionaries (``_answers.py``: :class:`HealthAnswer`,
+:class:`BlockPage`, ...), which are the decoded JSON ``dict`` itself, so code that indexes
+them as dicts keeps working; the others as that JSON.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ from memwarden import __version__
 from memwarden.daemon._guard import RequestGuard
 from memwarden.daemon._routes import EXCEPTION_HANDLERS, ROUTERS, ErrorMessage
 from memwarden.daemon._token import TOKEN_FILE, ensure_token
-from memwarden.daemon._web import ReviewSessions, review_router, signed_out_page
+from memwarden.daemon._web import ReviewSessions, signed_out_page
+from memwarden.daemon._web import router as review_pages
 from memwarden.errors import AddressInUseError, ConfigError, MemwardenError
 from memwarden.memory._files import write_private
 
@@ -85,7 +86,7 @@ def create_app(
         session_ok=sessions.cookie_ok,
         refuse_session=signed_out_page,
     )
-    app.include_router(review_router(daemon, sessions))
+    app.include_router(review_pages)
     for router in ROUTERS:
         app.include_router(router)
     # Which methods each path has, for the Allow header of a 405 (``_routes/_errors.py``).

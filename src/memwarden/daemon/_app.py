@@ -46,14 +46,14 @@ from memwarden.memory import (
     BlockState,
     NewBlock,
     RevalidationReason,
+    Store,
     SystemClock,
     Volatility,
     from_ts,
+    validate_input,
 )
 from memwarden.memory._codec import binding_from_row
 from memwarden.memory._files import private_dir
-from memwarden.memory._results import validate_input
-from memwarden.memory._store import Store
 from memwarden.memory._transfer import is_export_row
 from memwarden.plugins import (
     BoundSubject,
@@ -74,9 +74,7 @@ if TYPE_CHECKING:
 
     from memwarden.client import HealthAnswer
     from memwarden.daemon._answers import SearchAnswerDict, SearchResultDict
-    from memwarden.memory import Block, Clock, ValidationEvent
-    from memwarden.memory._quarantine import StoredBinding
-    from memwarden.memory._store import ApplyResult
+    from memwarden.memory import ApplyResult, Block, Clock, StoredBinding, ValidationEvent
 
 __all__ = ["Daemon", "ReadThrough"]
 

@@ -18,12 +18,12 @@ import structlog
 from pydantic import ValidationError
 
 from memwarden.errors import StorageError, ValidationInputError
-from memwarden.memory import ValidationEvent
+from memwarden.memory import ApplyResult, ValidationEvent
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
-    from memwarden.memory._store import ApplyResult, Store
+    from memwarden.memory import Store
 
 __all__ = ["Bus"]
 
@@ -88,8 +88,6 @@ class Bus:
         ``bound_only`` an event naming a block not bound to its sensor is rejected too
         (see :meth:`Store.apply_events`).
         """
-        from memwarden.memory._store import ApplyResult  # noqa: PLC0415 - avoid a cycle at import
-
         events: list[ValidationEvent] = []
         rejected: list[tuple[str, str]] = []
         for i, payload in enumerate(payloads):

@@ -36,8 +36,7 @@ from pydantic_settings import (
 
 from memwarden.errors import ConfigError, PluginLoadError
 from memwarden.hosting import validate_sensor_options
-from memwarden.memory import Duration
-from memwarden.memory._compaction import CompactionConfig
+from memwarden.memory import CompactionConfig, Duration
 from memwarden.memory._model import Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy

@@ -27,8 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from memwarden.daemon._config import ReadThroughSettings
-    from memwarden.memory import Block
-    from memwarden.memory._store import FactEvidence
+    from memwarden.memory import Block, FactEvidence
 
 __all__ = [
     "VERDICTS",

@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
 
     from memwarden.daemon._config import SensorSettings
-    from memwarden.memory import Clock, ValidationEvent
-    from memwarden.memory._store import Store
+    from memwarden.memory import Clock, Store, ValidationEvent
     from memwarden.memory.policy import PolicyConfig
 
 __all__ = ["Capped", "EventGate", "Refused", "Transport"]

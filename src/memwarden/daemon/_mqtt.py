@@ -83,8 +83,7 @@ if TYPE_CHECKING:
     from memwarden.daemon._bus import Bus
     from memwarden.daemon._config import MqttSettings, SensorSettings
     from memwarden.daemon._ingest import EventGate
-    from memwarden.memory import Clock, RevalidationRequest
-    from memwarden.memory._store import ApplyResult, Store
+    from memwarden.memory import ApplyResult, Clock, RevalidationRequest, Store
 
 __all__ = ["MqttBridge"]
 

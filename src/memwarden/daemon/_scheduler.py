@@ -24,8 +24,7 @@ if TYPE_CHECKING:
 
     from memwarden.daemon._bus import Bus
     from memwarden.daemon._config import SchedulerSettings
-    from memwarden.memory import RevalidationRequest
-    from memwarden.memory._store import Store
+    from memwarden.memory import RevalidationRequest, Store
     from memwarden.plugins import SensorRunner
 
 __all__ = ["RemoteRoute", "Scheduler"]

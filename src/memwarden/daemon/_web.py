@@ -13,20 +13,18 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import cookie_parser
 
+from memwarden.daemon._routes._deps import DaemonDep
 from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
 from memwarden.memory import _reviews
 
-if TYPE_CHECKING:
-    from memwarden.daemon._app import Daemon
-
-__all__ = ["ReviewSessions", "review_router", "signed_out_page"]
+__all__ = ["ReviewSessions", "router", "signed_out_page"]
 
 COOKIE = "memwarden_review"
 LINK_TTL_S = 600.0
@@ -105,96 +103,110 @@ def signed_out_page() -> tuple[int, str]:
     return 401, _templates.get_template("signed_out.html").render()
 
 
-def review_router(daemon: Daemon, sessions: ReviewSessions) -> APIRouter:
-    """The ``/review`` pages."""
-    router = APIRouter(prefix="/review", include_in_schema=False)
+def _signed_out() -> HTMLResponse:
+    return _page("signed_out.html", status=401)
 
-    def signed_out() -> HTMLResponse:
-        return _page("signed_out.html", status=401)
 
-    @router.get("/login")
-    async def login(token: str = "") -> Response:
-        if not LINK_TOKEN.fullmatch(token):
-            return _page(
-                "error.html",
-                status=400,
-                message=(
-                    "This sign-in link is malformed: its token should be 16-128 letters, "
-                    "digits, '-' or '_'. Copy the whole link, or get a new one with "
-                    "memwarden review --open."
-                ),
-            )
-        redeemed = sessions.redeem(token)
-        if redeemed is None:
-            return _page("signed_out.html", status=401, expired=True)
-        session_id, _ = redeemed
-        response = RedirectResponse("/review", status_code=303)
-        response.set_cookie(
-            COOKIE,
-            session_id,
-            httponly=True,
-            samesite="strict",
-            path="/review",
-            max_age=int(SESSION_TTL_S),
+def get_sessions(request: Request) -> ReviewSessions:
+    """The application's sign-in links and sessions (``app.state.review_sessions``)."""
+    sessions: ReviewSessions = request.app.state.review_sessions
+    return sessions
+
+
+Sessions = Annotated[ReviewSessions, Depends(get_sessions)]
+
+
+def current_session(request: Request, sessions: Sessions) -> _Session | None:
+    """The live review session the request's cookie names, if any."""
+    return sessions.get(request.cookies.get(COOKIE))
+
+
+SignedIn = Annotated[_Session | None, Depends(current_session)]
+
+router = APIRouter(prefix="/review", include_in_schema=False)
+"""The ``/review`` pages; the daemon and the sessions come through ``Depends``."""
+
+
+@router.get("/login")
+async def login(sessions: Sessions, token: str = "") -> Response:
+    if not LINK_TOKEN.fullmatch(token):
+        return _page(
+            "error.html",
+            status=400,
+            message=(
+                "This sign-in link is malformed: its token should be 16-128 letters, "
+                "digits, '-' or '_'. Copy the whole link, or get a new one with "
+                "memwarden review --open."
+            ),
         )
-        return response
+    redeemed = sessions.redeem(token)
+    if redeemed is None:
+        return _page("signed_out.html", status=401, expired=True)
+    session_id, _ = redeemed
+    response = RedirectResponse("/review", status_code=303)
+    response.set_cookie(
+        COOKIE,
+        session_id,
+        httponly=True,
+        samesite="strict",
+        path="/review",
+        max_age=int(SESSION_TTL_S),
+    )
+    return response
 
-    @router.get("")
-    async def queue(request: Request, flash: str = "") -> Response:
-        session = sessions.get(request.cookies.get(COOKIE))
-        if session is None:
-            return signed_out()
-        pending = await daemon.store.list_reviews(status="pending", limit=200)
-        items = [await daemon.store.get_review(item["id"], events=5) for item in pending]
-        return _page("queue.html", items=items, session=session, flash=flash)
 
-    @router.post("/{review_id}")
-    async def decide(  # noqa: PLR0917 - FastAPI reads the form fields from the signature
-        request: Request,
-        review_id: str,
-        action: Annotated[str, Form()],
-        csrf: Annotated[str, Form()] = "",
-        comment: Annotated[str, Form()] = "",
-        content: Annotated[str, Form()] = "",
-    ) -> Response:
-        session = sessions.get(request.cookies.get(COOKIE))
-        if session is None:
-            return signed_out()
-        if not csrf or not hmac.compare_digest(csrf.encode(), session.csrf.encode()):
-            return _page(
-                "error.html",
-                status=403,
-                message="This form is stale or forged: reload the page and try again.",
-            )
-        sensor = next(
-            (n for n, r in sorted(daemon.runners.items()) if r.kind == "review"), "review"
+@router.get("")
+async def queue(session: SignedIn, daemon: DaemonDep, flash: str = "") -> Response:
+    if session is None:
+        return _signed_out()
+    pending = await daemon.store.list_reviews(status="pending", limit=200)
+    items = [await daemon.store.get_review(item["id"], events=5) for item in pending]
+    return _page("queue.html", items=items, session=session, flash=flash)
+
+
+@router.post("/{review_id}")
+async def decide(  # noqa: PLR0917 - FastAPI reads the form fields from the signature
+    session: SignedIn,
+    daemon: DaemonDep,
+    review_id: str,
+    action: Annotated[str, Form()],
+    csrf: Annotated[str, Form()] = "",
+    comment: Annotated[str, Form()] = "",
+    content: Annotated[str, Form()] = "",
+) -> Response:
+    if session is None:
+        return _signed_out()
+    if not csrf or not hmac.compare_digest(csrf.encode(), session.csrf.encode()):
+        return _page(
+            "error.html",
+            status=403,
+            message="This form is stale or forged: reload the page and try again.",
         )
-        try:
-            result = await _reviews.decide_review(
-                daemon.store,
-                review_id,
-                action,
-                reviewer=session.reviewer,
-                comment=comment,
-                new_content=content if action == "edit" else None,
-                sensor=sensor,
-                apply=lambda events: daemon.bus.submit(sensor, events),
-            )
-        except (ValidationInputError, NotFoundError) as err:
-            return _page("error.html", status=422, message=str(err))
-        block = result["block"] or {}
-        flash = f"{action}ed: {block.get('title') or block.get('content', '')[:60]}"
-        return RedirectResponse(f"/review?flash={flash}", status_code=303)
+    sensor = next((n for n, r in sorted(daemon.runners.items()) if r.kind == "review"), "review")
+    try:
+        result = await _reviews.decide_review(
+            daemon.store,
+            review_id,
+            action,
+            reviewer=session.reviewer,
+            comment=comment,
+            new_content=content if action == "edit" else None,
+            sensor=sensor,
+            apply=lambda events: daemon.bus.submit(sensor, events),
+        )
+    except (ValidationInputError, NotFoundError) as err:
+        return _page("error.html", status=422, message=str(err))
+    block = result["block"] or {}
+    flash = f"{action}ed: {block.get('title') or block.get('content', '')[:60]}"
+    return RedirectResponse(f"/review?flash={flash}", status_code=303)
 
-    @router.get("/health")
-    async def health(request: Request) -> Response:
-        session = sessions.get(request.cookies.get(COOKIE))
-        if session is None:
-            return signed_out()
-        try:
-            report = await daemon.health()
-        except MemwardenError as err:
-            return _page("error.html", status=503, message=str(err))
-        return _page("health.html", report=report, session=session)
 
-    return router
+@router.get("/health")
+async def health(session: SignedIn, daemon: DaemonDep) -> Response:
+    if session is None:
+        return _signed_out()
+    try:
+        report = await daemon.health()
+    except MemwardenError as err:
+        return _page("error.html", status=503, message=str(err))
+    return _page("health.html", report=report, session=session)

@@ -1,10 +1,17 @@
-"""The memory model, the rules and the store. Depends only on :mod:`memwarden.errors`."""
+"""The memory model, the rules and the store. Depends only on :mod:`memwarden.errors`.
+
+:class:`Store` is the store's whole API (a façade); :class:`Database` is the connection
+owner underneath it (one writer with group commit, pooled readers).
+"""
 
 from __future__ import annotations
 
 from memwarden.memory._clock import Clock, FakeClock, SystemClock, from_ts, to_ts
+from memwarden.memory._compaction import CompactionConfig, CompactionReport
+from memwarden.memory._database import Database
 from memwarden.memory._durations import Duration, format_duration, parse_duration
 from memwarden.memory._ids import new_id
+from memwarden.memory._maintenance import DecayReport
 from memwarden.memory._model import (
     Binding,
     Block,
@@ -22,26 +29,61 @@ from memwarden.memory._model import (
     Volatility,
     default_volatility,
 )
+from memwarden.memory._outbox import OutboxMessage, OutboxStats
+from memwarden.memory._promotion import ConsolidationReport
+from memwarden.memory._quarantine import StoredBinding
 from memwarden.memory._record import BlockRecord
-from memwarden.memory._results import Explanation, SearchHit
+from memwarden.memory._results import (
+    ApplyResult,
+    BlockFilter,
+    BlockPatch,
+    DueBlock,
+    EventRecord,
+    Explanation,
+    FactEvidence,
+    SearchHit,
+    StateChange,
+    validate_input,
+)
+from memwarden.memory._scorelog import ScoreLog
+from memwarden.memory._store import Store
+from memwarden.memory._transfer import ImportReport
 
 __all__ = [
+    "ApplyResult",
     "Binding",
     "Block",
+    "BlockFilter",
+    "BlockPatch",
     "BlockRecord",
     "BlockState",
     "Category",
     "Clock",
+    "CompactionConfig",
+    "CompactionReport",
+    "ConsolidationReport",
+    "Database",
+    "DecayReport",
+    "DueBlock",
     "Duration",
+    "EventRecord",
     "Explanation",
+    "FactEvidence",
     "FakeClock",
+    "ImportReport",
     "InfoType",
     "NewBlock",
+    "OutboxMessage",
+    "OutboxStats",
     "Outcome",
     "RevalidationReason",
     "RevalidationRequest",
+    "ScoreLog",
     "SearchHit",
     "StaleReason",
+    "StateChange",
+    "Store",
+    "StoredBinding",
     "SystemClock",
     "Tier",
     "Validation",
@@ -53,4 +95,5 @@ __all__ = [
     "new_id",
     "parse_duration",
     "to_ts",
+    "validate_input",
 ]

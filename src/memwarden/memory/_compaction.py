@@ -28,7 +28,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,11 +36,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from memwarden.memory._durations import Duration
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     import aiosqlite
 
-    from memwarden.memory._store import Store
+    from memwarden.memory._clock import Clock
+    from memwarden.memory._database import Database
 
 __all__ = ["CompactionConfig", "CompactionReport", "compact"]
+
+T = TypeVar("T")
 
 log = structlog.get_logger("memwarden.store")
 
@@ -360,14 +365,13 @@ async def _prune_dead_letters(
     return deleted
 
 
-async def compact(store: Store, cfg: CompactionConfig | None = None) -> CompactionReport:
+async def compact(db: Database, clock: Clock, cfg: CompactionConfig) -> CompactionReport:
     """One compaction pass over the whole event log, then the dead letters."""
-    submit, read = store.db.write, store.db.read
-    cfg = cfg or store.compaction
+    submit, read = db.write, db.read
     report = CompactionReport()
 
-    async def write(fn: Any, *, weight: int) -> Any:
-        async def timed(conn: aiosqlite.Connection) -> Any:
+    async def write(fn: Callable[[aiosqlite.Connection], Awaitable[T]], *, weight: int) -> T:
+        async def timed(conn: aiosqlite.Connection) -> T:
             began = time.perf_counter()
             try:
                 return await fn(conn)
@@ -377,7 +381,7 @@ async def compact(store: Store, cfg: CompactionConfig | None = None) -> Compacti
         return await submit(timed, weight=weight)
 
     started = time.perf_counter()
-    now = store.clock.time()
+    now = clock.time()
     cutoff = now - cfg.after.total_seconds()
     limit = cfg.window_rows
     async with read() as conn:

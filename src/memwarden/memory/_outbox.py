@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
     import aiosqlite
 
-    from memwarden.memory._store import Store
+    from memwarden.memory._clock import Clock
+    from memwarden.memory._database import Database
 
 __all__ = ["DROPPED_KEY", "OutboxMessage", "OutboxStats"]
 
@@ -47,12 +48,12 @@ class OutboxStats:
 
 
 async def put(
-    store: Store, messages: Sequence[tuple[str, bytes, int, bool]], *, max_rows: int
+    db: Database, clock: Clock, messages: Sequence[tuple[str, bytes, int, bool]], *, max_rows: int
 ) -> int:
     """Append ``(topic, payload, qos, retain)`` messages; returns how many old ones it dropped."""
     if not messages:
         return 0
-    now = store.clock.time()
+    now = clock.time()
     rows = [(now, topic, payload, qos, int(retain)) for topic, payload, qos, retain in messages]
 
     async def job(conn: aiosqlite.Connection) -> int:
@@ -75,12 +76,12 @@ async def put(
         )
         return int(excess)
 
-    return await store.db.write(job)
+    return await db.write(job)
 
 
-async def peek(store: Store, *, limit: int = 500) -> list[OutboxMessage]:
+async def peek(db: Database, *, limit: int = 500) -> list[OutboxMessage]:
     """The oldest waiting messages, in the order they were put."""
-    async with store.db.read() as conn:
+    async with db.read() as conn:
         rows = await conn.execute_fetchall(
             "SELECT id, topic, payload, qos, retain FROM outbox ORDER BY id LIMIT ?", (limit,)
         )
@@ -96,7 +97,7 @@ async def peek(store: Store, *, limit: int = 500) -> list[OutboxMessage]:
     ]
 
 
-async def delete(store: Store, ids: Sequence[int]) -> None:
+async def delete(db: Database, ids: Sequence[int]) -> None:
     """Forget messages that were published (their PUBACK arrived)."""
     if not ids:
         return
@@ -105,11 +106,11 @@ async def delete(store: Store, ids: Sequence[int]) -> None:
     async def job(conn: aiosqlite.Connection) -> None:
         await conn.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in keys])
 
-    await store.db.write(job)
+    await db.write(job)
 
 
-async def stats(store: Store) -> OutboxStats:
-    async with store.db.read() as conn:
+async def stats(db: Database) -> OutboxStats:
+    async with db.read() as conn:
         rows = list(
             await conn.execute_fetchall(
                 "SELECT (SELECT count(*) FROM outbox), (SELECT value FROM meta WHERE key = ?)",
@@ -120,12 +121,12 @@ async def stats(store: Store) -> OutboxStats:
     return OutboxStats(queued=int(queued), dropped=int(dropped or 0))
 
 
-async def agent_high_water(store: Store, agents: Sequence[str]) -> dict[str, int]:
+async def agent_high_water(db: Database, agents: Sequence[str]) -> dict[str, int]:
     """The highest sequence number stored for each agent run (absent: none stored)."""
     if not agents:
         return {}
     out: dict[str, int] = {}
-    async with store.db.read() as conn:
+    async with db.read() as conn:
         for agent in dict.fromkeys(agents):  # one index seek each (events_agent_seq)
             rows = list(
                 await conn.execute_fetchall(

@@ -22,11 +22,13 @@ from memwarden.memory._clock import from_ts
 from memwarden.memory._model import Binding, Outcome, ValidationEvent
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     import aiosqlite
 
-    from memwarden.memory._store import Store
+    from memwarden.memory._clock import Clock
+    from memwarden.memory._database import Database
+    from memwarden.memory._results import ApplyResult
 
 __all__ = ["StoredBinding", "quarantined", "set_quarantine", "stored_bindings"]
 
@@ -83,12 +85,12 @@ _SELECT = (
 )
 
 
-async def stored_bindings(store: Store, sensors: Sequence[str]) -> list[StoredBinding]:
+async def stored_bindings(db: Database, sensors: Sequence[str]) -> list[StoredBinding]:
     """Every stored binding of these sensors (quarantined or not), of blocks not archived."""
     if not sensors:
         return []
     marks = ",".join("?" * len(sensors))
-    async with store.db.read() as conn:
+    async with db.read() as conn:
         rows = await conn.execute_fetchall(
             f"{_SELECT} WHERE g.sensor IN ({marks}) AND k.state <> 'archived' ORDER BY g.id",
             list(sensors),
@@ -96,9 +98,9 @@ async def stored_bindings(store: Store, sensors: Sequence[str]) -> list[StoredBi
     return [StoredBinding(*r) for r in rows]
 
 
-async def quarantined(store: Store) -> list[StoredBinding]:
+async def quarantined(db: Database) -> list[StoredBinding]:
     """The quarantined bindings, oldest first."""
-    async with store.db.read() as conn:
+    async with db.read() as conn:
         rows = await conn.execute_fetchall(
             f"{_SELECT} WHERE g.quarantine IS NOT NULL ORDER BY g.quarantined_at, g.id"
         )
@@ -111,7 +113,12 @@ def _event_id(binding: StoredBinding, rule: str) -> str:
 
 
 async def set_quarantine(
-    store: Store, failing: Sequence[tuple[StoredBinding, str]], released: Sequence[int] = ()
+    db: Database,
+    clock: Clock,
+    failing: Sequence[tuple[StoredBinding, str]],
+    released: Sequence[int] = (),
+    *,
+    apply: Callable[[Sequence[ValidationEvent]], Awaitable[ApplyResult]],
 ) -> int:
     """Quarantine ``(binding, rule)`` pairs and release the binding ids in ``released``.
 
@@ -119,10 +126,10 @@ async def set_quarantine(
     ``error`` event naming the rule (its id derives from the binding and the rule, so
     a crash between the two writes never doubles it). Returns how many changed.
     """
-    now = store.clock.time()
+    now = clock.time()
     fresh = [(b, rule) for b, rule in failing if b.quarantine != rule]
     if fresh:
-        await store.apply_events(
+        await apply(
             [
                 ValidationEvent(
                     event_id=_event_id(b, rule),
@@ -149,5 +156,5 @@ async def set_quarantine(
             [(i,) for i in release],
         )
 
-    await store.db.write(job)
+    await db.write(job)
     return len(fresh) + len(release)

@@ -1,10 +1,12 @@
 """The human review queue: list, show and decide review items, and find what to escalate.
 
-Each function takes a :class:`~memwarden.memory._store.Store` (which exposes the main
-ones as thin methods). An item is one ``reviews`` row: a block, the reason it needs a
-human, and — when shown — the evidence (the block's last events). The rules already
-queue items for a hard refutation no bound sensor can settle and for repeated check
-errors; the review sensor queues the others (:func:`escalation_candidates`).
+Each function takes the :class:`~memwarden.memory._store.Store` (which exposes the main
+ones as thin methods): a decision combines store operations (an edit, an event, a read
+back); its own queries go through ``store.db``. An item is one ``reviews`` row: a
+block, the reason it needs a human, and — when shown — the evidence (the block's last
+events). The rules already queue items for a hard refutation no bound sensor can
+settle and for repeated check errors; the review sensor queues the others
+(:func:`escalation_candidates`).
 
 A decision is an event like any other: ``sensor="review"`` (the review sensor's name),
 ``block_id`` = the item's block, ``confirmed`` or ``refuted``, the reviewer's comment as
@@ -81,16 +83,9 @@ class Review:
         return d
 
 
-def _ops(store: Store) -> Any:
-    # Review operations are the store's own, kept in a module of their own; they use its
-    # database's writer and reader pool like the store's other parts do.
-    return store.db.write, store.db.read
-
-
 async def _fetch(store: Store, review_id: str) -> Review:
-    _, read = _ops(store)
     async with (
-        read() as conn,
+        store.db.read() as conn,
         conn.execute(f"SELECT {_COLUMNS} FROM reviews WHERE id = ?", (review_id,)) as cur,
     ):
         row = await cur.fetchone()
@@ -117,14 +112,13 @@ async def list_reviews(
     where = "" if status == "all" else "WHERE r.status = ?"
     order = "r.created_at, r.id" if status == "pending" else "r.created_at DESC, r.id DESC"
     args: list[Any] = [] if status == "all" else [status]
-    _, read = _ops(store)
     sql = (
         f"SELECT {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))},"
         " k.title, k.content, k.state, k.reliability"
         f" FROM reviews r LEFT JOIN blocks k ON k.id = r.block_id {where}"
         f" ORDER BY {order} LIMIT ?"
     )
-    async with read() as conn, conn.execute(sql, [*args, limit]) as cur:
+    async with store.db.read() as conn, conn.execute(sql, [*args, limit]) as cur:
         rows = await cur.fetchall()
     out = []
     for row in rows:
@@ -249,9 +243,8 @@ async def decide_review(
 
 async def _open_request(store: Store, block_id: str, sensor: str) -> str | None:
     """The newest open revalidation request the review sensor holds for the block."""
-    _, read = _ops(store)
     async with (
-        read() as conn,
+        store.db.read() as conn,
         conn.execute(
             "SELECT id FROM revalidations WHERE block_id = ? AND sensor = ?"
             " AND status IN ('pending', 'sent') ORDER BY created_at DESC LIMIT 1",
@@ -271,7 +264,6 @@ async def _close(  # noqa: PLR0917 - a private step of decide_review, called onc
     sensor: str,
     event: ValidationEvent,
 ) -> Review:
-    write, _ = _ops(store)
     now = store.clock.time()
 
     async def job(conn: Any) -> None:
@@ -305,7 +297,7 @@ async def _close(  # noqa: PLR0917 - a private step of decide_review, called onc
             ),
         )
 
-    await write(job)
+    await store.db.write(job)
     return await _fetch(store, review.id)
 
 
@@ -329,9 +321,8 @@ async def escalation_candidates(
     Refuted blocks are left out: a refutation is a verdict (the rules already queue the
     ones no bound sensor can settle), and a human's rejection must not come back.
     """
-    _, read = _ops(store)
     found: dict[str, str] = {}
-    async with read() as conn:
+    async with store.db.read() as conn:
         ids = list(dict.fromkeys(block_ids))
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]

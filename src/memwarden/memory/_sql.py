@@ -40,6 +40,7 @@ __all__ = [
     "executemany",
     "load_record",
     "placeholders",
+    "rid_ranges",
     "save_record",
     "select_in",
 ]
@@ -131,3 +132,14 @@ async def depends_of(conn: aiosqlite.Connection, rids: Sequence[int]) -> dict[in
         ):
             out[rid].append(dep)
     return out
+
+
+async def rid_ranges(conn: aiosqlite.Connection, chunk_rows: int) -> list[tuple[int, int]]:
+    """Consecutive ``(lo, hi)`` ranges of ``chunk_rows`` rids covering every block now."""
+    async with conn.execute("SELECT min(rid), max(rid) FROM blocks") as cur:
+        row = await cur.fetchone()
+    if row is None or row[0] is None:
+        return []
+    lo, hi = int(row[0]), int(row[1])
+    step = max(1, chunk_rows)
+    return [(start, min(hi, start + step - 1)) for start in range(lo, hi + 1, step)]

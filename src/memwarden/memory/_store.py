@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from memwarden.memory import (
     _compaction,
+    _explain,
     _maintenance,
     _outbox,
+    _promotion,
     _quarantine,
     _reviews,
     _transfer,
@@ -334,7 +336,15 @@ class Store:
         return await self._evidence.receipts_for(block_ids)
 
     async def believed_at(self, block_id: str, at: float) -> dict[str, Any]:
-        """What we believed about a block at ``at`` (see :meth:`Evidence.believed_at`)."""
+        """What we believed about a block at ``at``: its content version, state,
+        reliability, validation and the last evidence committed before then.
+
+        Rebuilt from the append-only event log (events and their effects, in commit
+        order), the block's history of edits (``block_history``) and the audit log
+        (archive, restore). Bi-temporal as far as the evidence goes: each piece of
+        evidence says when the world was observed (``observed_at``) and when we learned
+        it (``committed_at``); ``at`` is compared with the latter.
+        """
         return await self._evidence.believed_at(block_id, at)
 
     # ------------------------------------------------------------------ reads
@@ -401,8 +411,13 @@ class Store:
         record: bool = True,
     ) -> list[SearchHit]:
         """Blocks matching ``query`` (words, never FTS syntax), ranked by
-        relevance x freshness x reliability x retention (see :meth:`Search.search`).
+        relevance x freshness x reliability x retention.
 
+        Every word must match; when no block has them all, any word may (ranked by BM25,
+        so blocks with more of them come first).
+        BM25 picks the best ``ranking.candidates`` matches in one pass; only those are
+        joined to their blocks and re-ranked, so ranking adds no second pass over every
+        match. Archived blocks are not in the index; refuted ones only when asked.
         With a ``session`` (and ``record``), the hits' retrievals are recorded, which
         feeds core promotion (:meth:`record_access`); the hits show the blocks as they
         were before this retrieval.
@@ -417,36 +432,43 @@ class Store:
         return await self._search.count_refuted_matches(query)
 
     # ------------------------------------------------------------------ maintenance
-    # The passes live in _maintenance.py; these methods are their public face.
+    # The passes live in _promotion.py, _maintenance.py and _explain.py; these methods
+    # are their public face.
 
     async def record_access(
         self, block_ids: Sequence[str], *, session: str | None = None
     ) -> list[str]:
         """Count a retrieval of each block (in ``session``); returns the ids made core."""
-        return await _maintenance.record_accesses(self, block_ids, session=session)
+        return await _promotion.record_accesses(
+            self.db, self.clock, self.policy, block_ids, session=session, score_log=self.score_log
+        )
 
     async def decay_cycle(self, *, chunk_rows: int | None = None) -> _maintenance.DecayReport:
         """Recompute retention set-based and archive what decayed below the threshold."""
-        return await _maintenance.decay_cycle(self, chunk_rows=chunk_rows)
+        return await _maintenance.decay_cycle(
+            self.db, self.clock, self.policy, chunk_rows=chunk_rows
+        )
 
     async def heuristic_cycle(self, *, chunk_rows: int | None = None) -> dict[str, Any]:
         """The self-tuning rules' self-tuning pass over the blocks read since the previous one."""
-        return await _maintenance.heuristic_cycle(self, chunk_rows=chunk_rows)
+        return await _maintenance.heuristic_cycle(self.db, self.policy, chunk_rows=chunk_rows)
 
-    async def consolidate(self, *, limit: int | None = None) -> _maintenance.ConsolidationReport:
+    async def consolidate(self, *, limit: int | None = None) -> _promotion.ConsolidationReport:
         """The consolidation pass: score short_term blocks, promote the ones that pass."""
-        return await _maintenance.consolidate(self, limit=limit)
+        return await _promotion.consolidate(
+            self.db, self.clock, self.policy, limit=limit, score_log=self.score_log
+        )
 
     # ------------------------------------------------------------------ quarantine
     # Implemented in _quarantine.py; these methods are its public face.
 
     async def stored_bindings(self, sensors: Sequence[str]) -> list[_quarantine.StoredBinding]:
         """Every stored binding of these sensors, raw (quarantined ones included)."""
-        return await _quarantine.stored_bindings(self, sensors)
+        return await _quarantine.stored_bindings(self.db, sensors)
 
     async def quarantined_bindings(self) -> list[_quarantine.StoredBinding]:
         """The bindings quarantined because today's rules refuse them."""
-        return await _quarantine.quarantined(self)
+        return await _quarantine.quarantined(self.db)
 
     async def set_quarantine(
         self,
@@ -454,24 +476,30 @@ class Store:
         released: Sequence[int] = (),
     ) -> int:
         """Quarantine ``(binding, rule)`` pairs (an error event each), release others."""
-        return await _quarantine.set_quarantine(self, failing, released)
+        return await _quarantine.set_quarantine(
+            self.db, self.clock, failing, released, apply=self.apply_events
+        )
 
     async def compact_events(
         self, cfg: _compaction.CompactionConfig | None = None
     ) -> _compaction.CompactionReport:
         """Compact old runs of identical outcomes in the event log; prune dead letters."""
-        return await _compaction.compact(self, cfg)
+        return await _compaction.compact(self.db, self.clock, cfg or self.compaction)
 
     async def explain(self, block_id: str) -> Explanation:
         """Why a block stands where it does: state, reliability, retention, rank, promotion."""
-        return await _maintenance.explain(self, block_id)
+        return await _explain.explain(self.db, self.clock, self.policy, block_id)
 
     async def health(
         self, *, failing_sensors: Iterable[str] = (), sensors_total: int = 0
     ) -> HealthReport:
         """The 0-100 health score and its warnings, from aggregate queries."""
-        return await _maintenance.health(
-            self, failing_sensors=failing_sensors, sensors_total=sensors_total
+        return await _explain.health(
+            self.db,
+            self.clock,
+            self.policy,
+            failing_sensors=failing_sensors,
+            sensors_total=sensors_total,
         )
 
     # ------------------------------------------------------------------ helpers
@@ -518,23 +546,23 @@ class Store:
     ) -> int:
         """Keep ``(topic, payload, qos, retain)`` messages to publish later; returns how many
         of the oldest were dropped to stay within ``max_rows``."""
-        return await _outbox.put(self, messages, max_rows=max_rows)
+        return await _outbox.put(self.db, self.clock, messages, max_rows=max_rows)
 
     async def outbox_peek(self, *, limit: int = 500) -> list[_outbox.OutboxMessage]:
         """The oldest messages waiting to be published."""
-        return await _outbox.peek(self, limit=limit)
+        return await _outbox.peek(self.db, limit=limit)
 
     async def outbox_delete(self, ids: Sequence[int]) -> None:
         """Forget messages that were published."""
-        await _outbox.delete(self, ids)
+        await _outbox.delete(self.db, ids)
 
     async def outbox_stats(self) -> _outbox.OutboxStats:
         """How many messages wait, and how many were ever dropped because the outbox was full."""
-        return await _outbox.stats(self)
+        return await _outbox.stats(self.db)
 
     async def agent_high_water(self, agents: Sequence[str]) -> dict[str, int]:
         """The highest ``seq`` stored for each remote agent run (absent when none)."""
-        return await _outbox.agent_high_water(self, agents)
+        return await _outbox.agent_high_water(self.db, agents)
 
     # ------------------------------------------------------------------ human review queue
     # Implemented in _reviews.py; these methods are its public face.

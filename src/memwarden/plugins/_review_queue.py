@@ -14,7 +14,7 @@ from memwarden.plugins._capabilities import QueuedReview
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from memwarden.memory._store import Store
+    from memwarden.memory import Store
 
 __all__ = ["StoreReviewQueue"]
 

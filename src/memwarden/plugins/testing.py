@@ -46,11 +46,11 @@ from memwarden.memory import (
     Outcome,
     RevalidationReason,
     RevalidationRequest,
+    Store,
     ValidationEvent,
     from_ts,
 )
 from memwarden.memory import FakeClock as _StoreFakeClock
-from memwarden.memory._store import Store
 from memwarden.plugins._bindings import check_binding
 from memwarden.plugins._capabilities import NeedsReviews
 from memwarden.plugins._contract import BoundSubject, SensorContext, StartupPolicy

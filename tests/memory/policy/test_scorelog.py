@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from memwarden.memory._scorelog import ScoreLog, read
+from memwarden.memory import ScoreLog
+from memwarden.memory._scorelog import read
 from memwarden.memory.policy import ScoreResult
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z

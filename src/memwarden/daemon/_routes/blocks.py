@@ -19,8 +19,15 @@ from memwarden.daemon._routes._deps import (
 )
 from memwarden.daemon._routes.search import BelievedAt, BlockRead
 from memwarden.errors import ValidationInputError
-from memwarden.memory import Block, BlockState, NewBlock, Tier, Volatility, parse_duration
-from memwarden.memory._store import BlockPatch
+from memwarden.memory import (
+    Block,
+    BlockPatch,
+    BlockState,
+    NewBlock,
+    Tier,
+    Volatility,
+    parse_duration,
+)
 
 __all__ = ["BlockPage", "RevalidateAnswer", "router"]
 
