@@ -43,7 +43,7 @@ EVENT_STEP_S = 0.01  # observed_at of event i is T0 + 1 h + i * EVENT_STEP_S
 ADD_CHUNK = 5000
 APPLY_CHUNK = 1000
 OUTCOME_MIX = ((0.90, Outcome.CONFIRMED), (0.95, Outcome.CHANGED), (1.0, Outcome.REFUTED))
-TARGET_RATIO = 0.5
+TARGET_RATIO = 0.6  # issue 16: at least 0.6x raw
 
 _EVENT_INSERT = (
     "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"

@@ -68,18 +68,24 @@ def query_plan(conn: sqlite3.Connection, sql: str, params: Sequence[Any] | dict[
 
 
 async def traced_reads(store: Any, call: Callable[[], Awaitable[Any]]) -> list[str]:
-    """The SELECT/WITH statements the store's reader connections run during ``call()``.
+    """The SELECT/WITH statements the store's read connections run during ``call()``.
 
     Uses private attributes of the store's database; an empty list if it changes shape. The
     statements come expanded (parameters inlined), ready for ``EXPLAIN QUERY PLAN``.
     """
     statements: list[str] = []
-    readers = list(getattr(getattr(store, "db", None), "_all_readers", []))
+    db = getattr(store, "db", None)
+    readers = list(getattr(db, "_all_readers", []))
+    inline = getattr(db, "_inline", None)  # the loop's own connection, for small reads
     for reader in readers:
         await reader.set_trace_callback(statements.append)
+    if isinstance(inline, sqlite3.Connection):
+        inline.set_trace_callback(statements.append)
     try:
         await call()
     finally:
         for reader in readers:
             await reader.set_trace_callback(None)
+        if isinstance(inline, sqlite3.Connection):
+            inline.set_trace_callback(None)
     return [s for s in statements if s.lstrip().upper().startswith(("SELECT", "WITH"))]

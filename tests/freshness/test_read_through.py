@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from memwarden.daemon._answers import SearchAnswerDict, SearchResultDict
+from memwarden.daemon._routes.search import SearchAnswer, SearchResult
 from tests.freshness.conftest import Probe, bound
 
 
@@ -163,3 +165,19 @@ async def test_hidden_refuted_and_the_rank_scale(make_daemon, clock):
     shown = await d.search("region", include_refuted=True)
     assert shown["hidden_refuted"] == 0
     assert {r["receipt"]["verdict"] for r in shown["results"]} == {"verified", "refuted"}
+
+
+async def test_the_typed_search_answer_is_what_the_api_edge_builds_its_model_from(make_daemon):
+    """Daemon.search answers exactly the keys its TypedDicts name, and the API's response
+    models take every one of them (nothing the daemon computes is dropped at the edge)."""
+    d = await make_daemon()
+    await bound(d, "typed answer port 8080", "typed/port", 8080)
+    answer = await d.search("typed answer", limit=10)
+    assert set(answer) == set(SearchAnswerDict.__annotations__)
+    [result] = answer["results"]
+    assert set(result) == set(SearchResultDict.__annotations__)
+    assert set(SearchAnswerDict.__annotations__) <= set(SearchAnswer.model_fields)
+    assert set(SearchResultDict.__annotations__) <= set(SearchResult.model_fields)
+    built = SearchAnswer.model_validate(answer).model_dump(mode="json", exclude_none=True)
+    assert built["results"][0]["block"]["id"] == result["block"]["id"]
+    assert built["results"][0]["rank"] == result["rank"]

@@ -16,8 +16,9 @@ from tests.memory.gradual_example import CONTENT as GRADUAL_CONTENT
 from tests.memory.gradual_example import DAYS as GRADUAL_DAYS
 from tests.memory.gradual_example import STEADY_SIGNALS, Day
 
-from memwarden.memory import BlockRecord, FakeClock, ValidationEvent, from_ts
+from memwarden.memory import BlockRecord, Explanation, FakeClock, ValidationEvent, from_ts
 from memwarden.memory._codec import BLOCK_COLUMNS, record_to_row
+from memwarden.memory._results import ExplainRank, ExplainRetention, ExplainState, ExplainValidation
 from memwarden.memory._schema import MIGRATIONS, split_statements
 from memwarden.memory._scorelog import read as read_score_log
 from memwarden.memory._sqlrules import retention_sql, rule_params
@@ -540,6 +541,14 @@ async def test_consolidation_limit_caps_the_blocks_scored(store):
 # ------------------------------------------------------------------ explain and health
 
 
+_EXPLAIN_SECTIONS = {
+    "state": ExplainState,
+    "validation": ExplainValidation,
+    "retention": ExplainRetention,
+    "rank": ExplainRank,
+}
+
+
 async def test_explain_has_every_section(store, clock):
     """explain shows state, reliability history, validation, retention inputs, rank factors,
     promotion scores and blockers and the events behind them, all JSON-serializable."""
@@ -553,7 +562,9 @@ async def test_explain_has_every_section(store, clock):
     explained = await store.explain(block.id)
 
     json.dumps(explained)
-    assert set(explained) >= {"state", "reliability", "validation", "retention", "rank"}
+    assert set(explained) == set(Explanation.__annotations__)  # the typed answer, no more
+    for section in ("state", "validation", "retention", "rank"):
+        assert set(explained[section]) == set(_EXPLAIN_SECTIONS[section].__annotations__)
     assert explained["state"]["effective"] == "stale"
     assert explained["state"]["stale_reasons"] == ["expired"]
     [change] = explained["reliability"]["history"]

@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from memwarden.client import HealthAnswer
+    from memwarden.daemon._answers import SearchAnswerDict, SearchResultDict
     from memwarden.memory import ApplyResult, Block, Clock, StoredBinding, ValidationEvent
 
 __all__ = ["Daemon", "ReadThrough"]
@@ -980,7 +981,7 @@ class Daemon:
         session: str | None = None,
         include_refuted: bool = False,
         wait_s: float = 2.0,
-    ) -> dict[str, Any]:
+    ) -> SearchAnswerDict:
         """Search; results older than ``max_age_s`` (``fresh``: any age, and stale ones)
         whose check is quick are re-checked first, up to ``wait_s``. Every result carries
         a receipt and a ``rank`` on a 0-1 scale."""
@@ -998,7 +999,7 @@ class Daemon:
             again = {k: v for k, v in kwargs.items() if k != "session"}
             hits = await self.store.search(query, **again)
         if session is not None:  # told later when one of these is refuted or goes stale
-            self.sessions.read(session, [h.block.id for h in hits])
+            self.sessions.read(session, [h.id for h in hits])
         receipts = await self.receipts([h.block for h in hits], rt)
         observations = {  # what each check for this read saw (the block's last event)
             block_id: ev.last_event
@@ -1006,21 +1007,37 @@ class Daemon:
             if ev.last_event is not None
         }
         best = max((h.relevance for h in hits), default=0.0)
-        results = []
+        short = await self.store.short_ids([h.id for h in hits])
+        results: list[SearchResultDict] = []
         for h in hits:
-            row = h.as_dict()
-            rec = receipts[h.block.id]
+            rec = receipts[h.id]
             match = h.relevance / best if best > 0 else 0.0
-            row["rank"] = round(
-                match * h.freshness * h.reliability * h.retention * verdict_factor(rec["verdict"]),
-                4,
+            block = h.block.model_dump(mode="json")
+            block["short_id"] = short.get(h.id)
+            results.append(
+                {
+                    "block": block,
+                    "score": h.score,
+                    "stale": h.stale,
+                    "warnings": h.warnings,
+                    "factors": {
+                        "relevance": h.relevance,
+                        "freshness": h.freshness,
+                        "reliability": h.reliability,
+                        "retention": h.retention,
+                    },
+                    "rank": round(
+                        match
+                        * h.freshness
+                        * h.reliability
+                        * h.retention
+                        * verdict_factor(rec["verdict"]),
+                        4,
+                    ),
+                    "receipt": rec,
+                }
             )
-            row["receipt"] = rec
-            results.append(row)
         results.sort(key=lambda r: r["rank"], reverse=True)
-        short = await self.store.short_ids([h.block.id for h in hits])
-        for r in results:
-            r["block"]["short_id"] = short.get(r["block"]["id"])
         hidden = 0 if include_refuted else await self.store.count_refuted_matches(query)
         return {
             "query": query,

@@ -11,6 +11,7 @@ letters, which stay bounded.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import operator
 from collections import defaultdict
@@ -24,7 +25,9 @@ from memwarden.memory._sql import (
     EVIDENCE_SELECT,
     EVIDENCE_UPDATE,
     REVALIDATION_INSERT,
+    chunks,
     executemany,
+    placeholders,
     select_in,
 )
 from memwarden.memory.policy import Effect, PolicyConfig, apply_event, mark_stale
@@ -70,6 +73,14 @@ _EVENT_INSERT = (
     "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"
     " reliability, validity_window_s, request_id, block_id, message, observed, agent, agent_seq)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_REVALIDATION_DONE = (
+    "UPDATE revalidations SET status = 'done', finished_at = ?, outcome = ?"
+    " WHERE id = ? AND status IN ('pending', 'sent')"
+)
+_EVENT_IDS_SELECT = "SELECT event_id FROM events WHERE event_id IN "
+_BOUND_SELECT = (
+    "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid WHERE k.id IN "
 )
 _EFFECT_INSERT = (
     "INSERT INTO effects (block_rid, event_seq, state_before, state_after,"
@@ -185,11 +196,14 @@ async def _apply_job(
             "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)",
             [(now, "events", reason, payload) for _, reason, payload in rejected],
         )
-    batch = await _drop_duplicates(conn, prepared, result)
+    if not prepared:
+        return result
+    reads = await _Reads.fetch(conn, prepared)
+    batch = _drop_duplicates(prepared, reads.existing, result)
     if batch:
         applied = _EventBatch(now, cfg, result)
-        await applied.route(conn, batch)
-        await applied.run(conn, batch)
+        applied.route(reads)
+        await applied.run(conn, batch, reads.first_seq)
     return result
 
 
@@ -220,24 +234,59 @@ async def _reject_unbound(
     prepared[:] = keep
 
 
-async def _drop_duplicates(
-    conn: aiosqlite.Connection, prepared: list[_Prepared], result: ApplyResult
+class _Reads:
+    """Everything an event job reads before its rules run, fetched in one round trip:
+    the queries are all handed to the connection's thread at once and awaited together
+    (one wait for the thread instead of one per query: on a busy machine each wait is a
+    trip through the scheduler)."""
+
+    existing: set[str]  # event ids already in the log
+    routes: list[Any]  # _ROUTE_SELECT rows of the events' subjects
+    bound: list[Any]  # (block id, sensor) of the blocks events name directly
+    direct: list[Any]  # EVIDENCE_SELECT rows of those blocks
+    first_seq: int  # the seq of the job's first event
+
+    @classmethod
+    async def fetch(cls, conn: aiosqlite.Connection, prepared: list[_Prepared]) -> _Reads:
+        subjects = list({p[2] for p in prepared if p[8] is None})
+        direct = list({p[8] for p in prepared if p[8] is not None})
+        seq_rows, ids, routes, bound, records = await asyncio.gather(
+            conn.execute_fetchall("SELECT coalesce(max(seq), 0) FROM events"),
+            _select_all(conn, _EVENT_IDS_SELECT, [p[0] for p in prepared]),
+            _select_all(conn, _ROUTE_SELECT, subjects),
+            _select_all(conn, _BOUND_SELECT, direct),
+            _select_all(conn, EVIDENCE_SELECT, direct),
+        )
+        reads = cls()
+        reads.existing = {r[0] for r in ids}
+        reads.routes, reads.bound, reads.direct = routes, bound, records
+        reads.first_seq = next(iter(seq_rows))[0] + 1
+        return reads
+
+
+async def _select_all(
+    conn: aiosqlite.Connection, sql_prefix: str, keys: Sequence[Any]
+) -> list[Any]:
+    """``select_in`` with every chunk queued at once (one wait, not one per chunk)."""
+    if not keys:
+        return []
+    parts = await asyncio.gather(
+        *(conn.execute_fetchall(sql_prefix + placeholders(len(c)), c) for c in chunks(keys))
+    )
+    return [row for part in parts for row in part]
+
+
+def _drop_duplicates(
+    prepared: list[_Prepared], existing: set[str], result: ApplyResult
 ) -> list[_Prepared]:
     """The events not yet in the log (nor twice in this batch)."""
-    if not prepared:
-        return []
-    existing = {
-        r[0]
-        for r in await select_in(
-            conn, "SELECT event_id FROM events WHERE event_id IN ", [p[0] for p in prepared]
-        )
-    }
+    seen = set(existing)
     batch: list[_Prepared] = []
     for p in prepared:
-        if p[0] in existing:
+        if p[0] in seen:
             result.duplicates += 1
         else:
-            existing.add(p[0])
+            seen.add(p[0])
             batch.append(p)
     return batch
 
@@ -252,16 +301,17 @@ class _EventBatch:
         self.by_subject: dict[tuple[str, str], list[str]] = defaultdict(list)
         self.records: dict[str, Any] = {}
         self.bound: set[tuple[str, str]] = set()
+        self.reviews: list[tuple[Any, ...]] = []
+        self.timeout_s = cfg.staleness.revalidation_timeout.total_seconds()
 
-    async def route(self, conn: aiosqlite.Connection, batch: list[_Prepared]) -> None:
+    def route(self, reads: _Reads) -> None:
         """Which blocks each event reaches: by (sensor, subject) binding, or by block id.
 
-        One joined lookup fetches the bindings and the evidence of the blocks behind them.
+        One joined lookup fetched the bindings and the evidence of the blocks behind them.
         """
         records = self.records
-        subjects = list({p[2] for p in batch if p[8] is None})
         routed: set[tuple[str, str, str]] = set()
-        for row in await select_in(conn, _ROUTE_SELECT, subjects):
+        for row in reads.routes:
             block_id = row[3]
             if (row[0], row[1], block_id) in routed:  # a block bound twice to one subject
                 continue  # (two assertions on one file): the event reaches it once
@@ -269,35 +319,48 @@ class _EventBatch:
             self.by_subject[(row[1], row[0])].append(block_id)
             if block_id not in records:
                 records[block_id] = evidence_record(row[2:])
-        direct = list({p[8] for p in batch if p[8] is not None})
-        if not direct:
-            return
-        for block_id, sensor in await select_in(
-            conn,
-            "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
-            " WHERE k.id IN ",
-            direct,
-        ):
+        for block_id, sensor in reads.bound:
             self.bound.add((block_id, sensor))
-        missing = [b for b in direct if b not in records]
-        for row in await select_in(conn, EVIDENCE_SELECT, missing):
-            records[row[1]] = evidence_record(row)
+        for row in reads.direct:
+            if row[1] not in records:
+                records[row[1]] = evidence_record(row)
 
-    async def run(self, conn: aiosqlite.Connection, batch: list[_Prepared]) -> None:
-        """Apply the rules event by event (in observation order), then write everything."""
+    async def run(self, conn: aiosqlite.Connection, batch: list[_Prepared], first_seq: int) -> None:
+        """Apply the rules event by event (in observation order), then write everything.
+
+        The writes are handed to the connection's thread all at once and awaited together
+        (with the dependency propagation's first read queued behind them): one wait for
+        the thread, not one per statement. The thread runs them in the order given.
+        """
+        now, result = self.now, self.result
+        answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
+        result.answered = [p[7] for p in batch if p[7] is not None]
+        writes = _QueuedWrites(conn)
+        # Answered requests first: a new request for the same check may follow.
+        await writes.queue([(_REVALIDATION_DONE, answered), *self._rules(batch, first_seq)])
+        result.accepted = len(batch)
+        fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
+        if fallen:  # its reads run after the writes queued above (the thread keeps order)
+            result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=self.cfg))
+        await writes.done()
+        result.reviews = len(self.reviews)
+        await executemany(
+            conn,
+            "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at) VALUES (?,?,?,?)",
+            self.reviews,
+        )
+
+    def _rules(
+        self, part: list[_Prepared], first_seq: int
+    ) -> list[tuple[str, list[tuple[Any, ...]]]]:
+        """Run the rules over ``part``; the statements that write what they did, in order."""
         now, cfg, result = self.now, self.cfg, self.result
-        async with conn.execute("SELECT coalesce(max(seq), 0) FROM events") as cur:
-            first_seq = (await cur.fetchone() or (0,))[0] + 1
-        event_rows = [(seq, *p[:5], now, *p[5:]) for seq, p in enumerate(batch, start=first_seq)]
+        event_rows = [(seq, *p[:5], now, *p[5:]) for seq, p in enumerate(part, start=first_seq)]
         effect_rows: list[tuple[Any, ...]] = []
         touched: dict[str, Any] = {}
         requests: list[tuple[Any, ...]] = []
-        reviews: list[tuple[Any, ...]] = []
         demoted: list[tuple[Any, ...]] = []
-        answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
-        result.answered = [p[7] for p in batch if p[7] is not None]
-        timeout_s = cfg.staleness.revalidation_timeout.total_seconds()
-        for seq, p in enumerate(batch, start=first_seq):
+        for seq, p in enumerate(part, start=first_seq):
             eid, sensor, subject, outcome, observed_at, rel, window, _, block_id = p[:9]
             targets = [block_id] if block_id is not None else self.by_subject.get((sensor, subject))
             reached = False
@@ -345,43 +408,55 @@ class _EventBatch:
                             eff.revalidate,
                             now,
                             now + eff.revalidate_after_s,
-                            timeout_s,
+                            self.timeout_s,
                         )
                     )
                 if eff.review:
-                    reviews.append((new_id(), bid, eff.review, now))
+                    self.reviews.append((new_id(), bid, eff.review, now))
             if not reached:
                 result.unmatched += 1
-        result.accepted = len(batch)
-        result.revalidations = len(requests)
-        result.reviews = len(reviews)
-
+        result.revalidations += len(requests)
         # Writes in key order: B-tree pages are then visited once, in sequence.
         effect_rows.sort(key=_first_two)
         updates = sorted((evidence_row(r) for r in touched.values()), key=_last)
-        await conn.executemany(_EVENT_INSERT, event_rows)
-        await executemany(conn, _EFFECT_INSERT, effect_rows)
-        await executemany(conn, EVIDENCE_UPDATE, updates)
-        await executemany(
-            conn,
-            "UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?",
-            demoted,
-        )
-        await executemany(
-            conn,
-            "UPDATE revalidations SET status = 'done', finished_at = ?, outcome = ?"
-            " WHERE id = ? AND status IN ('pending', 'sent')",
-            answered,
-        )
-        await executemany(conn, REVALIDATION_INSERT, requests)
-        fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
-        if fallen:
-            result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=cfg))
-        await executemany(
-            conn,
-            "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at) VALUES (?,?,?,?)",
-            reviews,
-        )
+        return [
+            (_EVENT_INSERT, event_rows),
+            (_EFFECT_INSERT, effect_rows),
+            (EVIDENCE_UPDATE, updates),
+            ("UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?", demoted),
+            (REVALIDATION_INSERT, requests),
+        ]
+
+
+class _QueuedWrites:
+    """Statements handed to a connection's thread without waiting for each in turn.
+
+    ``queue`` returns as soon as the thread has the statements (in the order given);
+    ``done`` waits for all of them and raises the first failure.
+    """
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._conn = conn
+        self._pending: list[asyncio.Future[Any]] = []
+
+    async def queue(self, statements: Sequence[tuple[str, list[tuple[Any, ...]]]]) -> None:
+        started = [
+            asyncio.ensure_future(self._conn.executemany(sql, rows))
+            for sql, rows in statements
+            if rows
+        ]
+        self._pending.extend(started)
+        if started:
+            # One pass of the loop: each task, in creation order, hands its statement to
+            # the connection's queue (aiosqlite runs them in that order).
+            await asyncio.sleep(0)
+
+    async def done(self) -> None:
+        outcomes = await asyncio.gather(*self._pending, return_exceptions=True)
+        self._pending.clear()
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
 
 _first_two = operator.itemgetter(0, 1)

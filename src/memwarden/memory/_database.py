@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 import aiosqlite
 import structlog
@@ -25,7 +26,7 @@ from memwarden.memory._migrate import SCHEMA_VERSION, prepare_schema
 from memwarden.memory._writer import Writer
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
     from types import TracebackType
 
 __all__ = ["Database"]
@@ -34,6 +35,9 @@ T = TypeVar("T")
 
 log = structlog.get_logger("memwarden.store")
 
+_INLINE_STEPS = 1000  # SQLite VM instructions between two looks at an inline read's budget
+_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
 
 class Database:
     """One SQLite database: a single writer with group commit and a pool of readers.
@@ -41,6 +45,7 @@ class Database:
     Use it as an async context manager, or :meth:`open` and :meth:`close` it. ``prepare``
     runs on the writer connection at open, before any reader exists (by default: the
     schema migrations, :func:`~memwarden.memory._migrate.prepare_schema`).
+    ``inline_read_ms`` is the budget of :meth:`read_inline` (0: every read on a reader).
     """
 
     def __init__(
@@ -51,6 +56,7 @@ class Database:
         synchronous: Literal["normal", "full"] = "normal",
         max_jobs_per_commit: int = 256,
         prepare: Callable[[aiosqlite.Connection], Awaitable[None]] = prepare_schema,
+        inline_read_ms: float = 0.5,
     ) -> None:
         self.path = Path(path)
         self._prepare = prepare
@@ -63,6 +69,12 @@ class Database:
         self._all_readers: list[aiosqlite.Connection] = []
         self._replacing: set[asyncio.Future[None]] = set()
         self._open = False
+        self._inline_budget_s = max(0.0, inline_read_ms) / 1000.0
+        self._inline: sqlite3.Connection | None = None
+        self._inline_deadline = 0.0
+        self._inline_stopped = False
+        self.inline_reads = 0  # reads answered on the loop
+        self.inline_overruns = 0  # reads that ran past the budget (or found a lock): a reader's
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -102,6 +114,8 @@ class Database:
                 await self._configure(conn, writer=False)
                 self._all_readers.append(conn)
                 self._readers.put_nowait(conn)
+            if self._inline_budget_s > 0:
+                self._inline = self._open_inline()
         except sqlite3.Error as err:
             await self._close_connections()
             raise StorageError(f"cannot open the store at {self.path}: {err}") from err
@@ -130,6 +144,9 @@ class Database:
         await self._close_connections()
 
     async def _close_connections(self) -> None:
+        if self._inline is not None:
+            self._inline.close()
+            self._inline = None
         for conn in [*self._all_readers, self._wconn]:
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error, ValueError):
@@ -149,6 +166,51 @@ class Database:
         await conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB per connection, at most
         await conn.execute("PRAGMA mmap_size = 268435456")
         await conn.execute("PRAGMA temp_store = MEMORY")
+
+    def _open_inline(self) -> sqlite3.Connection:
+        """The loop's own read-only connection (see :meth:`read_inline`)."""
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        # Never wait for a lock on the loop: a busy database sends the read to a reader.
+        conn.execute("PRAGMA busy_timeout = 0")
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("PRAGMA cache_size = -65536")
+        conn.execute("PRAGMA mmap_size = 268435456")
+        conn.execute("PRAGMA temp_store = MEMORY")
+        conn.set_progress_handler(self._inline_progress, _INLINE_STEPS)
+        return conn
+
+    def _inline_progress(self) -> int:
+        if time.perf_counter() > self._inline_deadline:
+            self._inline_stopped = True
+            return 1  # interrupts the statement
+        return 0
+
+    def read_inline(self, sql: str, params: Mapping[str, Any]) -> list[Any] | None:
+        """The rows of a read run right here on the loop, or None if it did not finish
+        within the budget (``inline_read_ms``) or found the database locked: then the
+        caller runs it on a reader (:meth:`read`).
+
+        A read on a reader connection costs two thread hand-offs, which on a busy machine
+        take longer than a small query itself (each waits for the scheduler). A search
+        matching a few blocks takes SQLite a fraction of a millisecond, so it is tried
+        here first, under a progress handler that interrupts it once the budget is spent
+        (it looks every thousand SQLite instructions): the loop is never held much longer
+        than the budget. Only for reads whose result is worth no more than the budget.
+        """
+        conn = self._inline
+        if conn is None or not self._open:
+            return None
+        self._inline_stopped = False
+        self._inline_deadline = time.perf_counter() + self._inline_budget_s
+        try:
+            rows = conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as err:
+            if not self._inline_stopped and err.sqlite_errorcode not in _BUSY:
+                raise
+            self.inline_overruns += 1
+            return None
+        self.inline_reads += 1
+        return rows
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[aiosqlite.Connection]:

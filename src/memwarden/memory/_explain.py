@@ -3,7 +3,7 @@ is (:func:`health`): read-only reports built from the rules and a few queries.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memwarden.errors import NotFoundError
 from memwarden.memory._clock import from_ts
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
+    from memwarden.memory._results import Explanation
     from memwarden.memory.policy import PolicyConfig
 
 __all__ = ["explain", "health"]
@@ -64,9 +65,7 @@ def _freshness(state: str, cfg: PolicyConfig) -> float:
     }.get(state, 0.0)
 
 
-async def explain(
-    db: Database, clock: Clock, policy: PolicyConfig, block_id: str
-) -> dict[str, Any]:
+async def explain(db: Database, clock: Clock, policy: PolicyConfig, block_id: str) -> Explanation:
     """Everything that decides how a block is treated now, and why (JSON-serializable)."""
     cfg = policy
     now = clock.time()

@@ -3,13 +3,15 @@ and the plain result types of its reads and writes."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memwarden.errors import ValidationInputError
 from memwarden.memory._clock import from_ts
+from memwarden.memory._codec import binding_from_row, record_to_block
 from memwarden.memory._durations import Duration
 from memwarden.memory._model import (
     Block,
@@ -24,12 +26,17 @@ from memwarden.memory._model import (
     Volatility,
 )
 
+if TYPE_CHECKING:
+    from memwarden.memory._record import BlockRecord
+    from memwarden.memory.policy import PolicyConfig
+
 __all__ = [
     "ApplyResult",
     "BlockFilter",
     "BlockPatch",
     "DueBlock",
     "EventRecord",
+    "Explanation",
     "FactEvidence",
     "SearchHit",
     "StateChange",
@@ -186,9 +193,15 @@ class FactEvidence:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One ranked search result and why it ranks where it does."""
+    """One ranked search result and why it ranks where it does.
 
-    block: Block
+    The store's own callers need the ranking and a few fields (``id``, ``state``), so a
+    hit carries the block's flat record; the validated :class:`Block` is built the first
+    time ``block`` is read (at the API edge), not for every hit of every search.
+    """
+
+    record: BlockRecord
+    state: str  # effective, as of the search
     score: float
     relevance: float
     freshness: float
@@ -196,6 +209,33 @@ class SearchHit:
     retention: float
     stale: bool
     warnings: list[str]
+    # What the block is built from: the stored bindings and dependencies as the search
+    # statement returns them (JSON arrays), the search's instant and policy.
+    bindings_json: str = field(repr=False)
+    depends_json: str = field(repr=False)
+    now: float = field(repr=False)
+    policy: PolicyConfig = field(repr=False, compare=False)
+    _block: list[Block] = field(default_factory=list, repr=False, compare=False)  # built once
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def block(self) -> Block:
+        """The block as of the search (built once, on first use)."""
+        if not self._block:
+            self._block.append(
+                record_to_block(
+                    self.record,
+                    bindings=[binding_from_row(*b) for b in json.loads(self.bindings_json)],
+                    now=self.now,
+                    cfg=self.policy,
+                    retention=self.retention,
+                    depends_on=sorted(json.loads(self.depends_json)),
+                )
+            )
+        return self._block[0]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -210,3 +250,110 @@ class SearchHit:
                 "retention": self.retention,
             },
         }
+
+
+# ------------------------------------------------------------------ explain
+# What Store.explain answers: JSON-ready (times as ISO strings), so the API returns it as
+# it is; typed here so callers and the type checker know every key.
+
+
+class ExplainState(TypedDict):
+    stored: str
+    effective: str
+    stale: bool
+    stale_reasons: list[str]
+    stale_at: str | None
+    archived_at: str | None
+    archive_reason: str | None
+
+
+class ReliabilityStep(TypedDict):
+    observed_at: str | None
+    sensor: str
+    outcome: str
+    before: float | None
+    after: float | None
+    ignored: Any
+    event_id: str
+
+
+class ExplainReliability(TypedDict):
+    current: float
+    history: list[ReliabilityStep]  # newest first
+
+
+class ExplainValidation(TypedDict):
+    validated_by: str | None
+    validated_at: str | None
+    validity_window_s: float
+    inside_window: bool
+    reinforcements: int
+    contradictions: int
+    last_contradiction_at: str | None
+    flapping: bool
+    outcome_history: str
+
+
+class ExplainRetention(TypedDict):
+    value: float
+    stored: float
+    importance: float
+    last_touched: str | None
+    age_s: float
+    half_life_s: float
+    half_life_effective_s: float
+    floor: float
+    archive_below: float
+    would_archive: str | None
+
+
+class ExplainRank(TypedDict):
+    freshness: float
+    reliability: float
+    retention: float
+    product: float
+    searchable: bool
+
+
+class CoreThresholds(TypedDict):
+    access_count: int
+    stability: float
+    sessions: int
+
+
+class ExplainCore(TypedDict):
+    blockers: list[str]
+    access_count: int
+    stability: float
+    sessions: int
+    thresholds: CoreThresholds
+
+
+class Consolidation(TypedDict):
+    promote: bool
+    reasons: list[str]
+
+
+class ExplainPromotion(TypedDict):
+    tier: str
+    scorer: str
+    score: dict[str, object]
+    other_score: dict[str, object]
+    consolidation: Consolidation
+    core: ExplainCore
+    access_times: list[str | None]
+    events: list[dict[str, Any]]  # EventRecord.as_dict()
+
+
+class Explanation(TypedDict):
+    """Why a block stands where it does (``Store.explain``, ``GET /v1/blocks/{id}/explain``)."""
+
+    id: str
+    title: str
+    now: str | None
+    state: ExplainState
+    reliability: ExplainReliability
+    validation: ExplainValidation
+    retention: ExplainRetention
+    rank: ExplainRank
+    promotion: ExplainPromotion

@@ -3,27 +3,27 @@ retention in one SQL statement, each hit with the factors and warnings behind it
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, Any
 
 from memwarden.errors import ValidationInputError
-from memwarden.memory._codec import (
-    BLOCK_COLUMNS,
-    binding_from_row,
-    record_from_row,
-    record_to_block,
-)
+from memwarden.memory._clock import from_ts
+from memwarden.memory._codec import BLOCK_COLUMNS, record_from_row
 from memwarden.memory._fts import fts_query
-from memwarden.memory._model import Block, BlockState
+from memwarden.memory._model import BlockState
 from memwarden.memory._results import SearchHit
 from memwarden.memory._sqlrules import retention_sql
+from memwarden.memory.policy import current_stale_reasons, effective_state
 
 if TYPE_CHECKING:
     from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
+    from memwarden.memory._record import BlockRecord
     from memwarden.memory.policy import PolicyConfig
 
 __all__ = ["Search"]
+
+_STALE = BlockState.STALE.value
 
 
 class Search:
@@ -59,12 +59,105 @@ class Search:
         cfg = self.policy
         rank = cfg.ranking
         decay = cfg.decay
-        states = (
-            "('fresh','unverified','stale','refuted')"
-            if include_refuted
-            else ("('fresh','unverified','stale')")
+        sql = _search_sql(include_refuted=include_refuted)
+        params = {
+            "match": match,
+            "cands": max(rank.candidates, limit),
+            "now": now,
+            "f_fresh": rank.fresh,
+            "f_unverified": rank.unverified,
+            "f_stale": rank.stale,
+            "f_refuted": rank.refuted,
+            "core_floor": decay.core_floor,
+            "floor": decay.floor,
+            "stale_factor": decay.stale_half_life_factor,
+            "limit": limit,
+        }
+        # One statement: bindings and links come along. A search of a few blocks is
+        # answered on the loop (Database.read_inline); a larger one on a reader.
+        rows = await self._rows(sql, params)
+        if not rows and " " in match:
+            # No block has every word: fall back to any of them (still BM25-ranked,
+            # so blocks with more of the words come first).
+            params["match"] = fts_query(query, any_term=True)
+            rows = await self._rows(sql, params)
+        hits = []
+        warn_below = cfg.staleness.warn_reliability
+        for row in rows:
+            relevance, freshness, reliability, retention, score, bound, deps = row[:7]
+            rec = record_from_row(row[7:])
+            state = effective_state(rec, now)
+            hits.append(
+                SearchHit(
+                    record=rec,
+                    state=state,
+                    score=score,
+                    relevance=relevance,
+                    freshness=freshness,
+                    reliability=reliability,
+                    retention=retention,
+                    stale=state == _STALE,
+                    warnings=_warnings(rec, state, now, cfg, warn_below),
+                    bindings_json=bound,
+                    depends_json=deps,
+                    now=now,
+                    policy=cfg,
+                )
+            )
+        return hits
+
+    async def _rows(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        rows = self.db.read_inline(sql, params)
+        if rows is None:
+            async with self.db.read() as conn:
+                rows = list(await conn.execute_fetchall(sql, params))
+        return rows
+
+    async def count_refuted_matches(self, query: str) -> int:
+        """How many refuted blocks match ``query`` (what a search without them hides)."""
+        match = fts_query(query)
+        if match is None:
+            return 0
+        sql = (
+            "SELECT count(*) FROM blocks_fts f JOIN blocks b ON b.rid = f.rowid"
+            " WHERE blocks_fts MATCH ? AND b.state = 'refuted'"
         )
-        sql = f"""
+        async with self.db.read() as conn:
+            [(count,)] = list(await conn.execute_fetchall(sql, (match,)))
+        return int(count)
+
+
+def _warnings(
+    rec: BlockRecord, state: str, now: float, cfg: PolicyConfig, warn_below: float
+) -> list[str]:
+    """What a reader should know about a hit (``state`` is the effective one)."""
+    out = []
+    if state == _STALE:
+        why = ", ".join(current_stale_reasons(rec, now, cfg)) or "expired"
+        if rec.stale_at is not None and rec.stale_at <= now:
+            out.append(f"stale since {from_ts(rec.stale_at).isoformat()} ({why})")
+        else:  # stale before its window ran out: a change, a refutation, a dependency
+            out.append(f"stale ({why})")
+    elif state == BlockState.REFUTED.value:
+        out.append("refuted by a sensor: do not rely on it")
+    elif state == BlockState.UNVERIFIED.value:
+        out.append("unverified: no sensor has confirmed it yet")
+    if rec.reliability < warn_below:
+        out.append(f"reliability {rec.reliability:.2f} is below {warn_below:.2f}")
+    if rec.flapping:
+        out.append("flapping: sensors keep changing their minds")
+    return out
+
+
+@functools.cache
+def _search_sql(*, include_refuted: bool) -> str:
+    """The ranking statement of :meth:`Search.search` (built once per variant)."""
+    states = (
+        "('fresh','unverified','stale','refuted')"
+        if include_refuted
+        else ("('fresh','unverified','stale')")
+    )
+    return f"""
             WITH cand AS MATERIALIZED (
                 SELECT rowid AS rid, -bm25(blocks_fts, 2.0, 1.0, 1.5) AS relevance
                 FROM blocks_fts WHERE blocks_fts MATCH :match
@@ -95,83 +188,3 @@ class Search:
             FROM ranked s JOIN blocks b ON b.rid = s.rid
             ORDER BY s.score DESC
         """
-        params = {
-            "match": match,
-            "cands": max(rank.candidates, limit),
-            "now": now,
-            "f_fresh": rank.fresh,
-            "f_unverified": rank.unverified,
-            "f_stale": rank.stale,
-            "f_refuted": rank.refuted,
-            "core_floor": decay.core_floor,
-            "floor": decay.floor,
-            "stale_factor": decay.stale_half_life_factor,
-            "limit": limit,
-        }
-        async with self.db.read() as conn:  # one round trip: bindings and links come along
-            rows = list(await conn.execute_fetchall(sql, params))
-            if not rows and " " in match:
-                # No block has every word: fall back to any of them (still BM25-ranked,
-                # so blocks with more of the words come first).
-                params["match"] = fts_query(query, any_term=True)
-                rows = list(await conn.execute_fetchall(sql, params))
-        hits = []
-        warn_below = cfg.staleness.warn_reliability
-        for row in rows:
-            relevance, freshness, reliability, retention, score, bound, deps = row[:7]
-            rec = record_from_row(row[7:])
-            block = record_to_block(
-                rec,
-                bindings=[binding_from_row(*b) for b in json.loads(bound)],
-                now=now,
-                cfg=cfg,
-                retention=retention,
-                depends_on=sorted(json.loads(deps)),
-            )
-            warnings = _warnings(block, now, warn_below)
-            hits.append(
-                SearchHit(
-                    block=block,
-                    score=score,
-                    relevance=relevance,
-                    freshness=freshness,
-                    reliability=reliability,
-                    retention=retention,
-                    stale=block.state == BlockState.STALE,
-                    warnings=warnings,
-                )
-            )
-        return hits
-
-    async def count_refuted_matches(self, query: str) -> int:
-        """How many refuted blocks match ``query`` (what a search without them hides)."""
-        match = fts_query(query)
-        if match is None:
-            return 0
-        sql = (
-            "SELECT count(*) FROM blocks_fts f JOIN blocks b ON b.rid = f.rowid"
-            " WHERE blocks_fts MATCH ? AND b.state = 'refuted'"
-        )
-        async with self.db.read() as conn:
-            [(count,)] = list(await conn.execute_fetchall(sql, (match,)))
-        return int(count)
-
-
-def _warnings(block: Block, now: float, warn_below: float) -> list[str]:
-    out = []
-    if block.state == BlockState.STALE:
-        why = ", ".join(r.value for r in block.stale_reasons) or "expired"
-        if block.stale_at is not None and block.stale_at.timestamp() <= now:
-            out.append(f"stale since {block.stale_at.isoformat()} ({why})")
-        else:  # stale before its window ran out: a change, a refutation, a dependency
-            out.append(f"stale ({why})")
-    elif block.state == BlockState.REFUTED:
-        out.append("refuted by a sensor: do not rely on it")
-    elif block.state == BlockState.UNVERIFIED:
-        out.append("unverified: no sensor has confirmed it yet")
-    rel = block.validation.reliability
-    if rel < warn_below:
-        out.append(f"reliability {rel:.2f} is below {warn_below:.2f}")
-    if block.flapping:
-        out.append("flapping: sensors keep changing their minds")
-    return out

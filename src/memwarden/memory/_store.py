@@ -46,6 +46,7 @@ from memwarden.memory._results import (
     BlockPatch,
     DueBlock,
     EventRecord,
+    Explanation,
     FactEvidence,
     SearchHit,
     StateChange,
@@ -104,6 +105,7 @@ class Store:
         max_jobs_per_commit: int = 256,
         score_log: ScoreLog | str | Path | None = None,
         compaction: _compaction.CompactionConfig | None = None,
+        inline_read_ms: float = 0.5,
     ) -> None:
         self.path = Path(path)
         self.compaction = compaction or _compaction.CompactionConfig()
@@ -114,6 +116,7 @@ class Store:
             readers=readers,
             synchronous=synchronous,
             max_jobs_per_commit=max_jobs_per_commit,
+            inline_read_ms=inline_read_ms,
         )
         # A path is opened (and closed) with the store; a ScoreLog given stays the caller's.
         self._score_log_path = None if isinstance(score_log, ScoreLog) else score_log
@@ -421,7 +424,7 @@ class Store:
         """
         hits = await self._search.search(query, limit=limit, include_refuted=include_refuted)
         if session is not None and record and hits:
-            await self.record_access([h.block.id for h in hits], session=session)
+            await self.record_access([h.id for h in hits], session=session)
         return hits
 
     async def count_refuted_matches(self, query: str) -> int:
@@ -483,7 +486,7 @@ class Store:
         """Compact old runs of identical outcomes in the event log; prune dead letters."""
         return await _compaction.compact(self.db, self.clock, cfg or self.compaction)
 
-    async def explain(self, block_id: str) -> dict[str, Any]:
+    async def explain(self, block_id: str) -> Explanation:
         """Why a block stands where it does: state, reliability, retention, rank, promotion."""
         return await _explain.explain(self.db, self.clock, self.policy, block_id)
 

@@ -263,7 +263,8 @@ async def block_events(
 @router.get("/v1/blocks/{block_id}/explain")
 async def explain(block_id: BlockId, _: Auth, daemon: DaemonDep) -> dict[str, Any]:
     """Why the block has this rank, retention, reliability and state."""
-    return await daemon.store.explain(block_id)
+    # The store's Explanation is JSON already; the response keeps its documented shape.
+    return dict(await daemon.store.explain(block_id))
 
 
 @router.post("/v1/blocks/{block_id}/revalidate")

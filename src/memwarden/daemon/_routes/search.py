@@ -124,17 +124,16 @@ async def search(
         )
     wait_s = duration("wait", wait)
     max_age_s = duration("max_age", max_age) if max_age is not None else None
-    return SearchAnswer(
-        **await daemon.search(
-            q,
-            limit=limit,
-            fresh=fresh,
-            max_age_s=max_age_s,
-            session=session,
-            include_refuted=include_refuted,
-            wait_s=min(wait_s, 30.0),
-        )
+    answer = await daemon.search(
+        q,
+        limit=limit,
+        fresh=fresh,
+        max_age_s=max_age_s,
+        session=session,
+        include_refuted=include_refuted,
+        wait_s=min(wait_s, 30.0),
     )
+    return SearchAnswer.model_validate(answer)  # the response model, built at the edge
 
 
 @router.get("/v1/stale")

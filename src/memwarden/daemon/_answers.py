@@ -1,0 +1,41 @@
+"""What the daemon's reads answer, typed: JSON-ready dictionaries that the API's routes
+turn into their response models (``daemon/_routes``) and that in-process callers (the
+demo, tests) read as they are."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+__all__ = ["SearchAnswerDict", "SearchFactors", "SearchResultDict"]
+
+
+class SearchFactors(TypedDict):
+    """The factors a hit's score multiplies (docs/RULES.md, Ranking)."""
+
+    relevance: float
+    freshness: float
+    reliability: float
+    retention: float
+
+
+class SearchResultDict(TypedDict):
+    """One result of :meth:`Daemon.search`."""
+
+    block: dict[str, Any]  # the Block as JSON, with its short_id
+    score: float
+    stale: bool
+    warnings: list[str]
+    factors: SearchFactors
+    rank: float  # 0-1: match x freshness x reliability x retention x the receipt's factor
+    receipt: dict[str, Any]  # daemon._freshness.receipt
+
+
+class SearchAnswerDict(TypedDict):
+    """:meth:`Daemon.search`: the ranked results and what reading through them did."""
+
+    query: str
+    results: list[SearchResultDict]
+    checked: list[str]  # re-checked for this read
+    timed_out: list[str]  # asked, no answer in time (or a retry waiting its interval)
+    observations: dict[str, dict[str, Any]]  # what each check saw (the block's last event)
+    hidden_refuted: int  # refuted matches left out
