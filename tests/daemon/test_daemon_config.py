@@ -234,3 +234,16 @@ def test_precedence_arguments_then_environment_then_file_then_defaults(config_fi
         tmp_path / "h"
     )
     assert load_settings(path, env=env, home=tmp_path / "arg").home == tmp_path / "arg"
+
+
+def test_inline_read_budget_is_bounded(config_file):
+    """[store] inline_read_ms tunes (or with 0 turns off) searches on the loop; a budget
+    that would let one search hold the loop for long is refused, naming the key."""
+    assert (
+        load_settings(config_file("[store]\ninline_read_ms = 0\n"), env={}).store.inline_read_ms
+        == 0
+    )
+    assert load_settings(None, env={}).store.inline_read_ms == 0.5
+    with pytest.raises(ConfigError) as err:
+        load_settings(config_file("[store]\ninline_read_ms = 50\n"), env={})
+    assert err.value.problems == ["store.inline_read_ms: Input should be less than or equal to 5"]

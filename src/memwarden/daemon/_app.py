@@ -209,6 +209,7 @@ class Daemon:
                 clock=self.clock,
                 policy=s.rules,
                 readers=s.store.readers,
+                inline_read_ms=s.store.inline_read_ms,
                 synchronous=s.store.synchronous_for(mqtt=s.mqtt is not None),
                 score_log=s.store.score_log or s.home / "scores.jsonl",
                 compaction=s.store.compaction,
