@@ -461,6 +461,12 @@ def to_json(value: Any, budget: list[int] | None = None) -> Any:
         return {str(k): to_json(v, budget) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [to_json(v, budget) for v in value]
+    return json_scalar(value)
+
+
+def json_scalar(value: Any) -> str | int | float | bool | None:
+    """A parsed non-container value as a JSON scalar: dates as ISO strings, NaN and the
+    infinities as text, anything else unknown as its ``str``."""
     if isinstance(value, datetime | date | time):
         return value.isoformat()
     if isinstance(value, float) and not math.isfinite(value):

@@ -30,13 +30,11 @@ import fnmatch
 import hashlib
 import hmac
 import json
-import math
 import os
 import re
 import secrets
 import tomllib
 from dataclasses import dataclass, field
-from datetime import date, datetime, time
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
@@ -189,13 +187,7 @@ def _scalar(value: Any, *, untyped: bool = False) -> Scalar:
     if untyped and isinstance(value, str) and _NUMERIC.fullmatch(value.strip()):
         text = value.strip()  # INI has only strings: "4" is taken as the number it says
         return float(text) if "." in text else int(text)
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
+    return fc.json_scalar(value)
 
 
 def parse_entries(
