@@ -57,6 +57,7 @@ from memwarden.memory.policy import PolicyConfig
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
+    from datetime import timedelta
     from types import TracebackType
 
     import aiosqlite
@@ -379,6 +380,11 @@ class Store:
     async def sensors_bound(self, block_ids: Sequence[str]) -> dict[str, set[str]]:
         """For each of these blocks that exists, the sensors it has a binding for."""
         return await self._reads.sensors_bound(block_ids)
+
+    async def validity_windows(self, block_ids: Sequence[str]) -> dict[str, timedelta]:
+        """For each of these blocks that exists, its validity window (its own, else its
+        volatility's)."""
+        return await self._reads.validity_windows(block_ids)
 
     async def bindings_for_sensor(self, sensor: str) -> list[tuple[str, Binding]]:
         """Every (block id, binding) a sensor owns: what it must watch."""
