@@ -292,6 +292,11 @@ class Store:
         """Mark requests ``sent``, ``done``, ``failed`` or ``expired``."""
         await self._revalidations.set_revalidation_status(request_ids, status, outcome=outcome)
 
+    async def put_back_revalidation(self, request_id: str, *, send_at: float) -> bool:
+        """A sent request that was not run (its binding's check is still running):
+        pending again, sent at ``send_at``. False if it was answered meanwhile."""
+        return await self._revalidations.put_back_revalidation(request_id, send_at=send_at)
+
     async def requeue_sent_revalidations(self) -> int:
         """Requests left ``sent`` by a daemon that died before the answer: pending again.
 
