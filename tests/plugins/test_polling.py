@@ -221,6 +221,21 @@ async def test_a_long_interval_polls_early_to_renew_a_short_window(
         assert h.sensor.poll_counters.confirmations == 12
 
 
+async def test_an_unchanged_refutation_keeps_the_confirm_every_pace(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """Only a confirmation renews a block: an unchanged refutation of a short-window
+    block is repeated every confirm_every, not every half window."""
+    async with realtime(tmp_path, interval="30s", confirm_every="30m") as h:
+        h.sensor.world["t"] = 5
+        [event] = await h.wait_for_events(1)
+        assert event.outcome == Outcome.REFUTED
+        for n in range(2, 42):  # 20 minutes
+            h.advance(30)
+            await eventually(lambda n=n: h.sensor.poll_counters.checks == n)
+        assert len(h.emitted) == 1
+
+
 async def test_an_erroring_check_keeps_its_backoff_despite_a_short_window(
     tmp_path: Path, eventually: Callable[..., Awaitable[None]]
 ) -> None:

@@ -97,8 +97,8 @@ class BoundSubject(Generic[B]):
 
     ``validity_window`` is how long the block stays fresh after a confirmation (its own
     window, else its volatility's), filled in by the daemon and the test kit; None when
-    unknown (bindings handed to a remote agent). The polling base confirms an unchanged
-    observation at least every half of it, so a polled block never expires.
+    unknown (bindings handed to a remote agent). The polling base emits an unchanged
+    confirmation again at least every half of it, so a polled block never expires.
     """
 
     block_id: str

@@ -13,10 +13,11 @@ The base then
   after an ``error`` it waits longer each time (``interval * 2^n``, capped at
   ``backoff_max``) until a check works again;
 - emits per block (``block_id`` set) **only when the outcome or the observed value
-  changed**, plus a confirmation of an unchanged observation every ``confirm_every``
-  and at least every half of the block's window (``BoundSubject.validity_window``, or
-  the observation's ``validity_window`` when shorter), polling early for it when the
-  interval is longer, so a block it answers for never expires while nothing changes;
+  changed**, plus an unchanged observation again every ``confirm_every`` (and at least
+  every half its own ``validity_window``); an unchanged confirmation also at least
+  every half of the block's window (``BoundSubject.validity_window``), polling early
+  for it when the interval is longer, so a block it answers for never expires while
+  nothing changes (only a confirmation renews: an error keeps its backoff);
 - answers the daemon's revalidation requests with the same ``check``, and counts one as
   the binding's check: its next poll is an interval after it;
 - checks at once what a sensor's own watcher says may have changed
@@ -394,10 +395,11 @@ class PollingSensor(Generic[ConfigT, BindingT]):
 
     def _renew_by(self, slot: _Slot, obs: Observation) -> None:
         """Bring the slot's next check forward to when its block's confirmation falls due
-        (half its window after the last event), so it is renewed before it expires."""
+        (half its window after the last event), so it is renewed before it expires. Only
+        after a confirmation: nothing else renews it, and an error keeps its backoff."""
         seen = self._seen.get(slot.bound.block_id)
-        if seen is None or Outcome(obs.outcome) == Outcome.ERROR:
-            return  # an error renews nothing: its backoff stands
+        if seen is None or Outcome(obs.outcome) != Outcome.CONFIRMED:
+            return
         if self._half_window(slot.bound, obs) is not None:
             slot.due_at = min(slot.due_at, seen.emitted_at + self._confirm_every(slot.bound, obs))
 
@@ -477,8 +479,11 @@ class PollingSensor(Generic[ConfigT, BindingT]):
 
     @staticmethod
     def _half_window(bound: BoundSubject[Any], obs: Observation) -> float | None:
-        """Half the shortest of the block's and the observation's validity windows."""
-        windows = [w for w in (bound.validity_window, obs.validity_window) if w is not None]
+        """Half the shortest of the block's and the observation's validity windows. The
+        block's counts for a confirmation only: that is what renews it (a refutation, a
+        change or an error renews nothing, and keeps its pace and its backoff)."""
+        block = bound.validity_window if Outcome(obs.outcome) == Outcome.CONFIRMED else None
+        windows = [w for w in (block, obs.validity_window) if w is not None]
         return min(windows).total_seconds() / 2 if windows else None
 
     def _event(
