@@ -54,7 +54,7 @@ def put_back_in(sends: int, *, dispatch_s: float, cap_s: float) -> float:
     """Seconds a request waits when put back because its binding's check is still running.
 
     ``sends`` is how often it was sent before this time (``RevalidationRequest.attempts``):
-    the wait is two dispatch intervals, doubling per put-back, up to ``cap_s``
+    the wait is ``dispatch_s * 2^(sends + 1)`` (doubling per put-back) up to ``cap_s``
     (``evidence.retry_max``) but never below one dispatch interval. The running check
     ends within its deadline, so a doubling wait finds it done soon after, whether it
     is a quick one or a slow one, in a few sends rather than one per tick.
