@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import mw_test_sensors
 import pytest
@@ -182,3 +183,26 @@ async def test_failed_bindings_refresh_is_retried(
     await daemon.add_block({"content": "b", "bindings": [{"sensor": "echo", "path": "b"}]})
     echo = daemon.runners["echo"]
     await eventually(lambda: sorted(b.subject for b in echo.ctx.bindings) == ["a", "b"])
+
+
+async def test_bindings_carry_each_blocks_window(running_daemon, make_settings, eventually):
+    """A sensor learns each bound block's window (its own, else its volatility's), so a
+    polling sensor can renew it before it expires."""
+    daemon = (await running_daemon(make_settings(sensors={"echo": {}}))).daemon
+    fast = await daemon.add_block(
+        {"content": "a", "volatility": "ephemeral", "bindings": [{"sensor": "echo", "path": "a"}]}
+    )
+    slow = await daemon.add_block(
+        {"content": "b", "volatility": "low", "bindings": [{"sensor": "echo", "path": "b"}]}
+    )
+    own = await daemon.add_block(
+        {"content": "c", "validity_window": "1m", "bindings": [{"sensor": "echo", "path": "c"}]}
+    )
+    echo = daemon.runners["echo"]
+    await eventually(lambda: len(echo.ctx.bindings) == 3)
+    windows = {b.block_id: b.validity_window for b in echo.ctx.bindings}
+    assert windows == {
+        fast.id: timedelta(minutes=10),
+        slow.id: timedelta(days=180),
+        own.id: timedelta(minutes=1),
+    }

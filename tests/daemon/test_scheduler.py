@@ -99,6 +99,44 @@ async def test_check_still_running_is_not_overlapped(running_daemon, make_settin
     assert hang.counters.timeouts == 1
 
 
+async def test_a_put_back_request_waits_longer_each_time(running_daemon, make_settings, eventually):
+    """A request put back because its binding's check still runs is not re-sent every
+    tick: it waits two dispatch intervals, doubling per put-back (up to retry_max)."""
+    clock = FakeClock()
+    settings = make_settings(
+        sensors={"hang": {"revalidate_timeout": "10m"}},  # the first check outlives the test
+        scheduler={**SLOW_LOOPS, "dispatch_interval": "1s"},
+    )
+    daemon = (await running_daemon(settings, clock=clock)).daemon
+    scheduler, hang = daemon.scheduler, daemon.runners["hang"]
+    block = await daemon.add_block(
+        {"content": "b", "bindings": [{"sensor": "hang", "path": "slow/file"}]}
+    )
+    [request_id] = await daemon.store.request_revalidation(block.id)
+    await scheduler.dispatch_once()
+    await eventually(lambda: hang.busy("slow/file", block.id))
+    await daemon.store.set_revalidation_status([request_id], "pending")  # due again now
+
+    def row():
+        [(status, send_at)] = _rows(settings.db_path, "SELECT status, send_at FROM revalidations")
+        return status, send_at
+
+    started = clock.time()
+    sends = []
+    for _ in range(61):  # a minute of ticks, one a second
+        skipped = hang.counters.skipped
+        await scheduler.dispatch_once()
+        await eventually(lambda: row()[0] == "pending")  # put back (or never sent)
+        if hang.counters.skipped > skipped:
+            sends.append(clock.time() - started)
+        clock.advance(1)
+    assert sends == [0, 4, 12, 28, 60]  # waits of 4, 8, 16, 32 s: not 61 sends
+    assert scheduler.put_back == 5
+    assert row()[1] == started + 60 + 64
+    assert hang.counters.revalidations == 1  # never overlapped
+    assert await scheduler.cancel_checks() == 1  # the hanging first check
+
+
 async def test_blocks_sharing_a_subject_are_checked_each(running_daemon, make_settings, eventually):
     """Two blocks bound to one subject get a check each (answers can differ per block)."""
     settings = make_settings(

@@ -165,6 +165,94 @@ async def test_validity_window_brings_confirmation_forward(tmp_path: Path) -> No
         assert again.validity_window == timedelta(minutes=2)
 
 
+def realtime(tmp_path: Path, **config: Any) -> SensorHarness:
+    """An ephemeral block (10 minute window) bound to a gauge."""
+    return SensorHarness(
+        Gauge,
+        config={**BASE, **config},
+        bindings=[{"name": "t", "equals": 1}],
+        clock=FakeClock(),
+        tmp_path=tmp_path,
+        volatility="ephemeral",
+    )
+
+
+async def test_a_polled_block_stays_fresh_through_its_short_window(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """An ephemeral block (10 min window, shorter than confirm_every) polled every 30 s
+    never turns stale over an hour of an unchanged world: the poll confirms it every
+    half window. A change is still reported at the next poll."""
+    async with realtime(tmp_path, interval="30s") as h:
+        [bound] = h.bindings
+        assert bound.validity_window == timedelta(minutes=10)
+        h.sensor.world["t"] = 1
+        await h.wait_state(bound, "fresh")
+        for n in range(2, 122):  # one hour in 30 s polls
+            h.advance(30)
+            await eventually(lambda n=n: h.sensor.poll_counters.checks == n)
+            block = await h.block("t")
+            assert str(block.state) == "fresh", f"{block.state} after {(n - 1) * 30}s"
+        assert h.sensor.poll_counters.confirmations == 12  # every 5 minutes, no more
+        assert all(e.outcome == Outcome.CONFIRMED for e in h.emitted)
+
+        h.sensor.world["t"] = 5
+        h.advance(30)
+        refuted = await h.wait_outcome("refuted")
+        assert refuted.observed == 5
+
+
+async def test_a_long_interval_polls_early_to_renew_a_short_window(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """Polling hourly, a block with a 10 minute window is checked every 5 minutes
+    instead (half its window), and stays fresh for the hour."""
+    async with realtime(tmp_path, interval="1h") as h:
+        h.sensor.world["t"] = 1
+        await h.wait_state("t", "fresh")
+        for n in range(2, 14):  # 12 x 5 minutes
+            h.advance(299)
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert h.sensor.poll_counters.checks == n - 1, "checked before half the window"
+            h.advance(1)
+            await eventually(lambda n=n: h.sensor.poll_counters.checks == n)
+            assert str((await h.block("t")).state) == "fresh"
+        assert h.sensor.poll_counters.confirmations == 12
+
+
+async def test_an_unchanged_refutation_keeps_the_confirm_every_pace(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """Only a confirmation renews a block: an unchanged refutation of a short-window
+    block is repeated every confirm_every, not every half window."""
+    async with realtime(tmp_path, interval="30s", confirm_every="30m") as h:
+        h.sensor.world["t"] = 5
+        [event] = await h.wait_for_events(1)
+        assert event.outcome == Outcome.REFUTED
+        for n in range(2, 42):  # 20 minutes
+            h.advance(30)
+            await eventually(lambda n=n: h.sensor.poll_counters.checks == n)
+        assert len(h.emitted) == 1
+
+
+async def test_an_erroring_check_keeps_its_backoff_despite_a_short_window(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """An error renews nothing, so the window does not bring the next check forward:
+    a down endpoint is not hammered every half window."""
+    async with realtime(tmp_path, interval="1h", backoff_max="4h") as h:
+        h.sensor.world["t"] = "down"
+        [event] = await h.wait_for_events(1)
+        assert event.outcome == Outcome.ERROR
+        h.advance(timedelta(minutes=90))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert h.sensor.poll_counters.checks == 1
+        h.advance(timedelta(minutes=30))  # 2 h: the first backoff
+        await eventually(lambda: h.sensor.poll_counters.checks == 2)
+
+
 async def test_errors_back_off_doubling_up_to_the_cap(
     tmp_path: Path, eventually: Callable[..., Awaitable[None]]
 ) -> None:

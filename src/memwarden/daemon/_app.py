@@ -524,7 +524,11 @@ class Daemon:
                     await self.mqtt.publish_bindings(name)  # its agent learns them (retained)
                 continue
             bound = []
-            for block_id, binding in await self.store.bindings_for_sensor(name):
+            rows = await self.store.bindings_for_sensor(name)
+            # Each block's validity window: a polling sensor confirms within
+            # half of it, so a block it answers for never expires between changes.
+            windows = await self.store.validity_windows(sorted({b for b, _ in rows}))
+            for block_id, binding in rows:
                 try:
                     # Checked in full when added and again at start (quarantined if refused):
                     # here only parsed into the sensor's model.
@@ -532,7 +536,9 @@ class Daemon:
                 except ValidationInputError as err:
                     log.warning("binding_invalid", sensor=name, block_id=block_id, error=str(err))
                     continue
-                bound.append(BoundSubject(block_id, binding, selector))
+                bound.append(
+                    BoundSubject(block_id, binding, selector, validity_window=windows.get(block_id))
+                )
             runner.ctx.set_bindings(bound)
 
     async def _quarantine_bindings(self, runners: Mapping[str, SensorRunner]) -> None:

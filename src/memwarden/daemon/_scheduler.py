@@ -4,7 +4,9 @@ The sweep is an index range scan over ``stale_at``; what it finds is marked stal
 gets one revalidation request per binding. After downtime the overdue requests are
 spread over ``rules.staleness.spread_window`` (no storm) and every tick sends at most
 ``rules.staleness.max_requests_per_tick``. Each request goes to the sensor that owns
-the binding; its outcome comes back through the bus like any other event. Every pass
+the binding; its outcome comes back through the bus like any other event. A request
+whose binding's check is still running is put back and waits a doubling delay before
+it is sent again (``memory.policy.put_back_in``). Every pass
 waits on the daemon's clock (``memory.sleep_on``), the clock the polling sensors' own
 timelines wait on too; when each kind of check happens is in ``docs/RULES.md``
 ("Who checks when").
@@ -20,7 +22,7 @@ import structlog
 from memwarden.daemon._freshness import CheckStats
 from memwarden.errors import MemwardenError
 from memwarden.memory import sleep_on
-from memwarden.memory.policy import plan_revalidations
+from memwarden.memory.policy import plan_revalidations, put_back_in
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
@@ -73,6 +75,7 @@ class Scheduler:
         self.swept = 0
         self.dispatched = 0
         self.unroutable = 0
+        self.put_back = 0  # requests put back because their binding's check was running
         self._inflight: set[asyncio.Task[Any]] = set()
         self.sent_at: dict[str, float] = {}  # request id -> when it went out (for latency)
         self.sent_binding: dict[str, tuple[str, str]] = {}  # remote request id -> binding
@@ -164,8 +167,17 @@ class Scheduler:
                 self.stats.finished(req.sensor, req.subject, loop.time() - began)
             if events is None:
                 # This binding is still being checked: not overlapped, and not lost either:
-                # back to pending, sent again on a later tick unless the answer lands first.
-                await self.store.set_revalidation_status([req.id], "pending")
+                # back to pending, sent again once the running check has likely ended (a
+                # doubling wait, not every tick).
+                wait = put_back_in(
+                    req.attempts,
+                    dispatch_s=self.settings.dispatch_interval.total_seconds(),
+                    cap_s=self.store.policy.evidence.retry_max.total_seconds(),
+                )
+                await self.store.put_back_revalidation(
+                    req.id, send_at=self.store.clock.time() + wait
+                )
+                self.put_back += 1
             elif not events:
                 # The sensor answered through ctx.emit (or had nothing to say): done.
                 await self.store.set_revalidation_status(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -200,6 +201,15 @@ class Reads:
             ):
                 out.setdefault(block_id, set()).add(sensor)
         return out
+
+    async def validity_windows(self, block_ids: Sequence[str]) -> dict[str, timedelta]:
+        """For each of these blocks that exists, its validity window (its own, else its
+        volatility's): what a polling sensor answering for it renews."""
+        async with self.db.read() as conn:
+            rows = await select_in(
+                conn, "SELECT id, validity_window_s FROM blocks WHERE id IN ", list(block_ids)
+            )
+        return {block_id: timedelta(seconds=window_s) for block_id, window_s in rows}
 
     async def bindings_for_sensor(self, sensor: str) -> list[tuple[str, Binding]]:
         """Every (block id, binding) a sensor owns: what it must watch."""

@@ -174,6 +174,20 @@ class Revalidations:
 
         await self.db.write(job)
 
+    async def put_back_revalidation(self, request_id: str, *, send_at: float) -> bool:
+        """A sent request that was not run (its binding's check is still running):
+        pending again, sent at ``send_at``. False if it was answered meanwhile."""
+
+        async def job(conn: aiosqlite.Connection) -> bool:
+            cur = await conn.execute(
+                "UPDATE revalidations SET status = 'pending', send_at = ?"
+                " WHERE id = ? AND status = 'sent'",
+                (send_at, request_id),
+            )
+            return bool(cur.rowcount)
+
+        return await self.db.write(job)
+
     async def requeue_sent_revalidations(self) -> int:
         """Requests left ``sent`` by a daemon that died before the answer: pending again.
 

@@ -58,6 +58,7 @@ from memwarden.memory.policy import PolicyConfig
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
+    from datetime import timedelta
     from types import TracebackType
 
     import aiosqlite
@@ -294,6 +295,11 @@ class Store:
         """Mark requests ``sent``, ``done``, ``failed`` or ``expired``."""
         await self._revalidations.set_revalidation_status(request_ids, status, outcome=outcome)
 
+    async def put_back_revalidation(self, request_id: str, *, send_at: float) -> bool:
+        """A sent request that was not run (its binding's check is still running):
+        pending again, sent at ``send_at``. False if it was answered meanwhile."""
+        return await self._revalidations.put_back_revalidation(request_id, send_at=send_at)
+
     async def requeue_sent_revalidations(self) -> int:
         """Requests left ``sent`` by a daemon that died before the answer: pending again.
 
@@ -382,6 +388,11 @@ class Store:
     async def sensors_bound(self, block_ids: Sequence[str]) -> dict[str, set[str]]:
         """For each of these blocks that exists, the sensors it has a binding for."""
         return await self._reads.sensors_bound(block_ids)
+
+    async def validity_windows(self, block_ids: Sequence[str]) -> dict[str, timedelta]:
+        """For each of these blocks that exists, its validity window (its own, else its
+        volatility's)."""
+        return await self._reads.validity_windows(block_ids)
 
     async def bindings_for_sensor(self, sensor: str) -> list[tuple[str, Binding]]:
         """Every (block id, binding) a sensor owns: what it must watch."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import (
@@ -94,11 +94,17 @@ class BoundSubject(Generic[B]):
     Generic in the sensor's binding model: in a sensor whose ``Binding`` is
     ``EnvVarBinding``, ``bound: BoundSubject[EnvVarBinding]`` has ``bound.selector``
     typed ``EnvVarBinding`` (the daemon parsed it with that model).
+
+    ``validity_window`` is how long the block stays fresh after a confirmation (its own
+    window, else its volatility's), filled in by the daemon and the test kit; None when
+    unknown (bindings handed to a remote agent). The polling base emits an unchanged
+    confirmation again at least every half of it, so a polled block never expires.
     """
 
     block_id: str
     binding: Binding
     selector: B
+    validity_window: timedelta | None = field(default=None, kw_only=True)
 
     @property
     def subject(self) -> str:

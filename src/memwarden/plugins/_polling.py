@@ -13,9 +13,11 @@ The base then
   after an ``error`` it waits longer each time (``interval * 2^n``, capped at
   ``backoff_max``) until a check works again;
 - emits per block (``block_id`` set) **only when the outcome or the observed value
-  changed**, plus a confirmation of an unchanged observation every ``confirm_every``
-  (and at least every half ``validity_window`` when the observation has one) so
-  validity windows are renewed;
+  changed**, plus an unchanged observation again every ``confirm_every`` (and at least
+  every half its own ``validity_window``); an unchanged confirmation also at least
+  every half of the block's window (``BoundSubject.validity_window``), polling early
+  for it when the interval is longer, so a block it answers for never expires while
+  nothing changes (only a confirmation renews: an error keeps its backoff);
 - answers the daemon's revalidation requests with the same ``check``, and counts one as
   the binding's check: its next poll is an interval after it;
 - checks at once what a sensor's own watcher says may have changed
@@ -316,6 +318,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         if slot is not None:  # this was the binding's check: the next poll is due later
             slot.due_at = max(slot.due_at, now + self._delay(self.interval_of(bound), 0))
             slot.answered_at = max(slot.answered_at, began)
+            self._renew_by(slot, obs)
         return event
 
     async def teardown(self) -> None:
@@ -387,6 +390,18 @@ class PollingSensor(Generic[ConfigT, BindingT]):
                 event = self._if_due(ctx, each.bound, obs)
                 if event is not None:
                     await ctx.emit(event)
+            for each in answered:
+                self._renew_by(each, obs)
+
+    def _renew_by(self, slot: _Slot, obs: Observation) -> None:
+        """Bring the slot's next check forward to when its block's confirmation falls due
+        (half its window after the last event), so it is renewed before it expires. Only
+        after a confirmation: nothing else renews it, and an error keeps its backoff."""
+        seen = self._seen.get(slot.bound.block_id)
+        if seen is None or Outcome(obs.outcome) != Outcome.CONFIRMED:
+            return
+        if self._half_window(slot.bound, obs) is not None:
+            slot.due_at = min(slot.due_at, seen.emitted_at + self._confirm_every(slot.bound, obs))
 
     def _twins(self, slot: _Slot) -> list[_Slot]:
         """The other blocks' slots whose binding is the very same as this one's."""
@@ -448,7 +463,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         seen = self._seen.get(bound.block_id)
         if seen is None or seen.key != key:
             self.poll_counters.changes += 1
-        elif now - seen.emitted_at >= self._confirm_every(obs):
+        elif now >= seen.emitted_at + self._confirm_every(bound, obs):
             self.poll_counters.confirmations += 1
         else:
             self.poll_counters.unchanged += 1
@@ -456,11 +471,20 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         self._seen[bound.block_id] = _Seen(key, now)
         return self._event(ctx, bound, obs)
 
-    def _confirm_every(self, obs: Observation) -> float:
+    def _confirm_every(self, bound: BoundSubject[Any], obs: Observation) -> float:
+        """How long after its last event an unchanged observation is emitted again."""
         every = self.config.confirm_every.total_seconds()
-        if obs.validity_window is not None:
-            every = min(every, obs.validity_window.total_seconds() / 2)
-        return every
+        half = self._half_window(bound, obs)
+        return every if half is None else min(every, half)
+
+    @staticmethod
+    def _half_window(bound: BoundSubject[Any], obs: Observation) -> float | None:
+        """Half the shortest of the block's and the observation's validity windows. The
+        block's counts for a confirmation only: that is what renews it (a refutation, a
+        change or an error renews nothing, and keeps its pace and its backoff)."""
+        block = bound.validity_window if Outcome(obs.outcome) == Outcome.CONFIRMED else None
+        windows = [w for w in (block, obs.validity_window) if w is not None]
+        return min(windows).total_seconds() / 2 if windows else None
 
     def _event(
         self,

@@ -128,6 +128,10 @@ class SensorHarness:
     class runs through the shim, with its ``DeprecationWarning``). A
     :class:`~memwarden.plugins.NeedsReviews` sensor is handed a review queue over the
     harness's store, as the daemon hands it one over its own.
+
+    ``volatility`` is the volatility of the blocks the harness stores (default: a new
+    block's default); each binding's ``validity_window`` is its window, as the daemon
+    fills it in.
     """
 
     def __init__(
@@ -148,6 +152,7 @@ class SensorHarness:
         crash_loop_window_s: float = 300.0,
         healthy_after_s: float = 60.0,
         emit_tick_s: float = EMIT_TICK_S,
+        volatility: str | None = None,
     ) -> None:
         kind = str(getattr(sensor_cls, "kind", "") or name or "sensor")
         self.name = name or kind
@@ -161,6 +166,7 @@ class SensorHarness:
         """Events stored but ignored by a block, with the reason: ``outdated`` (observed
         no later than the block's last validation), ``archived``."""
         self._emit_tick_s = emit_tick_s
+        self._volatility = volatility
         self._config = dict(config or {})
         self._initial = list(bindings)
         self._tmp_path = Path(tmp_path) if tmp_path is not None else None
@@ -179,6 +185,7 @@ class SensorHarness:
         self._runner: SensorRunner | None = None
         self._task: asyncio.Task[None] | None = None
         self._blocks: dict[Binding, str] = {}
+        self._windows: dict[str, timedelta] = {}
         self._news = asyncio.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -481,16 +488,25 @@ class SensorHarness:
             raise ValidationInputError(errors)
         keep = {b for b, _ in parsed}
         for binding in [b for b in self._blocks if b not in keep]:
-            await self.store.delete(self._blocks.pop(binding), actor="harness")
+            gone = self._blocks.pop(binding)
+            self._windows.pop(gone, None)
+            await self.store.delete(gone, actor="harness")
         bound = []
         for binding, selector in parsed:
             if binding not in self._blocks:
-                block = await self.store.add(
-                    {"content": f"bound to {self.name}: {binding.subject}", "bindings": [binding]},
-                    actor="harness",
-                )
+                new: dict[str, Any] = {
+                    "content": f"bound to {self.name}: {binding.subject}",
+                    "bindings": [binding],
+                }
+                if self._volatility is not None:
+                    new["volatility"] = self._volatility
+                block = await self.store.add(new, actor="harness")
                 self._blocks[binding] = block.id
-            bound.append(BoundSubject(self._blocks[binding], binding, selector))
+                self._windows[block.id] = block.validation.validity_window  # as the daemon
+            block_id = self._blocks[binding]
+            bound.append(
+                BoundSubject(block_id, binding, selector, validity_window=self._windows[block_id])
+            )
         self.ctx.set_bindings(bound)
         return bound
 

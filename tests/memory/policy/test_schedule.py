@@ -7,7 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memwarden.memory.policy import PolicyConfig, next_check_in, plan_revalidations, take_due
+from memwarden.memory.policy import (
+    PolicyConfig,
+    next_check_in,
+    plan_revalidations,
+    put_back_in,
+    take_due,
+)
 
 M = 60.0
 H = 3600.0
@@ -152,3 +158,12 @@ def test_next_check_in_never_polls_faster_than_the_interval(interval_s, failures
     wait = next_check_in(interval_s, failures, backoff_max_s=cap_s)
     assert interval_s <= wait <= max(interval_s, cap_s)
     assert next_check_in(interval_s, failures + 1, backoff_max_s=cap_s) >= wait
+
+
+def test_a_put_back_request_waits_doubling_up_to_the_cap():
+    """Two dispatch intervals, doubling per put-back, capped at retry_max; a dispatch
+    interval longer than the cap is the floor (never faster than a tick)."""
+    waits = [put_back_in(n, dispatch_s=1.0, cap_s=300.0) for n in range(1, 10)]
+    assert waits == [4, 8, 16, 32, 64, 128, 256, 300, 300]
+    assert put_back_in(10_000, dispatch_s=1.0, cap_s=300.0) == 300
+    assert put_back_in(0, dispatch_s=3600.0, cap_s=300.0) == 3600

@@ -57,7 +57,12 @@ from memwarden.memory.policy._promotion import (
     score_composite,
     score_multi_axis,
 )
-from memwarden.memory.policy._schedule import next_check_in, plan_revalidations, take_due
+from memwarden.memory.policy._schedule import (
+    next_check_in,
+    plan_revalidations,
+    put_back_in,
+    take_due,
+)
 
 __all__ = [
     "HEALTH_PENALTIES",
@@ -96,6 +101,7 @@ __all__ = [
     "mark_stale",
     "next_check_in",
     "plan_revalidations",
+    "put_back_in",
     "record_access",
     "retention",
     "score",

@@ -6,7 +6,9 @@ Every check of a binding comes from one of two timelines, and their rules live h
 
 - the **revalidation queue** (the store's requests, sent by the daemon's scheduler):
   expiry (``stale_at``), a soft refutation's retry (``EvidenceConfig.retry_interval_s``),
-  a ``changed`` event, a read, a manual request. After downtime :func:`plan_revalidations`
+  a ``changed`` event, a read, a manual request. A request put back because its
+  binding's check is still running waits :func:`put_back_in` before it is sent again.
+  After downtime :func:`plan_revalidations`
   spreads what is overdue evenly over ``staleness.spread_window`` (oldest deadline
   first), resumes what is not yet due with its remaining time, and applies the Nagios
   rule: a block whose window was mostly spent unwatched (downtime > 0.618 x window) has
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 
     from memwarden.memory.policy._config import PolicyConfig
 
-__all__ = ["next_check_in", "plan_revalidations", "take_due"]
+__all__ = ["next_check_in", "plan_revalidations", "put_back_in", "take_due"]
 
 
 def next_check_in(
@@ -46,6 +48,18 @@ def next_check_in(
     if failures > 0:
         wait = min(interval_s * 2.0 ** min(failures, 32), max(interval_s, backoff_max_s))
     return wait * spread
+
+
+def put_back_in(sends: int, *, dispatch_s: float, cap_s: float) -> float:
+    """Seconds a request waits when put back because its binding's check is still running.
+
+    ``sends`` is how often it was sent before this time (``RevalidationRequest.attempts``):
+    the wait is ``dispatch_s * 2^(sends + 1)`` (doubling per put-back) up to ``cap_s``
+    (``evidence.retry_max``) but never below one dispatch interval. The running check
+    ends within its deadline, so a doubling wait finds it done soon after, whether it
+    is a quick one or a slow one, in a few sends rather than one per tick.
+    """
+    return min(dispatch_s * 2.0 ** min(sends + 1, 32), max(dispatch_s, cap_s))
 
 
 def plan_revalidations(
