@@ -19,6 +19,7 @@ from tests.support import eventually
 from memwarden.errors import ValidationInputError
 from memwarden.memory import SystemClock
 from memwarden.plugins.testing import SensorHarness
+from memwarden.sensors.http import HttpConfig
 from memwarden.sensors.runtime import RuntimeConfig, RuntimeSensor, parse_perfdata
 
 if TYPE_CHECKING:
@@ -224,6 +225,15 @@ def test_config_rejects_ambiguous_and_empty_checks():
         RuntimeConfig.model_validate({"checks": {"n": {"type": "nagios", "command": []}}})
     with pytest.raises(ValidationError):
         RuntimeConfig.model_validate({"checks": {"n": {"type": "nagios", "command": "ls -l"}}})
+
+
+@pytest.mark.parametrize("config", [RuntimeConfig, HttpConfig])
+def test_check_timeout_that_would_do_nothing_is_refused(config):
+    """runtime and http checks carry their own deadline (timeout_s): the polling base's
+    check_timeout would be silently ignored, so setting it is an error naming timeout_s."""
+    with pytest.raises(ValidationError, match=r"check_timeout: not used by this sensor.*timeout_s"):
+        config.model_validate({"check_timeout": "5s"})
+    assert config.model_validate({"timeout_s": 5}).timeout_s == 5
 
 
 # ---------------------------------------------------------------------- Nagios plugins

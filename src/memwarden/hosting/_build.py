@@ -97,9 +97,9 @@ def build_runner(
 ) -> SensorRunner:
     """A runner for sensor ``name``: plugin looked up, options validated, context made.
 
-    ``prepare`` sees the sensor instance before anything runs (the daemon hands the review
-    sensor its store there). Raises :class:`ConfigError` for unknown kinds and bad options,
-    :class:`PluginError` when the plugin's constructor fails.
+    ``prepare`` sees the sensor instance before anything runs (the daemon hands a
+    ``NeedsReviews`` sensor its review queue there). Raises :class:`ConfigError` for
+    unknown kinds and bad options, :class:`PluginError` when the plugin's constructor fails.
     """
     kind = conf.kind or name
     try:

@@ -89,8 +89,18 @@ class PollingConfig(BaseSensorConfig):
         default=timedelta(seconds=30), description="One check's deadline (then: error)."
     )
 
+    #: A sensor whose checks carry their own deadline (it overrides ``timeout_of``) names
+    #: that key here: ``check_timeout`` would do nothing, so setting it is refused.
+    deadline_key: ClassVar[str | None] = None
+
     @model_validator(mode="after")
     def _sane_intervals(self) -> PollingConfig:
+        if self.deadline_key and "check_timeout" in self.model_fields_set:
+            msg = (
+                f"check_timeout: not used by this sensor, whose checks' deadline is "
+                f"{self.deadline_key}; set {self.deadline_key} instead"
+            )
+            raise ValueError(msg)
         for name in ("min_interval", "backoff_max", "confirm_every", "check_timeout"):
             value = getattr(self, name)
             if value < HARD_MIN_INTERVAL:

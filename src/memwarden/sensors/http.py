@@ -213,6 +213,8 @@ class HttpConfig(PollingConfig):
     )
     interval: Duration = Field(default=timedelta(minutes=5), description="Between checks.")
     timeout_s: Annotated[float, Field(gt=0.0, le=600.0)] = 10.0
+
+    deadline_key: ClassVar[str | None] = "timeout_s"
     max_bytes: Annotated[int, Field(ge=1, le=1024 * 1024 * 1024)] = 1024 * 1024
     verify: bool = True
     ca_file: Path | None = Field(default=None, description="Trust this CA bundle instead.")

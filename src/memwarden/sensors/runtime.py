@@ -233,6 +233,7 @@ class RuntimeConfig(PollingConfig):
         "daemon's environment is.",
     )
     timeout_s: Seconds = 10.0
+    deadline_key: ClassVar[str | None] = "timeout_s"
     reliability: Annotated[float, Field(ge=0.0, le=1.0)] = 0.9
     max_output_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 64 * 1024
 
