@@ -43,12 +43,13 @@ class RouteCache:
     whole cache: any other writer job (binding changes, edits, archive, restore, delete,
     import, quarantine, decay, ...) before it runs, a rollback, a failed commit, and a
     commit by another connection (``data_version``, checked by each event job). It holds
-    at most about ``max_subjects`` subjects (then it starts again).
+    at most about ``max_subjects`` subjects (then it starts again): about 1 KB each with
+    one binding (measured with tracemalloc), so about 100 MB when full.
     """
 
     __slots__ = ("data_version", "max_subjects", "records", "subjects")
 
-    def __init__(self, max_subjects: int = 200_000) -> None:
+    def __init__(self, max_subjects: int = 100_000) -> None:
         self.subjects: dict[str, list[tuple[str, str]]] = {}
         self.records: dict[str, BlockRecord] = {}
         self.data_version: int | None = None
