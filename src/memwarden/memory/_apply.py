@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import operator
+from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_record, evidence_row
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from memwarden.memory._compaction import CompactionConfig
     from memwarden.memory._database import Database
     from memwarden.memory._model import ValidationEvent
-    from memwarden.memory._writer import RouteCache
 
 __all__ = ["EventLog", "propagate_dependencies"]
 
@@ -143,18 +143,16 @@ class EventLog:
                     direct[ev.event_id] = ev.model_dump_json()
         prepared.sort(key=lambda p: p[4])  # apply in observation order
         cfg = self.policy
-        writer = self.db.writer
 
         async def job(conn: aiosqlite.Connection) -> ApplyResult:
             if direct:
                 await _reject_unbound(conn, prepared, rejected, direct)
-            assert writer is not None  # noqa: S101 - the job runs on this writer
-            result = await _apply_job(conn, prepared, rejected, now, cfg, cache=writer.routes)
+            result = await _apply_job(conn, prepared, rejected, now, cfg)
             if rejected:
                 await self.cap_dead_letters(conn)
             return result
 
-        return await self.db.write(job, weight=len(prepared), keeps_routes=True)
+        return await self.db.write(job, weight=len(prepared))
 
     async def cap_dead_letters(self, conn: aiosqlite.Connection) -> None:
         """Keep at most ``compaction.dead_letters_max_rows`` dead letters, at every insert:
@@ -190,8 +188,6 @@ async def _apply_job(
     rejected: list[tuple[str, str, str]],
     now: float,
     cfg: PolicyConfig,
-    *,
-    cache: RouteCache,
 ) -> ApplyResult:
     """The writer job behind :meth:`EventLog.apply_events`."""
     result = ApplyResult(rejected=[(event_id, reason) for event_id, reason, _ in rejected])
@@ -202,12 +198,12 @@ async def _apply_job(
         )
     if not prepared:
         return result
-    reads = await _Reads.fetch(conn, prepared, cache)
+    reads = await _Reads.fetch(conn, prepared)
     batch = _drop_duplicates(prepared, reads.existing, result)
     if batch:
         applied = _EventBatch(now, cfg, result)
-        applied.route(reads, cache)
-        await applied.run(conn, batch, reads.first_seq, cache)
+        applied.route(reads)
+        await applied.run(conn, batch, reads.first_seq)
     return result
 
 
@@ -245,63 +241,27 @@ class _Reads:
     trip through the scheduler)."""
 
     existing: set[str]  # event ids already in the log
-    subjects: list[str]  # the subjects of the events routed by subject (all in the cache)
+    routes: list[Any]  # _ROUTE_SELECT rows of the events' subjects
     bound: list[Any]  # (block id, sensor) of the blocks events name directly
     direct: list[Any]  # EVIDENCE_SELECT rows of those blocks
     first_seq: int  # the seq of the job's first event
 
     @classmethod
-    async def fetch(
-        cls, conn: aiosqlite.Connection, prepared: list[_Prepared], cache: RouteCache
-    ) -> _Reads:
-        """Routes come from the writer's cache; only subjects it lacks are read."""
-        if len(cache.subjects) > cache.max_subjects:
-            cache.clear()
+    async def fetch(cls, conn: aiosqlite.Connection, prepared: list[_Prepared]) -> _Reads:
         subjects = list({p[2] for p in prepared if p[8] is None})
-        known = cache.subjects
-        missing = [s for s in subjects if s not in known]
         direct = list({p[8] for p in prepared if p[8] is not None})
-        seq_rows, version_rows, ids, routes, bound, records = await asyncio.gather(
+        seq_rows, ids, routes, bound, records = await asyncio.gather(
             conn.execute_fetchall("SELECT coalesce(max(seq), 0) FROM events"),
-            conn.execute_fetchall("PRAGMA data_version"),
             _select_all(conn, _EVENT_IDS_SELECT, [p[0] for p in prepared]),
-            _select_all(conn, _ROUTE_SELECT, missing),
+            _select_all(conn, _ROUTE_SELECT, subjects),
             _select_all(conn, _BOUND_SELECT, direct),
             _select_all(conn, EVIDENCE_SELECT, direct),
         )
-        version = next(iter(version_rows))[0]
-        if version != cache.data_version:  # another connection committed: start again
-            cached = [s for s in subjects if s in known]
-            cache.clear()
-            cache.data_version = version
-            if cached:
-                routes = [*routes, *await _select_all(conn, _ROUTE_SELECT, cached)]
-                missing = subjects
-        _remember_routes(cache, missing, routes)
         reads = cls()
         reads.existing = {r[0] for r in ids}
-        reads.subjects, reads.bound, reads.direct = subjects, bound, records
+        reads.routes, reads.bound, reads.direct = routes, bound, records
         reads.first_seq = next(iter(seq_rows))[0] + 1
         return reads
-
-
-def _remember_routes(cache: RouteCache, subjects: list[str], rows: list[Any]) -> None:
-    """Put ``subjects`` and their ``_ROUTE_SELECT`` rows in the cache. A block bound twice
-    to one subject (two assertions on one file) is listed once: the event reaches it once.
-    A block already cached keeps its record (it is the same row, maybe changed by this
-    very job)."""
-    known, records = cache.subjects, cache.records
-    for subject in subjects:
-        known[subject] = []
-    for row in rows:
-        block_id = row[3]
-        route = (row[1], block_id)
-        listed = known[row[0]]
-        if route in listed:
-            continue
-        listed.append(route)
-        if block_id not in records:
-            records[block_id] = evidence_record(row[2:])
 
 
 async def _select_all(
@@ -338,34 +298,34 @@ class _EventBatch:
         self.now = now
         self.cfg = cfg
         self.result = result
-        self.routes: dict[str, list[tuple[str, str]]] = {}  # subject -> (sensor, block id)
-        self.cached: dict[str, Any] = {}  # block id -> record, of the routed blocks
-        self.records: dict[str, Any] = {}  # block id -> record, of the blocks named directly
+        self.by_subject: dict[tuple[str, str], list[str]] = defaultdict(list)
+        self.records: dict[str, Any] = {}
         self.bound: set[tuple[str, str]] = set()
         self.reviews: list[tuple[Any, ...]] = []
-        self.demoted = False
         self.timeout_s = cfg.staleness.revalidation_timeout.total_seconds()
 
-    def route(self, reads: _Reads, cache: RouteCache) -> None:
-        """Which blocks each event reaches: by (sensor, subject) binding (from the route
-        cache, which :meth:`_Reads.fetch` filled for every subject of the job), or by
-        block id. A cached record is the one the rules change, so the cache follows this
-        job's writes."""
-        records, cached = self.records, cache.records
-        self.routes, self.cached = cache.subjects, cached
+    def route(self, reads: _Reads) -> None:
+        """Which blocks each event reaches: by (sensor, subject) binding, or by block id.
+
+        One joined lookup fetched the bindings and the evidence of the blocks behind them.
+        """
+        records = self.records
+        routed: set[tuple[str, str, str]] = set()
+        for row in reads.routes:
+            block_id = row[3]
+            if (row[0], row[1], block_id) in routed:  # a block bound twice to one subject
+                continue  # (two assertions on one file): the event reaches it once
+            routed.add((row[0], row[1], block_id))
+            self.by_subject[(row[1], row[0])].append(block_id)
+            if block_id not in records:
+                records[block_id] = evidence_record(row[2:])
         for block_id, sensor in reads.bound:
             self.bound.add((block_id, sensor))
         for row in reads.direct:
             if row[1] not in records:
-                records[row[1]] = cached.get(row[1]) or evidence_record(row)
+                records[row[1]] = evidence_record(row)
 
-    async def run(
-        self,
-        conn: aiosqlite.Connection,
-        batch: list[_Prepared],
-        first_seq: int,
-        cache: RouteCache,
-    ) -> None:
+    async def run(self, conn: aiosqlite.Connection, batch: list[_Prepared], first_seq: int) -> None:
         """Apply the rules event by event (in observation order), then write everything.
 
         The writes are handed to the connection's thread all at once and awaited together
@@ -380,13 +340,8 @@ class _EventBatch:
         await writes.queue([(_REVALIDATION_DONE, answered), *self._rules(batch, first_seq)])
         result.accepted = len(batch)
         fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
-        if self.demoted:  # the tier and stability written are not the cached records'
-            cache.clear()
         if fallen:  # its reads run after the writes queued above (the thread keeps order)
-            propagated = await propagate_dependencies(conn, fallen, now=now, cfg=self.cfg)
-            if propagated:  # dependents changed behind the cached records
-                cache.clear()
-            result.changes.extend(propagated)
+            result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=self.cfg))
         await writes.done()
         result.reviews = len(self.reviews)
         await executemany(
@@ -405,17 +360,13 @@ class _EventBatch:
         touched: dict[str, Any] = {}
         requests: list[tuple[Any, ...]] = []
         demoted: list[tuple[Any, ...]] = []
-        routes, cached, records = self.routes, self.cached, self.records
         for seq, p in enumerate(part, start=first_seq):
             eid, sensor, subject, outcome, observed_at, rel, window, _, block_id = p[:9]
-            targets: Sequence[tuple[str, str]]
-            if block_id is None:
-                targets, found = routes[subject], cached
-            else:
-                targets, found = ((sensor, block_id),), records
+            targets = [block_id] if block_id is not None else self.by_subject.get((sensor, subject))
             reached = False
-            for bound_sensor, bid in targets:
-                if bound_sensor != sensor or (rec := found.get(bid)) is None:
+            for bid in targets or ():
+                rec = self.records.get(bid)
+                if rec is None:
                     continue
                 reached = True
                 eff = apply_event(
@@ -465,7 +416,6 @@ class _EventBatch:
             if not reached:
                 result.unmatched += 1
         result.revalidations += len(requests)
-        self.demoted = bool(demoted)
         # Writes in key order: B-tree pages are then visited once, in sequence.
         effect_rows.sort(key=_first_two)
         updates = sorted((evidence_row(r) for r in touched.values()), key=_last)

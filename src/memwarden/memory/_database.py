@@ -262,22 +262,17 @@ class Database:
         self._readers.put_nowait(conn)
 
     async def write(
-        self,
-        job: Callable[[aiosqlite.Connection], Awaitable[T]],
-        *,
-        weight: int = 1,
-        keeps_routes: bool = False,
+        self, job: Callable[[aiosqlite.Connection], Awaitable[T]], *, weight: int = 1
     ) -> T:
         """Run ``job`` (an async function of the writer connection) in the writer's next
         transaction; returns its result once that transaction committed.
 
         ``weight`` is the job's size (rows, events), which bounds how much one
-        transaction takes (see :meth:`Writer.submit`); ``keeps_routes`` is for the event
-        job alone (see :class:`RouteCache`).
+        transaction takes (see :meth:`Writer.submit`).
         """
         if self._writer is None:
             raise StorageError("the store is closed")
-        return await self._writer.submit(job, weight=weight, keeps_routes=keeps_routes)
+        return await self._writer.submit(job, weight=weight)
 
     @property
     def write_backlog(self) -> int:

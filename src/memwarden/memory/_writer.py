@@ -24,40 +24,11 @@ if TYPE_CHECKING:
 
     import aiosqlite
 
-    from memwarden.memory._record import BlockRecord
-
-__all__ = ["RouteCache", "Writer"]
+__all__ = ["Writer"]
 
 T = TypeVar("T")
 
 log = structlog.get_logger("memwarden.store")
-
-
-class RouteCache:
-    """Where events go, kept by the writer between event jobs: each subject's bindings
-    (``subjects``: subject -> ``[(sensor, block id)]``, empty for an unbound subject) and
-    the evidence records of the blocks behind them (``records``: block id -> record).
-
-    An event job reads the subjects it does not find here and updates the records it
-    changes in place, in the same transaction that writes them. Everything else drops the
-    whole cache: any other writer job (binding changes, edits, archive, restore, delete,
-    import, quarantine, decay, ...) before it runs, a rollback, a failed commit, and a
-    commit by another connection (``data_version``, checked by each event job). It holds
-    at most about ``max_subjects`` subjects (then it starts again): about 1 KB each with
-    one binding (measured with tracemalloc), so about 100 MB when full.
-    """
-
-    __slots__ = ("data_version", "max_subjects", "records", "subjects")
-
-    def __init__(self, max_subjects: int = 100_000) -> None:
-        self.subjects: dict[str, list[tuple[str, str]]] = {}
-        self.records: dict[str, BlockRecord] = {}
-        self.data_version: int | None = None
-        self.max_subjects = max_subjects
-
-    def clear(self) -> None:
-        self.subjects.clear()
-        self.records.clear()
 
 
 @dataclass(slots=True)
@@ -65,7 +36,6 @@ class _Pending(Generic[T]):
     fn: Callable[[aiosqlite.Connection], Awaitable[T]]
     future: asyncio.Future[T]
     weight: int = 1
-    keeps_routes: bool = False
 
 
 class Writer:
@@ -82,32 +52,23 @@ class Writer:
         self._closing = False
         self.commits = 0
         self.jobs = 0
-        self.routes = RouteCache()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="store.writer")
 
     async def submit(
-        self,
-        fn: Callable[[aiosqlite.Connection], Awaitable[T]],
-        *,
-        weight: int = 1,
-        keeps_routes: bool = False,
+        self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], *, weight: int = 1
     ) -> T:
         """Run ``fn`` inside the next transaction; returns once that transaction committed.
 
         ``weight`` is the job's size (rows, events): one transaction takes jobs until their
         weights reach ``max_weight``, so a flood of work commits in steps instead of one
         long transaction that every caller would wait for.
-
-        ``keeps_routes`` says the job keeps :attr:`routes` true by itself (the event job,
-        which reads and updates it); before any other job the cache is dropped, so a job
-        that changes bindings or blocks never leaves a stale route behind.
         """
         if self._closing or self._task is None:
             raise StorageError("the store is closed")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Pending(fn, future, max(1, weight), keeps_routes))
+        self._queue.put_nowait(_Pending(fn, future, max(1, weight)))
         return await future
 
     @property
@@ -169,12 +130,9 @@ class Writer:
         try:
             await conn.execute("BEGIN IMMEDIATE")
             for pending in jobs:
-                if not pending.keeps_routes:
-                    self.routes.clear()
                 try:
                     results.append((True, await pending.fn(conn)))
                 except Exception as err:  # noqa: BLE001 - a failing job goes back to its caller
-                    self.routes.clear()  # it may hold what the rollback undoes
                     await conn.execute("ROLLBACK")
                     if isinstance(err, sqlite3.Error):
                         wrapped = StorageError(str(err))
@@ -184,7 +142,6 @@ class Writer:
             await conn.execute("COMMIT")
         except (sqlite3.Error, ValueError) as err:
             # The transaction itself failed (disk full, I/O error, ...): nothing committed.
-            self.routes.clear()
             with contextlib.suppress(sqlite3.Error, ValueError):
                 await conn.execute("ROLLBACK")
             log.exception("store_commit_failed", jobs=len(jobs))
