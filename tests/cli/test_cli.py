@@ -232,3 +232,20 @@ def test_review_flow_and_sign_in_link(cli, live_daemon):
         assert "memwarden_review" in first.headers["set-cookie"]
         assert "HttpOnly" in first.headers["set-cookie"]
         assert web.get(link.strip()).status_code == 401  # once only
+
+
+def test_export_and_import_keep_unicode_line_separators_inside_a_block(tmp_path):
+    """JSONL lines end at "\\n" only: content holding U+2028, U+2029, U+0085 or a form feed
+    (which str.splitlines() also splits at) is exported and imported whole."""
+    runner = CliRunner()
+    db, other = str(tmp_path / "a.db"), str(tmp_path / "b.db")
+    text = "line\u2028separator\u2029paragraph\x85next\x0cform feed\x1crecord"
+    assert runner.invoke(app, ["add", text, "--db", db]).exit_code == 0
+    dump = tmp_path / "dump.jsonl"
+    assert runner.invoke(app, ["export", str(dump), "--db", db]).exit_code == 0
+    result = runner.invoke(app, ["import", str(dump), "--db", other])
+    assert result.exit_code == 0, result.output
+    again = tmp_path / "again.jsonl"
+    assert runner.invoke(app, ["export", str(again), "--db", other]).exit_code == 0
+    assert again.read_text(encoding="utf-8") == dump.read_text(encoding="utf-8")
+    assert text in json.loads(again.read_text(encoding="utf-8").split("\n")[0])["block"]["content"]

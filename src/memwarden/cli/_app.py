@@ -993,7 +993,9 @@ def _read_jsonl(file: Path) -> list[dict[str, Any]]:
     except OSError as e:
         raise fail(f"{file}: cannot read: {e.strerror or e}") from None
     rows: list[dict[str, Any]] = []
-    for n, line in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" only: str.splitlines() would also cut at U+2028, U+0085, a form
+    # feed ... which JSON strings may hold unescaped (export writes ensure_ascii=False).
+    for n, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
