@@ -94,7 +94,7 @@ def test_cli_export_needs_no_db_and_reimport_is_a_no_op(
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     result = runner.invoke(app, ["export", str(first)])
     assert result.exit_code == 0, result.output
-    lines = first.read_text().removesuffix("\n").split("\n")  # JSONL: lines end at "\\n" only
+    lines = first.read_text().removesuffix("\n").split("\n")  # JSONL: lines end at a newline only
     assert any(json.loads(line)["block"]["content"] == "exported by the CLI" for line in lines)
     again = runner.invoke(app, ["import", str(first)])
     assert again.exit_code == 0, again.output
