@@ -34,6 +34,7 @@ from tests.mqtt.conftest import (
 )
 from tests.security._broker import USERS, Certs, SecuredBroker, start_secured_broker
 from tests.support import eventually as poll_until
+from tests.support import start_in_loop
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -115,12 +116,7 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
         },
     )
     daemon = Daemon(settings, registry=Registry.from_classes({"fs": FsSensor}))
-    task = asyncio.create_task(daemon.run(), name="test.daemon")
-    ready = asyncio.create_task(daemon.ready())
-    done, _ = await asyncio.wait({task, ready}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()
-    assert ready in done, "daemon did not become ready"
+    task = await start_in_loop(daemon, timeout_s=20)
     home = settings.home
     url = json.loads((home / "api.json").read_text())["url"]
     token = (home / "token").read_text().strip()

@@ -14,7 +14,7 @@ import pytest
 from memwarden.daemon import Daemon, load_settings
 from memwarden.plugins import Registry
 from memwarden.sensors import FsSensor
-from tests.support import eventually
+from tests.support import eventually, start_in_loop
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -63,12 +63,7 @@ async def start_api(
         sensors={"fs": {"roots": [str(workspace)], "debounce_ms": 10, "index": index}},
     )
     daemon = Daemon(settings, registry=Registry.from_classes({"fs": FsSensor}))
-    task = asyncio.create_task(daemon.run(), name="test.daemon")
-    ready = asyncio.create_task(daemon.ready())
-    done, _ = await asyncio.wait({task, ready}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()
-    assert ready in done, "daemon did not become ready"
+    task = await start_in_loop(daemon, timeout_s=20)
     try:
         sensor = daemon.runners["fs"].sensor
         assert isinstance(sensor, FsSensor)
