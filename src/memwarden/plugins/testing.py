@@ -400,11 +400,15 @@ class SensorHarness:
         current = await self.store.get(block_id)
         try:
             async with asyncio.timeout(timeout_s):
-                while str(current.state) != state:
-                    self._check_alive(f"block {block_id} to be {state}")
+                while True:
+                    # Clear before reading: news that lands while the read awaits
+                    # must wake the wait below, not be cleared after the fact.
                     self._news.clear()
-                    await self._news.wait()
                     current = await self.store.get(block_id)
+                    if str(current.state) == state:
+                        break
+                    self._check_alive(f"block {block_id} to be {state}")
+                    await self._news.wait()
         except TimeoutError:
             raise TimeoutError(
                 f"block {block_id} is {current.state}, not {state}, after {timeout_s:g}s "
