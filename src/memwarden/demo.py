@@ -22,7 +22,7 @@ from memwarden.daemon import Daemon, load_settings
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
-__all__ = ["run_demo"]
+__all__ = ["SETTINGS", "build_workspace", "run_demo"]
 
 RETRY_OK = "def retry_count() -> int:\n    return 3\n"
 RETRY_BROKEN = "def retry_count() -> int:\n    return 2  # someone changed it\n"
@@ -95,10 +95,25 @@ async def _show(daemon: Daemon, tour: _Tour, facts: dict[str, str]) -> None:
         tour.say(f"  {name:<9} {block.state.value:<10}{reasons:<20} r={v.reliability:.2f}{by}")
 
 
-def _workspace(root: Path) -> dict[str, Path]:
+# More of the workspace's settings, as a project keeps them: what binding suggestions find
+# (docs/SUGGESTIONS.md) when an agent states a fact without saying where it is written.
+SETTINGS: dict[str, str] = {
+    "config/db.toml": '[database]\nhost = "db.internal"\npool_size = 10\n',
+    "config/cache.yaml": "cache:\n  ttl_s: 600\n  backend: redis\n",
+    "config/worker.json": json.dumps({"worker": {"memory_limit": "512Mi", "concurrency": 4}}),
+    "package.json": json.dumps({"name": "shop-web", "version": "2.4.1", "private": True}),
+}
+
+
+def build_workspace(root: Path) -> dict[str, Path]:
+    """The demo's workspace under ``root``: ``config/app.yaml`` (the API timeout, 30 s), more
+    settings (:data:`SETTINGS`), a tiny pytest project and the daemon's state dir; the paths
+    of the config file, the project and the state dir."""
     config = root / "config" / "app.yaml"
     config.parent.mkdir(parents=True)
     config.write_text("http:\n  timeout: 30\n")
+    for rel, text in SETTINGS.items():
+        (root / rel).write_text(text)
     project = root / "project"
     project.mkdir()
     (project / "retry.py").write_text(RETRY_OK)
@@ -107,7 +122,7 @@ def _workspace(root: Path) -> dict[str, Path]:
 
 
 async def _tour(root: Path, tour: _Tour) -> int:
-    paths = _workspace(root)
+    paths = build_workspace(root)
     world = _World()
     async with world.serve():
         settings = load_settings(

@@ -109,9 +109,13 @@ def test_typed_answers_list_the_fields_the_api_declares():
     """Each client TypedDict names exactly the fields of the model its route declares, so
     the types cannot drift from the published API."""
     from memwarden.client import _answers  # noqa: PLC0415
-    from memwarden.daemon._routes import blocks, events, search  # noqa: PLC0415
+    from memwarden.daemon._routes import blocks, events, search, suggest  # noqa: PLC0415
 
     for typed, model in [
+        (_answers.BindAnswer, blocks.BindAnswer),
+        (_answers.SuggestAnswer, suggest.SuggestAnswer),
+        (_answers.Suggestion, suggest.Suggestion),
+        (_answers.DryRun, suggest.DryRun),
         (_answers.BlockPage, blocks.BlockPage),
         (_answers.RevalidateAnswer, blocks.RevalidateAnswer),
         (_answers.EventsAccepted, events.EventsAccepted),
@@ -124,12 +128,15 @@ def test_the_answers_have_the_typed_shapes(live_daemon):
     """What the daemon answers has the keys the client's types promise (optional ones
     only when present): health, liveness, a page, a revalidation, ingest, believed-at."""
     from memwarden.client import (  # noqa: PLC0415
+        AddedBlock,
         BelievedAt,
+        BindAnswer,
         BlockPage,
         EventsAccepted,
         HealthAnswer,
         Liveness,
         RevalidateAnswer,
+        SuggestAnswer,
     )
 
     with Client(live_daemon.url, live_daemon.token) as client:
@@ -145,3 +152,12 @@ def test_the_answers_have_the_typed_shapes(live_daemon):
         _keys_fit(client.revalidate(block.id), RevalidateAnswer)
         _keys_fit(client.ingest([]), EventsAccepted)
         _keys_fit(client.believed_at(block.id, "2100-01-01T00:00:00Z"), BelievedAt)
+        added = client.add_with_bind({"content": "Typed answers say how they bound"}, "suggest")
+        assert added["block"].bindings == []
+        _keys_fit(added, AddedBlock)
+        assert added["bind"] is not None
+        _keys_fit(added["bind"], BindAnswer)
+        assert "index = true" in added["bind"]["why"]  # this daemon's fs sensor has none
+        plain = client.add_with_bind({"content": "Typed answers may not bind"}, None)
+        assert plain["bind"] is None  # [suggest] bind = none: no bind answer
+        _keys_fit(client.suggest_bindings("the timeout is 30 s"), SuggestAnswer)

@@ -28,6 +28,7 @@ TOOLS = {
     "memory_review",
     "memory_health",
     "memory_sensors",
+    "memory_suggest_bindings",
 }
 
 
@@ -56,7 +57,7 @@ async def call(session: ClientSession, tool: str, args: dict[str, Any]) -> Any:
 
 
 async def test_lists_every_tool_with_a_described_schema(daemon):
-    """An agent sees all eight tools, each with a description and typed, described inputs."""
+    """An agent sees all nine tools, each with a description and typed, described inputs."""
     async with mcp_session(daemon) as session:
         tools = {t.name: t for t in (await session.list_tools()).tools}
     assert set(tools) == TOOLS

@@ -12,7 +12,7 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.markup import escape
@@ -40,7 +40,7 @@ from memwarden.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from memwarden.client import AsyncClient
     from memwarden.memory import Block, Store
@@ -443,13 +443,25 @@ def add(
             "collapsed) instead of storing it twice.",
         ),
     ] = True,
+    auto_bind: Annotated[
+        bool,
+        typer.Option(
+            "--auto-bind",
+            help="Bind it to the best binding the daemon finds whose check confirms it now "
+            "([suggest] auto_min_confidence; docs/SUGGESTIONS.md).",
+        ),
+    ] = False,
+    suggest_: Annotated[
+        bool,
+        typer.Option("--suggest", help="Store it unbound and print the bindings found."),
+    ] = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print only the id: id=$(memwarden add ... -q)")
     ] = False,
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Store a block."""
+    """Store a block (--auto-bind: and let memwarden find its binding)."""
     payload: dict[str, Any] = {
         "content": content,
         "title": title,
@@ -462,6 +474,10 @@ def add(
         payload["bindings"] = [json.loads(b) for b in bind or []]
     except json.JSONDecodeError as e:
         raise fail(f"--bind: not JSON: {e}", 2) from None
+    mode = _bind_mode(auto_bind=auto_bind, suggest=suggest_, db=db, bindings=bool(bind))
+    if mode is not None:
+        _add_and_bind(payload, mode, dedupe=dedupe, quiet=quiet, json_out=json_out)
+        return
     block = call(
         db,
         api=lambda c: c.add(payload, dedupe=dedupe),
@@ -485,6 +501,59 @@ def add(
             f"{block.validation.reliability:.2f})",
             highlight=False,
         )
+
+
+def _bind_mode(
+    *, auto_bind: bool, suggest: bool, db: Path | None, bindings: bool
+) -> Literal["auto", "suggest"] | None:
+    if not (auto_bind or suggest):
+        return None
+    if auto_bind and suggest:
+        raise fail("--auto-bind and --suggest: choose one", 2)
+    flag = "--auto-bind" if auto_bind else "--suggest"
+    if bindings:
+        raise fail(f"{flag} and --bind: give a binding or let memwarden find one, not both", 2)
+    if db is not None:
+        raise fail(f"{flag} needs the running daemon (its sensors find the binding), not --db", 2)
+    return "auto" if auto_bind else "suggest"
+
+
+def _add_and_bind(
+    payload: dict[str, Any],
+    mode: Literal["auto", "suggest"],
+    *,
+    dedupe: bool,
+    quiet: bool,
+    json_out: bool,
+) -> None:
+    async def local(_: Store) -> Any:  # not reached: _bind_mode refuses --db
+        raise MemwardenError("binding suggestions need the running daemon")
+
+    added = call(None, api=lambda c: c.add_with_bind(payload, mode, dedupe=dedupe), local=local)
+    block, found = added["block"], added["bind"]
+    if json_out:
+        print_json({**block.model_dump(mode="json"), "bind": found})
+        return
+    shown = block.short_id or block.id
+    if quiet:
+        sys.stdout.write(f"{shown}\n")
+        return
+    if block.duplicate_of is not None:
+        out.print(f"already stored as {shown}; nothing added or bound", highlight=False)
+        return
+    out.print(
+        f"added {shown} ({block.state.value}, reliability {block.validation.reliability:.2f})",
+        highlight=False,
+    )
+    if found is None:
+        return
+    chosen = found["chosen"]
+    if chosen is not None:
+        out.print(
+            f"bound: {escape(json.dumps(chosen['binding']))}", highlight=False, soft_wrap=True
+        )
+    out.print(escape(found["why"]), highlight=False, soft_wrap=True)
+    _print_suggestions([] if chosen is not None else found["suggestions"], found["contradicts"])
 
 
 @app.command()
@@ -819,20 +888,27 @@ def suggest(
     if json_out:
         print_json(data)
         return
-    for s in data["suggestions"]:
+    _print_suggestions(data["suggestions"], data["contradicts"])
+    if not data["suggestions"] and not data["contradicts"]:
+        out.print("no binding found (docs/SUGGESTIONS.md says what is matched)")
+
+
+def _print_suggestions(
+    suggestions: Sequence[Mapping[str, Any]], contradicts: Sequence[Mapping[str, Any]]
+) -> None:
+    """Each binding found (confidence first) and each contradiction, with why."""
+    for s in suggestions:
         out.print(
             f"{s['confidence']:.2f}  {escape(json.dumps(s['binding']))}",
             highlight=False,
             soft_wrap=True,
         )
         out.print(f"      {escape(s['why'])}", highlight=False, soft_wrap=True)
-    for s in data["contradicts"]:
+    for s in contradicts:
         out.print(
             f"contradicted  {escape(json.dumps(s['binding']))}", highlight=False, soft_wrap=True
         )
         out.print(f"      {escape(s['why'])}", highlight=False, soft_wrap=True)
-    if not data["suggestions"] and not data["contradicts"]:
-        out.print("no binding found (docs/SUGGESTIONS.md says what is matched)")
 
 
 @app.command()

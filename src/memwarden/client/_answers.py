@@ -17,12 +17,19 @@ from memwarden.memory import Block
 from memwarden.memory.policy import HealthReportDict
 
 __all__ = [
+    "AddedBlock",
     "BelievedAt",
+    "BindAnswer",
     "BlockPage",
+    "Coverage",
+    "CoverageShare",
+    "DryRun",
     "EventsAccepted",
     "HealthAnswer",
     "Liveness",
     "RevalidateAnswer",
+    "SuggestAnswer",
+    "Suggestion",
 ]
 
 
@@ -33,6 +40,22 @@ class Liveness(TypedDict):
     version: str
 
 
+class CoverageShare(TypedDict):
+    """Of ``live`` facts (not archived), ``checkable`` have a binding whose sensor runs;
+    ``share`` is their ratio (``None`` when there are no live facts)."""
+
+    live: int
+    checkable: int
+    share: float | None
+
+
+class Coverage(CoverageShare):
+    """The share of memory that can be checked at all, overall and by source and tier."""
+
+    by_source: dict[str, CoverageShare]
+    by_tier: dict[str, CoverageShare]
+
+
 class HealthAnswer(HealthReportDict):
     """``GET /v1/health``: the 0-100 score, its status and warnings (worst first), and what
     is behind them. ``mqtt`` only when the MQTT bridge is configured."""
@@ -41,7 +64,52 @@ class HealthAnswer(HealthReportDict):
     quarantined_bindings: list[dict[str, Any]]
     sensors: list[dict[str, Any]]
     dead_letters: int
+    # COVERAGE
     mqtt: NotRequired[dict[str, Any]]
+
+
+class DryRun(TypedDict):
+    """A binding checked once now by its sensor (nothing stored)."""
+
+    outcome: Literal["confirmed", "refuted", "changed", "error"]
+    observed: Any
+    message: str
+
+
+class Suggestion(TypedDict):
+    """A binding that could check a fact: how sure, why, and its dry run."""
+
+    binding: dict[str, Any]
+    confidence: float
+    why: str
+    check: DryRun
+
+
+class SuggestAnswer(TypedDict):
+    """``POST /v1/suggest-bindings``: confirmed suggestions (best first) and the bindings
+    of what the text says that the world refutes."""
+
+    suggestions: list[Suggestion]
+    contradicts: list[Suggestion]
+
+
+class BindAnswer(TypedDict):
+    """``POST /v1/blocks`` with ``bind``: the binding chosen (auto) or none and why, and
+    every suggestion and contradiction found."""
+
+    mode: Literal["auto", "suggest"]
+    chosen: Suggestion | None
+    why: str
+    suggestions: list[Suggestion]
+    contradicts: list[Suggestion]
+
+
+class AddedBlock(TypedDict):
+    """:meth:`~memwarden.client.AsyncClient.add_with_bind`: the stored block, and what
+    ``bind`` did (``None`` when the daemon's ``[suggest] bind`` is ``none``)."""
+
+    block: Block
+    bind: BindAnswer | None
 
 
 class BlockPage(TypedDict):

@@ -20,7 +20,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import httpx
 
@@ -38,12 +38,14 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from memwarden.client._answers import (
+        AddedBlock,
         BelievedAt,
         BlockPage,
         EventsAccepted,
         HealthAnswer,
         Liveness,
         RevalidateAnswer,
+        SuggestAnswer,
     )
 
 __all__ = [
@@ -55,6 +57,8 @@ __all__ = [
     "find_home",
     "resolve_endpoint",
 ]
+
+BindMode = Literal["auto", "suggest", "none"]
 
 STATE_DIR_NAME = ".memwarden"  # a project's own state dir, as `memwarden init` sets it up
 DEFAULT_URL = "http://127.0.0.1:7077"  # [api] port's default: with a token given, no URL
@@ -190,6 +194,12 @@ def _block(data: Any) -> Block:
     return Block.model_validate(data)
 
 
+def _added(data: Any) -> AddedBlock:
+    """The block and what ``bind`` did, from ``POST /v1/blocks``."""
+    bind = data.get("bind") if isinstance(data, dict) else None
+    return {"block": _block(data), "bind": bind}
+
+
 def _if_match(version: int | None) -> dict[str, str] | None:
     return None if version is None else {"If-Match": f'"{version}"'}
 
@@ -220,6 +230,18 @@ class _Ops:
     @staticmethod
     def add(block: NewBlock | Mapping[str, Any], *, dedupe: bool) -> tuple[str, str, Any, Any]:
         return "POST", "/v1/blocks", {"dedupe": "true"} if dedupe else None, _body(block)
+
+    @staticmethod
+    def add_with_bind(
+        block: NewBlock | Mapping[str, Any], bind: BindMode | None, *, dedupe: bool
+    ) -> tuple[str, str, Any, Any]:
+        body = {**_body(block), **({"bind": bind} if bind is not None else {})}
+        return "POST", "/v1/blocks", {"dedupe": "true"} if dedupe else None, body
+
+    @staticmethod
+    def suggest(content: str, title: str, limit: int) -> tuple[str, str, Any, Any]:
+        body = {"content": content, "title": title, "limit": limit}
+        return "POST", "/v1/suggest-bindings", None, body
 
     @staticmethod
     def blocks(filters: Mapping[str, Any]) -> tuple[str, str, Any, Any]:
@@ -335,6 +357,19 @@ class AsyncClient:
         whitespace collapsed) comes back instead, its ``duplicate_of`` set."""
         return _block(await self._call(*_Ops.add(block, dedupe=dedupe)))
 
+    async def add_with_bind(
+        self,
+        block: NewBlock | Mapping[str, Any],
+        bind: BindMode | None = "auto",
+        *,
+        dedupe: bool = False,
+    ) -> AddedBlock:
+        """Store a block and let memwarden look for its binding: ``auto`` binds the best
+        suggestion whose dry run confirms (if confident enough), ``suggest`` stores it
+        unbound with the suggestions, ``None`` leaves it to the daemon's ``[suggest] bind``.
+        ``{"block", "bind"}``: ``bind`` says what was chosen and why (docs/SUGGESTIONS.md)."""
+        return _added(await self._call(*_Ops.add_with_bind(block, bind, dedupe=dedupe)))
+
     async def list_blocks(self, **filters: Any) -> BlockPage:
         """One page: ``{"blocks": [Block], "next": cursor | None}``; filters ``state``,
         ``tag``, ``sensor``, ``tier``, ``volatility``, ``after`` (the cursor), ``limit``."""
@@ -430,11 +465,11 @@ class AsyncClient:
 
     async def suggest_bindings(
         self, content: str, *, title: str = "", limit: int = 5
-    ) -> dict[str, Any]:
+    ) -> SuggestAnswer:
         """Bindings that could check this fact, each dry-run now: ``{"suggestions",
         "contradicts"}`` (docs/SUGGESTIONS.md)."""
-        body = {"content": content, "title": title, "limit": limit}
-        return await self._call("POST", "/v1/suggest-bindings", None, body)  # type: ignore[no-any-return]
+        answer: SuggestAnswer = await self._call(*_Ops.suggest(content, title, limit))
+        return answer
 
     async def revalidate(self, block_id: str, *, wait: str = "0s") -> RevalidateAnswer:
         """Ask the block's sensors to check it now; wait up to ``wait`` for the outcome."""
@@ -580,6 +615,16 @@ class Client:
     def add(self, block: NewBlock | Mapping[str, Any], *, dedupe: bool = False) -> Block:
         return _block(self._call(*_Ops.add(block, dedupe=dedupe)))
 
+    def add_with_bind(
+        self,
+        block: NewBlock | Mapping[str, Any],
+        bind: BindMode | None = "auto",
+        *,
+        dedupe: bool = False,
+    ) -> AddedBlock:
+        """Store a block and let memwarden bind it (see :meth:`AsyncClient.add_with_bind`)."""
+        return _added(self._call(*_Ops.add_with_bind(block, bind, dedupe=dedupe)))
+
     def list_blocks(self, **filters: Any) -> BlockPage:
         """One page: ``{"blocks": [Block], "next": cursor | None}`` (see AsyncClient)."""
         data = self._call(*_Ops.blocks(filters))
@@ -647,9 +692,9 @@ class Client:
     def explain(self, block_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/blocks/{block_id}/explain")  # type: ignore[no-any-return]
 
-    def suggest_bindings(self, content: str, *, title: str = "", limit: int = 5) -> dict[str, Any]:
-        body = {"content": content, "title": title, "limit": limit}
-        return self._call("POST", "/v1/suggest-bindings", None, body)  # type: ignore[no-any-return]
+    def suggest_bindings(self, content: str, *, title: str = "", limit: int = 5) -> SuggestAnswer:
+        answer: SuggestAnswer = self._call(*_Ops.suggest(content, title, limit))
+        return answer
 
     def revalidate(self, block_id: str, *, wait: str = "0s") -> RevalidateAnswer:
         answer: RevalidateAnswer = self._call(

@@ -25,7 +25,7 @@ from memwarden.client import AsyncClient
 from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from mcp.server.context import ServerRequestContext
     from mcp.server.session import ServerSession
@@ -41,7 +41,9 @@ tests, processes, HTTP APIs, human reviewers). Search it before relying on what 
 think you know; every result carries its state (fresh, stale, unverified, refuted),
 its reliability (0-1) and how long ago it was validated. Treat stale or low-reliability
 (< 0.7) facts as hints to verify, not truths. Store durable facts with memory_add and
-bind them to a sensor when one can check them (e.g. a config file path)."""
+bind them to a sensor when one can check them (e.g. a config file path), or pass
+bind="auto" and memwarden finds the binding itself (memory_suggest_bindings shows the
+candidates without storing anything)."""
 
 
 def _ago(iso: str | None, now: datetime) -> str:
@@ -130,8 +132,44 @@ A binding is {"sensor": <a running sensor's name>, ...its keys}, e.g.
   {"sensor": "runtime", "check": "db-port"}
   {"sensor": "http", "url": "http://localhost:8000/health", "status": [200]}
   {"sensor": "review"}  (a person confirms it)
-Sensor names are the ones configured (memory_sensors lists them). The same fact stored
-twice comes back as the existing one (duplicate_of) unless dedupe is false."""
+Sensor names are the ones configured (memory_sensors lists them). Or let memwarden find
+the binding: bind="auto" binds the best binding whose check confirms the fact now (the
+answer's bind says what was chosen and why, or why nothing was); bind="suggest" stores it
+unbound and answers the candidates. The same fact stored twice comes back as the existing
+one (duplicate_of) unless dedupe is false."""
+
+
+SUGGEST_DESCRIPTION = """\
+Find the binding that could check a fact, without storing anything: memwarden matches the
+text (numbers with units, versions, quoted strings, key-like words, file names) to the
+values its sensors see (config and manifest files) and checks each candidate once now.
+suggestions: bindings whose check confirms the fact, best first, each with confidence
+(0-1) and why; pass one as memory_add's bindings. contradicts: what the text says that the
+world refutes (the fact is already wrong: "the file says 45")."""
+
+
+def _suggestion(s: Mapping[str, Any]) -> dict[str, Any]:
+    check = s["check"]
+    return {
+        "binding": s["binding"],
+        "confidence": s["confidence"],
+        "why": s["why"],
+        "check": check["outcome"],
+        "observed": check.get("observed"),
+    }
+
+
+def _bind_summary(bind: Mapping[str, Any]) -> dict[str, Any]:
+    """What memory_add's bind did, for an agent: the binding chosen (or none) and why."""
+    chosen = bind.get("chosen")
+    return {
+        "mode": bind["mode"],
+        "chosen": chosen["binding"] if chosen else None,
+        "confidence": chosen["confidence"] if chosen else None,
+        "why": bind["why"],
+        "suggestions": [_suggestion(s) for s in bind.get("suggestions", [])],
+        "contradicts": [_suggestion(s) for s in bind.get("contradicts", [])],
+    }
 
 
 def actionable(err: MemwardenError) -> str:
@@ -216,6 +254,15 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
                 "collapsed), return it (duplicate_of) instead of storing it twice."
             ),
         ] = True,
+        bind: Annotated[
+            Literal["auto", "suggest", "none"] | None,
+            Field(
+                description="Let memwarden find the binding: auto binds the best binding "
+                "whose check confirms the fact now (if confident enough); suggest stores it "
+                "unbound and answers the candidates; none looks for nothing. Omitted: the "
+                "daemon's [suggest] bind. Ignored when you give bindings."
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         payload = {
             "content": content,
@@ -225,14 +272,30 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
             "bindings": bindings,
             "source": source,
         }
-        block = await call(lambda c: c.add(payload, dedupe=dedupe))
-        return {
+        added = await call(lambda c: c.add_with_bind(payload, bind, dedupe=dedupe))
+        block = added["block"]
+        answer: dict[str, Any] = {
             "id": block.id,
             "short_id": block.short_id,
             "state": block.state.value,
             "reliability": block.validation.reliability,
             "bindings": [b.model_dump(mode="json") for b in block.bindings],
             **({"duplicate_of": block.duplicate_of} if block.duplicate_of else {}),
+        }
+        if added["bind"] is not None:
+            answer["bind"] = _bind_summary(added["bind"])
+        return answer
+
+    @server.tool(description=SUGGEST_DESCRIPTION)
+    async def memory_suggest_bindings(
+        content: Annotated[str, Field(description="The fact, as you would store it.")],
+        title: Annotated[str, Field(description="Its short title, if any.")] = "",
+        limit: Annotated[int, Field(ge=1, le=50, description="At most this many.")] = 5,
+    ) -> dict[str, Any]:
+        found = await call(lambda c: c.suggest_bindings(content, title=title, limit=limit))
+        return {
+            "suggestions": [_suggestion(s) for s in found["suggestions"]],
+            "contradicts": [_suggestion(s) for s in found["contradicts"]],
         }
 
     @server.tool(

@@ -1,0 +1,101 @@
+"""`memwarden add --auto-bind` / `--suggest` against a real `memwarden run` whose fs sensor
+indexes the demo workspace."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from memwarden.cli import app
+from memwarden.demo import build_workspace
+from tests.support import daemon_env, memwarden_running
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.support import DaemonProcess
+
+TIMEOUT = {"sensor": "fs", "path": "config/app.yaml", "key": "/http/timeout", "equals": 30}
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    root = tmp_path_factory.mktemp("bind")
+    build_workspace(root / "ws")
+    home = root / "ws" / "state"
+    sensors = json.dumps({"fs": {"roots": [str(root / "ws")], "index": True}})
+    with memwarden_running(home, env=daemon_env(home, MEMWARDEN_SENSORS=sensors)) as running:
+        yield running
+
+
+@pytest.fixture
+def cli(indexed: DaemonProcess, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMWARDEN_HOME", str(indexed.home))
+    monkeypatch.delenv("MEMWARDEN_URL", raising=False)
+    monkeypatch.delenv("MEMWARDEN_TOKEN", raising=False)
+    runner = CliRunner()
+
+    def run(*args: str, code: int = 0) -> Any:
+        result = runner.invoke(app, list(args))
+        assert result.exit_code == code, result.output
+        return result
+
+    return run
+
+
+def _bindings(daemon: DaemonProcess, block_id: str) -> list[dict[str, Any]]:
+    answer = httpx.get(f"{daemon.url}/v1/blocks/{block_id}", headers=daemon.auth, timeout=10)
+    answer.raise_for_status()
+    return list(answer.json()["bindings"])
+
+
+def test_add_auto_bind_binds_and_prints_what_and_why(cli, indexed):
+    """--auto-bind stores the confirming binding; the output names it and says why."""
+    out = cli("add", "The API timeout is 30 s", "--auto-bind", "--no-dedupe").output
+    assert out.startswith("added ")
+    assert f"bound: {json.dumps(TIMEOUT)}" in out
+    assert "the key /http/timeout matches timeout" in out
+    data = json.loads(
+        cli("add", "The API timeout is 30 s", "--auto-bind", "--no-dedupe", "--json").stdout
+    )
+    assert data["bind"]["chosen"]["binding"] == TIMEOUT
+    assert data["bind"]["why"].startswith("bound: ")
+    [stored] = _bindings(indexed, data["id"])
+    assert TIMEOUT.items() <= stored.items()
+
+
+def test_add_suggest_stores_unbound_and_prints_the_candidates(cli, indexed):
+    out = cli("add", "The database host is db.internal", "--suggest", "--no-dedupe").output
+    assert "stored unbound" in out
+    assert '"key": "/database/host"' in out
+    block_id = cli("add", "The web app is at version 2.4.1", "--suggest", "-q").stdout.strip()
+    assert _bindings(indexed, block_id) == []
+
+
+def test_add_auto_bind_shows_a_contradiction(cli):
+    """A fact the file refutes is stored unbound, and the output says what the file says."""
+    out = cli("add", "The API timeout is 45 s", "--auto-bind", "--no-dedupe").output
+    assert "bound:" not in out
+    assert "contradicted" in out
+    assert "the file says 30" in out
+
+
+def test_bind_flags_refuse_what_cannot_work(cli, tmp_path: Path, indexed):
+    """Both flags, a flag with --bind, or a flag with --db: exit 2, one line, nothing stored."""
+    before = httpx.get(f"{indexed.url}/v1/health", headers=indexed.auth, timeout=10).json()
+    out = cli("add", "x", "--auto-bind", "--suggest", code=2).output
+    assert "choose one" in out
+    out = cli("add", "x", "--auto-bind", "--bind", json.dumps(TIMEOUT), code=2).output
+    assert "--auto-bind and --bind" in out
+    db = tmp_path / "offline.db"
+    out = cli("add", "x", "--suggest", "--db", str(db), code=2).output
+    assert "needs the running daemon" in out
+    assert not db.exists()
+    after = httpx.get(f"{indexed.url}/v1/health", headers=indexed.auth, timeout=10).json()
+    assert after["counts"]["blocks"] == before["counts"]["blocks"]
+    assert "Traceback" not in out
