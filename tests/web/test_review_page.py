@@ -105,6 +105,8 @@ async def test_a_form_without_its_csrf_token_is_refused(daemon):
         assert response.status == 403
         await page.goto(f"{daemon.api.bound_url()}/review/health")
         assert await page.get_by_text("Health:").count() == 1
+        # One unbound live fact: nothing can check it.
+        assert await page.get_by_text("0% of live facts can be checked: 0 of 1").count() == 1
         await browser.close()
     assert (await daemon.store.get(block_id)).state == "unverified"
     pending = await daemon.store.list_reviews(status="pending")

@@ -951,12 +951,30 @@ def health(json_out: JsonOpt = False) -> None:
         out.print(f"  [{w['severity']}] {w['category']}: {w['message']}", highlight=False)
     counts = data.get("counts", {})
     out.print(f"{counts.get('blocks', 0)} blocks: {counts.get('by_state', {})}", highlight=False)
+    coverage = data.get("coverage")
+    if coverage is not None:
+        out.print(_coverage_line("checkable", coverage), highlight=False, markup=False)
+        for by in ("by_source", "by_tier"):
+            parts = [_coverage_line(k, v, short=True) for k, v in coverage[by].items()]
+            if parts:
+                out.print(f"  {by.replace('_', ' ')}: {', '.join(parts)}", markup=False)
     for q in data.get("quarantined_bindings", []):
         out.print(
             f"  quarantined: {q['sensor']} binding of block {q['block_id']}: {q['rule']}",
             highlight=False,
             markup=False,
         )
+
+
+def _coverage_line(name: str, part: Mapping[str, Any], *, short: bool = False) -> str:
+    """``checkable 60% (3 of 5 live facts have a binding whose sensor runs)``."""
+    share = "-" if part["share"] is None else f"{part['share']:.0%}"
+    if short:
+        return f"{name} {share} ({part['checkable']}/{part['live']})"
+    return (
+        f"{name} {share} ({part['checkable']} of {part['live']} live facts have a binding "
+        "whose sensor runs)"
+    )
 
 
 @app.command()

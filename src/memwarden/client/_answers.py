@@ -14,7 +14,7 @@ from typing import Any, Literal, NotRequired
 from typing_extensions import TypedDict  # pydantic validates these on Python 3.11 too
 
 from memwarden.memory import Block
-from memwarden.memory.policy import HealthReportDict
+from memwarden.memory.policy import CoverageDict, CoverageShareDict, HealthReportDict
 
 __all__ = [
     "AddedBlock",
@@ -40,31 +40,20 @@ class Liveness(TypedDict):
     version: str
 
 
-class CoverageShare(TypedDict):
-    """Of ``live`` facts (not archived), ``checkable`` have a binding whose sensor runs;
-    ``share`` is their ratio (``None`` when there are no live facts)."""
-
-    live: int
-    checkable: int
-    share: float | None
-
-
-class Coverage(CoverageShare):
-    """The share of memory that can be checked at all, overall and by source and tier."""
-
-    by_source: dict[str, CoverageShare]
-    by_tier: dict[str, CoverageShare]
+Coverage = CoverageDict  # the share of live facts a running sensor can check
+CoverageShare = CoverageShareDict
 
 
 class HealthAnswer(HealthReportDict):
     """``GET /v1/health``: the 0-100 score, its status and warnings (worst first), and what
-    is behind them. ``mqtt`` only when the MQTT bridge is configured."""
+    is behind them, and the coverage (the share of live facts with a binding whose
+    sensor is alive, by source and tier). ``mqtt`` only when the MQTT bridge is configured."""
 
     counts: dict[str, Any]
     quarantined_bindings: list[dict[str, Any]]
     sensors: list[dict[str, Any]]
     dead_letters: int
-    # COVERAGE
+    coverage: Coverage  # the share of live facts a running sensor can check
     mqtt: NotRequired[dict[str, Any]]
 
 

@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from memwarden.client import HealthAnswer
     from memwarden.daemon._answers import SearchAnswerDict, SearchResultDict
     from memwarden.memory import ApplyResult, Block, Clock, StoredBinding, ValidationEvent
+    from memwarden.memory.policy import CoverageDict
 
 __all__ = ["Daemon", "ReadThrough"]
 
@@ -1080,10 +1081,18 @@ class Daemon:
             "quarantined_bindings": quarantined,
             "sensors": self.sensor_status(),
             "dead_letters": counts.get("dead_letters", 0),
+            "coverage": await self.coverage(),
         }
         if self.mqtt is not None:
             answer["mqtt"] = await self.mqtt.health()
         return answer
+
+    async def coverage(self) -> CoverageDict:
+        """The share of live facts with a binding whose sensor is alive now (local ones
+        running; remote ones as their agents last reported over MQTT), by source and
+        tier: the share of memory that can be checked at all."""
+        alive = [name for name, live in self.liveness().items() if live.alive]
+        return await self.store.coverage(alive)
 
     # ------------------------------------------------------------------ status
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
     from memwarden.daemon._app import Daemon
+    from memwarden.memory.policy import CoverageDict
 
 __all__ = ["DaemonMetrics", "render"]
 
@@ -62,9 +63,41 @@ class DaemonMetrics:
 
 
 class _DaemonCollector(Collector):
-    def __init__(self, daemon: Daemon, counts: dict[str, object]) -> None:
+    def __init__(self, daemon: Daemon, counts: dict[str, object], coverage: CoverageDict) -> None:
         self.daemon = daemon
         self.counts = counts
+        self.coverage = coverage
+
+    def _coverage(self) -> Iterator[Metric]:
+        """The share of live facts a running sensor can check (omitted while none live)."""
+        cov = self.coverage
+        yield GaugeMetricFamily(
+            "memwarden_facts_live", "Facts not archived.", value=float(cov["live"])
+        )
+        yield GaugeMetricFamily(
+            "memwarden_facts_checkable",
+            "Live facts with a binding whose sensor is alive.",
+            value=float(cov["checkable"]),
+        )
+        if cov["share"] is not None:
+            yield GaugeMetricFamily(
+                "memwarden_coverage_ratio",
+                "Share of live facts with a binding whose sensor is alive.",
+                value=cov["share"],
+            )
+        for label, key, parts in (
+            ("source", "by_source", cov["by_source"]),
+            ("tier", "by_tier", cov["by_tier"]),
+        ):
+            family = GaugeMetricFamily(
+                f"memwarden_coverage_{key}_ratio",
+                f"Share of live facts with a binding whose sensor is alive, by {label}.",
+                labels=[label],
+            )
+            for name, part in parts.items():
+                if part["share"] is not None:
+                    family.add_metric([name], part["share"])
+            yield family
 
     def collect(self) -> Iterator[Metric]:
         bus = self.daemon.bus
@@ -151,6 +184,7 @@ class _DaemonCollector(Collector):
         yield up
         yield errors
         yield success
+        yield from self._coverage()
         if self.daemon.mqtt is not None:  # memwarden_mqtt_gaps_total{agent} and friends
             yield from self.daemon.mqtt.metrics()
 
@@ -158,7 +192,8 @@ class _DaemonCollector(Collector):
 async def render(daemon: Daemon) -> tuple[bytes, str]:
     """The exposition text and its content type."""
     counts = await daemon.store.counts()
+    coverage = await daemon.coverage()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_DaemonCollector(daemon, counts))
+    registry.register(_DaemonCollector(daemon, counts, coverage))
     body = generate_latest(registry) + generate_latest(daemon.metrics.registry)
     return body, CONTENT_TYPE_LATEST

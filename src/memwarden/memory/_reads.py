@@ -28,6 +28,7 @@ from memwarden.memory._sql import (
     load_record,
     select_in,
 )
+from memwarden.memory.policy import coverage_of
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from memwarden.memory._database import Database
     from memwarden.memory._model import Binding, Block
     from memwarden.memory._record import BlockRecord
-    from memwarden.memory.policy import PolicyConfig
+    from memwarden.memory.policy import CoverageDict, PolicyConfig
 
 __all__ = ["Reads", "short_ids"]
 
@@ -348,6 +349,23 @@ class Reads:
             "pending_reviews": reviews,
             "dead_letters": dead,
         }
+
+    async def coverage(self, alive: Sequence[str]) -> CoverageDict:
+        """The share of live (not archived) blocks with a binding whose sensor is in
+        ``alive`` (quarantined bindings are not checked, so they do not count), by source
+        and tier: one grouped pass over the blocks, one index probe per block."""
+        async with (
+            self.db.read() as conn,
+            conn.execute(
+                "SELECT source, tier, count(*), sum(EXISTS (SELECT 1 FROM bindings d"
+                " WHERE d.block_rid = b.rid AND d.quarantine IS NULL"
+                " AND d.sensor IN (SELECT value FROM json_each(?))))"
+                " FROM blocks b WHERE state <> 'archived' GROUP BY source, tier",
+                (json.dumps(sorted(set(alive))),),
+            ) as cur,
+        ):
+            rows = await cur.fetchall()
+        return coverage_of((str(s), str(t), int(n), int(c or 0)) for s, t, n, c in rows)
 
     # ------------------------------------------------------------------ search
 

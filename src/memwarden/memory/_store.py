@@ -71,7 +71,7 @@ if TYPE_CHECKING:
         ValidationEvent,
     )
     from memwarden.memory._record import BlockRecord
-    from memwarden.memory.policy import HealthReport
+    from memwarden.memory.policy import CoverageDict, HealthReport
 
 __all__ = [
     "ApplyResult",
@@ -409,6 +409,11 @@ class Store:
     async def counts(self) -> dict[str, Any]:
         """Blocks by state (as of now), tier and volatility; events; pending work."""
         return await self._reads.counts()
+
+    async def coverage(self, alive: Sequence[str]) -> CoverageDict:
+        """The share of live blocks with a binding to one of the ``alive`` sensors, overall
+        and by source and tier (:func:`~memwarden.memory.policy.coverage_of`)."""
+        return await self._reads.coverage(alive)
 
     # ------------------------------------------------------------------ search
 

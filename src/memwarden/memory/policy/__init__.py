@@ -36,12 +36,16 @@ from memwarden.memory.policy._evidence import (
     transitions,
 )
 from memwarden.memory.policy._health import (
+    COVERAGE_MAX_SOURCES,
     HEALTH_PENALTIES,
+    CoverageDict,
+    CoverageShareDict,
     HealthInputs,
     HealthReport,
     HealthReportDict,
     HealthWarning,
     HealthWarningDict,
+    coverage_of,
     health_report,
 )
 from memwarden.memory.policy._promotion import (
@@ -65,9 +69,12 @@ from memwarden.memory.policy._schedule import (
 )
 
 __all__ = [
+    "COVERAGE_MAX_SOURCES",
     "HEALTH_PENALTIES",
     "CompositeConfig",
     "CoreConfig",
+    "CoverageDict",
+    "CoverageShareDict",
     "DecayConfig",
     "Effect",
     "EvidenceConfig",
@@ -90,6 +97,7 @@ __all__ = [
     "consolidation_verdict",
     "content_markers",
     "core_promotion_blockers",
+    "coverage_of",
     "current_stale_reasons",
     "demote_core",
     "effective_half_life_s",

@@ -15,17 +15,21 @@ from typing import TYPE_CHECKING, Literal
 from typing_extensions import TypedDict  # pydantic validates these on Python 3.11 too
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from memwarden.memory.policy._config import PolicyConfig
 
 __all__ = [
+    "COVERAGE_MAX_SOURCES",
     "HEALTH_PENALTIES",
+    "CoverageDict",
+    "CoverageShareDict",
     "HealthInputs",
     "HealthReport",
     "HealthReportDict",
     "HealthWarning",
     "HealthWarningDict",
+    "coverage_of",
     "health_report",
 ]
 
@@ -190,3 +194,61 @@ def health_report(inputs: HealthInputs, cfg: PolicyConfig) -> HealthReport:
     else:
         status = "red"
     return HealthReport(score=score, status=status, warnings=warnings)
+
+
+COVERAGE_MAX_SOURCES = 20  # sources shown by name; the others are summed as "(other)"
+OTHER_SOURCES = "(other)"
+
+
+class CoverageShareDict(TypedDict):
+    """Of ``live`` facts (not archived), ``checkable`` have a binding whose sensor runs;
+    ``share`` is their ratio (``None`` when there are no live facts)."""
+
+    live: int
+    checkable: int
+    share: float | None
+
+
+class CoverageDict(CoverageShareDict):
+    """The share of memory that can be checked at all, overall and by source and tier."""
+
+    by_source: dict[str, CoverageShareDict]
+    by_tier: dict[str, CoverageShareDict]
+
+
+def _share(live: int, checkable: int) -> CoverageShareDict:
+    return {
+        "live": live,
+        "checkable": checkable,
+        "share": round(checkable / live, 4) if live else None,
+    }
+
+
+def coverage_of(
+    rows: Iterable[tuple[str, str, int, int]], *, max_sources: int = COVERAGE_MAX_SOURCES
+) -> CoverageDict:
+    """Coverage from ``(source, tier, live, checkable)`` counts (one grouped query's rows).
+
+    ``source`` is free text a caller chose: the ``max_sources`` with the most live facts
+    are shown by name, the rest summed under ``"(other)"``, so the answer (and the metric
+    labels made from it) stays bounded whatever callers write.
+    """
+    sources: dict[str, list[int]] = {}
+    tiers: dict[str, list[int]] = {}
+    for source, tier, live, checkable in rows:
+        for key, into in ((source, sources), (tier, tiers)):
+            counts = into.setdefault(key, [0, 0])
+            counts[0] += live
+            counts[1] += checkable
+    ranked = sorted(sources.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    shown = dict(ranked[:max_sources])
+    if len(ranked) > max_sources:
+        rest = ranked[max_sources:]
+        shown[OTHER_SOURCES] = [sum(c[0] for _, c in rest), sum(c[1] for _, c in rest)]
+    live = sum(c[0] for c in tiers.values())
+    checkable = sum(c[1] for c in tiers.values())
+    return {
+        **_share(live, checkable),
+        "by_source": {k: _share(*c) for k, c in sorted(shown.items())},
+        "by_tier": {k: _share(*c) for k, c in sorted(tiers.items())},
+    }
