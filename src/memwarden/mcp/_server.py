@@ -397,11 +397,13 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         return await call(lambda c: c.request_review(id, reason))  # type: ignore[no-any-return]
 
     @server.tool(
-        description="Memory health: a 0-100 score and warnings (stale share, failing sensors)."
+        description="Memory health: a 0-100 score and warnings (stale share, failing "
+        "sensors), and coverage: the share of live facts a running sensor can check."
     )
     async def memory_health() -> dict[str, Any]:
         data: dict[str, Any] = await call(lambda c: c.health())
-        return {k: data[k] for k in ("score", "status", "warnings", "counts") if k in data}
+        keep = ("score", "status", "warnings", "counts", "coverage")
+        return {k: data[k] for k in keep if k in data}
 
     @server.resource(
         "memwarden://context/{query}",
