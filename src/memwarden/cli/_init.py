@@ -212,5 +212,12 @@ def render_config(root: Path, *, python: str | None = None) -> str:
         "# People: facts no sensor can check go to the review queue (`memwarden review`).",
         "[sensors.review]",
         "",
+        "# Binding suggestions (docs/SUGGESTIONS.md; they need [sensors.fs] index = true).",
+        "# [suggest]",
+        '# bind = "auto"            # a fact added without `bind` (API, MCP): auto|suggest|none',
+        "# auto_min_confidence = 0.85",
+        '# propose_interval = "1h"  # the pass proposing bindings for unbound facts (review page)',
+        "# propose = false          # switch that pass off",
+        "",
     ]
     return "\n".join(lines)

@@ -239,6 +239,13 @@ class _Ops:
         return "POST", "/v1/blocks", {"dedupe": "true"} if dedupe else None, body
 
     @staticmethod
+    def proposals(status: str, block_id: str | None, limit: int) -> tuple[str, str, Any, Any]:
+        params: dict[str, Any] = {"status": status, "limit": limit}
+        if block_id is not None:
+            params["block_id"] = block_id
+        return "GET", "/v1/proposals", params, None
+
+    @staticmethod
     def suggest(content: str, title: str, limit: int) -> tuple[str, str, Any, Any]:
         body = {"content": content, "title": title, "limit": limit}
         return "POST", "/v1/suggest-bindings", None, body
@@ -471,6 +478,20 @@ class AsyncClient:
         answer: SuggestAnswer = await self._call(*_Ops.suggest(content, title, limit))
         return answer
 
+    async def proposals(
+        self, *, status: str = "pending", block_id: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """What the proposal pass proposes for unbound facts (a binding, or depends_on)."""
+        data = await self._call(*_Ops.proposals(status, block_id, limit))
+        return list(data["proposals"])
+
+    async def decide_proposal(
+        self, proposal_id: str, action: Literal["accept", "reject"], *, decided_by: str
+    ) -> dict[str, Any]:
+        """Accept (bind the fact, or record its dependency) or reject a proposal."""
+        body = {"action": action, "decided_by": decided_by}
+        return await self._call("POST", f"/v1/proposals/{proposal_id}", None, body)  # type: ignore[no-any-return]
+
     async def revalidate(self, block_id: str, *, wait: str = "0s") -> RevalidateAnswer:
         """Ask the block's sensors to check it now; wait up to ``wait`` for the outcome."""
         answer: RevalidateAnswer = await self._call(
@@ -695,6 +716,18 @@ class Client:
     def suggest_bindings(self, content: str, *, title: str = "", limit: int = 5) -> SuggestAnswer:
         answer: SuggestAnswer = self._call(*_Ops.suggest(content, title, limit))
         return answer
+
+    def proposals(
+        self, *, status: str = "pending", block_id: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """What the proposal pass proposes for unbound facts (see AsyncClient)."""
+        return list(self._call(*_Ops.proposals(status, block_id, limit))["proposals"])
+
+    def decide_proposal(
+        self, proposal_id: str, action: Literal["accept", "reject"], *, decided_by: str
+    ) -> dict[str, Any]:
+        body = {"action": action, "decided_by": decided_by}
+        return self._call("POST", f"/v1/proposals/{proposal_id}", None, body)  # type: ignore[no-any-return]
 
     def revalidate(self, block_id: str, *, wait: str = "0s") -> RevalidateAnswer:
         answer: RevalidateAnswer = self._call(

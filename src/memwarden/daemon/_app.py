@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from pydantic import ValidationError
 
 from memwarden.daemon._api import ApiServer, api_file, ensure_token
 from memwarden.daemon._bus import Bus
@@ -74,7 +75,15 @@ if TYPE_CHECKING:
 
     from memwarden.client import HealthAnswer
     from memwarden.daemon._answers import SearchAnswerDict, SearchResultDict
-    from memwarden.memory import ApplyResult, Block, Clock, StoredBinding, ValidationEvent
+    from memwarden.daemon._suggest import ProposeReport
+    from memwarden.memory import (
+        ApplyResult,
+        Block,
+        Clock,
+        Proposal,
+        StoredBinding,
+        ValidationEvent,
+    )
     from memwarden.memory.policy import CoverageDict
 
 __all__ = ["Daemon", "ReadThrough"]
@@ -248,6 +257,9 @@ class Daemon:
                 down_since=down_since,
                 remote=self.mqtt,
                 on_stale=self._on_swept,
+                passes=[("proposals", s.suggest.propose_interval, self.propose_once)]
+                if s.suggest.propose
+                else [],
             )
             self._scheduler.stats.observe = self.metrics.observe_check
             if self._signals:
@@ -1086,6 +1098,32 @@ class Daemon:
         if self.mqtt is not None:
             answer["mqtt"] = await self.mqtt.health()
         return answer
+
+    async def propose_once(self) -> ProposeReport:
+        """One pass of binding proposals for unbound facts (the scheduler's, every
+        ``[suggest] propose_interval``): proposals stored for review, never bindings."""
+        from memwarden.daemon._suggest import propose  # noqa: PLC0415 - loads the fs sensor
+
+        return await propose(self.runners, self.store, batch=self.settings.suggest.propose_batch)
+
+    async def decide_proposal(self, proposal_id: str, *, accept: bool, actor: str) -> Proposal:
+        """Accept (bind the block, or record its dependency) or reject a proposal. An
+        accepted binding is checked by today's rules of its sensor first, and the sensor
+        learns it like any new binding."""
+        proposal = await self.store.get_proposal(proposal_id)
+        binding = None
+        if accept and proposal.kind == "binding":
+            try:
+                raw = Binding.model_validate(proposal.proposal)
+            except ValidationError as err:  # a stored row gone wrong: name it, never crash
+                raise ValidationInputError([("proposal", "is not a binding")]) from err
+            [binding] = self.check_bindings([raw])
+        decided = await self.store.decide_proposal(
+            proposal_id, accept=accept, actor=actor, binding=binding
+        )
+        if binding is not None:
+            self._mark_bindings_dirty([binding.sensor])
+        return decided
 
     async def coverage(self) -> CoverageDict:
         """The share of live facts with a binding whose sensor is alive now (local ones

@@ -211,6 +211,19 @@ class SuggestSettings(BaseModel):
         le=1.0,
         description="bind=auto binds only a suggestion at least this confident.",
     )
+    propose: bool = Field(
+        default=True,
+        description="Run the periodic pass that proposes bindings (and depends_on) for "
+        "unbound facts, for a person to accept or reject on the review page.",
+    )
+    propose_interval: Duration = Field(
+        default=timedelta(hours=1), description="How often the proposal pass runs."
+    )
+    propose_batch: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=200,
+        description="Unbound facts looked at per pass (the next ones each time, round the "
+        "store): each costs a match and a dry run per candidate.",
+    )
 
 
 class RestartSettings(BaseModel):

@@ -25,7 +25,7 @@ from memwarden.memory import sleep_on
 from memwarden.memory.policy import plan_revalidations, put_back_in
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
+    from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
     from datetime import timedelta
 
     from memwarden.daemon._bus import Bus
@@ -64,6 +64,7 @@ class Scheduler:
         down_since: float | None = None,
         remote: RemoteRoute | None = None,
         on_stale: Callable[[dict[str, str]], None] | None = None,
+        passes: Sequence[tuple[str, timedelta, Callable[[], Awaitable[Any]]]] = (),
     ) -> None:
         self.store = store
         self.bus = bus
@@ -72,6 +73,7 @@ class Scheduler:
         self.settings = settings
         self.down_since = down_since
         self._on_stale = on_stale  # told {block id: state before} of what the sweep marked
+        self._passes = list(passes)  # the daemon's own periodic passes (binding proposals)
         self.swept = 0
         self.dispatched = 0
         self.unroutable = 0
@@ -224,6 +226,7 @@ class Scheduler:
             ]
             if self.store.compaction.enabled:
                 passes.append(("compaction", s.compaction_interval, self.store.compact_events))
+            passes.extend(self._passes)
             loops.extend((name, every.total_seconds(), fn, False) for name, every, fn in passes)
             for name, interval_s, fn, first in loops:
                 if not self._stopped:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from memwarden.errors import ValidationInputError
-from memwarden.memory import Binding
+from memwarden.memory import Binding, NewProposal
 from memwarden.plugins import check_binding
 from memwarden.sensors._suggest import candidates
 from memwarden.sensors.fs import FsBinding, FsSensor
@@ -24,10 +24,19 @@ from memwarden.sensors.fs import FsBinding, FsSensor
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from memwarden.memory import Store
     from memwarden.plugins import SensorRunner
     from memwarden.sensors._suggest import Candidate
 
-__all__ = ["SECRET_SHOWN", "Suggested", "Suggestions", "suggest_bindings"]
+__all__ = [
+    "PROPOSE_CURSOR",
+    "SECRET_SHOWN",
+    "ProposeReport",
+    "Suggested",
+    "Suggestions",
+    "propose",
+    "suggest_bindings",
+]
 
 log = structlog.get_logger("memwarden.daemon")
 
@@ -116,3 +125,62 @@ async def suggest_bindings(
 def _said(observed: Any) -> str:
     text = repr(observed) if isinstance(observed, str) else str(observed)
     return text if len(text) <= 80 else text[:79] + "…"
+
+
+PROPOSE_CURSOR = "suggest_propose_cursor"  # meta: the last block rid the pass looked at
+PER_FACT = 3  # binding proposals per fact, best first
+
+
+@dataclass(slots=True)
+class ProposeReport:
+    """One proposal pass: the unbound facts looked at and the proposals newly stored."""
+
+    looked_at: int = 0
+    proposed: int = 0
+    searched: list[str] = field(default_factory=list)
+
+
+async def propose(
+    runners: Mapping[str, SensorRunner], store: Store, *, batch: int = 200
+) -> ProposeReport:
+    """Propose bindings for the next ``batch`` unbound live facts (round the store, a
+    cursor in ``meta``), and that a fact depends on the live facts already bound to the
+    subject its suggestions name. Stores proposals, never bindings: a person accepts or
+    rejects them (the review page, ``/v1/proposals``)."""
+    report = ProposeReport()
+    if not any(
+        isinstance(r.sensor, FsSensor) and r.sensor.index is not None and r.available
+        for r in runners.values()
+    ):
+        return report  # nothing can suggest: keep the cursor where it is
+    cursor = int(await store.get_meta(PROPOSE_CURSOR) or 0)
+    facts = await store.unbound_live(after_rid=cursor, limit=batch)
+    new: list[NewProposal] = []
+    for _, block_id, title, content in facts:
+        text = f"{title}\n{content}" if title else content
+        found = await suggest_bindings(runners, text, limit=PER_FACT)
+        report.searched = found.searched
+        subjects: dict[tuple[str, str], Suggested] = {}
+        for s in found.suggestions:
+            new.append(NewProposal(block_id, "binding", s.binding, s.confidence, s.why))
+            subject = (str(s.binding["sensor"]), str(s.binding["path"]))
+            subjects.setdefault(subject, s)  # best first: the strongest reason per subject
+        for (sensor, path), others in (await store.bound_to(subjects)).items():
+            best = subjects[sensor, path]
+            for other in others:
+                if other == block_id:
+                    continue
+                why = (
+                    f"it speaks of {path} ({best.why}), which {other} is bound to "
+                    f"({sensor}): when that fact falls, this one should be checked too"
+                )
+                new.append(
+                    NewProposal(block_id, "depends_on", {"depends_on": other}, best.confidence, why)
+                )
+    report.looked_at = len(facts)
+    report.proposed = await store.add_proposals(new)
+    # A short batch is the end of the store: start again from the first fact next time.
+    await store.set_meta(PROPOSE_CURSOR, str(facts[-1][0] if len(facts) == batch else 0))
+    if report.proposed:
+        log.info("proposals_made", looked_at=report.looked_at, proposed=report.proposed)
+    return report

@@ -13,7 +13,8 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -24,6 +25,9 @@ from memwarden.daemon._routes._deps import DaemonDep
 from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
 from memwarden.memory import _reviews
 
+if TYPE_CHECKING:
+    from memwarden.daemon._app import Daemon
+
 __all__ = ["ReviewSessions", "router", "signed_out_page"]
 
 COOKIE = "memwarden_review"
@@ -31,6 +35,7 @@ LINK_TTL_S = 600.0
 SESSION_TTL_S = 12 * 3600.0
 # What new_link() makes (token_urlsafe(24): 32 characters); anything else is not a link token.
 LINK_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,128}")
+PROPOSALS_SHOWN = 200  # pending proposals on the page, oldest first
 
 _templates = Environment(
     loader=FileSystemLoader(Path(__file__).with_name("templates")),
@@ -161,7 +166,30 @@ async def queue(session: SignedIn, daemon: DaemonDep, flash: str = "") -> Respon
         return _signed_out()
     pending = await daemon.store.list_reviews(status="pending", limit=200)
     items = [await daemon.store.get_review(item["id"], events=5) for item in pending]
-    return _page("queue.html", items=items, session=session, flash=flash)
+    proposed = await _proposals_by_block(daemon)
+    return _page("queue.html", items=items, proposed=proposed, session=session, flash=flash)
+
+
+async def _proposals_by_block(daemon: Daemon) -> list[dict[str, Any]]:
+    """Pending proposals grouped by the fact they are for, with the facts' texts."""
+    groups: dict[str, dict[str, Any]] = {}
+    for p in await daemon.store.list_proposals(status="pending", limit=PROPOSALS_SHOWN):
+        group = groups.get(p.block_id)
+        if group is None:
+            try:
+                block = await daemon.store.get(p.block_id)
+            except NotFoundError:  # deleted while we read: its proposals went with it
+                continue
+            group = groups[p.block_id] = {"block": block, "items": []}
+        entry = p.as_dict()
+        if p.kind == "depends_on":
+            target = str(p.proposal.get("depends_on", ""))
+            try:
+                entry["target"] = await daemon.store.get(target)
+            except NotFoundError:  # deleted since: accepting it would be refused
+                entry["target"] = None
+        group["items"].append(entry)
+    return list(groups.values())
 
 
 @router.post("/{review_id}")
@@ -199,6 +227,36 @@ async def decide(  # noqa: PLR0917 - FastAPI reads the form fields from the sign
     block = result["block"] or {}
     flash = f"{action}ed: {block.get('title') or block.get('content', '')[:60]}"
     return RedirectResponse(f"/review?flash={flash}", status_code=303)
+
+
+@router.post("/proposals/{proposal_id}")
+async def decide_proposal(
+    session: SignedIn,
+    daemon: DaemonDep,
+    proposal_id: str,
+    action: Annotated[str, Form()],
+    csrf: Annotated[str, Form()] = "",
+) -> Response:
+    """Accept (bind the fact, or record its dependency) or reject a proposal."""
+    if session is None:
+        return _signed_out()
+    if not csrf or not hmac.compare_digest(csrf.encode(), session.csrf.encode()):
+        return _page(
+            "error.html",
+            status=403,
+            message="This form is stale or forged: reload the page and try again.",
+        )
+    if action not in ("accept", "reject"):
+        return _page("error.html", status=422, message="action: use accept or reject")
+    try:
+        decided = await daemon.decide_proposal(
+            proposal_id, accept=action == "accept", actor=session.reviewer
+        )
+        block = await daemon.store.get(decided.block_id)
+    except (ValidationInputError, NotFoundError) as err:
+        return _page("error.html", status=422, message=str(err))
+    flash = f"{action}ed the proposal for: {block.title or block.content[:60]}"
+    return RedirectResponse(f"/review?{urlencode({'flash': flash})}", status_code=303)
 
 
 @router.get("/health")

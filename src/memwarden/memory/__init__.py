@@ -31,6 +31,7 @@ from memwarden.memory._model import (
 )
 from memwarden.memory._outbox import OutboxMessage, OutboxStats
 from memwarden.memory._promotion import ConsolidationReport
+from memwarden.memory._proposals import NewProposal, Proposal
 from memwarden.memory._quarantine import StoredBinding
 from memwarden.memory._record import BlockRecord
 from memwarden.memory._results import (
@@ -73,9 +74,11 @@ __all__ = [
     "ImportReport",
     "InfoType",
     "NewBlock",
+    "NewProposal",
     "OutboxMessage",
     "OutboxStats",
     "Outcome",
+    "Proposal",
     "RevalidationReason",
     "RevalidationRequest",
     "ScoreLog",

@@ -339,7 +339,29 @@ CREATE TABLE unmatched_counts (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+_V8 = """
+-- Proposals for a person to accept or reject: a binding for an unbound block, or that a
+-- block depends on another (the periodic suggestion pass finds them; docs/SUGGESTIONS.md).
+-- Nothing is applied until accepted. One row per (block, kind, what is proposed), whatever
+-- its status: a rejected proposal is remembered and not proposed again.
+CREATE TABLE proposals (
+    id TEXT PRIMARY KEY,
+    block_rid INTEGER NOT NULL REFERENCES blocks(rid) ON DELETE CASCADE,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    proposal TEXT NOT NULL,
+    confidence REAL NOT NULL,
+    why TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    created_at REAL NOT NULL,
+    decided_at REAL,
+    decided_by TEXT
+);
+CREATE UNIQUE INDEX proposals_key ON proposals(block_rid, kind, key);
+CREATE INDEX proposals_status ON proposals(status, created_at);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -29,6 +29,7 @@ from memwarden.memory import (
     _maintenance,
     _outbox,
     _promotion,
+    _proposals,
     _quarantine,
     _reviews,
     _transfer,
@@ -579,6 +580,54 @@ class Store:
     async def agent_high_water(self, agents: Sequence[str]) -> dict[str, int]:
         """The highest ``seq`` stored for each remote agent run (absent when none)."""
         return await _outbox.agent_high_water(self.db, agents)
+
+    # ------------------------------------------------------------------ proposals
+    # Implemented in _proposals.py; these methods are its public face.
+
+    async def add_proposals(self, proposals: Iterable[_proposals.NewProposal]) -> int:
+        """Store the proposals not made before (a rejected one is not made again)."""
+        return await _proposals.add_proposals(self.db, self.clock, proposals)
+
+    async def list_proposals(
+        self,
+        *,
+        status: _proposals.ProposalStatus | Literal["all"] = "pending",
+        block_id: str | None = None,
+        limit: int = 100,
+    ) -> list[_proposals.Proposal]:
+        """Proposals of a status (and block), oldest first."""
+        return await _proposals.list_proposals(
+            self.db, status=status, block_id=block_id, limit=limit
+        )
+
+    async def get_proposal(self, proposal_id: str) -> _proposals.Proposal:
+        return await _proposals.get(self.db, proposal_id)
+
+    async def decide_proposal(
+        self,
+        proposal_id: str,
+        *,
+        accept: bool,
+        actor: str,
+        binding: Binding | None = None,
+    ) -> _proposals.Proposal:
+        """Accept (apply it; ``binding``: a binding proposal as its sensor validated it) or
+        reject a pending proposal."""
+        return await _proposals.decide(
+            self.db, self.clock, proposal_id, accept=accept, actor=actor, binding=binding
+        )
+
+    async def unbound_live(
+        self, *, after_rid: int = 0, limit: int = 100
+    ) -> list[tuple[int, str, str, str]]:
+        """Live blocks without a binding, by rid: ``(rid, id, title, content)``."""
+        return await _proposals.unbound_live(self.db, after_rid=after_rid, limit=limit)
+
+    async def bound_to(
+        self, subjects: Iterable[tuple[str, str]], *, per_subject: int = 3
+    ) -> dict[tuple[str, str], list[str]]:
+        """The live blocks bound to each ``(sensor, subject)``."""
+        return await _proposals.bound_to(self.db, subjects, per_subject=per_subject)
 
     # ------------------------------------------------------------------ human review queue
     # Implemented in _reviews.py; these methods are its public face.
