@@ -8,9 +8,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from memwarden.client import AsyncClient
 from tests.mcp.conftest import start_demo_daemon
 from tests.support import eventually
+
+from memwarden.client import AsyncClient
 
 if TYPE_CHECKING:
     from pathlib import Path
