@@ -18,6 +18,12 @@ def test_demo_runs_unattended_and_ends_with_every_checked_fact_fresh():
         "refuted",
         "soft_refuted",
         "demo finished: every checked fact is fresh again",
+        # Coverage moves: an unbound fact lowers it, bind=auto and an accepted proposal
+        # bring it back.
+        "coverage 100%: 4 of 4 facts can be checked",
+        "coverage 80%: 4 of 5 facts can be checked",
+        "coverage 83%: 5 of 6 facts can be checked",
+        "coverage 100%: 6 of 6 facts can be checked",
     ):
         assert line in out, line
     # Its daemon is gone when the demo ends: the last thing on screen links to nothing.

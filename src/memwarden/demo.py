@@ -17,10 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memwarden.client import AsyncClient
 from memwarden.daemon import Daemon, load_settings
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
+
+    from memwarden.memory.policy import CoverageDict
 
 __all__ = ["SETTINGS", "build_workspace", "run_demo"]
 
@@ -133,7 +136,12 @@ async def _tour(root: Path, tour: _Tour) -> int:
             api={"port": 0},
             scheduler={"sweep_interval": "1s", "dispatch_interval": "1s"},
             sensors={
-                "fs": {"roots": [str(root)], "debounce_ms": 50},
+                "fs": {
+                    "roots": [str(root)],
+                    "debounce_ms": 50,
+                    "index": True,  # binding suggestions (docs/SUGGESTIONS.md)
+                    "ignore": [".git", "__pycache__", "state"],
+                },
                 "tests": {
                     "kind": "code_test",
                     "project_root": str(paths["project"]),
@@ -211,6 +219,8 @@ async def _story(daemon: Daemon, tour: _Tour, paths: dict[str, Path], world: _Wo
         await daemon.revalidate(facts[name], wait_s=60)
     await _show(daemon, tour, facts)
 
+    await _bind_by_itself(daemon, tour, paths["state"])
+
     tour.step("The world changes: the timeout becomes 45 s, the code breaks, the API moves on")
     paths["config"].write_text("http:\n  timeout: 45\n")
     (paths["project"] / "retry.py").write_text(RETRY_BROKEN)
@@ -252,6 +262,46 @@ async def _story(daemon: Daemon, tour: _Tour, paths: dict[str, Path], world: _Wo
     ok = all(final[n] == "fresh" for n in ("timeout", "retries", "version"))
     tour.say("demo finished: " + ("every checked fact is fresh again" if ok else f"{final}"))
     return 0 if ok else 1
+
+
+def _coverage_line(coverage: CoverageDict) -> str:
+    share = "-" if coverage["share"] is None else f"{coverage['share']:.0%}"
+    return f"  coverage {share}: {coverage['checkable']} of {coverage['live']} facts can be checked"
+
+
+async def _bind_by_itself(daemon: Daemon, tour: _Tour, home: Path) -> None:
+    """Facts stated as agents state them, with no binding: coverage falls; bind=auto and
+    an accepted proposal bring it back (docs/SUGGESTIONS.md)."""
+    tour.step("Facts stated without a binding: memwarden finds one itself")
+    sensor = daemon.runners["fs"].sensor
+    deadline = time.monotonic() + 30.0
+    while getattr(getattr(sensor, "index", None), "builds", 0) == 0:  # the value index
+        if time.monotonic() > deadline:
+            tour.say("  (the fs value index is not built: skipping this step)")
+            return
+        await asyncio.sleep(0.05)
+    tour.say(_coverage_line(await daemon.coverage()))
+    async with AsyncClient(home=home) as client:
+        plain = await client.add_with_bind({"content": "The database host is db.internal"}, "none")
+        tour.say('  added "The database host is db.internal" with no binding: it can only decay')
+        tour.say(_coverage_line(await daemon.coverage()))
+        added = await client.add_with_bind({"content": "The worker memory limit is 512Mi"}, "auto")
+        found = added["bind"]
+        chosen = found["chosen"] if found else None
+        tour.say('  added "The worker memory limit is 512Mi" with bind=auto:')
+        if chosen is not None:
+            tour.say(f"    bound to {json.dumps(chosen['binding'])}")
+        tour.say(f"    {found['why'] if found else 'nothing was looked for'}")
+        tour.say(_coverage_line(await daemon.coverage()))
+    await daemon.propose_once()  # what the hourly pass does for facts stored unbound
+    proposals = await daemon.store.list_proposals(block_id=plain["block"].id)
+    best = next((p for p in proposals if p.kind == "binding"), None)
+    if best is not None:
+        tour.say(f"  the proposal pass suggests for the unbound one: {json.dumps(best.proposal)}")
+        tour.say(f"    why: {best.why}")
+        await daemon.decide_proposal(best.id, accept=True, actor="demo")
+        tour.say("  accepted (as a person would on the review page)")
+    tour.say(_coverage_line(await daemon.coverage()))
 
 
 def run_demo(*, unattended: bool, keep: bool = False, say: Callable[[str], None] = print) -> int:
