@@ -50,3 +50,23 @@ async def test_accepting_a_dependency_on_a_deleted_fact_is_refused(store: Store)
     assert (await store.get(fact.id)).bindings == []
     rejected = await store.decide_proposal(proposal.id, accept=False, actor="ann")
     assert (rejected.status, rejected.decided_by) == ("rejected", "ann")
+
+
+async def test_proposals_of_an_archived_fact_are_retired(store: Store):
+    """Archived (or refuted) since: its pending proposals become obsolete, the others stay."""
+    gone = await store.add({"content": "The API timeout is 30 s"})
+    kept = await store.add({"content": "The database host is db.internal"})
+    binding = {"sensor": "fs", "path": "config/app.yaml", "key": "/http/timeout", "equals": 30}
+    await store.add_proposals(
+        [
+            NewProposal(gone.id, "binding", binding, 0.9, "timeout"),
+            NewProposal(kept.id, "binding", {**binding, "key": "/db/host"}, 0.9, "host"),
+        ]
+    )
+    assert await store.retire_proposals() == 0
+    await store.archive(gone.id, reason="test")
+    assert await store.retire_proposals() == 1
+    assert [p.status for p in await store.list_proposals(block_id=gone.id, status="all")] == [
+        "obsolete"
+    ]
+    assert [p.status for p in await store.list_proposals(block_id=kept.id)] == ["pending"]

@@ -153,12 +153,20 @@ async def propose(
         for r in runners.values()
     ):
         return report  # nothing can suggest: keep the cursor where it is
-    cursor = int(await store.get_meta(PROPOSE_CURSOR) or 0)
+    await store.retire_proposals()
+    try:
+        cursor = int(await store.get_meta(PROPOSE_CURSOR) or 0)
+    except ValueError:  # not ours to trust blindly: start again from the first fact
+        cursor = 0
     facts = await store.unbound_live(after_rid=cursor, limit=batch)
     new: list[NewProposal] = []
     for _, block_id, title, content in facts:
         text = f"{title}\n{content}" if title else content
-        found = await suggest_bindings(runners, text, limit=PER_FACT)
+        try:
+            found = await suggest_bindings(runners, text, limit=PER_FACT)
+        except Exception as err:  # noqa: BLE001 - one fact's failure never stops the pass
+            log.warning("proposal_failed", block_id=block_id, error=type(err).__name__)
+            continue
         report.searched = found.searched
         subjects: dict[tuple[str, str], Suggested] = {}
         for s in found.suggestions:

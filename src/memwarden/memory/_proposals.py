@@ -39,6 +39,7 @@ __all__ = [
     "decide",
     "get",
     "list_proposals",
+    "retire",
     "unbound_live",
 ]
 
@@ -240,6 +241,27 @@ async def _apply(  # noqa: PLR0917 - one step of decide's transaction
     await conn.execute(
         "INSERT OR IGNORE INTO dependencies (depends_on, block_rid) VALUES (?, ?)", (target, rid)
     )
+
+
+async def retire(db: Database, clock: Clock) -> int:
+    """Mark ``obsolete`` the pending proposals that no longer apply: binding proposals for
+    blocks bound since (by hand, by ``bind``) and every proposal of an archived or refuted
+    block; how many."""
+    now = clock.time()
+
+    async def job(conn: aiosqlite.Connection) -> int:
+        before = conn.total_changes
+        await conn.execute(
+            "UPDATE proposals SET status = 'obsolete', decided_at = ? WHERE status = 'pending'"
+            " AND ((kind = 'binding' AND EXISTS (SELECT 1 FROM bindings d"
+            " WHERE d.block_rid = proposals.block_rid))"
+            " OR EXISTS (SELECT 1 FROM blocks b WHERE b.rid = proposals.block_rid"
+            " AND b.state IN ('archived', 'refuted')))",
+            (now,),
+        )
+        return int(conn.total_changes - before)
+
+    return await db.write(job)
 
 
 async def unbound_live(

@@ -617,6 +617,11 @@ class Store:
             self.db, self.clock, proposal_id, accept=accept, actor=actor, binding=binding
         )
 
+    async def retire_proposals(self) -> int:
+        """Pending proposals that no longer apply (the block bound since, archived or
+        refuted) become ``obsolete``; how many."""
+        return await _proposals.retire(self.db, self.clock)
+
     async def unbound_live(
         self, *, after_rid: int = 0, limit: int = 100
     ) -> list[tuple[int, str, str, str]]:
