@@ -6,7 +6,19 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-__all__ = ["SearchAnswerDict", "SearchFactors", "SearchResultDict"]
+from memwarden.memory.policy import CoverageDict, CoverageShareDict
+
+__all__ = [
+    "CoverageDict",
+    "CoverageShareDict",
+    "SearchAnswerDict",
+    "SearchFactors",
+    "SearchResultDict",
+]
+
+# :meth:`Daemon.coverage` (and ``coverage`` in :meth:`Daemon.health`): the share of live
+# facts with a binding whose sensor is alive, by source and tier; the store computes it
+# (``memory.policy.coverage_of``), so the type lives there and is named here too.
 
 
 class SearchFactors(TypedDict):

@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from memwarden.client import HealthAnswer
-    from memwarden.daemon._answers import SearchAnswerDict, SearchResultDict
+    from memwarden.daemon._answers import CoverageDict, SearchAnswerDict, SearchResultDict
     from memwarden.daemon._suggest import ProposeReport
     from memwarden.memory import (
         ApplyResult,
@@ -84,7 +84,6 @@ if TYPE_CHECKING:
         StoredBinding,
         ValidationEvent,
     )
-    from memwarden.memory.policy import CoverageDict
 
 __all__ = ["Daemon", "ReadThrough"]
 
