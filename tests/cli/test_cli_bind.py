@@ -99,3 +99,30 @@ def test_bind_flags_refuse_what_cannot_work(cli, tmp_path: Path, indexed):
     after = httpx.get(f"{indexed.url}/v1/health", headers=indexed.auth, timeout=10).json()
     assert after["counts"]["blocks"] == before["counts"]["blocks"]
     assert "Traceback" not in out
+
+
+def test_review_proposals_list_accept_and_reject(cli, indexed):
+    """`memwarden review proposals` lists what the pass proposed; accept-proposal binds the
+    fact; deciding twice or an unknown --status is one line, exit 2."""
+    block_id = cli("add", "The cache TTL is 10 minutes", "--no-dedupe", "-q").stdout.strip()
+    other = cli("add", "The worker memory limit is 512Mi", "--no-dedupe", "-q").stdout.strip()
+    ran = httpx.post(f"{indexed.url}/v1/proposal-pass", headers=indexed.auth, timeout=30)
+    assert ran.json()["proposed"] >= 2
+    listed = json.loads(cli("review", "proposals", "--json").stdout)
+    mine = next(p for p in listed if p["block_id"].endswith(block_id[-8:]))
+    assert mine["proposal"]["key"] == "/cache/ttl_s"
+    theirs = next(p for p in listed if p["block_id"].endswith(other[-8:]))
+    table = cli("review", "proposals").output
+    assert "config/cache.yaml" in table
+    assert "/cache/ttl_s equals=600" in table
+    assert block_id.replace("-", "")[-8:] in table
+    out = cli("review", "accept-proposal", mine["id"], "--by", "ann").output
+    assert out.startswith(f"accepted {mine['id']}")
+    [stored] = _bindings(indexed, mine["block_id"])
+    assert stored["key"] == "/cache/ttl_s"
+    out = cli("review", "reject-proposal", theirs["id"], "--by", "ann").output
+    assert out.startswith("rejected")
+    assert _bindings(indexed, theirs["block_id"]) == []
+    again = cli("review", "accept-proposal", mine["id"], "--by", "ann", code=2).output
+    assert "accepted already" in again
+    assert "--status" in cli("review", "proposals", "--status", "maybe", code=2).output

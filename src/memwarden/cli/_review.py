@@ -8,6 +8,7 @@ default ``$USER``) and an optional ``--comment``.
 from __future__ import annotations
 
 import getpass
+import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -248,3 +249,92 @@ def edit(
 ) -> None:
     """Replace the block's text (the old version stays in its history) and confirm it."""
     _decide(review_id, "edit", by=by, comment=comment, content=content, db=db, json_out=json_out)
+
+
+# ---------------------------------------------------------------------- proposals
+
+
+@review_app.command("proposals")
+def list_proposals(
+    status: Annotated[
+        str,
+        typer.Option(help="pending, accepted, rejected, obsolete or all.", case_sensitive=False),
+    ] = "pending",
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Bindings (and depends_on) the periodic pass proposes for unbound facts."""
+    if status not in ("pending", "accepted", "rejected", "obsolete", "all"):
+        raise fail(
+            f"--status: {status!r} is not one of pending, accepted, rejected, obsolete, all", 2
+        )
+
+    async def api(c: AsyncClient) -> Any:
+        return await c.proposals(status=status, limit=limit)
+
+    async def local(s: Store) -> Any:
+        found = await s.list_proposals(status=status, limit=limit)  # type: ignore[arg-type]
+        return [p.as_dict() for p in found]
+
+    items = call(db, api=api, local=local)
+    if json_out:
+        print_json(items)
+        return
+    if not items:
+        out.print("no proposals pending" if status == "pending" else "no proposals")
+        return
+    # The proposal id is shown whole (a cut id is refused); why is in --json.
+    table = id_table([p["id"] for p in items], "fact", "proposal")
+    for p in items:
+        table.add_row(p["id"], p["block_id"].replace("-", "")[-10:], _proposal_text(p))
+    out.print(table)
+
+
+def _proposal_text(p: dict[str, Any]) -> str:
+    """``config/app.yaml /http/timeout = 30 (0.90)``, or ``depends on <id> (0.80)``."""
+    what = dict(p["proposal"])
+    if p["kind"] == "depends_on":
+        text = f"depends on {what.get('depends_on')}"
+    else:
+        where = " ".join(str(what.pop(k)) for k in ("path", "key") if k in what)
+        what.pop("sensor", None)
+        rest = " ".join(f"{k}={json.dumps(v)}" for k, v in what.items())
+        text = f"{where} {rest}".strip()
+    status = "" if p["status"] == "pending" else f", {p['status']}"
+    return f"{text} ({p['confidence']:.2f}{status})"
+
+
+def _decide_proposal(proposal_id: str, action: str, *, by: str | None, json_out: bool) -> None:
+    reviewer = _reviewer(by)
+
+    async def api(c: AsyncClient) -> Any:
+        return await c.decide_proposal(
+            proposal_id, "accept" if action == "accept" else "reject", decided_by=reviewer
+        )
+
+    async def local(_: Store) -> Any:
+        raise MemwardenError("deciding a proposal needs the running daemon (its sensors check it)")
+
+    data = call(None, api=api, local=local)
+    if json_out:
+        print_json(data)
+        return
+    out.print(
+        f"{data['status']} {data['id']} for {data['block_id']} as {reviewer}", highlight=False
+    )
+
+
+ProposalArg = Annotated[str, typer.Argument(help="The proposal's id (from `review proposals`).")]
+
+
+@review_app.command("accept-proposal")
+def accept_proposal(proposal_id: ProposalArg, by: ByOpt = None, json_out: JsonOpt = False) -> None:
+    """Accept a proposal: bind the fact (checked by its sensor), or record its dependency."""
+    _decide_proposal(proposal_id, "accept", by=by, json_out=json_out)
+
+
+@review_app.command("reject-proposal")
+def reject_proposal(proposal_id: ProposalArg, by: ByOpt = None, json_out: JsonOpt = False) -> None:
+    """Reject a proposal (it is not proposed again)."""
+    _decide_proposal(proposal_id, "reject", by=by, json_out=json_out)
