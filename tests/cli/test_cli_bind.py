@@ -126,3 +126,10 @@ def test_review_proposals_list_accept_and_reject(cli, indexed):
     again = cli("review", "accept-proposal", mine["id"], "--by", "ann", code=2).output
     assert "accepted already" in again
     assert "--status" in cli("review", "proposals", "--status", "maybe", code=2).output
+
+
+def test_review_proposals_reads_a_database_file(cli, tmp_path: Path):
+    db = tmp_path / "offline.db"
+    cli("add", "The API timeout is 30 s", "--db", str(db))
+    assert "no proposals pending" in cli("review", "proposals", "--db", str(db)).output
+    assert json.loads(cli("review", "proposals", "--db", str(db), "--json").stdout) == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import getpass
 import json
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.table import Table
@@ -265,7 +265,14 @@ def list_proposals(
     json_out: JsonOpt = False,
 ) -> None:
     """Bindings (and depends_on) the periodic pass proposes for unbound facts."""
-    if status not in ("pending", "accepted", "rejected", "obsolete", "all"):
+    statuses: dict[str, Literal["pending", "accepted", "rejected", "obsolete", "all"]] = {
+        "pending": "pending",
+        "accepted": "accepted",
+        "rejected": "rejected",
+        "obsolete": "obsolete",
+        "all": "all",
+    }
+    if status not in statuses:
         raise fail(
             f"--status: {status!r} is not one of pending, accepted, rejected, obsolete, all", 2
         )
@@ -274,7 +281,7 @@ def list_proposals(
         return await c.proposals(status=status, limit=limit)
 
     async def local(s: Store) -> Any:
-        found = await s.list_proposals(status=status, limit=limit)  # type: ignore[arg-type]
+        found = await s.list_proposals(status=statuses[status], limit=limit)
         return [p.as_dict() for p in found]
 
     items = call(db, api=api, local=local)
