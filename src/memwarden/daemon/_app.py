@@ -213,6 +213,7 @@ class Daemon:
                 synchronous=s.store.synchronous_for(mqtt=s.mqtt is not None),
                 score_log=s.store.score_log or s.home / "scores.jsonl",
                 compaction=s.store.compaction,
+                secure_delete=s.store.secure_delete,
             )
             self._store = await stack.enter_async_context(store)
             stack.callback(self._clear)

@@ -113,6 +113,13 @@ class StoreSettings(BaseModel):
         description="JSONL log of every promotion score (rotated). Default: <home>/scores.jsonl",
     )
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    secure_delete: bool = Field(
+        default=True,
+        description="SQLite overwrites with zeros what a write frees (deleted rows, an edit's"
+        " old text, merged search-index segments), so `memwarden forget` leaves no copy in"
+        " the file's free space. Off saves some write time (docs/BENCHMARKS.md) but an"
+        " erasure then reaches older copies only with --vacuum.",
+    )
 
     def synchronous_for(self, *, mqtt: bool) -> Literal["normal", "full"]:
         """The mode in effect: ``auto`` is ``full`` with the MQTT bridge on."""

@@ -10,6 +10,7 @@ from memwarden.memory._clock import Clock, FakeClock, SystemClock, from_ts, slee
 from memwarden.memory._compaction import CompactionConfig, CompactionReport
 from memwarden.memory._database import Database
 from memwarden.memory._durations import Duration, format_duration, parse_duration
+from memwarden.memory._erasure import MAX_ERASE, ErasureReport, ErasureTarget
 from memwarden.memory._ids import new_id
 from memwarden.memory._maintenance import DecayReport
 from memwarden.memory._model import (
@@ -50,6 +51,7 @@ from memwarden.memory._store import Store
 from memwarden.memory._transfer import ImportReport
 
 __all__ = [
+    "MAX_ERASE",
     "ApplyResult",
     "Binding",
     "Block",
@@ -66,6 +68,8 @@ __all__ = [
     "DecayReport",
     "DueBlock",
     "Duration",
+    "ErasureReport",
+    "ErasureTarget",
     "EventRecord",
     "Explanation",
     "FactEvidence",
