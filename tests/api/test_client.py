@@ -109,13 +109,15 @@ def test_typed_answers_list_the_fields_the_api_declares():
     """Each client TypedDict names exactly the fields of the model its route declares, so
     the types cannot drift from the published API."""
     from memwarden.client import _answers  # noqa: PLC0415
-    from memwarden.daemon._routes import blocks, events, search  # noqa: PLC0415
+    from memwarden.daemon._routes import blocks, erasure, events, search  # noqa: PLC0415
 
     for typed, model in [
         (_answers.BlockPage, blocks.BlockPage),
         (_answers.RevalidateAnswer, blocks.RevalidateAnswer),
         (_answers.EventsAccepted, events.EventsAccepted),
         (_answers.BelievedAt, search.BelievedAt),
+        (_answers.ForgetAnswer, erasure.ForgetAnswer),
+        (_answers.Tombstone, erasure.Tombstone),
     ]:
         assert set(typed.__annotations__) == set(model.model_fields), typed.__name__
 

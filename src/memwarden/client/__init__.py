@@ -6,9 +6,11 @@ from memwarden.client._answers import (
     BelievedAt,
     BlockPage,
     EventsAccepted,
+    ForgetAnswer,
     HealthAnswer,
     Liveness,
     RevalidateAnswer,
+    Tombstone,
 )
 from memwarden.client._client import (
     AsyncClient,
@@ -28,10 +30,12 @@ __all__ = [
     "DaemonNotRunningError",
     "Endpoint",
     "EventsAccepted",
+    "ForgetAnswer",
     "HealthAnswer",
     "Home",
     "Liveness",
     "RevalidateAnswer",
+    "Tombstone",
     "find_home",
     "resolve_endpoint",
 ]

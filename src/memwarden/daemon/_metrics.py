@@ -100,6 +100,11 @@ class _DaemonCollector(Collector):
             capped.add_metric([sensor, field], n)
         yield capped
         yield CounterMetricFamily(
+            "memwarden_blocks_erased",
+            "Blocks erased (memwarden forget) since the daemon started.",
+            value=self.daemon.erased,
+        )
+        yield CounterMetricFamily(
             "memwarden_events_duplicate",
             "Events received twice (stored once).",
             value=bus.duplicates,

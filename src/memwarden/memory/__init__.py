@@ -10,7 +10,7 @@ from memwarden.memory._clock import Clock, FakeClock, SystemClock, from_ts, slee
 from memwarden.memory._compaction import CompactionConfig, CompactionReport
 from memwarden.memory._database import Database
 from memwarden.memory._durations import Duration, format_duration, parse_duration
-from memwarden.memory._erasure import MAX_ERASE, ErasureReport, ErasureTarget
+from memwarden.memory._erasure import MAX_ERASE, UNREACHABLE, ErasureReport, ErasureTarget
 from memwarden.memory._ids import new_id
 from memwarden.memory._maintenance import DecayReport
 from memwarden.memory._model import (
@@ -52,6 +52,7 @@ from memwarden.memory._transfer import ImportReport
 
 __all__ = [
     "MAX_ERASE",
+    "UNREACHABLE",
     "ApplyResult",
     "Binding",
     "Block",

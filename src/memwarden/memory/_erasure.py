@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_ERASE",
+    "UNREACHABLE",
     "ErasureReport",
     "ErasureTarget",
     "checkpoint",
@@ -63,6 +64,16 @@ __all__ = [
 
 MAX_ERASE = 1000  # blocks one erasure may take (a tag or a query naming more is refused)
 _REASON_CHARS = 500
+
+UNREACHABLE: tuple[str, ...] = (
+    "backups made before the erasure (memwarden backup, file-system snapshots, copies)",
+    "exports written before it (memwarden export files)",
+    "the daemon's log lines (journald, log files): they name block ids, not content",
+    "the MQTT broker's persistence: retained messages and queues of offline clients",
+    "remote agents' durable queues (agent-queue.db on their hosts)",
+    "clients and agents that already read the block (their caches, transcripts)",
+    "the disk below SQLite: blocks the file system or an SSD moved or kept",
+)
 _ERASED_DETAIL = json.dumps({"erased": True})
 _WORD = re.compile(r"\w+", re.UNICODE)
 
