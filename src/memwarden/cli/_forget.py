@@ -73,7 +73,7 @@ def forget(
     if not json_out:
         _table(targets, "would be erased")
     if not yes:
-        if not sys.stdin.isatty():
+        if not _interactive():
             raise fail("not a terminal: pass --yes to erase without confirmation", 2)
         if not typer.confirm(f"erase {len(targets)} block(s) for good?", default=False):
             raise fail("nothing erased", 1)
@@ -87,6 +87,11 @@ def forget(
         vacuum=vacuum,
     )
     _show(answer, json_out=json_out, listed_only=False)
+
+
+def _interactive() -> bool:
+    """Whether someone can answer the confirmation (stdin is a terminal)."""
+    return sys.stdin.isatty()
 
 
 def _run(
