@@ -287,3 +287,23 @@ async def test_secure_delete_zeroes_what_ordinary_deletes_freed(make_store, tmp_
         await make_store(vacuumed / "m.db", secure_delete=False), vacuum=True
     )
     assert occurrences(vacuumed, MARKER) == {}
+
+
+@pytest.mark.parametrize("bound_only", [False, True])
+async def test_late_events_about_an_erased_block_are_dropped(make_store, tmp_path, bound_only):
+    """An event naming an erased block (a sensor not yet told, an agent's queue) is
+    neither stored nor dead-lettered: its observation does not come back."""
+    store = await make_store(tmp_path / "m.db")
+    block = await store.add({"content": "x", "bindings": [fs_binding()]})
+    await store.erase([block.id], actor="t")
+    result = await store.apply_events(
+        [event(store, "confirmed", f"{MARKER} again", block_id=block.id)], bound_only=bound_only
+    )
+    assert (result.erased, result.accepted, result.rejected) == (1, 0, [])
+    assert occurrences(tmp_path, MARKER) == {}
+    conn = sqlite3.connect(tmp_path / "m.db")
+    try:
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM dead_letters").fetchone()[0] == 0
+    finally:
+        conn.close()
