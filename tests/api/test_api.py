@@ -146,6 +146,7 @@ def test_metrics_are_prometheus_text(live_daemon):
         "memwarden_revalidation_backlog",
         "memwarden_sensor_restarts",
         "memwarden_revalidation_latency_seconds",
+        "memwarden_blocks_erased_total",
     ):
         assert family in response.text
 

@@ -212,5 +212,13 @@ def render_config(root: Path, *, python: str | None = None) -> str:
         "# People: facts no sensor can check go to the review queue (`memwarden review`).",
         "[sensors.review]",
         "",
+        "# Retention: nothing is removed by age unless configured here (docs/PRIVACY.md).",
+        "# `memwarden forget ID` erases a fact for good at any time.",
+        "# [[retention.rules]]",
+        '# tag = "scratch"            # also tier, category, source',
+        '# max_age = "30d"            # archived 30 days after it was added',
+        '# archived_max_age = "7d"    # then erased for good (a tombstone stays)',
+        '# events_max_age = "90d"     # its older sensor observations deleted',
+        "",
     ]
     return "\n".join(lines)

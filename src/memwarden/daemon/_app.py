@@ -250,6 +250,7 @@ class Daemon:
                 down_since=down_since,
                 remote=self.mqtt,
                 on_stale=self._on_swept,
+                retention=s.retention,
             )
             self._scheduler.stats.observe = self.metrics.observe_check
             if self._signals:

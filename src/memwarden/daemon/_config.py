@@ -36,7 +36,7 @@ from pydantic_settings import (
 
 from memwarden.errors import ConfigError, PluginLoadError
 from memwarden.hosting import validate_sensor_options
-from memwarden.memory import CompactionConfig, Duration
+from memwarden.memory import CompactionConfig, Duration, RetentionConfig
 from memwarden.memory._model import Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
@@ -482,6 +482,11 @@ class Settings(BaseSettings):
     )
     agent: AgentSettings = Field(default_factory=AgentSettings)
     suggest: SuggestSettings = Field(default_factory=SuggestSettings)
+    retention: RetentionConfig = Field(
+        default_factory=RetentionConfig,
+        description="How long blocks, archived blocks, events and score-log lines are kept:"
+        " nothing is removed unless configured (docs/PRIVACY.md).",
+    )
 
     @field_validator("sensors")
     @classmethod

@@ -104,6 +104,14 @@ class _DaemonCollector(Collector):
             "Blocks erased (memwarden forget) since the daemon started.",
             value=self.daemon.erased,
         )
+        retention = CounterMetricFamily(
+            "memwarden_retention_removed",
+            "What the retention pass removed since start, by kind.",
+            labels=["kind"],
+        )
+        for kind, n in sorted(self.daemon.scheduler.retention_removed.items()):
+            retention.add_metric([kind], n)
+        yield retention
         yield CounterMetricFamily(
             "memwarden_events_duplicate",
             "Events received twice (stored once).",

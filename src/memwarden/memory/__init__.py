@@ -46,6 +46,7 @@ from memwarden.memory._results import (
     StateChange,
     validate_input,
 )
+from memwarden.memory._retention import RetentionConfig, RetentionReport, RetentionRule
 from memwarden.memory._scorelog import ScoreLog
 from memwarden.memory._store import Store
 from memwarden.memory._transfer import ImportReport
@@ -81,6 +82,9 @@ __all__ = [
     "OutboxMessage",
     "OutboxStats",
     "Outcome",
+    "RetentionConfig",
+    "RetentionReport",
+    "RetentionRule",
     "RevalidationReason",
     "RevalidationRequest",
     "ScoreLog",

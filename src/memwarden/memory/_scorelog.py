@@ -14,6 +14,7 @@ import json
 import math
 import os
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -21,7 +22,7 @@ from memwarden.memory._clock import from_ts
 from memwarden.memory._files import open_private, tighten_file, write_private
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
     from types import TracebackType
     from typing import IO
 
@@ -107,6 +108,14 @@ class ScoreLog:
         gone = set(block_ids)
         if not gone:
             return 0
+        return self._rewrite(lambda record: record.get("block_id") in gone)
+
+    def drop_before(self, cutoff: float) -> int:
+        """Rewrite the log (and its rotated files) without the lines written before
+        ``cutoff`` (POSIX seconds; retention); returns how many went."""
+        return self._rewrite(lambda record: _written_before(record, cutoff))
+
+    def _rewrite(self, drop: Callable[[Any], bool]) -> int:
         dropped = 0
         with self._lock:
             if self._file is not None:
@@ -114,7 +123,7 @@ class ScoreLog:
                 self._file = None
             for i in range(self.backups + 1):
                 path = self.path.with_name(f"{self.path.name}.{i}") if i else self.path
-                dropped += _drop_lines(path, gone)
+                dropped += _drop_lines(path, drop)
         return dropped
 
     def close(self) -> None:
@@ -145,9 +154,16 @@ class ScoreLog:
         self.path.replace(self.path.with_name(f"{self.path.name}.1"))
 
 
-def _drop_lines(path: Path, block_ids: set[str]) -> int:
-    """Rewrite ``path`` without the lines whose ``block_id`` is one of ``block_ids``
-    (a line that is not a JSON object naming its block is kept as it was)."""
+def _written_before(record: dict[str, Any], cutoff: float) -> bool:
+    try:
+        return datetime.fromisoformat(str(record["at"])).timestamp() < cutoff
+    except (KeyError, ValueError):
+        return False
+
+
+def _drop_lines(path: Path, drop: Callable[[dict[str, Any]], bool]) -> int:
+    """Rewrite ``path`` without the JSON-object lines ``drop`` says go (other lines are
+    kept as they were); returns how many went."""
     try:
         lines = path.read_bytes().splitlines(keepends=True)
     except FileNotFoundError:
@@ -159,7 +175,7 @@ def _drop_lines(path: Path, block_ids: set[str]) -> int:
         except ValueError:
             keep.append(line)
             continue
-        if isinstance(record, dict) and record.get("block_id") in block_ids:
+        if isinstance(record, dict) and drop(record):
             continue
         keep.append(line)
     dropped = len(lines) - len(keep)

@@ -32,6 +32,7 @@ from memwarden.memory import (
     _outbox,
     _promotion,
     _quarantine,
+    _retention,
     _reviews,
     _transfer,
 )
@@ -266,6 +267,13 @@ class Store:
         report.wal_checkpoint = answer
         report.wal_truncated = answer["busy"] == 0
         return report
+
+    async def enforce_retention(
+        self, cfg: _retention.RetentionConfig
+    ) -> _retention.RetentionReport:
+        """One retention pass (``[retention]``): archive, purge, drop old events and score
+        lines as configured; nothing when nothing is (see :mod:`~memwarden.memory._retention`)."""
+        return await _retention.enforce(self, cfg)
 
     async def erasures(
         self, *, block_id: str | None = None, limit: int = 100
