@@ -69,7 +69,7 @@ UNREACHABLE: tuple[str, ...] = (
     "backups made before the erasure (memwarden backup, file-system snapshots, copies)",
     "exports written before it (memwarden export files)",
     "the daemon's log lines (journald, log files): they name block ids, not content",
-    "the MQTT broker's persistence: retained messages and queues of offline clients",
+    "the MQTT broker's persistence: messages queued for offline subscribers, its own disk",
     "remote agents' durable queues (agent-queue.db on their hosts)",
     "clients and agents that already read the block (their caches, transcripts)",
     "the disk below SQLite: blocks the file system or an SSD moved or kept",
