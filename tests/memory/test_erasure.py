@@ -233,21 +233,48 @@ async def test_erasure_log_is_append_only(make_store, tmp_path):
 
 
 async def test_migration_from_version_7_keeps_data_and_erases(make_store, tmp_path):
-    """A file at schema 7 with a block and its events migrates, then erases cleanly."""
+    """A file at schema 7 with a block and its event migrates; that block and a new one
+    erase cleanly; the event log still refuses updates outside an erasure."""
     path = tmp_path / "v7.db"
     conn = sqlite3.connect(path, isolation_level=None)
     for script in MIGRATIONS[:7]:
         for statement in split_statements(script):
             conn.execute(statement)
     conn.execute("PRAGMA user_version = 7")
+    old_id = "0190d2d8-0000-7000-8000-00000000a0a0"
+    conn.execute(  # a block written by the version before, with an event that reached it
+        "INSERT INTO blocks (rid, id, title, content, source, category, info_type, volatility,"
+        " tier, state, reliability, importance, validity_window_s, half_life_s, created_at,"
+        " updated_at) VALUES (1, ?, 'old', ?, 'agent', 'semantic', 'static', 'low',"
+        " 'short_term', 'fresh', 0.9, 0.5, 86400, 86400, 0, 0)",
+        (old_id, f"written before {MARKER}"),
+    )
+    conn.execute(
+        "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"
+        " block_id, observed) VALUES (1, 'e1', 'fs', ?, 'confirmed', 0, 0, ?, ?)",
+        (SUBJECT, old_id, json.dumps(MARKER)),
+    )
+    conn.execute(
+        "INSERT INTO effects (block_rid, event_seq, state_before, state_after,"
+        " reliability_before, reliability_after) VALUES (1, 1, 'unverified', 'fresh', 0.6, 0.9)"
+    )
     conn.close()
     store = await make_store(path)
+    assert (await store.get(old_id)).content == f"written before {MARKER}"
+    await store.erase([old_id], actor="t")
     block = await store.add({"content": f"old {MARKER}", "bindings": [fs_binding()]})
     await store.apply_events([event(store, "confirmed", MARKER, block_id=block.id)])
+    kept = await store.add({"content": "kept", "bindings": [fs_binding("kept")]})
+    await store.apply_events([event(store, "confirmed", "kept", block_id=kept.id)])
     await store.erase([block.id], actor="t")
     assert occurrences(tmp_path, MARKER) == {}
-    with sqlite3.connect(path) as raw:
+    raw = sqlite3.connect(path)
+    try:
         assert raw.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            raw.execute("UPDATE events SET message = 'x'")  # still refused outside erasure
+    finally:
+        raw.close()
 
 
 async def test_nothing_to_erase_is_an_input_error(make_store, tmp_path):
