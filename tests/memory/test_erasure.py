@@ -186,7 +186,7 @@ async def test_query_is_words_never_fts_syntax(make_store, tmp_path, query):
     store = await make_store(tmp_path / "m.db")
     await store.add({"content": "keep me"})
     found = await store.erasure_targets(query=query)
-    assert all(t.title == "" for t in found)  # matched or not, never an error
+    assert all(t.text == "keep me" for t in found)  # matched or not, never an error
 
 
 @pytest.mark.parametrize("query", ["*", '"" () :', "   "])
@@ -204,7 +204,8 @@ async def test_targets_by_tag_and_query(make_store, tmp_path):
     store = await make_store(tmp_path / "m.db")
     a = await store.add({"content": "alpha beta", "tags": ["t1"]})
     b = await store.add({"content": "alpha gamma", "tags": ["t2"]})
-    assert [t.id for t in await store.erasure_targets(tag="t1")] == [a.id]
+    [target] = await store.erasure_targets(tag="t1")
+    assert (target.id, target.text) == (a.id, "alpha beta")  # no title: the content shows
     assert [t.id for t in await store.erasure_targets(query="alpha")] == sorted([a.id, b.id])
     assert [t.id for t in await store.erasure_targets(query="alpha gamma")] == [b.id]
     with pytest.raises(ValidationInputError):

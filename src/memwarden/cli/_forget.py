@@ -134,9 +134,9 @@ def _run(
 
 
 def _table(targets: list[dict[str, str]], what: str) -> None:
-    table = id_table([t["id"] for t in targets], "state", "title")
+    table = id_table([t["id"] for t in targets], "state", "text")
     for t in targets:
-        table.add_row(t["id"], t["state"], t["title"][:60])
+        table.add_row(t["id"], t["state"], t.get("text") or t["title"])
     out.print(table)
     out.print(f"{len(targets)} block(s) {what}", highlight=False)
 

@@ -76,6 +76,8 @@ UNREACHABLE: tuple[str, ...] = (
 )
 _ERASED_DETAIL = json.dumps({"erased": True})
 _WORD = re.compile(r"\w+", re.UNICODE)
+_TEXT_CHARS = 80
+_COLUMNS = "id, title, state, substr(content, 1, 200)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +87,10 @@ class ErasureTarget:
     id: str
     title: str
     state: str
+    text: str  # the title, else the start of the content: what the person confirms
 
     def as_dict(self) -> dict[str, str]:
-        return {"id": self.id, "title": self.title, "state": self.state}
+        return {"id": self.id, "title": self.title, "state": self.state, "text": self.text}
 
 
 @dataclass(slots=True)
@@ -137,7 +140,7 @@ async def select_targets(
         )
     async with db.read() as conn:
         if ids:
-            rows = await select_in(conn, "SELECT id, title, state FROM blocks WHERE id IN ", ids)
+            rows = await select_in(conn, f"SELECT {_COLUMNS} FROM blocks WHERE id IN ", ids)
             found = {r[0] for r in rows}
             missing = [i for i in dict.fromkeys(ids) if i not in found]
             if missing:
@@ -145,7 +148,7 @@ async def select_targets(
         elif tag:
             rows = list(
                 await conn.execute_fetchall(
-                    "SELECT id, title, state FROM blocks WHERE EXISTS"
+                    f"SELECT {_COLUMNS} FROM blocks WHERE EXISTS"
                     " (SELECT 1 FROM json_each(blocks.tags) WHERE value = ?) LIMIT ?",
                     (tag, MAX_ERASE + 1),
                 )
@@ -157,7 +160,15 @@ async def select_targets(
         raise ValidationInputError(
             [(field_name, f"names more than {MAX_ERASE} blocks: narrow it, or erase in steps")]
         )
-    return sorted((ErasureTarget(str(r[0]), str(r[1]), str(r[2])) for r in rows), key=_by_id)
+    return sorted(
+        (ErasureTarget(str(r[0]), str(r[1]), str(r[2]), _text(r[1], r[3])) for r in rows),
+        key=_by_id,
+    )
+
+
+def _text(title: str, content: str) -> str:
+    text = " ".join(str(title or content).split())
+    return text if len(text) <= _TEXT_CHARS else text[: _TEXT_CHARS - 1] + "…"
 
 
 def _by_id(t: ErasureTarget) -> str:
@@ -173,7 +184,8 @@ async def _matching(conn: aiosqlite.Connection, query: str) -> list[Any]:
     try:
         live = list(
             await conn.execute_fetchall(
-                "SELECT b.id, b.title, b.state FROM blocks_fts f JOIN blocks b ON b.rid = f.rowid"
+                "SELECT b.id, b.title, b.state, substr(b.content, 1, 200) FROM blocks_fts f"
+                " JOIN blocks b ON b.rid = f.rowid"
                 " WHERE blocks_fts MATCH ? LIMIT ?",
                 (match, MAX_ERASE + 1),
             )
@@ -184,7 +196,11 @@ async def _matching(conn: aiosqlite.Connection, query: str) -> list[Any]:
     async with conn.execute(
         "SELECT id, title, state, content, tags FROM blocks WHERE state = 'archived'"
     ) as cur:
-        archived = [row[:3] async for row in cur if wanted <= _words(f"{row[1]} {row[3]} {row[4]}")]
+        archived = [
+            (*row[:3], row[3][:200])
+            async for row in cur
+            if wanted <= _words(f"{row[1]} {row[3]} {row[4]}")
+        ]
     return live + archived
 
 

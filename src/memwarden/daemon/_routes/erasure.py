@@ -52,9 +52,12 @@ class ForgetRequest(BaseModel):
 
 
 class ErasureTarget(BaseModel):
+    """A block an erasure takes (or, on a dry run, would take)."""
+
     id: str
     title: str
     state: str
+    text: str = Field(description="Its title, else the start of its content.")
 
 
 class ForgetAnswer(BaseModel):
