@@ -21,6 +21,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
     bench_daemon,
     bench_decay,
     bench_durability,
+    bench_erasure,
     bench_ids,
     bench_mqtt,
     bench_read_through,

@@ -24,6 +24,9 @@ FIGURES = {
     "startup",
     "idle_rss",
     "mqtt_ingest",
+    "erase_10k",
+    "erase_100k",
+    "secure_delete",
 }
 
 

@@ -25,6 +25,10 @@ def test_every_operation_answers_within_its_schema(case, live_daemon):
     # A body over the daemon's size limit is refused with 413 before it is even parsed;
     # that is the point of the limit, so such cases are not schema checks.
     assume(case.body is None or len(json.dumps(case.body, default=str)) < 1_000_000)
+    # The daemon is shared by every API and CLI test: a generated tag or word must not
+    # erase their blocks. Erasure's own answers are checked by a dry run's (same schema).
+    if case.path == "/v1/forget" and isinstance(case.body, dict):
+        case.body["dry_run"] = True
     # positive_data_acceptance is left out: a schema-valid block may still break a business
     # rule (a binding to a sensor that is not configured, depends_on a block that does not
     # exist) and is then rightly refused with 422.
@@ -142,6 +146,7 @@ def test_metrics_are_prometheus_text(live_daemon):
         "memwarden_revalidation_backlog",
         "memwarden_sensor_restarts",
         "memwarden_revalidation_latency_seconds",
+        "memwarden_blocks_erased_total",
     ):
         assert family in response.text
 

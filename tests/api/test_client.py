@@ -109,7 +109,13 @@ def test_typed_answers_list_the_fields_the_api_declares():
     """Each client TypedDict names exactly the fields of the model its route declares, so
     the types cannot drift from the published API."""
     from memwarden.client import _answers  # noqa: PLC0415
-    from memwarden.daemon._routes import blocks, events, search, suggest  # noqa: PLC0415
+    from memwarden.daemon._routes import (  # noqa: PLC0415
+        blocks,
+        erasure,
+        events,
+        search,
+        suggest,
+    )
 
     for typed, model in [
         (_answers.BindAnswer, blocks.BindAnswer),
@@ -120,6 +126,8 @@ def test_typed_answers_list_the_fields_the_api_declares():
         (_answers.RevalidateAnswer, blocks.RevalidateAnswer),
         (_answers.EventsAccepted, events.EventsAccepted),
         (_answers.BelievedAt, search.BelievedAt),
+        (_answers.ForgetAnswer, erasure.ForgetAnswer),
+        (_answers.Tombstone, erasure.Tombstone),
     ]:
         assert set(typed.__annotations__) == set(model.model_fields), typed.__name__
 

@@ -33,6 +33,7 @@ MISSING: dict[str, list[list[str]]] = {
     "events": [["events", "x", "--db", "{missing}"]],
     "explain": [["explain", "x", "--db", "{missing}"]],
     "review": [["review", "list", "--db", "{missing}"]],
+    "forget": [["forget", "x", "--yes", "--db", "{missing}"]],
 }
 BAD: dict[str, list[list[str]]] = {
     "run": [["run", "--config", "{bad}"]],
@@ -50,6 +51,7 @@ BAD: dict[str, list[list[str]]] = {
     "events": [["events", "x", "--db", "{bad}"]],
     "explain": [["explain", "x", "--db", "{bad}"]],
     "review": [["review", "list", "--db", "{bad}"]],
+    "forget": [["forget", "x", "--yes", "--db", "{bad}"], ["forget", "--query", "*", "--yes"]],
 }
 # Against a daemon that is not running (its state dir has a token, no api.json).
 STOPPED: dict[str, list[list[str]]] = {
@@ -76,6 +78,7 @@ STOPPED: dict[str, list[list[str]]] = {
         ["review", "--open"],
     ],
     "sensors": [["sensors"]],
+    "forget": [["forget", "x", "--yes"], ["forget", "--tag", "t", "--dry-run"]],
 }
 # Commands that answer without a daemon (what is installed) may succeed when it is stopped.
 WORKS_WITHOUT_DAEMON = {"sensors"}

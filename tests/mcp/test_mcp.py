@@ -29,6 +29,7 @@ TOOLS = {
     "memory_health",
     "memory_sensors",
     "memory_suggest_bindings",
+    "memory_forget",
 }
 
 
@@ -184,3 +185,23 @@ def test_context_line_marks_low_reliability_and_state():
         "[UNVERIFIED · procedural · unbound · never validated · r=0.50 · LOW RELIABILITY] "
         "Deploys run at 02:00"
     )
+
+
+async def test_forget_lists_on_a_dry_run_then_erases(daemon):
+    """memory_forget with dry_run lists and keeps; without it the fact is gone, a tombstone
+    stays, the other fact stays, and the answer names what memory cannot reach."""
+    gone = await daemon.add_block({"content": "The customer is Ann Example", "tags": ["pii"]})
+    kept = await daemon.add_block({"content": "The build uses make"})
+    async with mcp_session(daemon) as session:
+        listed = await call(session, "memory_forget", {"tag": "pii", "dry_run": True})
+        assert [b["id"] for b in listed["blocks"]] == [gone.id]
+        assert listed["erased"] == []
+        assert (await daemon.store.get(gone.id)).content
+        erased = await call(session, "memory_forget", {"ids": [gone.id], "reason": "asked"})
+        unknown = await session.call_tool("memory_forget", {"ids": [gone.id]})
+    assert erased["erased"] == [gone.id]
+    assert any("backups" in place for place in erased["unreachable"])
+    assert unknown.is_error
+    assert "no block" in str(unknown.content)
+    assert [t["block_id"] for t in await daemon.store.erasures()] == [gone.id]
+    assert (await daemon.store.get(kept.id)).content == "The build uses make"

@@ -219,5 +219,13 @@ def render_config(root: Path, *, python: str | None = None) -> str:
         '# propose_interval = "1h"  # the pass proposing bindings for unbound facts (review page)',
         "# propose = false          # switch that pass off",
         "",
+        "# Retention: nothing is removed by age unless configured here (docs/PRIVACY.md).",
+        "# `memwarden forget ID` erases a fact for good at any time.",
+        "# [[retention.rules]]",
+        '# tag = "scratch"            # also tier, category, source',
+        '# max_age = "30d"            # archived 30 days after it was added',
+        '# archived_max_age = "7d"    # then erased for good (a tombstone stays)',
+        '# events_max_age = "90d"     # its older sensor observations deleted',
+        "",
     ]
     return "\n".join(lines)

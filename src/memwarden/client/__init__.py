@@ -11,11 +11,13 @@ from memwarden.client._answers import (
     CoverageShare,
     DryRun,
     EventsAccepted,
+    ForgetAnswer,
     HealthAnswer,
     Liveness,
     RevalidateAnswer,
     SuggestAnswer,
     Suggestion,
+    Tombstone,
 )
 from memwarden.client._client import (
     AsyncClient,
@@ -40,12 +42,14 @@ __all__ = [
     "DryRun",
     "Endpoint",
     "EventsAccepted",
+    "ForgetAnswer",
     "HealthAnswer",
     "Home",
     "Liveness",
     "RevalidateAnswer",
     "SuggestAnswer",
     "Suggestion",
+    "Tombstone",
     "find_home",
     "resolve_endpoint",
 ]

@@ -25,11 +25,13 @@ __all__ = [
     "CoverageShare",
     "DryRun",
     "EventsAccepted",
+    "ForgetAnswer",
     "HealthAnswer",
     "Liveness",
     "RevalidateAnswer",
     "SuggestAnswer",
     "Suggestion",
+    "Tombstone",
 ]
 
 
@@ -145,3 +147,31 @@ class EventsAccepted(TypedDict):
     unmatched: int
     rejected: list[dict[str, str]]
     capped: list[dict[str, str]]
+
+
+class ForgetAnswer(TypedDict):
+    """``POST /v1/forget`` (and ``DELETE /v1/blocks/{id}?erase=true``): the blocks chosen
+    (id, title, state), those erased (none on a dry run), the rows removed per table,
+    what was done to the database file and its WAL, and what the daemon cannot reach."""
+
+    dry_run: bool
+    blocks: list[dict[str, str]]
+    erased: list[str]
+    unreachable: list[str]
+    removed: dict[str, int]
+    score_log_lines: int
+    fts: str | None
+    vacuumed: bool
+    wal_truncated: bool | None
+    wal_checkpoint: dict[str, int]
+
+
+class Tombstone(TypedDict):
+    """One row of ``GET /v1/erasures``: which block, when, who, why, rows removed."""
+
+    id: int
+    block_id: str
+    erased_at: str
+    actor: str
+    reason: str
+    removed: dict[str, int]

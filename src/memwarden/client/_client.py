@@ -42,10 +42,12 @@ if TYPE_CHECKING:
         BelievedAt,
         BlockPage,
         EventsAccepted,
+        ForgetAnswer,
         HealthAnswer,
         Liveness,
         RevalidateAnswer,
         SuggestAnswer,
+        Tombstone,
     )
 
 __all__ = [
@@ -280,6 +282,32 @@ class _Ops:
     @staticmethod
     def archive(block_id: str, reason: str) -> tuple[str, str, Any, Any]:
         return "DELETE", f"/v1/blocks/{block_id}", {"reason": reason}, None
+
+    @staticmethod
+    def forget(
+        ids: Sequence[str],
+        *,
+        tag: str | None,
+        query: str | None,
+        reason: str,
+        dry_run: bool,
+        vacuum: bool,
+    ) -> tuple[str, str, Any, Any]:
+        body: dict[str, Any] = {"reason": reason, "dry_run": dry_run, "vacuum": vacuum}
+        if ids:
+            body["ids"] = list(ids)
+        if tag is not None:
+            body["tag"] = tag
+        if query is not None:
+            body["query"] = query
+        return "POST", "/v1/forget", None, body
+
+    @staticmethod
+    def erasures(block_id: str | None, limit: int) -> tuple[str, str, Any, Any]:
+        params: dict[str, Any] = {"limit": limit}
+        if block_id:
+            params["block_id"] = block_id
+        return "GET", "/v1/erasures", params, None
 
     @staticmethod
     def search(
@@ -581,6 +609,28 @@ class AsyncClient:
         answer: Liveness = await self._call("GET", "/healthz")
         return answer
 
+    async def forget(
+        self,
+        ids: Sequence[str] = (),
+        *,
+        tag: str | None = None,
+        query: str | None = None,
+        reason: str = "",
+        dry_run: bool = False,
+        vacuum: bool = False,
+    ) -> ForgetAnswer:
+        """Erase blocks for good, named by ids (short ids accepted), a tag or the words of
+        a query (exactly one); ``dry_run`` only lists them. The answer says what went, from
+        where, and what the daemon cannot reach (docs/PRIVACY.md)."""
+        op = _Ops.forget(ids, tag=tag, query=query, reason=reason, dry_run=dry_run, vacuum=vacuum)
+        answer: ForgetAnswer = await self._call(*op)
+        return answer
+
+    async def erasures(self, *, block_id: str | None = None, limit: int = 100) -> list[Tombstone]:
+        """The erasure log (tombstones, never content), newest first."""
+        answer: list[Tombstone] = await self._call(*_Ops.erasures(block_id, limit))
+        return answer
+
 
 class Client:
     """A blocking client for the daemon's HTTP API (same methods as :class:`AsyncClient`)."""
@@ -810,4 +860,24 @@ class Client:
     def healthz(self) -> Liveness:
         """Liveness and version (``/healthz``)."""
         answer: Liveness = self._call("GET", "/healthz")
+        return answer
+
+    def forget(
+        self,
+        ids: Sequence[str] = (),
+        *,
+        tag: str | None = None,
+        query: str | None = None,
+        reason: str = "",
+        dry_run: bool = False,
+        vacuum: bool = False,
+    ) -> ForgetAnswer:
+        """Erase blocks for good (see :meth:`AsyncClient.forget`)."""
+        op = _Ops.forget(ids, tag=tag, query=query, reason=reason, dry_run=dry_run, vacuum=vacuum)
+        answer: ForgetAnswer = self._call(*op)
+        return answer
+
+    def erasures(self, *, block_id: str | None = None, limit: int = 100) -> list[Tombstone]:
+        """The erasure log (tombstones, never content), newest first."""
+        answer: list[Tombstone] = self._call(*_Ops.erasures(block_id, limit))
         return answer

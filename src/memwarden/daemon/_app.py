@@ -43,6 +43,7 @@ from memwarden.errors import (
 )
 from memwarden.hosting import build_runner
 from memwarden.memory import (
+    UNREACHABLE,
     Binding,
     BlockState,
     NewBlock,
@@ -136,6 +137,7 @@ class Daemon:
         self._bus: Bus | None = None
         self._scheduler: Scheduler | None = None
         self.reloads = 0
+        self.erased = 0  # blocks erased since start (memwarden_blocks_erased_total)
         self.metrics = DaemonMetrics()
         self.api: ApiServer | None = None
         self._answer_waiters: dict[str, asyncio.Future[None]] = {}
@@ -222,6 +224,7 @@ class Daemon:
                 synchronous=s.store.synchronous_for(mqtt=s.mqtt is not None),
                 score_log=s.store.score_log or s.home / "scores.jsonl",
                 compaction=s.store.compaction,
+                secure_delete=s.store.secure_delete,
             )
             self._store = await stack.enter_async_context(store)
             stack.callback(self._clear)
@@ -259,6 +262,7 @@ class Daemon:
                 passes=[("proposals", s.suggest.propose_interval, self.propose_once)]
                 if s.suggest.propose
                 else [],
+                retention=s.retention,
             )
             self._scheduler.stats.observe = self.metrics.observe_check
             if self._signals:
@@ -752,6 +756,51 @@ class Daemon:
         self._mark_bindings_dirty([b.sensor for b in block.bindings])
         if self.quarantined:
             await self._refresh_quarantined()
+
+    async def forget(
+        self,
+        *,
+        ids: Sequence[str] = (),
+        tag: str | None = None,
+        query: str | None = None,
+        actor: str,
+        reason: str = "",
+        dry_run: bool = False,
+        vacuum: bool = False,
+    ) -> dict[str, Any]:
+        """Erase blocks (by ids, short ids accepted; a tag; or the words of a query):
+        their content leaves every table, the search index, the WAL and the score log,
+        and a tombstone stays (``Store.erase``). With ``dry_run``, only what would go.
+
+        The sensors that watched them are told (their bindings are gone). The answer
+        also lists what the daemon cannot reach (``unreachable``).
+        """
+        full = [await self.store.resolve_id(ref) for ref in ids]
+        targets = await self.store.erasure_targets(ids=full, tag=tag, query=query)
+        answer: dict[str, Any] = {
+            "dry_run": dry_run,
+            "blocks": [t.as_dict() for t in targets],
+            "unreachable": list(UNREACHABLE),
+        }
+        if dry_run or not targets:
+            return {**answer, "erased": []}
+        chosen = [t.id for t in targets]
+        sensors = await self.store.sensors_bound(chosen)
+        report = await self.store.erase(chosen, actor=actor, reason=reason, vacuum=vacuum)
+        self.erased += len(report.erased)
+        self._mark_bindings_dirty(sorted(set().union(*sensors.values())))
+        if self.quarantined:
+            await self._refresh_quarantined()
+        log.info(
+            "blocks_erased",
+            blocks=report.erased,
+            actor=actor,
+            removed=report.removed,
+            wal_truncated=report.wal_truncated,
+        )
+        if not report.wal_truncated:
+            log.warning("erasure_wal_not_truncated", checkpoint=report.wal_checkpoint)
+        return {**answer, **report.as_dict()}
 
     # ------------------------------------------------------------------ reads through sensors
 

@@ -36,7 +36,7 @@ from pydantic_settings import (
 
 from memwarden.errors import ConfigError, PluginLoadError
 from memwarden.hosting import validate_sensor_options
-from memwarden.memory import CompactionConfig, Duration
+from memwarden.memory import CompactionConfig, Duration, RetentionConfig
 from memwarden.memory._model import Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
@@ -113,6 +113,13 @@ class StoreSettings(BaseModel):
         description="JSONL log of every promotion score (rotated). Default: <home>/scores.jsonl",
     )
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    secure_delete: bool = Field(
+        default=True,
+        description="SQLite overwrites with zeros what a write frees (deleted rows, an edit's"
+        " old text, merged search-index segments), so `memwarden forget` leaves no copy in"
+        " the file's free space. Off saves some write time (docs/BENCHMARKS.md) but an"
+        " erasure then reaches older copies only with --vacuum.",
+    )
 
     def synchronous_for(self, *, mqtt: bool) -> Literal["normal", "full"]:
         """The mode in effect: ``auto`` is ``full`` with the MQTT bridge on."""
@@ -488,6 +495,11 @@ class Settings(BaseSettings):
     )
     agent: AgentSettings = Field(default_factory=AgentSettings)
     suggest: SuggestSettings = Field(default_factory=SuggestSettings)
+    retention: RetentionConfig = Field(
+        default_factory=RetentionConfig,
+        description="How long blocks, archived blocks, events and score-log lines are kept:"
+        " nothing is removed unless configured (docs/PRIVACY.md).",
+    )
 
     @field_validator("sensors")
     @classmethod

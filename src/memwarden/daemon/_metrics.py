@@ -133,6 +133,19 @@ class _DaemonCollector(Collector):
             capped.add_metric([sensor, field], n)
         yield capped
         yield CounterMetricFamily(
+            "memwarden_blocks_erased",
+            "Blocks erased (memwarden forget) since the daemon started.",
+            value=self.daemon.erased,
+        )
+        retention = CounterMetricFamily(
+            "memwarden_retention_removed",
+            "What the retention pass removed since start, by kind.",
+            labels=["kind"],
+        )
+        for kind, n in sorted(self.daemon.scheduler.retention_removed.items()):
+            retention.add_metric([kind], n)
+        yield retention
+        yield CounterMetricFamily(
             "memwarden_events_duplicate",
             "Events received twice (stored once).",
             value=bus.duplicates,

@@ -21,7 +21,7 @@ import structlog
 
 from memwarden.daemon._freshness import CheckStats
 from memwarden.errors import MemwardenError
-from memwarden.memory import sleep_on
+from memwarden.memory import RetentionConfig, sleep_on
 from memwarden.memory.policy import plan_revalidations, put_back_in
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from memwarden.daemon._bus import Bus
     from memwarden.daemon._config import SchedulerSettings
-    from memwarden.memory import RevalidationRequest, Store
+    from memwarden.memory import RetentionReport, RevalidationRequest, Store
     from memwarden.plugins import SensorRunner
 
 __all__ = ["RemoteRoute", "Scheduler"]
@@ -65,6 +65,7 @@ class Scheduler:
         remote: RemoteRoute | None = None,
         on_stale: Callable[[dict[str, str]], None] | None = None,
         passes: Sequence[tuple[str, timedelta, Callable[[], Awaitable[Any]]]] = (),
+        retention: RetentionConfig | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
@@ -74,6 +75,8 @@ class Scheduler:
         self.down_since = down_since
         self._on_stale = on_stale  # told {block id: state before} of what the sweep marked
         self._passes = list(passes)  # the daemon's own periodic passes (binding proposals)
+        self.retention = retention or RetentionConfig()
+        self.retention_removed: dict[str, int] = {}  # kind -> count, since start
         self.swept = 0
         self.dispatched = 0
         self.unroutable = 0
@@ -203,6 +206,17 @@ class Scheduler:
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
 
+    async def retention_once(self) -> RetentionReport:
+        """One retention pass (``[retention]``); logs and counts what it removed."""
+        report = await self.store.enforce_retention(self.retention)
+        for kind, n in report.removed.items():
+            self.retention_removed[kind] = self.retention_removed.get(kind, 0) + n
+        if any(report.removed.values()):
+            log.info("retention_done", **report.as_dict(), purged_ids=report.purged_ids)
+        else:
+            log.debug("retention_done", **report.as_dict())
+        return report
+
     async def heartbeat_once(self) -> None:
         """Remember that we are alive, so the next start knows how long we were down."""
         await self.store.set_meta(ALIVE_KEY, repr(self.store.clock.time()))
@@ -227,6 +241,8 @@ class Scheduler:
             if self.store.compaction.enabled:
                 passes.append(("compaction", s.compaction_interval, self.store.compact_events))
             passes.extend(self._passes)
+            if self.retention.active:  # nothing configured: nothing is ever removed
+                passes.append(("retention", self.retention.interval, self.retention_once))
             loops.extend((name, every.total_seconds(), fn, False) for name, every, fn in passes)
             for name, interval_s, fn, first in loops:
                 if not self._stopped:

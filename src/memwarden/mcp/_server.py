@@ -397,6 +397,35 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         return await call(lambda c: c.request_review(id, reason))  # type: ignore[no-any-return]
 
     @server.tool(
+        description=(
+            "Erase facts for good (the user asked to forget something, or it holds personal "
+            "data that must go): their text, history, bindings, sensor observations, reviews "
+            "and search index entries are removed; only a tombstone (id, when, why) stays. "
+            "Irreversible. Name them by ids, or by a tag or the words of a query (then call "
+            "with dry_run=true first and check the list). The answer lists what memory "
+            "cannot reach (backups, logs, the MQTT broker)."
+        )
+    )
+    async def memory_forget(
+        ids: Annotated[
+            list[str], Field(description="The facts' ids (or short ids).", max_length=1000)
+        ] = [],  # noqa: B006 - read-only default for the schema
+        tag: Annotated[str | None, Field(description="Every fact with this tag.")] = None,
+        query: Annotated[
+            str | None, Field(description="Every fact holding all these words.")
+        ] = None,
+        reason: Annotated[
+            str, Field(description="Why (kept as given: do not repeat the content).")
+        ] = "",
+        dry_run: Annotated[bool, Field(description="Only list what would be erased.")] = False,
+    ) -> dict[str, Any]:
+        answer = await call(
+            lambda c: c.forget(ids, tag=tag, query=query, reason=reason, dry_run=dry_run)
+        )
+        keep = ("dry_run", "blocks", "erased", "removed", "unreachable")
+        return {k: answer[k] for k in keep if k in answer}
+
+    @server.tool(
         description="Memory health: a 0-100 score and warnings (stale share, failing "
         "sensors), and coverage: the share of live facts a running sensor can check."
     )

@@ -10,6 +10,7 @@ from memwarden.memory._clock import Clock, FakeClock, SystemClock, from_ts, slee
 from memwarden.memory._compaction import CompactionConfig, CompactionReport
 from memwarden.memory._database import Database
 from memwarden.memory._durations import Duration, format_duration, parse_duration
+from memwarden.memory._erasure import MAX_ERASE, UNREACHABLE, ErasureReport, ErasureTarget
 from memwarden.memory._ids import new_id
 from memwarden.memory._maintenance import DecayReport
 from memwarden.memory._model import (
@@ -46,11 +47,14 @@ from memwarden.memory._results import (
     StateChange,
     validate_input,
 )
+from memwarden.memory._retention import RetentionConfig, RetentionReport, RetentionRule
 from memwarden.memory._scorelog import ScoreLog
 from memwarden.memory._store import Store
 from memwarden.memory._transfer import ImportReport
 
 __all__ = [
+    "MAX_ERASE",
+    "UNREACHABLE",
     "ApplyResult",
     "Binding",
     "Block",
@@ -67,6 +71,8 @@ __all__ = [
     "DecayReport",
     "DueBlock",
     "Duration",
+    "ErasureReport",
+    "ErasureTarget",
     "EventRecord",
     "Explanation",
     "FactEvidence",
@@ -79,6 +85,9 @@ __all__ = [
     "OutboxStats",
     "Outcome",
     "Proposal",
+    "RetentionConfig",
+    "RetentionReport",
+    "RetentionRule",
     "RevalidationReason",
     "RevalidationRequest",
     "ScoreLog",

@@ -145,9 +145,11 @@ class EventLog:
         cfg = self.policy
 
         async def job(conn: aiosqlite.Connection) -> ApplyResult:
+            erased = await _drop_erased(conn, prepared)
             if direct:
                 await _reject_unbound(conn, prepared, rejected, direct)
             result = await _apply_job(conn, prepared, rejected, now, cfg)
+            result.erased = erased
             if rejected:
                 await self.cap_dead_letters(conn)
             return result
@@ -205,6 +207,24 @@ async def _apply_job(
         applied.route(reads)
         await applied.run(conn, batch, reads.first_seq)
     return result
+
+
+async def _drop_erased(conn: aiosqlite.Connection, prepared: list[_Prepared]) -> int:
+    """Drop the events naming an erased block (a sensor that had not heard yet, an
+    agent's queue): what they observed must not come back into the store, not even as a
+    dead letter. Returns how many went."""
+    named = list({p[8] for p in prepared if p[8] is not None})
+    if not named:
+        return 0
+    erased = {
+        r[0]
+        for r in await select_in(conn, "SELECT block_id FROM erasures WHERE block_id IN ", named)
+    }
+    if not erased:
+        return 0
+    before = len(prepared)
+    prepared[:] = [p for p in prepared if p[8] not in erased]
+    return before - len(prepared)
 
 
 async def _reject_unbound(

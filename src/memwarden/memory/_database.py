@@ -46,6 +46,9 @@ class Database:
     runs on the writer connection at open, before any reader exists (by default: the
     schema migrations, :func:`~memwarden.memory._migrate.prepare_schema`).
     ``inline_read_ms`` is the budget of :meth:`read_inline` (0: every read on a reader).
+    ``secure_delete`` has SQLite overwrite with zeros what every write frees (deleted rows,
+    an edit's old text, merged index segments), so an erasure leaves no earlier copy in
+    free space (docs/PRIVACY.md; its cost is in docs/BENCHMARKS.md).
     """
 
     def __init__(
@@ -57,8 +60,10 @@ class Database:
         max_jobs_per_commit: int = 256,
         prepare: Callable[[aiosqlite.Connection], Awaitable[None]] = prepare_schema,
         inline_read_ms: float = 0.5,
+        secure_delete: bool = True,
     ) -> None:
         self.path = Path(path)
+        self._secure_delete = secure_delete
         self._prepare = prepare
         self._n_readers = max(1, readers)
         self._synchronous = synchronous
@@ -161,6 +166,7 @@ class Database:
         if writer:
             await conn.execute("PRAGMA journal_mode = WAL")
             await conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
+            await conn.execute(f"PRAGMA secure_delete = {'ON' if self._secure_delete else 'OFF'}")
         else:
             await conn.execute("PRAGMA query_only = ON")
         await conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB per connection, at most

@@ -123,6 +123,7 @@ class ApplyResult:
     revalidations: int = 0
     reviews: int = 0
     answered: list[str] = field(default_factory=list)  # revalidation request ids answered
+    erased: int = 0  # events naming an erased block: dropped, neither stored nor dead-lettered
 
 
 @dataclass(frozen=True, slots=True)

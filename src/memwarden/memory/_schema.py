@@ -361,7 +361,36 @@ CREATE UNIQUE INDEX proposals_key ON proposals(block_rid, kind, key);
 CREATE INDEX proposals_status ON proposals(status, created_at);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+_V9 = """
+-- Erasure (``memwarden forget``): a block's content goes from every table, and what
+-- stays is a tombstone here: which block, when, who, why (as given) and how many rows
+-- each table lost. Never the content. Append-only like the event log.
+CREATE TABLE erasures (
+    id INTEGER PRIMARY KEY,
+    block_id TEXT NOT NULL,
+    erased_at REAL NOT NULL,
+    actor TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    removed TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX erasures_block ON erasures(block_id);
+CREATE TRIGGER erasures_no_update BEFORE UPDATE ON erasures BEGIN
+    SELECT RAISE(ABORT, 'the erasure log is append-only');
+END;
+CREATE TRIGGER erasures_no_delete BEFORE DELETE ON erasures BEGIN
+    SELECT RAISE(ABORT, 'the erasure log is append-only');
+END;
+-- An event that reached an erased block and others too stays in their histories, its
+-- observation and message blanked: the one sanctioned UPDATE of the log, let through
+-- only while the guard row exists (inside the erasing transaction, as for compaction).
+DROP TRIGGER events_no_update;
+CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+WHEN NOT EXISTS (SELECT 1 FROM compaction_guard) BEGIN
+    SELECT RAISE(ABORT, 'the event log is append-only');
+END;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -14,13 +14,15 @@ import json
 import math
 import os
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from memwarden.memory._clock import from_ts
-from memwarden.memory._files import open_private, tighten_file
+from memwarden.memory._files import open_private, tighten_file, write_private
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
     from types import TracebackType
     from typing import IO
 
@@ -98,6 +100,32 @@ class ScoreLog:
             handle.flush()
             self._size += data_len
 
+    def drop_blocks(self, block_ids: Iterable[str]) -> int:
+        """Rewrite the log (and its rotated files) without the lines about these blocks
+        (erasure); returns how many lines went. Each file is replaced whole (written
+        beside it, then renamed over it), so a crash leaves the old file or the new one.
+        """
+        gone = set(block_ids)
+        if not gone:
+            return 0
+        return self._rewrite(lambda record: record.get("block_id") in gone)
+
+    def drop_before(self, cutoff: float) -> int:
+        """Rewrite the log (and its rotated files) without the lines written before
+        ``cutoff`` (POSIX seconds; retention); returns how many went."""
+        return self._rewrite(lambda record: _written_before(record, cutoff))
+
+    def _rewrite(self, drop: Callable[[Any], bool]) -> int:
+        dropped = 0
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+            for i in range(self.backups + 1):
+                path = self.path.with_name(f"{self.path.name}.{i}") if i else self.path
+                dropped += _drop_lines(path, drop)
+        return dropped
+
     def close(self) -> None:
         with self._lock:
             if self._file is not None:
@@ -124,6 +152,36 @@ class ScoreLog:
             if src.exists():
                 src.replace(self.path.with_name(f"{self.path.name}.{i + 1}"))
         self.path.replace(self.path.with_name(f"{self.path.name}.1"))
+
+
+def _written_before(record: dict[str, Any], cutoff: float) -> bool:
+    try:
+        return datetime.fromisoformat(str(record["at"])).timestamp() < cutoff
+    except (KeyError, ValueError):
+        return False
+
+
+def _drop_lines(path: Path, drop: Callable[[dict[str, Any]], bool]) -> int:
+    """Rewrite ``path`` without the JSON-object lines ``drop`` says go (other lines are
+    kept as they were); returns how many went."""
+    try:
+        lines = path.read_bytes().splitlines(keepends=True)
+    except FileNotFoundError:
+        return 0
+    keep: list[bytes] = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            keep.append(line)
+            continue
+        if isinstance(record, dict) and drop(record):
+            continue
+        keep.append(line)
+    dropped = len(lines) - len(keep)
+    if dropped:
+        write_private(path, b"".join(keep))
+    return dropped
 
 
 def read(path: str | Path, *, include_backups: bool = False) -> list[dict[str, Any]]:

@@ -19,18 +19,21 @@ the rules it needs), never the store.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from memwarden.memory import (
     _compaction,
+    _erasure,
     _explain,
     _maintenance,
     _outbox,
     _promotion,
     _proposals,
     _quarantine,
+    _retention,
     _reviews,
     _transfer,
 )
@@ -108,6 +111,7 @@ class Store:
         score_log: ScoreLog | str | Path | None = None,
         compaction: _compaction.CompactionConfig | None = None,
         inline_read_ms: float = 0.5,
+        secure_delete: bool = True,
     ) -> None:
         self.path = Path(path)
         self.compaction = compaction or _compaction.CompactionConfig()
@@ -119,6 +123,7 @@ class Store:
             synchronous=synchronous,
             max_jobs_per_commit=max_jobs_per_commit,
             inline_read_ms=inline_read_ms,
+            secure_delete=secure_delete,
         )
         # A path is opened (and closed) with the store; a ScoreLog given stays the caller's.
         self._score_log_path = None if isinstance(score_log, ScoreLog) else score_log
@@ -233,6 +238,49 @@ class Store:
     async def request_review(self, block_id: str, *, reason: str) -> dict[str, Any]:
         """Put a block in the human review queue (one open item per block)."""
         return await self._blocks.request_review(block_id, reason=reason)
+
+    # ------------------------------------------------------------------ erasure
+    # Implemented in _erasure.py; these methods are its public face.
+
+    async def erasure_targets(
+        self, *, ids: Sequence[str] = (), tag: str | None = None, query: str | None = None
+    ) -> list[_erasure.ErasureTarget]:
+        """The blocks an erasure by full ``ids``, ``tag`` or ``query`` (words; archived
+        blocks included) would take: what a dry run lists. An unknown id is
+        :class:`NotFoundError`."""
+        return await _erasure.select_targets(self.db, ids=ids, tag=tag, query=query)
+
+    async def erase(
+        self, block_ids: Sequence[str], *, actor: str, reason: str = "", vacuum: bool = False
+    ) -> _erasure.ErasureReport:
+        """Remove these blocks' content from everywhere the store keeps it (see
+        :mod:`~memwarden.memory._erasure`): rows, history, bindings, the search index,
+        the events that reached them, reviews, the score log, the outbox; a tombstone per
+        block stays. Then the WAL is checkpointed and truncated (after a ``VACUUM`` of
+        the whole file, with ``vacuum``). All or nothing: an unknown id changes nothing.
+        """
+        report = await _erasure.erase(self.db, self.clock, block_ids, actor=actor, reason=reason)
+        score_log = self.score_log
+        if score_log is not None:
+            report.score_log_lines = await asyncio.to_thread(score_log.drop_blocks, report.erased)
+        answer = await _erasure.checkpoint(self.path, vacuum=vacuum)
+        report.vacuumed = vacuum
+        report.wal_checkpoint = answer
+        report.wal_truncated = answer["busy"] == 0
+        return report
+
+    async def enforce_retention(
+        self, cfg: _retention.RetentionConfig
+    ) -> _retention.RetentionReport:
+        """One retention pass (``[retention]``): archive, purge, drop old events and score
+        lines as configured; nothing when nothing is (see :mod:`~memwarden.memory._retention`)."""
+        return await _retention.enforce(self, cfg)
+
+    async def erasures(
+        self, *, block_id: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """The erasure log (tombstones: id, when, who, why, rows removed), newest first."""
+        return await _erasure.tombstones(self.db, block_id=block_id, limit=limit)
 
     async def get_meta(self, key: str) -> str | None:
         """A small fact the daemon keeps about itself."""

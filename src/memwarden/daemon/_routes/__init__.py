@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from memwarden.daemon._routes import (
     blocks,
+    erasure,
     events,
     ops,
     proposals,
@@ -31,4 +32,5 @@ ROUTERS = (
     suggest.router,
     proposals.router,
     events.router,
+    erasure.router,
 )

@@ -17,6 +17,7 @@ from memwarden.daemon._routes._deps import (
     if_match_version,
     instant,
 )
+from memwarden.daemon._routes.erasure import ForgetAnswer
 from memwarden.daemon._routes.search import BelievedAt, BlockRead
 from memwarden.daemon._routes.suggest import Suggestion
 from memwarden.daemon._suggest import suggest_bindings
@@ -247,8 +248,26 @@ async def archive_block(
     _: Auth,
     daemon: DaemonDep,
     reason: Annotated[str, Query(max_length=500)] = "archived via API",
-) -> Block:
-    """Archive a block (cold storage, out of search)."""
+    erase: Annotated[
+        bool,
+        Query(
+            description="Erase it for good instead (its content leaves every table, the "
+            "search index and the WAL; a tombstone stays): answers a ForgetAnswer."
+        ),
+    ] = False,
+    vacuum: Annotated[
+        bool, Query(description="With erase: also rewrite the whole database file.")
+    ] = False,
+) -> Block | ForgetAnswer:
+    """Archive a block (cold storage, out of search); with ``erase=true``, erase it."""
+    if erase:
+        answer = await daemon.forget(
+            ids=[block_id],
+            actor="api",
+            reason="" if reason == "archived via API" else reason,
+            vacuum=vacuum,
+        )
+        return ForgetAnswer.model_validate(answer)
     return await daemon.store.archive(block_id, reason=reason, actor="api")
 
 
