@@ -70,3 +70,21 @@ async def test_proposals_of_an_archived_fact_are_retired(store: Store):
         "obsolete"
     ]
     assert [p.status for p in await store.list_proposals(block_id=kept.id)] == ["pending"]
+
+
+async def test_erasing_a_fact_erases_its_proposals_and_those_naming_it(store: Store):
+    """forget: the erased fact's proposals (a binding's expected value can be its content)
+    and the depends_on proposals of other facts that name it leave with it."""
+    erased = await store.add({"content": "The API timeout is 30 s"})
+    other = await store.add({"content": "Clients give up after 30 s"})
+    binding = {"sensor": "fs", "path": "config/app.yaml", "key": "/http/timeout", "equals": 30}
+    await store.add_proposals(
+        [
+            NewProposal(erased.id, "binding", binding, 0.9, "the key matches timeout"),
+            NewProposal(other.id, "depends_on", {"depends_on": erased.id}, 0.8, "same file"),
+            NewProposal(other.id, "binding", binding, 0.7, "kept"),
+        ]
+    )
+    await store.erase([erased.id], actor="test", reason="asked")
+    [left] = await store.list_proposals(status="all")
+    assert (left.block_id, left.kind) == (other.id, "binding")

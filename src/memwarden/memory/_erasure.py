@@ -319,6 +319,12 @@ async def _erase_one(conn: aiosqlite.Connection, block_id: str, rid: int) -> dic
     n["dependencies"] = await _count(
         conn, "DELETE FROM dependencies WHERE depends_on = ? OR block_rid = ?", (block_id, rid)
     )
+    n["proposals"] = await _count(  # its own, and those proposing a dependency on it
+        conn,
+        "DELETE FROM proposals WHERE block_rid = ?"
+        " OR (kind = 'depends_on' AND json_extract(proposal, '$.depends_on') = ?)",
+        (rid, block_id),
+    )
     n["bindings"] = await _count(conn, "DELETE FROM bindings WHERE block_rid = ?", (rid,))
     n["blocks"] = await _count(conn, "DELETE FROM blocks WHERE rid = ?", (rid,))
     return {k: v for k, v in n.items() if v}
