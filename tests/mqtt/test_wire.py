@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from memwarden.memory import Binding
 from memwarden.mqtt import (
@@ -27,6 +28,14 @@ def test_daemon_messages_keep_their_bytes():
         b'[{"block_id": "B1", "binding": {"sensor": "files", "subject": "a.txt#/x"}}]'
     )
     assert bindings_message([]) == b"[]"  # a sensor with no bindings left clears them
+    # With the block's window beside the binding (added later: an older agent, which
+    # reads only block_id and binding, is unaffected); a block without one has none.
+    rows.append(("B2", Binding(sensor="files", subject="b.txt")))
+    assert bindings_message(rows, {"B1": timedelta(hours=6)}) == (
+        b'[{"block_id": "B1", "binding": {"sensor": "files", "subject": "a.txt#/x"}, '
+        b'"validity_window": "6h"}, '
+        b'{"block_id": "B2", "binding": {"sensor": "files", "subject": "b.txt"}}]'
+    )
     state = block_state(
         "B1", state="refuted", before="valid", reliability=0.5, observed_at=1.5, event_id="E1"
     )
