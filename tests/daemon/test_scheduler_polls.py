@@ -129,3 +129,36 @@ async def test_an_erroring_poll_leaves_the_request_to_be_sent(
     assert await daemon.scheduler.dispatch_once() == 1
     await daemon.scheduler.wait_idle()
     assert gauge.poll_counters.revalidations == 1
+
+
+async def test_a_retry_due_after_silent_polls_is_answered_by_the_last_one(
+    running_daemon, make_settings, eventually
+):
+    """A soft refutation's retry waits 5 min; the polls in between see the same
+    refutation and emit nothing. When the retry is sent, the sensor answers it with its
+    latest poll's look instead of checking again, and that look counts as the re-check."""
+    daemon, clock, gauge, block_id = await _polled_fact(running_daemon, make_settings, eventually)
+    Gauge.WORLD["load"] = 2
+    await _poll_once(clock, gauge, eventually)  # refuted: emitted, a retry queued
+
+    async def retry_queued() -> bool:
+        return (await daemon.store.get(block_id)).state == "stale"
+
+    await eventually(retry_queued)
+    assert await daemon.store.due_revalidations() == []  # it waits its interval
+    for _ in range(5):  # five silent polls: the same refutation, nothing emitted
+        await _poll_once(clock, gauge, eventually)
+    assert gauge.poll_counters.unchanged == 5
+    checks = gauge.poll_counters.checks
+    assert await daemon.scheduler.dispatch_once() == 1  # the retry's time has come
+    await daemon.scheduler.wait_idle()
+    counters = gauge.poll_counters
+    assert (counters.checks, counters.revalidations, counters.answered_by_poll) == (checks, 0, 1)
+
+    async def second_refutation() -> bool:
+        events = await daemon.store.events_for(block_id)
+        return [e.outcome for e in events[:2]] == ["refuted", "refuted"]
+
+    await eventually(second_refutation)
+    [latest, *_] = await daemon.store.events_for(block_id)
+    assert latest.observed_at == clock.time()  # the last poll's look, taken just now
