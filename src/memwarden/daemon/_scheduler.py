@@ -6,7 +6,10 @@ spread over ``rules.staleness.spread_window`` (no storm) and every tick sends at
 ``rules.staleness.max_requests_per_tick``. Each request goes to the sensor that owns
 the binding; its outcome comes back through the bus like any other event. A request
 whose binding's check is still running is put back and waits a doubling delay before
-it is sent again (``memory.policy.put_back_in``). Every pass
+it is sent again (``memory.policy.put_back_in``). A request is never sent once a look
+at its binding answered it: the store closes it when it applies a poll's confirmation
+or refutation observed after it was made, and a polling sensor answers one it has
+looked at since (``RevalidationRequest.queued_at``) without checking again. Every pass
 waits on the daemon's clock (``memory.sleep_on``), the clock the polling sensors' own
 timelines wait on too; when each kind of check happens is in ``docs/RULES.md``
 ("Who checks when").
