@@ -164,9 +164,15 @@ class Scheduler:
     async def _check(self, runner: SensorRunner, req: RevalidationRequest) -> None:
         try:
             loop = asyncio.get_running_loop()
-            began = loop.time()
+            began, sent = loop.time(), self.store.clock.time()
             events = await runner.revalidate(req)
-            if events is not None:  # timed: what a read waiting for this check would wait
+            # Timed: what a read waiting for this check would wait. Not an answer observed
+            # before it was sent (a polling sensor answering with a poll taken since the
+            # request was made): no check ran, and its nil time would make a slow binding
+            # look quick to reads.
+            if events is not None and not (
+                events and all(ev.observed_at.timestamp() < sent for ev in events)
+            ):
                 self.stats.finished(req.sensor, req.subject, loop.time() - began)
             if events is None:
                 # This binding is still being checked: not overlapped, and not lost either:
