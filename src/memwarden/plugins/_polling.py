@@ -337,9 +337,11 @@ class PollingSensor(Generic[ConfigT, BindingT]):
                 began = ctx.clock.time()
                 obs = await self._checked(bound)
         now = ctx.clock.time()
-        if seen is not None:  # a poll looked since the request was made: that answers it
+        if seen is not None and slot is not None:  # a poll looked since the request was made
             self.poll_counters.answered_by_poll += 1
-            self._seen[bound.block_id] = _Seen(seen.key(), now)
+            # Emitted now, as seen then: the next confirmation is paced from the look.
+            self._seen[bound.block_id] = _Seen(seen.key(), slot.seen_at)
+            self._renew_by(slot, seen)
             return self._event(ctx, bound, seen, request_id=request.id)
         event = self._event(ctx, bound, obs, request_id=request.id)
         self._seen[bound.block_id] = _Seen(obs.key(), now)
