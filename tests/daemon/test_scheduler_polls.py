@@ -4,6 +4,7 @@ checks when"). All on the test kit's clock: polls run when the test moves it."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from memwarden.plugins import (
@@ -166,3 +167,18 @@ async def test_a_retry_due_after_silent_polls_is_answered_by_the_last_one(
     await eventually(second_refutation)
     [latest, *_] = await daemon.store.events_for(block_id)
     assert latest.observed_at == polled_at  # the last poll's look
+
+
+async def test_an_edited_window_reaches_the_polling_sensor(
+    running_daemon, make_settings, eventually
+):
+    """A block's validity window edited (here through its volatility) is handed to its
+    sensor at once: the poll renews the block by its new window, not the old one."""
+    daemon, _, gauge, block_id = await _polled_fact(
+        running_daemon, make_settings, eventually, volatility="medium"
+    )
+    assert [b.validity_window for b in gauge.ctx.bindings] == [timedelta(days=7)]
+    await daemon.edit_block(block_id, {"volatility": "ephemeral"}, actor="test")
+    await eventually(
+        lambda: [b.validity_window for b in gauge.ctx.bindings] == [timedelta(minutes=10)]
+    )

@@ -110,7 +110,7 @@ async def test_a_remote_sensors_bindings_carry_their_blocks_window(
     mosquitto_broker, start_daemon, start_agent, world
 ):
     """Bindings handed to an agent carry each block's validity window, as local ones do,
-    so a polling sensor there renews its blocks itself."""
+    so a polling sensor there renews its blocks itself; an edit of the window follows."""
     broker = mosquitto_broker()
     (world / "app.json").write_text('{"timeout": 30}')
     d = await start_daemon(broker)
@@ -123,5 +123,12 @@ async def test_a_remote_sensors_bindings_carry_their_blocks_window(
         lambda: (
             [(b.block_id, b.validity_window) for b in ctx.bindings]
             == [(block.id, timedelta(minutes=45))]
+        )
+    )
+    await d.obj.edit_block(block.id, {"validity_window": "2h"}, actor="test")
+    await eventually(
+        lambda: (
+            [(b.block_id, b.validity_window) for b in ctx.bindings]
+            == [(block.id, timedelta(hours=2))]
         )
     )
