@@ -6,7 +6,7 @@ import asyncio
 
 from memwarden.daemon._answers import SearchAnswerDict, SearchResultDict
 from memwarden.daemon._routes.search import SearchAnswer, SearchResult
-from tests.freshness.conftest import Probe, bound
+from tests.freshness.conftest import Probe, bound, eventually
 
 
 def _by_id(answer):
@@ -181,3 +181,24 @@ async def test_the_typed_search_answer_is_what_the_api_edge_builds_its_model_fro
     built = SearchAnswer.model_validate(answer).model_dump(mode="json", exclude_none=True)
     assert built["results"][0]["block"]["id"] == result["block"]["id"]
     assert built["results"][0]["rank"] == result["rank"]
+
+
+async def test_a_poll_of_the_binding_serves_a_read_waiting_on_its_check(make_daemon, clock):
+    """A fresh read waits for its check; the sensor's own poll of that binding (an event
+    naming no request) lands first, observed after the read asked: the read is served
+    with the poll's answer at once, while the check it asked for still hangs."""
+    d = await make_daemon()
+    block = await bound(d, "disk quota 10", "disk/quota", 10, info_type="semi_static")
+    clock.advance(10)
+    Probe.gate = asyncio.Event()  # the read's own check hangs
+    before = Probe.checks["disk/quota"]
+    read = asyncio.create_task(d.read_block(block, fresh=True, wait_s=30))
+    await eventually(lambda: Probe.checks["disk/quota"] == before + 1)
+    clock.advance(1)
+    ctx = d.runners["probe"].ctx
+    await ctx.emit(ctx.event("disk/quota", "confirmed", observed=10, block_id=block))
+    answer = await read
+    assert not Probe.gate.is_set()  # its own check never answered
+    receipt = answer["receipt"]
+    assert (receipt["verdict"], receipt["checked_now"], receipt["age_s"]) == ("verified", True, 0.0)
+    Probe.gate.set()

@@ -9,6 +9,7 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from structlog.testing import capture_logs
 from tests.mqtt.conftest import run_tool
 
 from memwarden.agent import Agent
@@ -48,6 +49,34 @@ async def test_bad_bindings_are_skipped_and_good_ones_cached_for_an_offline_star
     broker.kill()
     again = await start_agent(broker)  # the broker is down: bindings come from the cache
     assert [b.block_id for b in again.obj.runners["files"].ctx.bindings] == ["b1"]
+
+
+async def test_bindings_carry_their_blocks_window_and_a_bad_one_is_dropped_alone(
+    mosquitto_broker, start_agent, eventually, world
+):
+    """Each binding's validity_window reaches the sensor (BoundSubject.validity_window);
+    a window that is not a duration, zero or negative is dropped, the binding kept."""
+    broker = mosquitto_broker()
+    a = await start_agent(broker)
+    await a.obj.connected()
+    items = [
+        {"block_id": f"b{i}", "binding": {"sensor": "files", "path": f"f{i}.json"}}
+        for i in range(6)
+    ]
+    for item, window in zip(items, ["2m", None, "soon", 0, -5, ["6h"]], strict=True):
+        if window is not None:
+            item["validity_window"] = window
+    host = ["-h", "127.0.0.1", "-p", str(broker.port)]
+    with capture_logs() as logs:
+        await run_tool("mosquitto_pub", *host, "-r", "-q", "1",
+                       "-t", "memwarden/v1/bindings/files", "-m", json.dumps(items))  # fmt: skip
+        ctx = a.obj.runners["files"].ctx
+        await eventually(lambda: len(ctx.bindings) == 6)
+    windows = {b.block_id: b.validity_window for b in ctx.bindings}
+    assert windows == {"b0": timedelta(minutes=2)} | {f"b{i}": None for i in range(1, 6)}
+    refused = [e for e in logs if e["event"] == "binding_window_invalid"]
+    assert sorted(e["block_id"] for e in refused) == ["b2", "b3", "b4", "b5"]
+    assert {e["field"] for e in refused} == {"validity_window"}
 
 
 async def test_misrouted_expired_and_malformed_requests_are_ignored(

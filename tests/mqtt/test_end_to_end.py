@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from structlog.testing import capture_logs
 from tests.mqtt.conftest import event_json, run_tool, wait_accepted, wait_state
+from tests.support import eventually
 
 from memwarden.daemon._metrics import render
 
@@ -101,3 +104,31 @@ async def _publish_seqs(broker, seqs) -> None:
             "-t", "memwarden/v1/events/files",
             "-m", event_json(agent="edge7/run1", seq=seq, event_id=f"e{seq}").decode(),
         )  # fmt: skip
+
+
+async def test_a_remote_sensors_bindings_carry_their_blocks_window(
+    mosquitto_broker, start_daemon, start_agent, world
+):
+    """Bindings handed to an agent carry each block's validity window, as local ones do,
+    so a polling sensor there renews its blocks itself; an edit of the window follows."""
+    broker = mosquitto_broker()
+    (world / "app.json").write_text('{"timeout": 30}')
+    d = await start_daemon(broker)
+    block = await d.obj.add_block(
+        {"content": "The API timeout is 30 s", "validity_window": "45m", "bindings": [FS_BINDING]}
+    )
+    a = await start_agent(broker)
+    ctx = a.obj.runners["files"].ctx
+    await eventually(
+        lambda: (
+            [(b.block_id, b.validity_window) for b in ctx.bindings]
+            == [(block.id, timedelta(minutes=45))]
+        )
+    )
+    await d.obj.edit_block(block.id, {"validity_window": "2h"}, actor="test")
+    await eventually(
+        lambda: (
+            [(b.block_id, b.validity_window) for b in ctx.bindings]
+            == [(block.id, timedelta(hours=2))]
+        )
+    )

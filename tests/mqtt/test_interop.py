@@ -20,7 +20,11 @@ async def test_mosquitto_pub_events_are_stored_and_mosquitto_sub_sees_state(
     state_topic = "memwarden/v1/blocks/+/state"
     await run_tool(*sub, "-t", state_topic, "-E")  # a persistent session, subscribed
     block = await d.obj.add_block(
-        {"content": "The API timeout is 30 s", "bindings": [{"sensor": "files", "path": "a.json"}]}
+        {
+            "content": "The API timeout is 30 s",
+            "validity_window": "90m",
+            "bindings": [{"sensor": "files", "path": "a.json"}],
+        }
     )
     payload = event_json(subject="a.json", event_id="interop-1", agent="ext/1", seq=1)
     await run_tool("mosquitto_pub", *host, "-q", "1", "-t", "memwarden/v1/events/files",
@@ -43,6 +47,7 @@ async def test_mosquitto_pub_events_are_stored_and_mosquitto_sub_sees_state(
     [bound] = json.loads(bindings)  # retained, for the agent that runs `files`
     assert bound["block_id"] == block.id
     assert bound["binding"]["path"] == "a.json"
+    assert bound["validity_window"] == "1h30m"  # the block's, for the agent's sensor
 
 
 async def test_a_redelivered_event_is_stored_once(mosquitto_broker, start_daemon):

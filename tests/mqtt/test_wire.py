@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
-from memwarden.memory import Binding
+from memwarden.memory import Binding, RevalidationRequest
 from memwarden.mqtt import (
     DAEMON_OFFLINE,
     DAEMON_ONLINE,
@@ -27,6 +28,14 @@ def test_daemon_messages_keep_their_bytes():
         b'[{"block_id": "B1", "binding": {"sensor": "files", "subject": "a.txt#/x"}}]'
     )
     assert bindings_message([]) == b"[]"  # a sensor with no bindings left clears them
+    # With the block's window beside the binding (added later: an older agent, which
+    # reads only block_id and binding, is unaffected); a block without one has none.
+    rows.append(("B2", Binding(sensor="files", subject="b.txt")))
+    assert bindings_message(rows, {"B1": timedelta(hours=6)}) == (
+        b'[{"block_id": "B1", "binding": {"sensor": "files", "subject": "a.txt#/x"}, '
+        b'"validity_window": "6h"}, '
+        b'{"block_id": "B2", "binding": {"sensor": "files", "subject": "b.txt"}}]'
+    )
     state = block_state(
         "B1", state="refuted", before="valid", reliability=0.5, observed_at=1.5, event_id="E1"
     )
@@ -75,3 +84,25 @@ def test_agent_ids_are_one_safe_topic_level():
     assert is_agent_id("x" * 64)
     for bad in ("", "x" * 65, "a/b", "+", "#", "a b", "é"):
         assert not is_agent_id(bad), bad
+
+
+def test_a_revalidation_request_goes_out_with_the_documented_fields_only():
+    """queued_at (when the check was asked for) stays in the daemon: an agent of an older
+    version reads requests with extra fields forbidden, and would refuse the request."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    request = RevalidationRequest(
+        block_id="B1",
+        sensor="files",
+        subject="a.txt",
+        binding=Binding(sensor="files", subject="a.txt"),
+        reason="expired",
+        created_at=now,
+        deadline=now + timedelta(seconds=30),
+        queued_at=now - timedelta(minutes=5),
+    )
+    body = json.loads(request.model_dump_json())
+    assert set(body) == {
+        "id", "block_id", "sensor", "subject", "binding", "reason", "created_at", "deadline",
+        "attempts",
+    }  # fmt: skip
+    assert RevalidationRequest.model_validate(body).queued_at is None

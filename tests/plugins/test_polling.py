@@ -374,6 +374,49 @@ async def test_a_revalidation_counts_as_the_bindings_check(
         await eventually(lambda: h.sensor.poll_counters.checks == 3)
 
 
+async def test_a_request_a_poll_answered_since_it_was_made_is_not_checked_again(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """A request made before a poll (it waited in the queue: a retry, a spread after
+    downtime) is answered with that poll's look, even one that emitted nothing: no new
+    check, the look's own time, the request's id."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}]) as h:
+        h.sensor.world["t"] = 1
+        await h.wait_for_events(1)
+        queued = h.clock.time() + 10
+        h.advance(60)
+        await eventually(lambda: h.sensor.poll_counters.checks == 2)  # unchanged: silent
+        polled_at = h.clock.time()
+        h.advance(5)
+        [answer] = await h.revalidate("t", queued_at=queued)
+        counters = h.sensor.poll_counters
+        assert (counters.checks, counters.revalidations, counters.answered_by_poll) == (2, 0, 1)
+        assert answer.outcome == Outcome.CONFIRMED
+        assert answer.observed_at.timestamp() == polled_at
+        assert answer.request_id is not None
+
+
+async def test_a_request_newer_than_the_last_look_or_after_an_error_is_checked(
+    tmp_path: Path, eventually: Callable[..., Awaitable[None]]
+) -> None:
+    """The last look answers nothing when it is older than the request or when it was an
+    error (it checked nothing): each of those requests is checked."""
+    async with harness(tmp_path, [{"name": "t", "equals": 1}]) as h:
+        h.sensor.world["t"] = 1
+        await h.wait_for_events(1)
+        h.advance(1)
+        await h.revalidate("t", queued_at=h.clock.time())  # made after the poll
+        assert h.sensor.poll_counters.revalidations == 1
+        before = h.clock.time()
+        h.sensor.world["t"] = "down"
+        h.advance(60)
+        await eventually(lambda: h.sensor.poll_counters.errors == 1)
+        [answer] = await h.revalidate("t", queued_at=before)  # the look since: an error
+        assert h.sensor.poll_counters.revalidations == 2
+        assert h.sensor.poll_counters.answered_by_poll == 0
+        assert answer.outcome == Outcome.ERROR
+
+
 async def test_one_check_answers_every_block_with_the_same_binding(
     tmp_path: Path, eventually: Callable[..., Awaitable[None]]
 ) -> None:

@@ -22,6 +22,7 @@ import functools
 import json
 import math
 import signal
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import aiomqtt
@@ -33,7 +34,7 @@ from memwarden.agent._queue import AgentQueue
 from memwarden.errors import ConfigError, MemwardenError
 from memwarden.errors import ValidationInputError as InputError
 from memwarden.hosting import build_runner
-from memwarden.memory import Binding, RevalidationRequest, SystemClock, new_id
+from memwarden.memory import Binding, RevalidationRequest, SystemClock, new_id, parse_duration
 from memwarden.mqtt import (
     Topics,
     agent_status,
@@ -303,7 +304,9 @@ class Agent:
                 binding, selector = check_binding(
                     runner.sensor, runner.ctx, Binding.model_validate(item["binding"])
                 )
-                bound.append(BoundSubject(str(item["block_id"]), binding, selector))
+                block_id = str(item["block_id"])
+                window = _window_of(item, sensor=name, block_id=block_id)
+                bound.append(BoundSubject(block_id, binding, selector, validity_window=window))
             except (InputError, ValidationError, ValueError, KeyError, TypeError) as err:
                 log.warning("binding_invalid", sensor=name, binding=str(item)[:300], error=str(err))
         runner.ctx.set_bindings(bound)
@@ -502,3 +505,29 @@ class Agent:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+
+
+def _window_of(item: dict[str, Any], *, sensor: str, block_id: str) -> timedelta | None:
+    """A binding item's ``validity_window`` (the block's, sent by daemons since it was
+    added to the wire; None when absent). A bad one is logged and dropped, never the
+    binding: the sensor still watches, and the daemon's queue renews the block."""
+    raw = item.get("validity_window")
+    if raw is None:
+        return None
+    try:
+        window = parse_duration(raw)
+    except ValueError as err:  # PydanticCustomError is a ValueError
+        error = str(err)
+    else:
+        if window > timedelta(0):
+            return window
+        error = "must be longer than 0s"
+    log.warning(
+        "binding_window_invalid",
+        sensor=sensor,
+        block_id=block_id,
+        field="validity_window",
+        value=str(raw)[:100],
+        error=error[:300],
+    )
+    return None

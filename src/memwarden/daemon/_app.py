@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from memwarden.memory import (
         ApplyResult,
         Block,
+        BlockPatch,
         Clock,
         Proposal,
         StoredBinding,
@@ -749,6 +750,25 @@ class Daemon:
         if errors:
             raise ValidationInputError(errors)
         return out
+
+    async def edit_block(
+        self,
+        block_id: str,
+        patch: BlockPatch | Mapping[str, Any],
+        *,
+        actor: str,
+        expected_version: int | None = None,
+    ) -> Block:
+        """Edit a block (:meth:`Store.update`). When the edit moved its validity window (its
+        own, or its volatility's), its sensors are handed its bindings again with the new
+        window, local ones and remote agents alike: a polling sensor renews by it."""
+        before = await self.store.get(block_id)
+        block = await self.store.update(
+            block_id, patch, actor=actor, expected_version=expected_version
+        )
+        if block.validation.validity_window != before.validation.validity_window:
+            self._mark_bindings_dirty(sorted({b.sensor for b in block.bindings}))
+        return block
 
     async def delete_block(self, block_id: str, *, actor: str, reason: str = "") -> None:
         block = await self.store.get(block_id)

@@ -736,7 +736,11 @@ class MqttBridge:
     async def publish_bindings(self, sensor: str) -> None:
         """Publish (retained) the bindings a remote sensor owns, for its agent."""
         rows = await self.store.bindings_for_sensor(sensor)
-        await self.publish(self.topics.bindings(sensor), bindings_message(rows), retain=True)
+        # With each block's window, so the agent's polling sensors renew what they answer
+        # for, as local ones do (an older agent ignores the field).
+        windows = await self.store.validity_windows(sorted({b for b, _ in rows}))
+        body = bindings_message(rows, windows)
+        await self.publish(self.topics.bindings(sensor), body, retain=True)
 
     async def on_applied(self, result: ApplyResult) -> None:
         """After a commit: forget answered requests, publish the state changes."""

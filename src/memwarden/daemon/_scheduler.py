@@ -6,7 +6,10 @@ spread over ``rules.staleness.spread_window`` (no storm) and every tick sends at
 ``rules.staleness.max_requests_per_tick``. Each request goes to the sensor that owns
 the binding; its outcome comes back through the bus like any other event. A request
 whose binding's check is still running is put back and waits a doubling delay before
-it is sent again (``memory.policy.put_back_in``). Every pass
+it is sent again (``memory.policy.put_back_in``). A request is never sent once a look
+at its binding answered it: the store closes it when it applies a poll's confirmation
+or refutation observed after it was made, and a polling sensor answers one it has
+looked at since (``RevalidationRequest.queued_at``) without checking again. Every pass
 waits on the daemon's clock (``memory.sleep_on``), the clock the polling sensors' own
 timelines wait on too; when each kind of check happens is in ``docs/RULES.md``
 ("Who checks when").
@@ -166,9 +169,15 @@ class Scheduler:
     async def _check(self, runner: SensorRunner, req: RevalidationRequest) -> None:
         try:
             loop = asyncio.get_running_loop()
-            began = loop.time()
+            began, sent = loop.time(), self.store.clock.time()
             events = await runner.revalidate(req)
-            if events is not None:  # timed: what a read waiting for this check would wait
+            # Timed: what a read waiting for this check would wait. Not an answer observed
+            # before it was sent (a polling sensor answering with a poll taken since the
+            # request was made): no check ran, and its nil time would make a slow binding
+            # look quick to reads.
+            if events is not None and not (
+                events and all(ev.observed_at.timestamp() < sent for ev in events)
+            ):
                 self.stats.finished(req.sensor, req.subject, loop.time() - began)
             if events is None:
                 # This binding is still being checked: not overlapped, and not lost either:

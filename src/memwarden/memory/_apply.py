@@ -7,6 +7,21 @@ policy.apply_event`) event by event in observation order, writes events, effects
 the blocks' evidence in key order, and lets stale or refuted blocks pull their
 dependents stale (:func:`propagate_dependencies`). Rejected input goes to the dead
 letters, which stay bounded.
+
+**Answers close requests.** A request asks for a check of one binding (block, sensor,
+subject). Whatever brings a newer look at that binding answers it, not only the event
+naming it (``request_id``): a confirmation or refutation of the binding observed *after*
+the request was made closes it as ``done`` in the same transaction, and its id goes into
+:attr:`ApplyResult.answered` like any other answer, so reads waiting on it wake at once
+and the scheduler never sends it. That is how a polling sensor's timeline and the
+revalidation queue share one notion of "checked". ``changed`` and ``error`` answer
+nothing: one asks for a check, the other could not make one. The comparison is with the
+event's ``observed_at``, never with the block's last validation: an event the rules
+ignore as outdated (another sensor validated the block later) still closes the request
+it answers, or that request would be sent again for nothing. A request an event queues
+(a change, a soft refutation) counts as made at that event's observation, so a later
+observation answers it even when both arrive in one batch. One indexed statement per
+batch does it (``UPDATE … FROM (VALUES …)`` over the unique index ``revalidations_open``).
 """
 
 from __future__ import annotations
@@ -15,6 +30,7 @@ import asyncio
 import json
 import operator
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_record, evidence_row
@@ -42,9 +58,12 @@ if TYPE_CHECKING:
     from memwarden.memory._database import Database
     from memwarden.memory._model import ValidationEvent
 
-__all__ = ["EventLog", "propagate_dependencies"]
+__all__ = ["ANSWERING", "EventLog", "propagate_dependencies"]
 
 _ERROR = Outcome.ERROR.value
+#: The outcomes that answer a check of their binding (see the module's note).
+ANSWERING = frozenset({Outcome.CONFIRMED.value, Outcome.REFUTED.value})
+_CLOSE_CHUNK = 2000  # bindings per closing statement (5 host parameters each)
 _MAX_FUTURE_SKEW_S = 300.0  # an observation this far ahead of our clock is rejected
 
 # A prepared event: plain values computed outside the writer's transaction.
@@ -77,6 +96,14 @@ _EVENT_INSERT = (
 _REVALIDATION_DONE = (
     "UPDATE revalidations SET status = 'done', finished_at = ?, outcome = ?"
     " WHERE id = ? AND status IN ('pending', 'sent')"
+)
+# A key (block, sensor, subject) is the open request's unique index: one index probe each.
+_CLOSE_ANSWERED = (
+    "WITH v(block_id, sensor, subject, observed_at, outcome) AS (VALUES {values})"
+    " UPDATE revalidations SET status = 'done', finished_at = ?, outcome = v.outcome FROM v"
+    " WHERE revalidations.block_id = v.block_id AND revalidations.sensor = v.sensor"
+    " AND revalidations.subject = v.subject AND revalidations.status IN ('pending', 'sent')"
+    " AND revalidations.created_at < v.observed_at RETURNING id"
 )
 _EVENT_IDS_SELECT = "SELECT event_id FROM events WHERE event_id IN "
 _BOUND_SELECT = (
@@ -322,6 +349,9 @@ class _EventBatch:
         self.records: dict[str, Any] = {}
         self.bound: set[tuple[str, str]] = set()
         self.reviews: list[tuple[Any, ...]] = []
+        # Per binding (block, sensor, subject): the latest observation answering a check of
+        # it, and its outcome (see the module's note on answers).
+        self.answers: dict[tuple[str, str, str], tuple[float, str]] = {}
         self.timeout_s = cfg.staleness.revalidation_timeout.total_seconds()
 
     def route(self, reads: _Reads) -> None:
@@ -355,14 +385,20 @@ class _EventBatch:
         now, result = self.now, self.result
         answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
         result.answered = [p[7] for p in batch if p[7] is not None]
+        statements, requests = self._rules(batch, first_seq)
         writes = _QueuedWrites(conn)
-        # Answered requests first: a new request for the same check may follow.
-        await writes.queue([(_REVALIDATION_DONE, answered), *self._rules(batch, first_seq)])
+        # Answered requests first (by id, then the bindings newer events answered): a new
+        # request for the same check may follow.
+        closing = [_Fetch(sql, params) for sql, params in self._closing()]
+        await writes.queue([(_REVALIDATION_DONE, answered), *closing, *statements, requests])
         result.accepted = len(batch)
         fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
         if fallen:  # its reads run after the writes queued above (the thread keeps order)
             result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=self.cfg))
-        await writes.done()
+        fetched = await writes.done()
+        closed = [row[0] for rows in fetched for row in rows]
+        if closed:
+            result.answered = list(dict.fromkeys([*result.answered, *closed]))
         result.reviews = len(self.reviews)
         await executemany(
             conn,
@@ -370,25 +406,44 @@ class _EventBatch:
             self.reviews,
         )
 
-    def _rules(
-        self, part: list[_Prepared], first_seq: int
-    ) -> list[tuple[str, list[tuple[Any, ...]]]]:
-        """Run the rules over ``part``; the statements that write what they did, in order."""
+    def _closing(self) -> list[tuple[str, tuple[Any, ...]]]:
+        """The statements closing the open requests this batch's observations answered,
+        each returning the ids it closed."""
+        keys = [(*key, at, outcome) for key, (at, outcome) in self.answers.items()]
+        out = []
+        for part in chunks(keys, _CLOSE_CHUNK):
+            values = ",".join(["(?,?,?,?,?)"] * len(part))
+            params = tuple(v for row in part for v in row)
+            out.append((_CLOSE_ANSWERED.format(values=values), (*params, self.now)))
+        return out
+
+    def _rules(self, part: list[_Prepared], first_seq: int) -> tuple[list[_Statement], _Statement]:
+        """Run the rules over ``part``; the statements that write what they did, in order,
+        and apart from them the requests it queues (written after the answered ones are
+        closed, see :meth:`run`)."""
         now, cfg, result = self.now, self.cfg, self.result
         event_rows = [(seq, *p[:5], now, *p[5:]) for seq, p in enumerate(part, start=first_seq)]
         effect_rows: list[tuple[Any, ...]] = []
         touched: dict[str, Any] = {}
-        requests: list[tuple[Any, ...]] = []
+        requests: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+        answers = self.answers
         demoted: list[tuple[Any, ...]] = []
         for seq, p in enumerate(part, start=first_seq):
             eid, sensor, subject, outcome, observed_at, rel, window, _, block_id = p[:9]
             targets = [block_id] if block_id is not None else self.by_subject.get((sensor, subject))
+            answers_check = outcome in ANSWERING
             reached = False
             for bid in targets or ():
                 rec = self.records.get(bid)
                 if rec is None:
                     continue
                 reached = True
+                key = (bid, sensor, subject)
+                if answers_check:  # outdated or not: it is a look at the binding
+                    answers[key] = (observed_at, outcome)  # events go in observation order
+                    queued = requests.get(key)
+                    if queued is not None and queued[5] < observed_at:
+                        del requests[key]  # queued earlier in this batch, answered already
                 eff = apply_event(
                     rec,
                     outcome=outcome,
@@ -418,18 +473,17 @@ class _EventBatch:
                     )
                 if eff.demoted:
                     demoted.append((rec.tier, cfg.promotion.core.initial_stability, rec.rid))
-                if eff.revalidate and outcome != _ERROR:
-                    requests.append(
-                        (
-                            new_id(),
-                            bid,
-                            sensor,
-                            subject,
-                            eff.revalidate,
-                            now,
-                            now + eff.revalidate_after_s,
-                            self.timeout_s,
-                        )
+                if eff.revalidate and outcome != _ERROR and key not in requests:
+                    # Made at the observation that raised it: a later one answers it.
+                    requests[key] = (
+                        new_id(),
+                        bid,
+                        sensor,
+                        subject,
+                        eff.revalidate,
+                        min(observed_at, now),
+                        now + eff.revalidate_after_s,
+                        self.timeout_s,
                     )
                 if eff.review:
                     self.reviews.append((new_id(), bid, eff.review, now))
@@ -444,39 +498,63 @@ class _EventBatch:
             (_EFFECT_INSERT, effect_rows),
             (EVIDENCE_UPDATE, updates),
             ("UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?", demoted),
-            (REVALIDATION_INSERT, requests),
-        ]
+        ], (REVALIDATION_INSERT, list(requests.values()))
+
+
+_Statement = tuple[str, list[tuple[Any, ...]]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Fetch:
+    """One statement whose rows are wanted back (``RETURNING``), queued in order with the
+    others by :class:`_QueuedWrites`."""
+
+    sql: str
+    params: tuple[Any, ...]
 
 
 class _QueuedWrites:
     """Statements handed to a connection's thread without waiting for each in turn.
 
     ``queue`` returns as soon as the thread has the statements (in the order given);
-    ``done`` waits for all of them and raises the first failure.
+    ``done`` waits for all of them, raises the first failure and returns the rows of the
+    :class:`_Fetch` statements, in order.
     """
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self._conn = conn
         self._pending: list[asyncio.Future[Any]] = []
+        self._fetches: list[asyncio.Future[Any]] = []
 
-    async def queue(self, statements: Sequence[tuple[str, list[tuple[Any, ...]]]]) -> None:
-        started = [
-            asyncio.ensure_future(self._conn.executemany(sql, rows))
-            for sql, rows in statements
-            if rows
-        ]
+    async def queue(self, statements: Sequence[_Statement | _Fetch]) -> None:
+        started = []
+        for statement in statements:
+            fut: asyncio.Future[Any]
+            if isinstance(statement, _Fetch):
+                fut = asyncio.ensure_future(
+                    self._conn.execute_fetchall(statement.sql, statement.params)
+                )
+                self._fetches.append(fut)
+            elif statement[1]:
+                fut = asyncio.ensure_future(self._conn.executemany(*statement))
+            else:
+                continue
+            started.append(fut)
         self._pending.extend(started)
         if started:
             # One pass of the loop: each task, in creation order, hands its statement to
             # the connection's queue (aiosqlite runs them in that order).
             await asyncio.sleep(0)
 
-    async def done(self) -> None:
+    async def done(self) -> list[list[Any]]:
         outcomes = await asyncio.gather(*self._pending, return_exceptions=True)
         self._pending.clear()
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
+        fetched = [list(f.result()) for f in self._fetches]
+        self._fetches.clear()
+        return fetched
 
 
 _first_two = operator.itemgetter(0, 1)

@@ -392,6 +392,14 @@ class RevalidationRequest(BaseModel):
     created_at: AwareDatetime
     deadline: AwareDatetime
     attempts: int = 0
+    queued_at: AwareDatetime | None = Field(
+        default=None,
+        exclude=True,
+        description="When the check was asked for (``created_at`` is when it was sent; a "
+        "retry or a check spread after downtime waits in between). A look at the binding "
+        "taken after it answers the request. In-process only: never serialised, so a "
+        "request sent over MQTT is what older agents accept.",
+    )
 
     @property
     def timeout(self) -> timedelta:

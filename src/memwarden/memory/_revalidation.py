@@ -138,7 +138,7 @@ class Revalidations:
             rows = await cur.fetchall()
         out = []
         seen = set()
-        for rid, block_id, sensor, subject, reason, _created, deadline_s, attempts, sel in rows:
+        for rid, block_id, sensor, subject, reason, created, deadline_s, attempts, sel in rows:
             if rid in seen:
                 continue
             seen.add(rid)
@@ -153,6 +153,7 @@ class Revalidations:
                     created_at=from_ts(at),
                     deadline=from_ts(at + deadline_s),
                     attempts=attempts,
+                    queued_at=from_ts(created),
                 )
             )
         return out

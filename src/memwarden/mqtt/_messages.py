@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from memwarden.memory import from_ts
+from memwarden.memory import format_duration, from_ts
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
+    from datetime import timedelta
 
     from memwarden.memory import Binding
 
@@ -39,11 +40,24 @@ def resend_request(agent: str, from_seq: int, to_seq: int) -> bytes:
     return _dumps({"agent": agent, "from_seq": from_seq, "to_seq": to_seq})
 
 
-def bindings_message(rows: Iterable[tuple[str, Binding]]) -> bytes:
-    """``bindings/<sensor>`` (retained): the blocks a remote sensor watches, and how."""
-    return _dumps(
-        [{"block_id": b, "binding": binding.model_dump(mode="json")} for b, binding in rows]
-    )
+def bindings_message(
+    rows: Iterable[tuple[str, Binding]], windows: Mapping[str, timedelta] | None = None
+) -> bytes:
+    """``bindings/<sensor>`` (retained): the blocks a remote sensor watches, and how.
+
+    Each item also carries its block's ``validity_window`` (``"6h"``) when known, as a
+    local sensor's :class:`~memwarden.plugins.BoundSubject` does: a polling sensor on
+    the agent then renews the block itself. An agent that predates the field ignores it.
+    """
+    windows = windows or {}
+    items: list[dict[str, Any]] = []
+    for block_id, binding in rows:
+        item: dict[str, Any] = {"block_id": block_id, "binding": binding.model_dump(mode="json")}
+        window = windows.get(block_id)
+        if window is not None:
+            item["validity_window"] = format_duration(window)
+        items.append(item)
+    return _dumps(items)
 
 
 def block_state(

@@ -19,7 +19,10 @@ The base then
   for it when the interval is longer, so a block it answers for never expires while
   nothing changes (only a confirmation renews: an error keeps its backoff);
 - answers the daemon's revalidation requests with the same ``check``, and counts one as
-  the binding's check: its next poll is an interval after it;
+  the binding's check: its next poll is an interval after it; a request that a poll
+  has answered since it was made (a look taken after ``queued_at``, within one
+  interval, not an error) is answered with that look, without checking again
+  (``answered_by_poll``);
 - checks at once what a sensor's own watcher says may have changed
   (:meth:`PollingSensor.check_soon`), polling staying the safety net;
 - never runs two checks of one subject at once: a poll or a revalidation that finds one
@@ -36,14 +39,14 @@ import asyncio
 import contextlib
 import json
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import Field, JsonValue, model_validator
 
 from memwarden.errors import ValidationInputError
-from memwarden.memory import Duration, Outcome, format_duration
+from memwarden.memory import Duration, Outcome, format_duration, from_ts
 from memwarden.memory.policy import next_check_in
 from memwarden.plugins._contract import PLUGIN_API, BaseBinding, BaseSensorConfig, BoundSubject
 
@@ -179,6 +182,7 @@ class PollCounters:
     timeouts: int = 0  # checks that outlived check_timeout
     waited: int = 0  # polls that waited for a running check of the same subject
     revalidations: int = 0  # checks run for a revalidation request
+    answered_by_poll: int = 0  # requests answered with a look taken since they were made
     shared: int = 0  # observations handed to another block with the very same binding
 
     def as_dict(self) -> dict[str, int]:
@@ -199,6 +203,13 @@ class _Slot:
     sleeping: asyncio.Task[None] | None = None  # the poll task, while it sleeps
     woken: bool = False
     answered_at: float = float("-inf")  # when the latest check answering for it began
+    seen: Observation | None = None  # what that check saw ...
+    seen_at: float = float("-inf")  # ... and when (its observation's time)
+
+    def saw(self, obs: Observation, now: float) -> None:
+        """A check answering for this binding ended at ``now`` and saw ``obs``."""
+        self.seen = obs
+        self.seen_at = obs.observed_at.timestamp() if obs.observed_at is not None else now
 
     def wake(self) -> None:
         """Interrupt the poll's sleep (like ``asyncio.timeout``: a cancellation the sleeper
@@ -270,6 +281,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
             if slot.bound.subject == subject:
                 slot.due_at = min(slot.due_at, now)
                 slot.answered_at = float("-inf")  # what was seen before may be outdated
+                slot.seen, slot.seen_at = None, float("-inf")
                 slot.wake()
                 n += 1
         return n
@@ -317,19 +329,46 @@ class PollingSensor(Generic[ConfigT, BindingT]):
                 request_id=request.id,
             )
         bound = BoundSubject(request.block_id, request.binding, selector)
-        self.poll_counters.revalidations += 1
         async with self._lock(bound.subject):
-            began = ctx.clock.time()
-            obs = await self._checked(bound)
-        event = self._event(ctx, bound, obs, request_id=request.id)
+            slot = self._slots.get((bound.block_id, bound.binding))
+            seen = self._answered_since(slot, request, ctx.clock.time())
+            if seen is None:
+                self.poll_counters.revalidations += 1
+                began = ctx.clock.time()
+                obs = await self._checked(bound)
         now = ctx.clock.time()
+        if seen is not None and slot is not None:  # a poll looked since the request was made
+            self.poll_counters.answered_by_poll += 1
+            # Emitted now, as seen then: the next confirmation is paced from the look.
+            self._seen[bound.block_id] = _Seen(seen.key(), slot.seen_at)
+            self._renew_by(slot, seen)
+            return self._event(ctx, bound, seen, request_id=request.id)
+        event = self._event(ctx, bound, obs, request_id=request.id)
         self._seen[bound.block_id] = _Seen(obs.key(), now)
         slot = self._slots.get((bound.block_id, bound.binding))
         if slot is not None:  # this was the binding's check: the next poll is due later
             slot.due_at = max(slot.due_at, now + self._delay(self.interval_of(bound), 0))
             slot.answered_at = max(slot.answered_at, began)
+            slot.saw(obs, now)
             self._renew_by(slot, obs)
         return event
+
+    def _answered_since(
+        self, slot: _Slot | None, request: RevalidationRequest, now: float
+    ) -> Observation | None:
+        """The binding's latest look when it answers ``request``: taken after the request
+        was made (``queued_at``; unknown, as over MQTT, never answers), at most one
+        interval ago, and a confirmation or refutation (an error checked nothing)."""
+        if slot is None or slot.seen is None or request.queued_at is None:
+            return None
+        seen, at = slot.seen, slot.seen_at
+        if at <= request.queued_at.timestamp():
+            return None
+        if now - at > self.interval_of(slot.bound).total_seconds():
+            return None
+        if Outcome(seen.outcome) not in (Outcome.CONFIRMED, Outcome.REFUTED):
+            return None
+        return seen if seen.observed_at is not None else replace(seen, observed_at=from_ts(at))
 
     async def teardown(self) -> None:
         await self._cancel_all()
@@ -393,6 +432,7 @@ class PollingSensor(Generic[ConfigT, BindingT]):
             answered = [slot, *self._twins(slot)]
             for each in answered:
                 each.answered_at = max(each.answered_at, began)
+                each.saw(obs, now)
                 wait = self._delay(self.interval_of(each.bound), failures)
                 each.due_at = now + wait if each is slot else max(each.due_at, now + wait)
             self.poll_counters.shared += len(answered) - 1

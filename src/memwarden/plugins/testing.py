@@ -442,9 +442,12 @@ class SensorHarness:
         block_id: str | None = None,
         reason: RevalidationReason | str = RevalidationReason.MANUAL,
         attempts: int = 0,
+        queued_at: float | None = None,
     ) -> list[ValidationEvent]:
         """Ask the sensor to check ``subject`` (or the block ``block_id``: needed when
         several blocks are bound to one subject) now, as the scheduler would.
+        ``queued_at`` (clock time, default now) is when the request was made: a request
+        that waited in the queue may be answered by a poll taken since.
 
         Returns the events to apply: the sensor's answer, an ``error`` event on a timeout
         or a crash, ``[]`` when skipped (a check of the subject is still running) or when
@@ -462,6 +465,7 @@ class SensorHarness:
             created_at=from_ts(now),
             deadline=from_ts(now + timeout),
             attempts=attempts,
+            queued_at=from_ts(now if queued_at is None else queued_at),
         )
         events = await self.runner.revalidate(request) or []
         for event in events:
