@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 from typing import TYPE_CHECKING
 
+from memwarden.plugins.testing import SensorHarness
+from memwarden.sensors import FsSensor
 from memwarden.sensors._suggest import candidates
 from memwarden.sensors._valueindex import IndexLimits, ValueIndex, file_format
 from tests.support import eventually
@@ -147,23 +147,78 @@ def test_formats_by_name():
     ] == ["yaml", "env", "env", "env", "ini", None, "toml"]
 
 
+def _harness(tmp_path: Path, root: Path) -> SensorHarness:
+    config = {"roots": [str(root)], "debounce_ms": 10, "ignore": [".git"]}
+    return SensorHarness(FsSensor, config=config, name="fs", tmp_path=tmp_path)
+
+
+def _index_of(h: SensorHarness) -> ValueIndex:
+    assert isinstance(h.sensor, FsSensor)
+    assert h.sensor.index is not None
+    return h.sensor.index
+
+
 async def test_following_sees_files_and_directories_come_and_go(tmp_path: Path):
     """Written, created in a new directory, moved away with it, and in ignored dirs: not."""
-    index = ValueIndex((str(tmp_path),), (".git",))
-    task = asyncio.create_task(index.follow("test", debounce_ms=10))
-    try:
+    root = tmp_path / "root"
+    root.mkdir()
+    async with _harness(tmp_path, root) as h:
+        await h.wait_ready()
+        index = _index_of(h)
         await eventually(lambda: index.builds == 1)
-        (tmp_path / "a.json").write_text('{"a": 1}')
+        (root / "a.json").write_text('{"a": 1}')
         await eventually(lambda: _values(index) == {("a.json", "/a"): 1})
-        (tmp_path / "sub").mkdir()
-        (tmp_path / "sub" / "b.yaml").write_text("b: 2\n")
-        (tmp_path / ".git").mkdir()
-        (tmp_path / ".git" / "c.json").write_text('{"c": 3}')
+        (root / "sub").mkdir()
+        (root / "sub" / "b.yaml").write_text("b: 2\n")
+        (root / ".git").mkdir()
+        (root / ".git" / "c.json").write_text('{"c": 3}')
         await eventually(lambda: ("b.yaml", "/b") in _values(index))
-        (tmp_path / "sub").rename(tmp_path.parent / f"{tmp_path.name}-moved")
+        (root / "sub").rename(tmp_path / "moved")
         await eventually(lambda: _values(index) == {("a.json", "/a"): 1})
         assert index.builds == 1  # no full walk: only what changed was looked at
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+
+
+async def test_the_index_rides_the_sensors_watcher_one_directory_at_a_time(tmp_path: Path):
+    """No recursive watch of the roots: each indexed directory is watched alone, ignored
+    ones not at all, by the same watcher as the bindings."""
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / ".git" / "objects").mkdir(parents=True)
+    async with _harness(tmp_path, root) as h:
+        await h.wait_ready()
+        assert isinstance(h.sensor, FsSensor)
+        watcher = h.sensor._watcher
+        assert watcher is not None
+        want = {str(root): False, str(root / "a"): False, str(root / "a" / "b"): False}
+        await eventually(lambda: watcher.watched == want)
+
+
+async def test_a_directory_moved_away_and_made_again_is_followed(tmp_path: Path):
+    """The case a recursive watch warns about (and may go deaf after): the index sees the
+    new directory's files, forgets the old ones, and no warning is raised (warnings are
+    errors in this suite, in threads too)."""
+    root = tmp_path / "root"
+    (root / "conf").mkdir(parents=True)
+    (root / "conf" / "app.json").write_text('{"port": 1}')
+    async with _harness(tmp_path, root) as h:
+        await h.wait_ready()
+        index = _index_of(h)
+        await eventually(lambda: _values(index) == {("app.json", "/port"): 1})
+        (root / "conf").rename(root / "old")
+        (root / "conf").mkdir()
+        (root / "conf" / "app.json").write_text('{"port": 2}')
+        want = {("app.json", "/port"): 2}
+
+        def both() -> bool:
+            found = {(e.path, e.pointer): e.value for e in index.entries()}
+            return found == {
+                (str(root / "conf" / "app.json"), "/port"): 2,
+                (str(root / "old" / "app.json"), "/port"): 1,
+            }
+
+        await eventually(both)
+        (root / "old" / "app.json").unlink()
+        await eventually(lambda: _values(index) == want)
+        (root / "conf" / "app.json").write_text('{"port": 3}')
+        await eventually(lambda: _values(index) == {("app.json", "/port"): 3})
+        assert index.builds == 1

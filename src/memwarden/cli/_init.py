@@ -168,8 +168,8 @@ def render_config(root: Path, *, python: str | None = None) -> str:
         "[sensors.fs]",
         'roots = ["."]',
         f"ignore = {_toml_list(FS_IGNORE)}",
-        "# index = true   # binding suggestions: index the values in JSON/YAML/TOML/INI/.env",
-        "#                # files so `memwarden suggest ID` can find one (docs/SUGGESTIONS.md)",
+        "# index = false  # binding suggestions index the values in JSON/YAML/TOML/INI/.env",
+        "#                # files (on by default; docs/SUGGESTIONS.md)",
         "",
     ]
     if project is not None:
