@@ -1,15 +1,23 @@
-"""Binding suggestions: a fact's text matched to what the running fs sensors have indexed,
-each candidate checked once (a dry run through the sensor's own check, nothing stored).
+"""Binding suggestions: a fact's text matched to what the running sensors can see, each
+candidate checked once (a dry run through the sensor's own check, nothing stored).
 
-Only a candidate whose dry run **confirms** is offered as a binding; one that the file
-**refutes** (the text says 45 s, the file 30) is returned under ``contradicts``: the
-memory already knows the fact is wrong. A secret entry (``.env``, a key named like a
-password or token) is matched by keyed hash only, and its dry run's observed value and
-message are never returned. See docs/SUGGESTIONS.md.
+Every running sensor with the :class:`~memwarden.plugins.SuggestsBindings` capability
+offers candidates (fs: values in files; code_test: tests; runtime: configured checks;
+http: URLs on allowed hosts). They are merged best first, each validated as a binding
+like one a block brings (a candidate that is not valid is a bug of ours: logged,
+skipped), and dry-run in rounds — concurrently within a round, so a test sensor runs a
+round's tests in one batch — until ``limit`` suggestions and contradictions are found or
+:data:`MAX_DRY_RUNS` ran.
+
+Only a candidate whose dry run bears it out is offered; one whose dry run refutes what
+the text says is returned under ``contradicts``: the memory already knows the fact is
+wrong (see :class:`~memwarden.plugins.BindingCandidate` for which is which). A secret's
+dry run never shows its observed value or message. See docs/SUGGESTIONS.md.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,21 +25,27 @@ import structlog
 
 from memwarden.errors import ValidationInputError
 from memwarden.memory import Binding
-from memwarden.plugins import check_binding
-from memwarden.sensors._suggest import candidates
-from memwarden.sensors.fs import FsBinding, FsSensor
+from memwarden.plugins import DryRun, SuggestsBindings, check_binding
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from memwarden.plugins import SensorRunner
-    from memwarden.sensors._suggest import Candidate
+    from memwarden.plugins import BindingCandidate, SensorRunner
 
-__all__ = ["SECRET_SHOWN", "Suggested", "Suggestions", "suggest_bindings"]
+__all__ = [
+    "DRY_RUN_TIMEOUT_S",
+    "MAX_DRY_RUNS",
+    "SECRET_SHOWN",
+    "Suggested",
+    "Suggestions",
+    "suggest_bindings",
+]
 
 log = structlog.get_logger("memwarden.daemon")
 
 SECRET_SHOWN = "(a secret: not shown)"  # noqa: S105 - the placeholder, not a secret
+MAX_DRY_RUNS = 30  # per request, whatever the limit: each is a real check
+DRY_RUN_TIMEOUT_S = 60.0  # one round of dry runs (a test run may be slow)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +70,8 @@ class Suggested:
 class Suggestions:
     suggestions: list[Suggested] = field(default_factory=list)
     contradicts: list[Suggested] = field(default_factory=list)
-    searched: list[str] = field(default_factory=list)  # the fs sensors whose index was used
+    searched: list[str] = field(default_factory=list)  # the sensors that were asked
+    dry_runs: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,52 +80,112 @@ class Suggestions:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    cand: BindingCandidate
+    name: str
+    runner: SensorRunner
+    sensor: SuggestsBindings[Any]
+
+
 async def suggest_bindings(
-    runners: Mapping[str, SensorRunner], text: str, *, limit: int = 5
+    runners: Mapping[str, SensorRunner],
+    text: str,
+    *,
+    limit: int = 5,
+    max_dry_runs: int = MAX_DRY_RUNS,
+    dry_run_timeout_s: float = DRY_RUN_TIMEOUT_S,
 ) -> Suggestions:
     """Confirmed suggestions (best first, at most ``limit``) and contradictions."""
     out = Suggestions()
-    scored: list[tuple[Candidate, str, SensorRunner, FsSensor]] = []
+    pool: list[_Pending] = []
     for name, runner in sorted(runners.items()):
         sensor = runner.sensor
-        if not isinstance(sensor, FsSensor) or sensor.index is None or not runner.available:
+        if not isinstance(sensor, SuggestsBindings) or not runner.available:
             continue
         out.searched.append(name)
-        found = candidates(text, sensor.index, limit=max(4 * limit, 10))
-        scored.extend((cand, name, runner, sensor) for cand in found)
-    scored.sort(key=lambda t: -t[0].rank)
-    seen: set[str] = set()
-    for cand, name, runner, sensor in scored:
-        if len(out.suggestions) >= limit and len(out.contradicts) >= limit:
-            break
-        raw = cand.binding(name, sensor.roots[0])
-        ident = repr(sorted(raw.items()))
-        if ident in seen:
-            continue
-        seen.add(ident)
         try:
-            binding, selector = check_binding(sensor, runner.ctx, Binding.model_validate(raw))
-            assert isinstance(selector, FsBinding)  # noqa: S101 - an fs sensor's model
-            verdict = await sensor.dry_run(selector)
-        except (ValidationInputError, ValueError) as err:
-            # Our own candidate did not make a valid binding: a bug to fix, never the
-            # caller's problem (and the error text may quote a value: only the kind).
-            log.warning("suggestion_invalid", sensor=name, error=type(err).__name__)
+            found = await sensor.binding_candidates(text, limit=max(4 * limit, 10))
+        except Exception as err:  # noqa: BLE001 - one sensor's matcher must not fail the rest
+            log.warning("suggestion_candidates_failed", sensor=name, error=type(err).__name__)
             continue
-        check: dict[str, Any] = {
-            "outcome": verdict.outcome,
-            "observed": verdict.observed,
-            "message": verdict.message,
-        }
-        if cand.entry.secret:
-            check = {"outcome": verdict.outcome, "observed": SECRET_SHOWN, "message": ""}
-        shown = {"sensor": binding.sensor, **binding.selector}
-        if verdict.outcome == "confirmed" and cand.agrees and len(out.suggestions) < limit:
-            out.suggestions.append(Suggested(shown, cand.confidence, cand.why, check))
-        elif verdict.outcome == "refuted" and not cand.agrees and len(out.contradicts) < limit:
-            said = f"; the file says {_said(verdict.observed)}" if not cand.entry.secret else ""
-            out.contradicts.append(Suggested(shown, cand.confidence, cand.why + said, check))
+        pool.extend(_Pending(c, name, runner, sensor) for c in found)
+    pool.sort(key=lambda p: (-p.cand.order, p.name))
+    seen: set[str] = set()
+    queue = iter(pool)
+    while out.dry_runs < max_dry_runs and (
+        len(out.suggestions) < limit or len(out.contradicts) < limit
+    ):
+        batch: list[tuple[_Pending, Binding, Any]] = []
+        for item in queue:
+            raw = {"sensor": item.name, **item.cand.selector}
+            ident = repr(sorted(raw.items()))
+            if ident in seen:
+                continue
+            seen.add(ident)
+            try:
+                binding, selector = check_binding(
+                    item.sensor, item.runner.ctx, Binding.model_validate(raw)
+                )
+            except (ValidationInputError, ValueError) as err:
+                # Our own candidate did not make a valid binding: a bug to fix, never the
+                # caller's problem (and the error text may quote a value: only the kind).
+                log.warning("suggestion_invalid", sensor=item.name, error=type(err).__name__)
+                continue
+            batch.append((item, binding, selector))
+            if len(batch) >= min(2 * limit, max_dry_runs - out.dry_runs):
+                break
+        if not batch:
+            break
+        out.dry_runs += len(batch)
+        runs = await asyncio.gather(
+            *(_dry_run(p.sensor, sel, dry_run_timeout_s) for p, _, sel in batch)
+        )
+        for (item, binding, _), run in zip(batch, runs, strict=True):
+            _classify(out, item.cand, binding, run, limit)
     return out
+
+
+async def _dry_run(sensor: SuggestsBindings[Any], selector: Any, timeout_s: float) -> DryRun:
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await sensor.dry_run(selector)
+    except TimeoutError:
+        return DryRun("error", message=f"the dry run took more than {timeout_s:g}s")
+    except Exception as err:  # noqa: BLE001 - a crashing check is an error, as in a revalidation
+        return DryRun("error", message=f"the dry run failed: {type(err).__name__}")
+
+
+def _classify(
+    out: Suggestions, cand: BindingCandidate, binding: Binding, run: DryRun, limit: int
+) -> None:
+    """Offer, contradict or drop one candidate by its dry run."""
+    if run.outcome not in ("confirmed", "refuted"):
+        return
+    confirmed = run.outcome == "confirmed"
+    if cand.agrees is None:
+        offer, contradict = confirmed != cand.negated, confirmed == cand.negated
+        if cand.negated and not confirmed:
+            contradict = False  # "X is down" and X fails: true, but no binding says so
+    else:
+        offer, contradict = confirmed and cand.agrees, not confirmed and not cand.agrees
+    check: dict[str, Any] = {
+        "outcome": run.outcome,
+        "observed": run.observed,
+        "message": run.message,
+    }
+    if cand.secret:
+        check = {"outcome": run.outcome, "observed": SECRET_SHOWN, "message": ""}
+    shown = {"sensor": binding.sensor, **binding.selector}
+    if offer and len(out.suggestions) < limit:
+        out.suggestions.append(Suggested(shown, cand.confidence, cand.why, check))
+    elif contradict and len(out.contradicts) < limit:
+        said = ""
+        if not cand.secret and cand.agrees is False:
+            said = f"; {cand.found} {_said(run.observed)}"
+        elif not cand.secret:
+            said = f"; {cand.found}: {_said(run.observed)}"
+        out.contradicts.append(Suggested(shown, cand.confidence, cand.why + said, check))
 
 
 def _said(observed: Any) -> str:

@@ -203,17 +203,21 @@ class Candidate:
 
     def binding(self, sensor: str, base: str) -> dict[str, Any]:
         """The fs binding, its path relative to ``base`` (the first root) when below it."""
+        return {"sensor": sensor, **self.selector(base)}
+
+    def selector(self, base: str) -> dict[str, Any]:
+        """The fs binding's keys without ``sensor``."""
         e = self.entry
         path = (
             os.path.relpath(e.path, base) if e.path.startswith(base.rstrip("/") + "/") else e.path
         )
         if e.fmt in ("json", "yaml", "toml"):
-            return {"sensor": sensor, "path": path, "key": e.pointer, "equals": self.equals}
+            return {"path": path, "key": e.pointer, "equals": self.equals}
         name = re.escape(parse_pointer(e.pointer)[-1])
         text = self.equals if isinstance(self.equals, str) else json.dumps(self.equals)
         value = re.escape(text)
         regex = rf"(?m)^\s*(?:export\s+)?{name}\s*[=:]\s*[\"']?{value}[\"']?\s*$"
-        return {"sensor": sensor, "path": path, "regex": regex}
+        return {"path": path, "regex": regex}
 
 
 @functools.lru_cache(maxsize=65_536)

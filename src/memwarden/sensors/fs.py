@@ -33,7 +33,9 @@ from memwarden.plugins import (
     PLUGIN_API,
     BaseBinding,
     BaseSensorConfig,
+    BindingCandidate,
     BoundSubject,
+    DryRun,
     ValidationInputError,
 )
 from memwarden.sensors import _fscheck as fc
@@ -44,7 +46,7 @@ from memwarden.sensors._regex import (
     compile_user_regex,
     regex_field,
 )
-from memwarden.sensors._suggest import match_keys
+from memwarden.sensors._suggest import candidates, match_keys
 from memwarden.sensors._tasks import task_group
 from memwarden.sensors._valueindex import ValueIndex
 from memwarden.sensors._watch import Change, Watcher, event_paths
@@ -350,17 +352,40 @@ class FsSensor:
                         await ctx.emit(event)
         return answer
 
-    async def dry_run(self, selector: FsBinding) -> fc.Verdict:
+    async def binding_candidates(self, text: str, *, limit: int) -> list[BindingCandidate]:
+        """Values in the roots' files that the text names (:mod:`._suggest`); none
+        without the index (``index = false``) or before it is built."""
+        if self.index is None:
+            return []
+        found = candidates(text, self.index, limit=limit)
+        return [
+            BindingCandidate(
+                c.selector(self.roots[0]),
+                c.confidence,
+                c.why,
+                rank=c.rank,
+                agrees=c.agrees,
+                secret=c.entry.secret,
+                found="the file says",
+            )
+            for c in found
+        ]
+
+    async def dry_run(self, selector: FsBinding) -> DryRun:
         """Check a binding once now, as a revalidation would; nothing is kept or emitted.
 
-        Raises ``ValueError`` for a path outside the roots.
+        A path outside the roots is an ``error``.
         """
-        target = self._target_of(selector)
+        try:
+            target = self._target_of(selector)
+        except ValueError as err:
+            return DryRun("error", message=str(err))
         bound = self._make_bound("dry-run", "", selector.path, selector, target)
         results = await asyncio.to_thread(
             self._check_sync, [(target.key, None, [(bound, "force")])]
         )
-        return results[0][2][0][1]
+        verdict = results[0][2][0][1]
+        return DryRun(str(verdict.outcome), verdict.observed, verdict.message)
 
     async def _follow_index(self, ctx: SensorContext[FsBinding]) -> None:
         """Keep the value index current from what the sensor's watcher hands over (its
