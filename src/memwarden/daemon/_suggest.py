@@ -164,9 +164,9 @@ def _classify(
         return
     confirmed = run.outcome == "confirmed"
     if cand.agrees is None:
-        offer, contradict = confirmed != cand.negated, confirmed == cand.negated
-        if cand.negated and not confirmed:
-            contradict = False  # "X is down" and X fails: true, but no binding says so
+        # "X is down" and X's check fails: true, but no binding asserts that: dropped.
+        offer = confirmed and not cand.negated
+        contradict = confirmed == cand.negated
     else:
         offer, contradict = confirmed and cand.agrees, not confirmed and not cand.agrees
     check: dict[str, Any] = {

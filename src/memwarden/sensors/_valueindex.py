@@ -69,6 +69,11 @@ Scalar = str | int | float | bool | None
 _SECRET_KEY = re.compile(
     r"passw(or)?d|passphrase|secret|token|api[_-]?key|apikey|private|credential", re.IGNORECASE
 )
+_NOT_SECRET_TAIL = re.compile(
+    r"(ttl|lifetime|expiry|expires|expiration|timeout|length|len|rounds|min|max|count|size|"
+    r"algorithm|alg|issuer|enabled|required|file|path|header|type|name)$",
+    re.IGNORECASE,
+)
 _EXTENSIONS: dict[str, Format] = {
     ".json": "json",
     ".yaml": "yaml",
@@ -111,8 +116,12 @@ class LimitError(ValueError):
 
 
 def is_secret_key(pointer: str) -> bool:
-    """Whether a key path names something secret (``/db/password``, ``/API_TOKEN``)."""
-    return bool(_SECRET_KEY.search(pointer))
+    """Whether a key path names something secret (``/db/password``, ``/API_TOKEN``,
+    ``/secrets/stripe``) — not a setting *about* one (``/password/min_length``,
+    ``/jwt/access_token_ttl``: the last key ends in a length, a lifetime, a count...)."""
+    if not _SECRET_KEY.search(pointer):
+        return False
+    return not _NOT_SECRET_TAIL.search(pointer.rsplit("/", 1)[-1])
 
 
 def file_format(path: str) -> Format | None:
@@ -378,6 +387,26 @@ class ValueIndex:
             self._file_keys[path] = result.keys
             for key, entry in result.keys:
                 self.lookup.setdefault(key, set()).add(entry)
+
+    def add_document(self, path: str, data: bytes, fmt: Format) -> str | None:
+        """Index one document that is not a file (an HTTP answer) under the name ``path``,
+        with the same limits and the same secret hashing; blocking (parsing): run it in a
+        thread. Returns why nothing was indexed, or None."""
+        if len(data) > self.limits.max_file_bytes:
+            problem = f"{len(data)} bytes, over the index's {self.limits.max_file_bytes}"
+            self._apply({path: _Parsed(problem=problem)})
+            return problem
+        try:
+            entries, note = parse_entries(path, data, fmt, self.limits, self._key)
+        except RecursionError:
+            entries, note = [], f"not indexed: nested too deeply to parse as {fmt}"
+        except Exception as err:  # noqa: BLE001 - any parser failure: nothing is indexed
+            entries, note = [], f"not indexed: not valid {fmt} ({type(err).__name__})"
+        keys: tuple[tuple[str, Entry], ...] = ()
+        if self.keys_of is not None:
+            keys = tuple((k, e) for e in entries for k in self.keys_of(e))
+        self._apply({path: _Parsed(tuple(entries), note, keys)})
+        return None if entries else note
 
     async def rebuild(self) -> None:
         """Walk the roots and parse every indexable file (in a worker thread)."""
