@@ -357,8 +357,11 @@ FILES: dict[str, str] = {
         """
     ),
     "renovate.json": json.dumps(
-        {"extends": ["config:recommended"], "schedule": ["before 6am on monday"],
-         "prConcurrentLimit": 5}
+        {
+            "extends": ["config:recommended"],
+            "schedule": ["before 6am on monday"],
+            "prConcurrentLimit": 5,
+        }
     ),
     "mkdocs.yml": textwrap.dedent(
         """\

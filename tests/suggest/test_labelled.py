@@ -19,9 +19,9 @@ import json
 import math
 import os
 import socket
-import subprocess
 import sys
 import time
+from asyncio.subprocess import PIPE
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -117,16 +117,19 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[Any, Endpoint]]:
     endpoint = Endpoint(ROUTES)
     await endpoint.start()
     # A process whose command line names it; it waits on its stdin until the test ends.
-    worker = subprocess.Popen(  # noqa: S603 - our own interpreter, fixed arguments
-        [sys.executable, "-c", "import sys; sys.stdin.read()", "billing-worker"],
-        stdin=subprocess.PIPE,
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import sys; sys.stdin.read()", "billing-worker", stdin=PIPE
     )
     checks = {
         "billing-worker": {"type": "process", "cmdline": "billing-worker"},
         "search-indexer": {"type": "process", "name": "opensearch-indexer"},
         "api-port": {"type": "tcp_port", "port": endpoint.port},
         "metrics-exporter": {"type": "tcp_port", "port": _closed_port()},
-        "nightly-export": {"type": "file_age", "path": str(ws / "exports/latest.csv"), "max_age": "1h"},
+        "nightly-export": {
+            "type": "file_age",
+            "path": str(ws / "exports/latest.csv"),
+            "max_age": "1h",
+        },
         "backup-marker": {
             "type": "file_age",
             "path": str(ws / "backups/last-backup.stamp"),
@@ -151,7 +154,7 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[Any, Endpoint]]:
     finally:
         assert worker.stdin is not None
         worker.stdin.close()
-        await asyncio.to_thread(worker.wait, 30)
+        await asyncio.wait_for(worker.wait(), timeout=30)
         await endpoint.stop()
 
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DRY_RUN_TIMEOUT_S",
     "MAX_DRY_RUNS",
+    "MIN_CONTRADICTION",
     "SECRET_SHOWN",
     "Suggested",
     "Suggestions",
@@ -46,6 +47,7 @@ log = structlog.get_logger("memwarden.daemon")
 SECRET_SHOWN = "(a secret: not shown)"  # noqa: S105 - the placeholder, not a secret
 MAX_DRY_RUNS = 30  # per request, whatever the limit: each is a real check
 DRY_RUN_TIMEOUT_S = 60.0  # one round of dry runs (a test run may be slow)
+MIN_CONTRADICTION = 0.6  # a failing check named in the text, not its value: this sure
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +166,10 @@ def _classify(
         return
     confirmed = run.outcome == "confirmed"
     if cand.agrees is None:
-        # "X is down" and X's check fails: true, but no binding asserts that: dropped.
+        # "X is down" and X's check fails: true, but no binding asserts that: dropped. A
+        # check found by its name alone contradicts only when the match is strong.
         offer = confirmed and not cand.negated
-        contradict = confirmed == cand.negated
+        contradict = confirmed == cand.negated and cand.confidence >= MIN_CONTRADICTION
     else:
         offer, contradict = confirmed and cand.agrees, not confirmed and not cand.agrees
     check: dict[str, Any] = {

@@ -127,6 +127,15 @@ _NEGATION = re.compile(r"\b(not|no|never|without|n't)\b|n't\b", re.IGNORECASE)
 _URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s<>\"'`]+", re.IGNORECASE)
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[_-][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*")
 _CAMEL_HUMP = re.compile(r"[a-z][A-Z]")
+# "at most 12" names a max_ key, "at least 3" a min_ one.
+_BOUNDS = (
+    (
+        re.compile(r"\b(at most|up to|maximum|no more than|limited to|capped at)\b", re.IGNORECASE),
+        "max",
+    ),
+    (re.compile(r"\b(at least|minimum|no less than|no fewer than)\b", re.IGNORECASE), "min"),
+)
+_COPULA = r"\s+(?:is|are|was|=|:)\s+(?:set to\s+|now\s+|still\s+)?[\"'`]?([\w.:/@+-]+)"
 
 MAX_WORD_ENTRIES = 500
 AMBIGUITY_PENALTY = 0.1
@@ -162,6 +171,7 @@ class Extracted:
     stems: set[str] = field(default_factory=set)  # the words' Snowball stems
     identifiers: set[str] = field(default_factory=set)  # snake_case/camelCase words as written
     negated: bool = False  # "not", "no", "never", "without": a named boolean is false
+    text: str = ""  # the text itself (the value after "is" for a contradiction)
 
 
 def extract(text: str) -> Extracted:
@@ -190,8 +200,11 @@ def extract(text: str) -> Extracted:
         out.quantities.append(Quantity(number, m.group(1), unit, seconds, size))
     for m in _QUOTED.finditer(text):
         out.quoted.append(next(g for g in m.groups() if g is not None))
-    out.words = {w for w in words_of(text) if w not in _STOP and len(w) > 1}
+    out.text = text
+    prose = _URL.sub(" ", text)  # a URL's words are the http sensor's business, not keys
+    out.words = {w for w in words_of(prose) if w not in _STOP and len(w) > 1}
     out.stems = {stem(w) for w in out.words}
+    out.stems |= {bound for pattern, bound in _BOUNDS if pattern.search(prose)}
     out.identifiers = {
         w for w in _IDENTIFIER.findall(text) if "_" in w or "-" in w or _CAMEL_HUMP.search(w)
     }
@@ -241,8 +254,8 @@ def _pointer_words(pointer: str) -> tuple[tuple[str, ...], frozenset[str]]:
     if not segments:
         return (), frozenset()
     last = [w for w in words_of(segments[-1]) if w not in _STOP]
-    named = [w for w in last if w not in _TIME_UNITS and w not in _SIZE_UNITS]
-    last = named or last  # timeout_ms is about a timeout: the unit is the value's business
+    if len(last) > 1 and (last[-1] in _TIME_UNITS or last[-1] in _SIZE_UNITS):
+        last = last[:-1]  # timeout_ms is about a timeout: the unit is the value's business
     stems = tuple(dict.fromkeys(stem(w) for w in last))
     parents = frozenset(stem(w) for s in segments[:-1] for w in words_of(s) if w not in _STOP)
     return stems, parents - set(stems)
@@ -250,10 +263,12 @@ def _pointer_words(pointer: str) -> tuple[tuple[str, ...], frozenset[str]]:
 
 @functools.lru_cache(maxsize=16_384)
 def _file_words(path: str) -> frozenset[str]:
-    """The stems of a file's name (``payments.json`` -> payment): weak context, like a
-    parent key (``deploy/k8s/api-deployment.yaml`` -> api, deploy)."""
-    name = os.path.basename(path).split(".")[0] or os.path.basename(path)
-    return frozenset(stem(w) for w in words_of(name) if w not in _STOP and len(w) > 1)
+    """The stems of a file's name and the two directories above it (``payments.json`` ->
+    payment; ``web/package.json`` -> web, packag): weak context, like a parent key."""
+    parts = path.split("/")
+    name = parts[-1].split(".")[0] or parts[-1]
+    words = [w for part in [*parts[-3:-1], name] for w in words_of(part)]
+    return frozenset(stem(w) for w in words if w not in _STOP and len(w) > 1)
 
 
 def _key_score(entry: Entry, ex: Extracted) -> tuple[float, float, list[str]]:
@@ -393,7 +408,21 @@ def _contradicting_value(entry: Entry, ex: Extracted) -> tuple[Scalar, str] | No
             return ex.versions[0], f"version {ex.versions[0]}"
         if ex.quoted:
             return ex.quoted[0], f'"{ex.quoted[0]}"'
+        said = _said_after_key(entry.pointer, ex.text)
+        if said is not None:
+            return said, said
     return None
+
+
+def _said_after_key(pointer: str, text: str) -> str | None:
+    """The word after the key's name and "is" ("the log level is debug" -> debug)."""
+    words = words_of(pointer.rsplit("/", 1)[-1])
+    if not words:
+        return None
+    m = re.search(rf"\b{re.escape(stem(words[-1]))}\w*{_COPULA}", text, re.IGNORECASE)
+    if m is None or m.group(1).lower() in {*_STOP, "not", "no", "never"}:
+        return None
+    return m.group(1).rstrip(".,;:!?")
 
 
 _TRAILING_VERSION = re.compile(r"(\d+(?:\.\d+)+(?:[-+][0-9a-z.-]+)?)$")
@@ -470,8 +499,8 @@ def candidates(text: str, index: ValueIndex, *, limit: int = 20) -> list[Candida
         group = (entry.pointer, entry.fmt, repr(entry.value), entry.secret_hash)
         groups.setdefault(group, []).append(entry)
     out: list[Candidate] = []
-    contra: list[tuple[float, Candidate]] = []
-    best_agreeing_key = 0.0
+    contra: list[Candidate] = []
+    named_in_full = False
     for entries in groups.values():
         first = entries[0]
         strength, value, matched = _value_match(first, ex, index)
@@ -485,8 +514,16 @@ def candidates(text: str, index: ValueIndex, *, limit: int = 20) -> list[Candida
             if strength == 0.0:
                 # A contradiction needs the key named in full and placed: a parent or the
                 # file named too (port alone is in every service's config).
-                placed = parents > 0 or file_hit or entry.pointer.count("/") == 1
-                found = _contradicting_value(entry, ex) if last >= 1.0 and placed else None
+                named = len(key_words) - round(parents * 10)  # the last segment's words named
+                placed = (
+                    parents > 0
+                    or file_hit
+                    or entry.pointer.count("/") == 1
+                    or named >= 2
+                    or _unique_key(entry, index)
+                )
+                full = last >= 1.0 or (named >= 2 and last >= 0.6)
+                found = _contradicting_value(entry, ex) if full and placed else None
                 if found is None:
                     continue
                 value, said = found
@@ -507,16 +544,24 @@ def candidates(text: str, index: ValueIndex, *, limit: int = 20) -> list[Candida
             cand = Candidate(entry, value, confidence, why, agrees=bool(strength), rank=rank)
             if strength:
                 out.append(cand)
-                best_agreeing_key = max(best_agreeing_key, key + file_hit)
+                if last >= 1.0:
+                    named_in_full = True
             else:
-                contra.append((key + file_hit, cand))
-    # A contradiction only where no value the text names matches a key as well: "port
-    # 8000" with /server/port = 8000 found does not contradict /database/port = 5432.
-    out += [c for key, c in contra if key > best_agreeing_key]
+                contra.append(cand)
+    # A contradiction only where no value the text names sits under a key it names in
+    # full: "port 8000" with /server/port = 8000 found contradicts no other port.
+    if not named_in_full:
+        out += contra
     # Ranked by the uncapped score: of two full key matches the one whose parents the text
     # also names (queue visibility timeout) is the more specific.
     out.sort(key=lambda c: (-c.rank, not c.agrees, c.entry.secret, c.entry.path, c.entry.pointer))
     return out[:limit]
+
+
+def _unique_key(entry: Entry, index: ValueIndex) -> bool:
+    """Whether no other entry has a key named like this one's (the only timeout)."""
+    words = _pointer_words(entry.pointer)[0]
+    return bool(words) and all(len(index.lookup.get("w:" + w, ())) <= 1 for w in words)
 
 
 def _file_hit(entry: Entry, ex: Extracted) -> bool:

@@ -37,6 +37,7 @@ def words_of(text: str) -> list[str]:
         if part
     ]
 
+
 # Words that name nothing a check could tell apart (prose glue and test boilerplate).
 STOP = frozenset(
     """a an and are as at be been by can could did do does for from has have how i if in

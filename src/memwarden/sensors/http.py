@@ -366,6 +366,11 @@ _STATUS_IN_TEXT = re.compile(
     r"\s*(?:is\s+|of\s+|with\s+|an?\s+)?([1-5]\d\d)\b",
     re.IGNORECASE,
 )
+_AVAILABILITY = re.compile(
+    r"\b(up|down|online|offline|reachable|unreachable|available|alive|healthy|responds?|"
+    r"answers?|returns?|serves?|status|ok)\b",
+    re.IGNORECASE,
+)
 _MAX_URLS = 3
 _URL_NAMED = 0.1  # a value in the answer of a URL the text names is surer than in any file
 
@@ -482,7 +487,10 @@ class HttpSensor(PollingSensor[HttpConfig, HttpBinding]):
             selector: dict[str, Any] = {"url": url}
             if status:
                 selector["status"] = [status]
-            confidence = 0.6 if values else 0.85
+            # A status binding checks only that the endpoint answers: sure when the text
+            # speaks of that (up, answers 200), not when it says something of the content.
+            about_status = bool(status) or down or _AVAILABILITY.search(text) is not None
+            confidence = 0.85 if about_status and not values else 0.6
             out.append(
                 BindingCandidate(
                     selector,

@@ -289,9 +289,11 @@ class RuntimeSensor(PollingSensor[RuntimeConfig, RuntimeBinding]):
         """The configured checks the text speaks of: by the check's name, and by what it
         checks (a process's name or program, a port number, a path); see
         docs/SUGGESTIONS.md. Nothing is run here."""
+        text = _URL_IN_TEXT.sub(" ", text)  # a URL names an endpoint: the http sensor's
         said = set(stems(text))
         tokens = {w.lower() for w in re.findall(r"[\w./-]+", text)}
         numbers = {int(n) for n in re.findall(r"(?<![\w.])(\d{1,5})(?![\w.]*\d)", text)}
+        ports = {n for n in numbers if 100 <= n <= 65535}
         down = negated(text, "runtime")
         out: list[BindingCandidate] = []
         for name, check in sorted(self.config.checks.items()):
@@ -299,11 +301,14 @@ class RuntimeSensor(PollingSensor[RuntimeConfig, RuntimeBinding]):
             thing, subject, kind = _what_it_checks(check)
             thing_share, thing_hit = overlap(thing, said)
             named = next((s for s in subject if str(s) in tokens or s in numbers), None)
+            if isinstance(check, TcpPortCheck) and named is None and ports & numbers:
+                continue  # the text names another port: it speaks of something else
             kind_hit = [k for k in kind if k in said]
             share = max(name_share, thing_share)
             if named is None and (share < _MIN_NAME_SHARE or not (kind_hit or share == 1.0)):
                 continue
-            confidence = 0.5 * (named is not None) + 0.35 * share + 0.15 * bool(kind_hit)
+            identity = 1.0 if named is not None else share
+            confidence = 0.5 * identity + 0.3 * bool(kind_hit) + 0.2 * (named is not None)
             if confidence < _MIN_CHECK_CONFIDENCE:
                 continue
             reasons = []
@@ -369,6 +374,7 @@ class RuntimeSensor(PollingSensor[RuntimeConfig, RuntimeBinding]):
 # ---------------------------------------------------------------------- suggestions
 
 _MIN_NAME_SHARE = 0.5
+_URL_IN_TEXT = re.compile(r"[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 _MIN_CHECK_CONFIDENCE = 0.3
 # Program words that say nothing about which service a process is.
 _GENERIC_PROGRAMS = frozenset(
@@ -376,8 +382,8 @@ _GENERIC_PROGRAMS = frozenset(
     worker m c exec""".split()  # noqa: SIM905 - a word list reads better as prose
 )
 _KIND_WORDS: dict[str, tuple[str, ...]] = {
-    "process": ("process", "run", "alive", "up", "daemon", "servic", "start"),
-    "tcp_port": ("port", "listen", "accept", "open", "connect", "reachabl", "up"),
+    "process": ("process", "run", "alive", "up", "daemon", "start", "down", "stop", "crash"),
+    "tcp_port": ("port", "listen", "accept", "open", "connect", "reachabl", "up", "down"),
     "disk_free": ("disk", "space", "free", "storag", "full"),
     "memory": ("memori", "ram", "swap"),
     "load": ("load", "cpu"),
