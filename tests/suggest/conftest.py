@@ -54,6 +54,7 @@ async def start_api(
     *,
     index: bool = True,
     sensors: dict[str, dict[str, Any]] | None = None,
+    timeout_s: float = 10.0,
 ) -> AsyncIterator[Api]:
     """A daemon whose fs sensor's root is a workspace of ``files``, its index built;
     ``sensors``: more sensor tables (code_test, runtime, http by their kind)."""
@@ -78,7 +79,7 @@ async def start_api(
         url = json.loads((home / "api.json").read_text())["url"]
         token = (home / "token").read_text().strip()
         headers = {"Authorization": f"Bearer {token}"}
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=10) as client:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout_s) as client:
             yield Api(daemon, client, workspace)
     finally:
         daemon.request_stop()

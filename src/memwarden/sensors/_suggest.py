@@ -328,7 +328,8 @@ def _value_match(entry: Entry, ex: Extracted, index: ValueIndex) -> Match:  # no
     if entry.secret:
         for p in ex.tokens:
             if index.digest(p) == entry.secret_hash:
-                return 1.0, p, "a secret, compared by hash"
+                # As for any value: a word ("json") is less telling than s3cr3t-42.
+                return (0.6 if p.isalpha() else 1.0), p, "a secret, compared by hash"
         return _NO_MATCH
     if isinstance(v, bool):
         if ex.bools:

@@ -200,6 +200,8 @@ def _scalar(value: Any, *, untyped: bool = False) -> Scalar:
     if untyped and isinstance(value, str) and _NUMERIC.fullmatch(value.strip()):
         text = value.strip()  # INI has only strings: "4" is taken as the number it says
         return float(text) if "." in text else int(text)
+    if untyped and isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"  # and "True" as the boolean
     return fc.json_scalar(value)
 
 
