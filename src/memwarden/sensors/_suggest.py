@@ -26,6 +26,7 @@ first root, ``key`` + ``equals`` for JSON/YAML/TOML, an anchored ``regex`` for I
 from __future__ import annotations
 
 import functools
+import heapq
 import json
 import math
 import os
@@ -261,7 +262,7 @@ def _pointer_words(pointer: str) -> tuple[tuple[str, ...], frozenset[str]]:
     return stems, parents - set(stems)
 
 
-@functools.lru_cache(maxsize=16_384)
+@functools.lru_cache(maxsize=32_768)
 def _file_words(path: str) -> frozenset[str]:
     """The stems of a file's name and the two directories above it (``payments.json`` ->
     payment; ``web/package.json`` -> web, packag): weak context, like a parent key."""
@@ -437,6 +438,7 @@ def _num(value: float) -> str:
 def match_keys(entry: Entry) -> list[str]:
     """The lookup keys of an index entry (the index keeps them: a text finds its entries
     by :func:`_text_keys` without scanning the whole index). Runs in the index's thread."""
+    _file_words(entry.path)  # computed here, in the index's thread, not while matching
     if entry.secret_hash is not None:
         return ["h:" + entry.secret_hash]
     keys = ["w:" + w for w in _pointer_words(entry.pointer)[0]]
@@ -503,10 +505,16 @@ def candidates(text: str, index: ValueIndex, *, limit: int = 20) -> list[Candida
     contra: list[Candidate] = []
     named_in_full = False
     for entries in groups.values():
+        shared = len(entries)
         first = entries[0]
         strength, value, matched = _value_match(first, ex, index)
-        hits = {e: _file_hit(e, ex) for e in entries} if ex.files else dict.fromkeys(entries, False)
-        scored = [(e, _key_score(e, ex)) for e in entries]
+        pick = entries
+        if len(entries) > limit:
+            # One key and value in many files (log level debug in 5 000): only the files
+            # whose names the text speaks of can rank apart; score the best few alone.
+            pick = heapq.nsmallest(limit, entries, key=lambda e: _file_order(e, ex))
+        hits = {e: _file_hit(e, ex) for e in pick} if ex.files else dict.fromkeys(pick, False)
+        scored = [(e, _key_score(e, ex)) for e in pick]
         scored.sort(key=lambda t: (not hits[t[0]], -(t[1][0] + t[1][1]), t[0].path))
         for entry, (last, parents, key_words) in scored[:limit]:
             file_hit = hits[entry]
@@ -530,7 +538,7 @@ def candidates(text: str, index: ValueIndex, *, limit: int = 20) -> list[Candida
                 value, said = found
             elif key == 0.0 and not file_hit and strength < 1.0:
                 continue  # a bare number or word alone is too common to mean this key
-            penalty = AMBIGUITY_PENALTY if len(entries) > 1 and not file_hit else 0.0
+            penalty = AMBIGUITY_PENALTY if shared > 1 and not file_hit else 0.0
             # Of two keys that match alike, the one with more of its words named is the
             # more specific (minReplicas over replicas): a small bonus in the ranking only.
             rank = (
@@ -541,7 +549,7 @@ def candidates(text: str, index: ValueIndex, *, limit: int = 20) -> list[Candida
                 + SPECIFIC * len(key_words)
             )
             confidence = round(max(0.0, min(1.0, rank - SPECIFIC * len(key_words))), 3)
-            why = _why(entry, matched, said, key_words, file_hit=file_hit, shared=len(entries))
+            why = _why(entry, matched, said, key_words, file_hit=file_hit, shared=shared)
             cand = Candidate(entry, value, confidence, why, agrees=bool(strength), rank=rank)
             if strength:
                 out.append(cand)
@@ -557,6 +565,12 @@ def candidates(text: str, index: ValueIndex, *, limit: int = 20) -> list[Candida
     # also names (queue visibility timeout) is the more specific.
     out.sort(key=lambda c: (-c.rank, not c.agrees, c.entry.secret, c.entry.path, c.entry.pointer))
     return out[:limit]
+
+
+def _file_order(entry: Entry, ex: Extracted) -> tuple[bool, int, str]:
+    """Files the text names first, then those whose names share its words."""
+    named = bool(ex.files) and _file_hit(entry, ex)
+    return (not named, -len(_file_words(entry.path) & ex.stems), entry.path)
 
 
 def _unique_key(entry: Entry, index: ValueIndex) -> bool:
