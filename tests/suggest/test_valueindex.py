@@ -222,3 +222,17 @@ async def test_a_directory_moved_away_and_made_again_is_followed(tmp_path: Path)
         (root / "conf" / "app.json").write_text('{"port": 3}')
         await eventually(lambda: _values(index) == {("app.json", "/port"): 3})
         assert index.builds == 1
+
+
+def test_a_document_that_is_no_file_has_the_same_bounds():
+    """An HTTP answer indexed with add_document: too big, too deep or not JSON gives
+    nothing (and says why, without its content); a good one gives its values."""
+    index = ValueIndex((), limits=IndexLimits(max_file_bytes=1000, max_depth=5))
+    assert index.add_document("http://h/big", b'{"a": "' + b"x" * 2000 + b'"}', "json")
+    assert not list(index.entries())
+    deep = b'{"a": ' * 50 + b"1" + b"}" * 50
+    assert index.add_document("http://h/deep", deep, "json") is not None
+    why = index.add_document("http://h/bad", b'{"secret-ish": oops}', "json")
+    assert why == "not indexed: not valid json (JSONDecodeError)"
+    assert index.add_document("http://h/ok", b'{"version": "3.1.0"}', "json") is None
+    assert _values(index) == {("ok", "/version"): "3.1.0"}
