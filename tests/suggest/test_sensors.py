@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 from typing import TYPE_CHECKING
 
 from memwarden.plugins import SuggestsBindings
+from memwarden.plugins.testing import SensorHarness
 from memwarden.sensors import CodeTestSensor, FsSensor, HttpSensor, RuntimeSensor
 from memwarden.sensors._selection import PytestLayout
 from memwarden.sensors._testcatalog import CatalogLimits, TestCatalog
-from memwarden.sensors.code_test import CodeTestConfig
+from memwarden.sensors.code_test import CodeTestBinding, CodeTestConfig
 from memwarden.sensors.fs import FsConfig
 from memwarden.sensors.http import HttpConfig
 from memwarden.sensors.runtime import RuntimeConfig
@@ -171,3 +173,35 @@ async def test_http_offers_only_urls_on_allowed_hosts_and_fetches_no_other():
     assert [c.selector for c in found] == [{"url": "http://127.0.0.1:8080/health", "status": [503]}]
     assert sensor.fetches == 0  # a status named: no values looked for
     assert "credentials" not in repr(found)
+
+
+async def test_code_test_dry_runs_run_in_one_batch_and_emit_nothing(tmp_path: Path):
+    """Two dry runs at once are one run of the command; a pass confirms, a failure
+    refutes with the message; nothing reaches the store."""
+    project = tmp_path / "project"
+    _project(
+        project,
+        {
+            "tests/test_math.py": """
+                def test_adds():
+                    assert 1 + 1 == 2
+
+                def test_wrong():
+                    assert 1 + 1 == 3
+            """
+        },
+    )
+    config = {"project_root": str(project), "batch_window_ms": 50, "sandbox": "none"}
+    async with SensorHarness(CodeTestSensor, config=config, name="tests", tmp_path=tmp_path) as h:
+        await h.wait_ready()
+        sensor = h.sensor
+        assert isinstance(sensor, CodeTestSensor)
+        ok, bad = await asyncio.gather(
+            sensor.dry_run(CodeTestBinding(test="tests/test_math.py::test_adds")),
+            sensor.dry_run(CodeTestBinding(test="tests/test_math.py::test_wrong")),
+        )
+        assert (ok.outcome, ok.observed) == ("confirmed", "passed")
+        assert bad.outcome == "refuted"
+        assert "assert" in bad.message
+        assert sensor.runs == 1
+        assert h.emitted == []
