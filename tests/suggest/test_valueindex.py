@@ -236,3 +236,36 @@ def test_a_document_that_is_no_file_has_the_same_bounds():
     assert why == "not indexed: not valid json (JSONDecodeError)"
     assert index.add_document("http://h/ok", b'{"version": "3.1.0"}', "json") is None
     assert _values(index) == {("ok", "/version"): "3.1.0"}
+
+
+async def test_a_directory_moved_out_and_back_and_swapped_is_still_watched(tmp_path: Path):
+    """The moves that break a recursive watch of the root: with one (tried: the sensor
+    watching its roots recursively, watchdog 7.1) this test fails on watchdog's
+    RuntimeWarning "Callback with id ... already exists" in its thread, once the directory
+    comes back. Watched one directory at a time, the index follows each move, and a write
+    afterwards is still seen."""
+    root = tmp_path / "root"
+    (root / "conf").mkdir(parents=True)
+    (root / "conf" / "app.json").write_text('{"port": 1}')
+    where = {(str(root / "conf" / "app.json"), "/port"): 1}
+
+    def found() -> dict[tuple[str, str], object]:
+        return {(e.path, e.pointer): e.value for e in index.entries()}
+
+    async with _harness(tmp_path, root) as h:
+        await h.wait_ready()
+        index = _index_of(h)
+        await eventually(lambda: found() == where)
+        (root / "conf").rename(tmp_path / "away")
+        (root / "conf").mkdir()
+        await eventually(lambda: found() == {})
+        (root / "conf").rmdir()
+        (tmp_path / "away").rename(root / "conf")
+        await eventually(lambda: found() == where)
+        (root / "conf").rename(root / "swap")
+        (root / "conf").mkdir()
+        (root / "conf").rmdir()
+        (root / "swap").rename(root / "conf")
+        await eventually(lambda: found() == where)
+        (root / "conf" / "app.json").write_text('{"port": 2}')
+        await eventually(lambda: found() == {(str(root / "conf" / "app.json"), "/port"): 2})
