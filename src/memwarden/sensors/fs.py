@@ -260,6 +260,7 @@ class FsSensor:
         self._index_dirs: set[str] = set()
         self._index_rebuild = False
         self._index_wake = asyncio.Event()
+        self._index_dir_list: list[str] | None = None  # the last walk of the index's dirs
 
     # ------------------------------------------------------------------ contract
 
@@ -546,8 +547,9 @@ class FsSensor:
                 self._to_index(index_files, index_dirs | touched, rebuild=batch.overflow)
             elif dirs or index_dirs or not batch:
                 # A directory came or went (or it is time for a health check): watch
-                # what exists now and look again below whatever changed.
-                touched = await self._replan()
+                # what exists now and look again below whatever changed. A health check
+                # alone reuses the index's last list of directories (no walk of the tree).
+                touched = await self._replan(walk=bool(dirs or index_dirs))
                 keys |= self._keys_under(dirs | touched)
                 # A newly watched directory may have got files before its watch: the
                 # index looks below it (and below every directory event) once more.
@@ -557,26 +559,31 @@ class FsSensor:
             if keys:
                 await self._check_and_emit(keys)
 
-    async def _replan(self) -> set[str]:
-        """Watch the directories the targets need; returns those (re)watched or dropped."""
+    async def _replan(self, *, walk: bool = True) -> set[str]:
+        """Watch the directories the targets (and the index) need; returns those
+        (re)watched or dropped. ``walk``: list the index's directories afresh."""
         watcher = self._watcher
         if watcher is None:
             return set()
         targets = list(self._targets.values())
-        lookup, want = await asyncio.to_thread(self._plan_sync, targets)
+        lookup, want = await asyncio.to_thread(self._plan_sync, targets, walk=walk)
         self._lookup = lookup
         return await asyncio.to_thread(self._apply_plan_sync, watcher, want)
 
-    def _plan_sync(self, targets: Sequence[_Target]) -> tuple[_Lookup, dict[str, bool]]:
+    def _plan_sync(
+        self, targets: Sequence[_Target], *, walk: bool = True
+    ) -> tuple[_Lookup, dict[str, bool]]:
         files: dict[str, list[str]] = defaultdict(list)
         dirs: set[str] = set()
         want: dict[str, bool] = {}
         if self.index is not None:
+            if walk or self._index_dir_list is None:
+                self._index_dir_list = self.index.walk_dirs_sync()
             # Every directory the index looks in, each watched alone (not one recursive
             # watch of the root: watchdog's recursive watches warn, and may go deaf below,
             # when a directory is moved away and made again; ignored directories such as
             # node_modules are then not watched at all).
-            want = dict.fromkeys(self.index.walk_dirs_sync(), False)
+            want = dict.fromkeys(self._index_dir_list, False)
         globs: list[tuple[fc.GlobSpec, str]] = []
         isdir: dict[str, bool] = {}
 
