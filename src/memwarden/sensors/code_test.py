@@ -261,6 +261,7 @@ class CodeTestSensor:
         self._bwrap: str | None = None
         self._interpreter: list[Path] | None = None  # what the command needs to run
         self.catalog = TestCatalog(self.root, tuple(config.ignore))
+        self._catalog_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ contract
 
@@ -432,7 +433,8 @@ class CodeTestSensor:
     async def binding_candidates(self, text: str, *, limit: int) -> list[BindingCandidate]:
         """Tests whose names (and docstrings) say what the text says (see
         :mod:`._testcatalog`: found by parsing the test files, never by running them)."""
-        tests = await asyncio.to_thread(self.catalog.refresh, self.layout)
+        async with self._catalog_lock:  # one refresh at a time: it updates the catalog
+            tests = await asyncio.to_thread(self.catalog.refresh, self.layout)
         said = set(stems(text))
         if not said:
             return []
