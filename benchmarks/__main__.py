@@ -27,6 +27,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
     bench_read_through,
     bench_regex,
     bench_sensors,
+    bench_suggest,
 )
 from benchmarks._harness import (
     BENCHMARKS,

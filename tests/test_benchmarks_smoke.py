@@ -21,6 +21,7 @@ FIGURES = {
     "fs_burst",
     "regex_check",
     "short_id_lookup",
+    "suggest",
     "startup",
     "idle_rss",
     "mqtt_ingest",

@@ -13,7 +13,7 @@ import pytest
 
 from memwarden.daemon import Daemon, load_settings
 from memwarden.plugins import Registry
-from memwarden.sensors import FsSensor
+from memwarden.sensors import CodeTestSensor, FsSensor, HttpSensor, RuntimeSensor
 from tests.support import eventually, start_in_loop
 
 if TYPE_CHECKING:
@@ -49,20 +49,26 @@ def write_workspace(root: Path, files: dict[str, str]) -> None:
 
 @contextlib.asynccontextmanager
 async def start_api(
-    tmp_path: Path, files: dict[str, str], *, index: bool = True
+    tmp_path: Path,
+    files: dict[str, str],
+    *,
+    index: bool = True,
+    sensors: dict[str, dict[str, Any]] | None = None,
+    timeout_s: float = 10.0,
 ) -> AsyncIterator[Api]:
-    """A daemon whose fs sensor's root is a workspace of ``files``, its index built."""
+    """A daemon whose fs sensor's root is a workspace of ``files``, its index built;
+    ``sensors``: more sensor tables (code_test, runtime, http by their kind)."""
     workspace = tmp_path / "ws"
     write_workspace(workspace, files)
     home = tmp_path / "home"
-    settings = load_settings(
-        None,
-        env={},
-        home=home,
-        api={"port": 0},
-        sensors={"fs": {"roots": [str(workspace)], "debounce_ms": 10, "index": index}},
-    )
-    daemon = Daemon(settings, registry=Registry.from_classes({"fs": FsSensor}))
+    tables = {
+        "fs": {"roots": [str(workspace)], "debounce_ms": 10, "index": index},
+        **(sensors or {}),
+    }
+    settings = load_settings(None, env={}, home=home, api={"port": 0}, sensors=tables)
+    classes = {"fs": FsSensor, "code_test": CodeTestSensor, "runtime": RuntimeSensor}
+    classes["http"] = HttpSensor
+    daemon = Daemon(settings, registry=Registry.from_classes(classes))
     task = await start_in_loop(daemon, timeout_s=20)
     try:
         sensor = daemon.runners["fs"].sensor
@@ -73,7 +79,7 @@ async def start_api(
         url = json.loads((home / "api.json").read_text())["url"]
         token = (home / "token").read_text().strip()
         headers = {"Authorization": f"Bearer {token}"}
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=10) as client:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout_s) as client:
             yield Api(daemon, client, workspace)
     finally:
         daemon.request_stop()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 from typing import TYPE_CHECKING
 
+from memwarden.plugins.testing import SensorHarness
+from memwarden.sensors import FsSensor
 from memwarden.sensors._suggest import candidates
 from memwarden.sensors._valueindex import IndexLimits, ValueIndex, file_format
 from tests.support import eventually
@@ -147,23 +147,125 @@ def test_formats_by_name():
     ] == ["yaml", "env", "env", "env", "ini", None, "toml"]
 
 
+def _harness(tmp_path: Path, root: Path) -> SensorHarness:
+    config = {"roots": [str(root)], "debounce_ms": 10, "ignore": [".git"]}
+    return SensorHarness(FsSensor, config=config, name="fs", tmp_path=tmp_path)
+
+
+def _index_of(h: SensorHarness) -> ValueIndex:
+    assert isinstance(h.sensor, FsSensor)
+    assert h.sensor.index is not None
+    return h.sensor.index
+
+
 async def test_following_sees_files_and_directories_come_and_go(tmp_path: Path):
     """Written, created in a new directory, moved away with it, and in ignored dirs: not."""
-    index = ValueIndex((str(tmp_path),), (".git",))
-    task = asyncio.create_task(index.follow("test", debounce_ms=10))
-    try:
+    root = tmp_path / "root"
+    root.mkdir()
+    async with _harness(tmp_path, root) as h:
+        await h.wait_ready()
+        index = _index_of(h)
         await eventually(lambda: index.builds == 1)
-        (tmp_path / "a.json").write_text('{"a": 1}')
+        (root / "a.json").write_text('{"a": 1}')
         await eventually(lambda: _values(index) == {("a.json", "/a"): 1})
-        (tmp_path / "sub").mkdir()
-        (tmp_path / "sub" / "b.yaml").write_text("b: 2\n")
-        (tmp_path / ".git").mkdir()
-        (tmp_path / ".git" / "c.json").write_text('{"c": 3}')
+        (root / "sub").mkdir()
+        (root / "sub" / "b.yaml").write_text("b: 2\n")
+        (root / ".git").mkdir()
+        (root / ".git" / "c.json").write_text('{"c": 3}')
         await eventually(lambda: ("b.yaml", "/b") in _values(index))
-        (tmp_path / "sub").rename(tmp_path.parent / f"{tmp_path.name}-moved")
+        (root / "sub").rename(tmp_path / "moved")
         await eventually(lambda: _values(index) == {("a.json", "/a"): 1})
         assert index.builds == 1  # no full walk: only what changed was looked at
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+
+
+async def test_the_index_rides_the_sensors_watcher_one_directory_at_a_time(tmp_path: Path):
+    """No recursive watch of the roots: each indexed directory is watched alone, ignored
+    ones not at all, by the same watcher as the bindings."""
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / ".git" / "objects").mkdir(parents=True)
+    async with _harness(tmp_path, root) as h:
+        await h.wait_ready()
+        assert isinstance(h.sensor, FsSensor)
+        watcher = h.sensor._watcher
+        assert watcher is not None
+        want = {str(root): False, str(root / "a"): False, str(root / "a" / "b"): False}
+        await eventually(lambda: watcher.watched == want)
+
+
+async def test_a_directory_moved_away_and_made_again_is_followed(tmp_path: Path):
+    """The case a recursive watch warns about (and may go deaf after): the index sees the
+    new directory's files, forgets the old ones, and no warning is raised (warnings are
+    errors in this suite, in threads too)."""
+    root = tmp_path / "root"
+    (root / "conf").mkdir(parents=True)
+    (root / "conf" / "app.json").write_text('{"port": 1}')
+    async with _harness(tmp_path, root) as h:
+        await h.wait_ready()
+        index = _index_of(h)
+        await eventually(lambda: _values(index) == {("app.json", "/port"): 1})
+        (root / "conf").rename(root / "old")
+        (root / "conf").mkdir()
+        (root / "conf" / "app.json").write_text('{"port": 2}')
+        want = {("app.json", "/port"): 2}
+
+        def both() -> bool:
+            found = {(e.path, e.pointer): e.value for e in index.entries()}
+            return found == {
+                (str(root / "conf" / "app.json"), "/port"): 2,
+                (str(root / "old" / "app.json"), "/port"): 1,
+            }
+
+        await eventually(both)
+        (root / "old" / "app.json").unlink()
+        await eventually(lambda: _values(index) == want)
+        (root / "conf" / "app.json").write_text('{"port": 3}')
+        await eventually(lambda: _values(index) == {("app.json", "/port"): 3})
+        assert index.builds == 1
+
+
+def test_a_document_that_is_no_file_has_the_same_bounds():
+    """An HTTP answer indexed with add_document: too big, too deep or not JSON gives
+    nothing (and says why, without its content); a good one gives its values."""
+    index = ValueIndex((), limits=IndexLimits(max_file_bytes=1000, max_depth=5))
+    assert index.add_document("http://h/big", b'{"a": "' + b"x" * 2000 + b'"}', "json")
+    assert not list(index.entries())
+    deep = b'{"a": ' * 50 + b"1" + b"}" * 50
+    assert index.add_document("http://h/deep", deep, "json") is not None
+    why = index.add_document("http://h/bad", b'{"secret-ish": oops}', "json")
+    assert why == "not indexed: not valid json (JSONDecodeError)"
+    assert index.add_document("http://h/ok", b'{"version": "3.1.0"}', "json") is None
+    assert _values(index) == {("ok", "/version"): "3.1.0"}
+
+
+async def test_a_directory_moved_out_and_back_and_swapped_is_still_watched(tmp_path: Path):
+    """The moves that break a recursive watch of the root: with one (tried: the sensor
+    watching its roots recursively, watchdog 7.1) this test fails on watchdog's
+    RuntimeWarning "Callback with id ... already exists" in its thread, once the directory
+    comes back. Watched one directory at a time, the index follows each move, and a write
+    afterwards is still seen."""
+    root = tmp_path / "root"
+    (root / "conf").mkdir(parents=True)
+    (root / "conf" / "app.json").write_text('{"port": 1}')
+    where = {(str(root / "conf" / "app.json"), "/port"): 1}
+
+    def found() -> dict[tuple[str, str], object]:
+        return {(e.path, e.pointer): e.value for e in index.entries()}
+
+    async with _harness(tmp_path, root) as h:
+        await h.wait_ready()
+        index = _index_of(h)
+        await eventually(lambda: found() == where)
+        (root / "conf").rename(tmp_path / "away")
+        (root / "conf").mkdir()
+        await eventually(lambda: found() == {})
+        (root / "conf").rmdir()
+        (tmp_path / "away").rename(root / "conf")
+        await eventually(lambda: found() == where)
+        (root / "conf").rename(root / "swap")
+        (root / "conf").mkdir()
+        (root / "conf").rmdir()
+        (root / "swap").rename(root / "conf")
+        await eventually(lambda: found() == where)
+        (root / "conf" / "app.json").write_text('{"port": 2}')
+        await eventually(lambda: found() == {(str(root / "conf" / "app.json"), "/port"): 2})

@@ -168,8 +168,8 @@ def render_config(root: Path, *, python: str | None = None) -> str:
         "[sensors.fs]",
         'roots = ["."]',
         f"ignore = {_toml_list(FS_IGNORE)}",
-        "# index = true   # binding suggestions: index the values in JSON/YAML/TOML/INI/.env",
-        "#                # files so `memwarden suggest ID` can find one (docs/SUGGESTIONS.md)",
+        "# index = false  # binding suggestions index the values in JSON/YAML/TOML/INI/.env",
+        "#                # files (on by default; docs/SUGGESTIONS.md)",
         "",
     ]
     if project is not None:
@@ -212,7 +212,7 @@ def render_config(root: Path, *, python: str | None = None) -> str:
         "# People: facts no sensor can check go to the review queue (`memwarden review`).",
         "[sensors.review]",
         "",
-        "# Binding suggestions (docs/SUGGESTIONS.md; they need [sensors.fs] index = true).",
+        "# Binding suggestions (docs/SUGGESTIONS.md; from the fs value index, on by default).",
         "# [suggest]",
         '# bind = "auto"            # a fact added without `bind` (API, MCP): auto|suggest|none',
         "# auto_min_confidence = 0.85",

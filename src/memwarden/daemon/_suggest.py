@@ -1,15 +1,23 @@
-"""Binding suggestions: a fact's text matched to what the running fs sensors have indexed,
-each candidate checked once (a dry run through the sensor's own check, nothing stored).
+"""Binding suggestions: a fact's text matched to what the running sensors can see, each
+candidate checked once (a dry run through the sensor's own check, nothing stored).
 
-Only a candidate whose dry run **confirms** is offered as a binding; one that the file
-**refutes** (the text says 45 s, the file 30) is returned under ``contradicts``: the
-memory already knows the fact is wrong. A secret entry (``.env``, a key named like a
-password or token) is matched by keyed hash only, and its dry run's observed value and
-message are never returned. See docs/SUGGESTIONS.md.
+Every running sensor with the :class:`~memwarden.plugins.SuggestsBindings` capability
+offers candidates (fs: values in files; code_test: tests; runtime: configured checks;
+http: URLs on allowed hosts). They are merged best first, each validated as a binding
+like one a block brings (a candidate that is not valid is a bug of ours: logged,
+skipped), and dry-run in rounds — concurrently within a round, so a test sensor runs a
+round's tests in one batch — until ``limit`` suggestions and contradictions are found or
+:data:`MAX_DRY_RUNS` ran.
+
+Only a candidate whose dry run bears it out is offered; one whose dry run refutes what
+the text says is returned under ``contradicts``: the memory already knows the fact is
+wrong (see :class:`~memwarden.plugins.BindingCandidate` for which is which). A secret's
+dry run never shows its observed value or message. See docs/SUGGESTIONS.md.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,18 +25,18 @@ import structlog
 
 from memwarden.errors import ValidationInputError
 from memwarden.memory import Binding, NewProposal
-from memwarden.plugins import check_binding
-from memwarden.sensors._suggest import candidates
-from memwarden.sensors.fs import FsBinding, FsSensor
+from memwarden.plugins import DryRun, SuggestsBindings, check_binding
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from memwarden.memory import Store
-    from memwarden.plugins import SensorRunner
-    from memwarden.sensors._suggest import Candidate
+    from memwarden.plugins import BindingCandidate, SensorRunner
 
 __all__ = [
+    "DRY_RUN_TIMEOUT_S",
+    "MAX_DRY_RUNS",
+    "MIN_CONTRADICTION",
     "PROPOSE_CURSOR",
     "SECRET_SHOWN",
     "ProposeReport",
@@ -41,6 +49,9 @@ __all__ = [
 log = structlog.get_logger("memwarden.daemon")
 
 SECRET_SHOWN = "(a secret: not shown)"  # noqa: S105 - the placeholder, not a secret
+MAX_DRY_RUNS = 30  # per request, whatever the limit: each is a real check
+DRY_RUN_TIMEOUT_S = 60.0  # one round of dry runs (a test run may be slow)
+MIN_CONTRADICTION = 0.6  # a failing check named in the text, not its value: this sure
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +62,7 @@ class Suggested:
     confidence: float
     why: str
     check: dict[str, Any]
+    subject: str = ""  # what the binding checks (its sensor's subject: a path, a test id ...)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,7 +77,8 @@ class Suggested:
 class Suggestions:
     suggestions: list[Suggested] = field(default_factory=list)
     contradicts: list[Suggested] = field(default_factory=list)
-    searched: list[str] = field(default_factory=list)  # the fs sensors whose index was used
+    searched: list[str] = field(default_factory=list)  # the sensors that were asked
+    dry_runs: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -74,52 +87,115 @@ class Suggestions:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    cand: BindingCandidate
+    name: str
+    runner: SensorRunner
+    sensor: SuggestsBindings[Any]
+
+
 async def suggest_bindings(
-    runners: Mapping[str, SensorRunner], text: str, *, limit: int = 5
+    runners: Mapping[str, SensorRunner],
+    text: str,
+    *,
+    limit: int = 5,
+    max_dry_runs: int = MAX_DRY_RUNS,
+    dry_run_timeout_s: float = DRY_RUN_TIMEOUT_S,
 ) -> Suggestions:
     """Confirmed suggestions (best first, at most ``limit``) and contradictions."""
     out = Suggestions()
-    scored: list[tuple[Candidate, str, SensorRunner, FsSensor]] = []
+    pool: list[_Pending] = []
     for name, runner in sorted(runners.items()):
         sensor = runner.sensor
-        if not isinstance(sensor, FsSensor) or sensor.index is None or not runner.available:
+        if not isinstance(sensor, SuggestsBindings) or not runner.available:
             continue
         out.searched.append(name)
-        found = candidates(text, sensor.index, limit=max(4 * limit, 10))
-        scored.extend((cand, name, runner, sensor) for cand in found)
-    scored.sort(key=lambda t: -t[0].rank)
-    seen: set[str] = set()
-    for cand, name, runner, sensor in scored:
-        if len(out.suggestions) >= limit and len(out.contradicts) >= limit:
-            break
-        raw = cand.binding(name, sensor.roots[0])
-        ident = repr(sorted(raw.items()))
-        if ident in seen:
-            continue
-        seen.add(ident)
         try:
-            binding, selector = check_binding(sensor, runner.ctx, Binding.model_validate(raw))
-            assert isinstance(selector, FsBinding)  # noqa: S101 - an fs sensor's model
-            verdict = await sensor.dry_run(selector)
-        except (ValidationInputError, ValueError) as err:
-            # Our own candidate did not make a valid binding: a bug to fix, never the
-            # caller's problem (and the error text may quote a value: only the kind).
-            log.warning("suggestion_invalid", sensor=name, error=type(err).__name__)
+            found = await sensor.binding_candidates(text, limit=max(4 * limit, 10))
+        except Exception as err:  # noqa: BLE001 - one sensor's matcher must not fail the rest
+            log.warning("suggestion_candidates_failed", sensor=name, error=type(err).__name__)
             continue
-        check: dict[str, Any] = {
-            "outcome": verdict.outcome,
-            "observed": verdict.observed,
-            "message": verdict.message,
-        }
-        if cand.entry.secret:
-            check = {"outcome": verdict.outcome, "observed": SECRET_SHOWN, "message": ""}
-        shown = {"sensor": binding.sensor, **binding.selector}
-        if verdict.outcome == "confirmed" and cand.agrees and len(out.suggestions) < limit:
-            out.suggestions.append(Suggested(shown, cand.confidence, cand.why, check))
-        elif verdict.outcome == "refuted" and not cand.agrees and len(out.contradicts) < limit:
-            said = f"; the file says {_said(verdict.observed)}" if not cand.entry.secret else ""
-            out.contradicts.append(Suggested(shown, cand.confidence, cand.why + said, check))
+        pool.extend(_Pending(c, name, runner, sensor) for c in found)
+    pool.sort(key=lambda p: (-p.cand.order, p.name))
+    seen: set[str] = set()
+    queue = iter(pool)
+    while out.dry_runs < max_dry_runs and (
+        len(out.suggestions) < limit or len(out.contradicts) < limit
+    ):
+        batch: list[tuple[_Pending, Binding, Any]] = []
+        for item in queue:
+            raw = {"sensor": item.name, **item.cand.selector}
+            ident = repr(sorted(raw.items()))
+            if ident in seen:
+                continue
+            seen.add(ident)
+            try:
+                binding, selector = check_binding(
+                    item.sensor, item.runner.ctx, Binding.model_validate(raw)
+                )
+            except (ValidationInputError, ValueError) as err:
+                # Our own candidate did not make a valid binding: a bug to fix, never the
+                # caller's problem (and the error text may quote a value: only the kind).
+                log.warning("suggestion_invalid", sensor=item.name, error=type(err).__name__)
+                continue
+            batch.append((item, binding, selector))
+            if len(batch) >= min(2 * limit, max_dry_runs - out.dry_runs):
+                break
+        if not batch:
+            break
+        out.dry_runs += len(batch)
+        runs = await asyncio.gather(
+            *(_dry_run(p.sensor, sel, dry_run_timeout_s) for p, _, sel in batch)
+        )
+        for (item, binding, _), run in zip(batch, runs, strict=True):
+            _classify(out, item.cand, binding, run, limit)
     return out
+
+
+async def _dry_run(sensor: SuggestsBindings[Any], selector: Any, timeout_s: float) -> DryRun:
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await sensor.dry_run(selector)
+    except TimeoutError:
+        return DryRun("error", message=f"the dry run took more than {timeout_s:g}s")
+    except Exception as err:  # noqa: BLE001 - a crashing check is an error, as in a revalidation
+        return DryRun("error", message=f"the dry run failed: {type(err).__name__}")
+
+
+def _classify(
+    out: Suggestions, cand: BindingCandidate, binding: Binding, run: DryRun, limit: int
+) -> None:
+    """Offer, contradict or drop one candidate by its dry run."""
+    if run.outcome not in ("confirmed", "refuted"):
+        return
+    confirmed = run.outcome == "confirmed"
+    if cand.agrees is None:
+        # "X is down" and X's check fails: true, but no binding asserts that: dropped. A
+        # check found by its name alone contradicts only when the match is strong.
+        offer = confirmed and not cand.negated
+        contradict = confirmed == cand.negated and cand.confidence >= MIN_CONTRADICTION
+    else:
+        offer, contradict = confirmed and cand.agrees, not confirmed and not cand.agrees
+    check: dict[str, Any] = {
+        "outcome": run.outcome,
+        "observed": run.observed,
+        "message": run.message,
+    }
+    if cand.secret:
+        check = {"outcome": run.outcome, "observed": SECRET_SHOWN, "message": ""}
+    shown = {"sensor": binding.sensor, **binding.selector}
+    if offer and len(out.suggestions) < limit:
+        out.suggestions.append(Suggested(shown, cand.confidence, cand.why, check, binding.subject))
+    elif contradict and len(out.contradicts) < limit:
+        said = ""
+        if not cand.secret and cand.agrees is False:
+            said = f"; {cand.found} {_said(run.observed)}"
+        elif not cand.secret:
+            said = f"; {cand.found}: {_said(run.observed)}"
+        out.contradicts.append(
+            Suggested(shown, cand.confidence, cand.why + said, check, binding.subject)
+        )
 
 
 def _said(observed: Any) -> str:
@@ -148,10 +224,7 @@ async def propose(
     subject its suggestions name. Stores proposals, never bindings: a person accepts or
     rejects them (the review page, ``/v1/proposals``)."""
     report = ProposeReport()
-    if not any(
-        isinstance(r.sensor, FsSensor) and r.sensor.index is not None and r.available
-        for r in runners.values()
-    ):
+    if not any(isinstance(r.sensor, SuggestsBindings) and r.available for r in runners.values()):
         return report  # nothing can suggest: keep the cursor where it is
     await store.retire_proposals()
     try:
@@ -171,15 +244,15 @@ async def propose(
         subjects: dict[tuple[str, str], Suggested] = {}
         for s in found.suggestions:
             new.append(NewProposal(block_id, "binding", s.binding, s.confidence, s.why))
-            subject = (str(s.binding["sensor"]), str(s.binding["path"]))
-            subjects.setdefault(subject, s)  # best first: the strongest reason per subject
-        for (sensor, path), others in (await store.bound_to(subjects)).items():
-            best = subjects[sensor, path]
+            key = (str(s.binding["sensor"]), s.subject)
+            subjects.setdefault(key, s)  # best first: the strongest reason per subject
+        for (sensor, subject), others in (await store.bound_to(subjects)).items():
+            best = subjects[sensor, subject]
             for other in others:
                 if other == block_id:
                     continue
                 why = (
-                    f"it speaks of {path} ({best.why}), which {other} is bound to "
+                    f"it speaks of {subject} ({best.why}), which {other} is bound to "
                     f"({sensor}): when that fact falls, this one should be checked too"
                 )
                 new.append(

@@ -4,7 +4,8 @@ A sensor is a class with ``api_version`` (:data:`PLUGIN_API`), a ``Config`` mode
 ``Binding`` model and four async methods (``setup``, ``run``, ``revalidate``,
 ``teardown``), published through the entry-point group ``memwarden.sensors`` under its
 kind. Optional capabilities are Protocols (``QuickCheck``, ``BindingValidator``,
-``Describes``, ``PreparesValidation``, ``NeedsReviews``). See ``docs/PLUGINS.md``.
+``Describes``, ``PreparesValidation``, ``NeedsReviews``, ``SuggestsBindings``). See
+``docs/PLUGINS.md``.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ from memwarden.memory import (
 )
 from memwarden.plugins._bindings import check_binding
 from memwarden.plugins._capabilities import (
+    BindingCandidate,
     BindingValidator,
     Describes,
+    DryRun,
     NeedsReviews,
     PreparesValidation,
     QueuedReview,
     QuickCheck,
     ReviewQueue,
+    SuggestsBindings,
 )
 from memwarden.plugins._contract import (
     PLUGIN_API,
@@ -55,10 +59,12 @@ __all__ = [
     "BaseBinding",
     "BaseSensorConfig",
     "Binding",
+    "BindingCandidate",
     "BindingValidator",
     "BoundSubject",
     "ConfigError",
     "Describes",
+    "DryRun",
     "NeedsReviews",
     "Observation",
     "Outcome",
@@ -81,6 +87,7 @@ __all__ = [
     "SensorCounters",
     "SensorRunner",
     "StartupPolicy",
+    "SuggestsBindings",
     "ValidationEvent",
     "ValidationInputError",
     "check_binding",

@@ -17,13 +17,16 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 __all__ = [
+    "BindingCandidate",
     "BindingValidator",
     "Describes",
+    "DryRun",
     "NeedsReviews",
     "PreparesValidation",
     "QueuedReview",
     "QuickCheck",
     "ReviewQueue",
+    "SuggestsBindings",
 ]
 
 B_contra = TypeVar("B_contra", bound=BaseBinding, contravariant=True)
@@ -120,3 +123,66 @@ class NeedsReviews(Protocol):
     """
 
     def use_reviews(self, reviews: ReviewQueue) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BindingCandidate:
+    """A binding a sensor could check a fact with, found in the fact's text.
+
+    ``selector`` is the binding without ``"sensor"`` (the daemon adds the sensor's name).
+    ``confidence`` (0..1) is how sure the match is; ``rank`` orders candidates across
+    sensors (None: the confidence). ``why`` says what in the text matched what, and never
+    quotes a secret. ``agrees`` says what the dry run should show:
+
+    - ``True``: the text names what the check expects and the sensor saw it (a value in a
+      file): only a confirming dry run is offered;
+    - ``False``: the text names another value than the one seen: a refuting dry run is a
+      contradiction (the fact is wrong), a confirming one is dropped;
+    - ``None``: the text names the check, not its result (a test, a port, an endpoint):
+      a confirming dry run is offered, a refuting one is a contradiction — the other way
+      round when ``negated`` (the text says it fails: "the worker is down").
+
+    ``secret``: the dry run's observed value and message are never shown. ``found``
+    introduces what a contradicting dry run saw in ``why`` ("the file says 30").
+    """
+
+    selector: Mapping[str, Any]
+    confidence: float
+    why: str
+    rank: float | None = None
+    agrees: bool | None = True
+    negated: bool = False
+    secret: bool = False
+    found: str = "the check found"
+
+    @property
+    def order(self) -> float:
+        return self.confidence if self.rank is None else self.rank
+
+
+@dataclass(frozen=True, slots=True)
+class DryRun:
+    """A binding checked once now: what a revalidation would say; nothing is kept."""
+
+    outcome: str  # confirmed, refuted, changed or error
+    observed: Any = None
+    message: str = ""
+
+
+@runtime_checkable
+class SuggestsBindings(Protocol[B_contra]):
+    """``binding_candidates(text, limit=)`` and ``dry_run(selector)``: binding suggestions.
+
+    ``binding_candidates`` returns what the sensor can see that the text speaks of, best
+    first, at most ``limit`` (``fs``: values in files; ``code_test``: tests by name and
+    docstring; ``runtime``: the configured checks; ``http``: URLs on allowed hosts). It
+    must stay cheap — no unbounded I/O, nothing stored, nothing emitted — and never quote
+    a secret. ``dry_run`` checks one selector once, as a revalidation would, and emits
+    nothing. The daemon (``POST /v1/suggest-bindings``, ``bind: auto``) merges the
+    candidates of every running sensor, validates each as a binding, dry-runs the best
+    and offers only what the dry run bears out (see :class:`BindingCandidate`).
+    """
+
+    async def binding_candidates(self, text: str, *, limit: int) -> Sequence[BindingCandidate]: ...
+
+    async def dry_run(self, selector: B_contra) -> DryRun: ...

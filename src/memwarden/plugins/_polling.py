@@ -46,8 +46,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from pydantic import Field, JsonValue, model_validator
 
 from memwarden.errors import ValidationInputError
-from memwarden.memory import Duration, Outcome, format_duration, from_ts
+from memwarden.memory import Binding, Duration, Outcome, format_duration, from_ts
 from memwarden.memory.policy import next_check_in
+from memwarden.plugins._capabilities import DryRun
 from memwarden.plugins._contract import PLUGIN_API, BaseBinding, BaseSensorConfig, BoundSubject
 
 if TYPE_CHECKING:
@@ -369,6 +370,18 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         if Outcome(seen.outcome) not in (Outcome.CONFIRMED, Outcome.REFUTED):
             return None
         return seen if seen.observed_at is not None else replace(seen, observed_at=from_ts(at))
+
+    async def dry_run(self, selector: BindingT) -> DryRun:
+        """Check a selector once now (binding suggestions' dry run): the same ``check``
+        under its deadline, never overlapping another check of the subject; nothing is
+        emitted or remembered."""
+        ctx = self.ctx
+        raw = {"sensor": ctx.name, **selector.model_dump(mode="json", exclude_unset=True)}
+        binding = Binding.model_validate(raw)
+        bound = BoundSubject("dry-run", binding, selector)
+        async with self._lock(bound.subject):
+            obs = await self._checked(bound)
+        return DryRun(str(Outcome(obs.outcome)), obs.observed, obs.message)
 
     async def teardown(self) -> None:
         await self._cancel_all()

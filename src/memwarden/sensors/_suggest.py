@@ -26,6 +26,7 @@ first root, ``key`` + ``equals`` for JSON/YAML/TOML, an anchored ``regex`` for I
 from __future__ import annotations
 
 import functools
+import heapq
 import json
 import math
 import os
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memwarden.jsonpointer import parse_pointer
+from memwarden.sensors._textmatch import stem, words_of
 
 if TYPE_CHECKING:
     from memwarden.sensors._valueindex import Entry, Scalar, ValueIndex
@@ -78,9 +80,7 @@ _VERSION = re.compile(
     r"(?<![\w.])v?(\d+\.\d+(?:\.\d+)+(?:[-+][0-9A-Za-z.-]+)?|\d+\.\d+)(?![\w.]*\d)"
 )
 _QUOTED = re.compile(r"\"([^\"\n]{1,200})\"|'([^'\n]{1,200})'|`([^`\n]{1,200})`")
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _FILE = re.compile(r"[\w./-]*\w\.(?:json|ya?ml|toml|ini|cfg|env)\b|\.env\b")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _STOP = frozenset(
     [
         "a",
@@ -123,22 +123,28 @@ _STOP = frozenset(
     ]
 )
 _BOOLS = {"true": True, "false": False, "enabled": True, "disabled": False}
+_ON_OFF = re.compile(r"\b(?:is|are|switched|turned|set|stays?)\s+(on|off)\b", re.IGNORECASE)
+_NEGATION = re.compile(r"\b(not|no|never|without|n't)\b|n't\b", re.IGNORECASE)
+_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s<>\"'`]+", re.IGNORECASE)
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[_-][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*")
+_CAMEL_HUMP = re.compile(r"[a-z][A-Z]")
+# "at most 12" names a max_ key, "at least 3" a min_ one.
+_BOUNDS = (
+    (
+        re.compile(r"\b(at most|up to|maximum|no more than|limited to|capped at)\b", re.IGNORECASE),
+        "max",
+    ),
+    (re.compile(r"\b(at least|minimum|no less than|no fewer than)\b", re.IGNORECASE), "min"),
+)
+_COPULA = r"\s+(?:is|are|was|=|:)\s+(?:set to\s+|now\s+|still\s+)?[\"'`]?([\w.:/@+-]+)"
 
 MAX_WORD_ENTRIES = 500
 AMBIGUITY_PENALTY = 0.1
 W_VALUE = 0.5
 W_KEY = 0.4
 W_FILE = 0.1
-
-
-def words_of(text: str) -> list[str]:
-    """Lowercase words of identifiers and prose: ``maxRetries_ms`` -> max, retries, ms."""
-    return [
-        part.lower()
-        for raw in _WORD.findall(text)
-        for part in re.split(r"[_\-]+", _CAMEL.sub("_", raw))
-        if part
-    ]
+SPECIFIC = 0.01
+EXACT_KEY = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,14 +169,27 @@ class Extracted:
     files: list[str] = field(default_factory=list)
     bools: list[bool] = field(default_factory=list)
     tokens: list[str] = field(default_factory=list)  # every token, for secrets' hashes
+    stems: set[str] = field(default_factory=set)  # the words' Snowball stems
+    identifiers: set[str] = field(default_factory=set)  # snake_case/camelCase words as written
+    negated: bool = False  # "not", "no", "never", "without": a named boolean is false
+    text: str = ""  # the text itself (the value after "is" for a contradiction)
 
 
 def extract(text: str) -> Extracted:
     """Numbers with units, versions, quoted strings, words and file names in ``text``."""
     out = Extracted()
-    out.versions = [m.group(1) for m in _VERSION.finditer(text)]
-    version_spans = [m.span() for m in _VERSION.finditer(text)]
+    urls = [m.span() for m in _URL.finditer(text)]
+
+    def in_url(at: int) -> bool:
+        return any(a <= at < b for a, b in urls)
+
+    versions = [m for m in _VERSION.finditer(text) if not in_url(m.start())]
+    out.versions = [m.group(1) for m in versions]
+    # A version of three parts or more is not a number; 0.35 is both.
+    version_spans = [m.span() for m in versions if m.group(1).count(".") >= 2]
     for m in _NUMBER.finditer(text):
+        if in_url(m.start()):
+            continue
         if any(a <= m.start() < b for a, b in version_spans) and "." in m.group(1):
             continue
         number = float(m.group(1))
@@ -182,9 +201,18 @@ def extract(text: str) -> Extracted:
         out.quantities.append(Quantity(number, m.group(1), unit, seconds, size))
     for m in _QUOTED.finditer(text):
         out.quoted.append(next(g for g in m.groups() if g is not None))
-    out.words = {w for w in words_of(text) if w not in _STOP and len(w) > 1}
+    out.text = text
+    prose = _URL.sub(" ", text)  # a URL's words are the http sensor's business, not keys
+    out.words = {w for w in words_of(prose) if w not in _STOP and len(w) > 1}
+    out.stems = {stem(w) for w in out.words}
+    out.stems |= {bound for pattern, bound in _BOUNDS if pattern.search(prose)}
+    out.identifiers = {
+        w for w in _IDENTIFIER.findall(text) if "_" in w or "-" in w or _CAMEL_HUMP.search(w)
+    }
     out.files = [f.lower() for f in _FILE.findall(text)]
     out.bools = [_BOOLS[w] for w in words_of(text) if w in _BOOLS]
+    out.bools += [m.group(1).lower() == "on" for m in _ON_OFF.finditer(text)]
+    out.negated = _NEGATION.search(text) is not None
     tokens = [t.strip(".,;:!?()[]{}\"'`") for t in text.split()]
     out.tokens = list(dict.fromkeys([*out.quoted, *(t for t in tokens if t)]))[:200]
     return out
@@ -203,39 +231,59 @@ class Candidate:
 
     def binding(self, sensor: str, base: str) -> dict[str, Any]:
         """The fs binding, its path relative to ``base`` (the first root) when below it."""
+        return {"sensor": sensor, **self.selector(base)}
+
+    def selector(self, base: str) -> dict[str, Any]:
+        """The fs binding's keys without ``sensor``."""
         e = self.entry
         path = (
             os.path.relpath(e.path, base) if e.path.startswith(base.rstrip("/") + "/") else e.path
         )
         if e.fmt in ("json", "yaml", "toml"):
-            return {"sensor": sensor, "path": path, "key": e.pointer, "equals": self.equals}
+            return {"path": path, "key": e.pointer, "equals": self.equals}
         name = re.escape(parse_pointer(e.pointer)[-1])
         text = self.equals if isinstance(self.equals, str) else json.dumps(self.equals)
         value = re.escape(text)
         regex = rf"(?m)^\s*(?:export\s+)?{name}\s*[=:]\s*[\"']?{value}[\"']?\s*$"
-        return {"sensor": sensor, "path": path, "regex": regex}
+        return {"path": path, "regex": regex}
 
 
 @functools.lru_cache(maxsize=65_536)
 def _pointer_words(pointer: str) -> tuple[tuple[str, ...], frozenset[str]]:
-    """A key path's last segment's words (unit words dropped) and its parents' words."""
+    """A key path's last segment's word stems (unit words dropped) and its parents'."""
     segments = [s for s in pointer.split("/") if s and not s.isdigit()]
     if not segments:
         return (), frozenset()
     last = [w for w in words_of(segments[-1]) if w not in _STOP]
-    named = [w for w in last if w not in _TIME_UNITS and w not in _SIZE_UNITS]
-    last = named or last  # timeout_ms is about a timeout: the unit is the value's business
-    parents = frozenset(w for s in segments[:-1] for w in words_of(s)) - _STOP - set(last)
-    return tuple(last), parents
+    if len(last) > 1 and (last[-1] in _TIME_UNITS or last[-1] in _SIZE_UNITS):
+        last = last[:-1]  # timeout_ms is about a timeout: the unit is the value's business
+    stems = tuple(dict.fromkeys(stem(w) for w in last))
+    parents = frozenset(stem(w) for s in segments[:-1] for w in words_of(s) if w not in _STOP)
+    return stems, parents - set(stems)
 
 
-def _key_score(pointer: str, words: set[str]) -> tuple[float, float, list[str]]:
-    """The share of the last segment's words in the text, 0.1 per parent word, the words."""
-    last, parents = _pointer_words(pointer)
+@functools.lru_cache(maxsize=32_768)
+def _file_words(path: str) -> frozenset[str]:
+    """The stems of a file's name and the two directories above it (``payments.json`` ->
+    payment; ``web/package.json`` -> web, packag): weak context, like a parent key."""
+    parts = path.split("/")
+    name = parts[-1].split(".")[0] or parts[-1]
+    words = [w for part in [*parts[-3:-1], name] for w in words_of(part)]
+    return frozenset(stem(w) for w in words if w not in _STOP and len(w) > 1)
+
+
+def _key_score(entry: Entry, ex: Extracted) -> tuple[float, float, list[str]]:
+    """The share of the last segment's words in the text, 0.1 per parent (or file name)
+    word, and the words; a key the text writes out (``min_length``) counts in full."""
+    last, parents = _pointer_words(entry.pointer)
     if not last:
         return 0.0, 0.0, []
-    hit = [w for w in last if w in words or w.rstrip("s") in words or w + "s" in words]
-    parent_hit = sorted(w for w in parents if w in words)
+    words = ex.stems
+    hit = [w for w in last if w in words]
+    parent_hit = sorted(w for w in parents | (_file_words(entry.path) - set(last)) if w in words)
+    segment = entry.pointer.rsplit("/", 1)[-1]
+    if segment in ex.identifiers:  # the text writes the key out: (minReplicas)
+        return 1.0, 0.1 * len(parent_hit) + EXACT_KEY, [segment, *parent_hit]
     return len(hit) / len(last), 0.1 * len(parent_hit), hit + parent_hit
 
 
@@ -245,6 +293,14 @@ def _key_unit(pointer: str) -> float | None:
     for w in reversed(last):
         if w in _TIME_UNITS and w not in ("m", "d"):
             return _TIME_UNITS[w]
+    return None
+
+
+def _key_size(pointer: str) -> float | None:
+    """The size unit a key's name implies (``max_upload_mb`` -> 1e6); None: none named."""
+    for w in reversed(words_of(pointer.rsplit("/", 1)[-1])):
+        if w in _SIZE_UNITS:
+            return _SIZE_UNITS[w]
     return None
 
 
@@ -267,16 +323,24 @@ Match = tuple[float, "Scalar", str]  # (strength, the value to expect, what matc
 _NO_MATCH: Match = (0.0, None, "")
 
 
-def _value_match(entry: Entry, ex: Extracted, index: ValueIndex) -> Match:
+def _value_match(entry: Entry, ex: Extracted, index: ValueIndex) -> Match:  # noqa: PLR0911 - one return per kind of value
     """How strongly the text names the entry's value."""
     v = entry.value
     if entry.secret:
         for p in ex.tokens:
             if index.digest(p) == entry.secret_hash:
-                return 1.0, p, "a secret, compared by hash"
+                # As for any value: a word ("json") is less telling than s3cr3t-42.
+                return (0.6 if p.isalpha() else 1.0), p, "a secret, compared by hash"
         return _NO_MATCH
     if isinstance(v, bool):
-        return (0.6, v, str(v).lower()) if v in ex.bools else _NO_MATCH
+        if ex.bools:
+            return (0.6, v, str(v).lower()) if v in ex.bools else _NO_MATCH
+        # "SMTP uses TLS", "not in maintenance mode": a boolean key named in full says
+        # true, or false with a negation.
+        last, _, _ = _key_score(entry, ex)
+        if last >= 1.0 and v != ex.negated:
+            return 0.6, v, "named " + ("with a negation" if ex.negated else "as true")
+        return _NO_MATCH
     if isinstance(v, int | float):
         return _number_match(entry.pointer, v, ex)
     if isinstance(v, str) and v.strip():
@@ -286,8 +350,11 @@ def _value_match(entry: Entry, ex: Extracted, index: ValueIndex) -> Match:
 
 def _number_match(pointer: str, v: float, ex: Extracted) -> Match:
     unit = _key_unit(pointer)
+    size = _key_size(pointer)
     best = _NO_MATCH
     for q in ex.quantities:
+        if q.size_bytes is not None and size is not None and _close(q.size_bytes / size, v):
+            return 1.0, v, f"{q.raw} {q.unit} = {_as_number(v)}"
         if q.seconds is not None:
             for scale in (unit,) if unit is not None else (1.0, 0.001):
                 if _close(q.seconds / scale, v):
@@ -313,6 +380,8 @@ def _string_match(v: str, ex: Extracted) -> Match:
     if any(low == t.lower() for t in ex.tokens):
         # Said verbatim: a host, an address, an email, 512Mi is specific; a word less so.
         return (0.6 if low.isalpha() else 1.0), v, v
+    if low.isalpha() and stem(low) in ex.stems:
+        return 0.5, v, v  # "captured manually" for manual
     return _NO_MATCH
 
 
@@ -341,7 +410,21 @@ def _contradicting_value(entry: Entry, ex: Extracted) -> tuple[Scalar, str] | No
             return ex.versions[0], f"version {ex.versions[0]}"
         if ex.quoted:
             return ex.quoted[0], f'"{ex.quoted[0]}"'
+        said = _said_after_key(entry.pointer, ex.text)
+        if said is not None:
+            return said, said
     return None
+
+
+def _said_after_key(pointer: str, text: str) -> str | None:
+    """The word after the key's name and "is" ("the log level is debug" -> debug)."""
+    words = words_of(pointer.rsplit("/", 1)[-1])
+    if not words:
+        return None
+    m = re.search(rf"\b{re.escape(stem(words[-1]))}\w*{_COPULA}", text, re.IGNORECASE)
+    if m is None or m.group(1).lower() in {*_STOP, "not", "no", "never"}:
+        return None
+    return m.group(1).rstrip(".,;:!?")
 
 
 _TRAILING_VERSION = re.compile(r"(\d+(?:\.\d+)+(?:[-+][0-9a-z.-]+)?)$")
@@ -355,9 +438,11 @@ def _num(value: float) -> str:
 def match_keys(entry: Entry) -> list[str]:
     """The lookup keys of an index entry (the index keeps them: a text finds its entries
     by :func:`_text_keys` without scanning the whole index). Runs in the index's thread."""
+    _file_words(entry.path)  # computed here, in the index's thread, not while matching
     if entry.secret_hash is not None:
         return ["h:" + entry.secret_hash]
     keys = ["w:" + w for w in _pointer_words(entry.pointer)[0]]
+    keys += ["w:" + stem(w) for w in words_of(entry.pointer.rsplit("/", 1)[-1])]
     v = entry.value
     if isinstance(v, bool):
         keys.append(f"b:{v}")
@@ -380,14 +465,15 @@ def match_keys(entry: Entry) -> list[str]:
 def _text_keys(ex: Extracted, index: ValueIndex) -> set[str]:
     """The lookup keys of the text's values, and of its words when they are not common."""
     keys: set[str] = set()
-    for w in ex.words:
-        for form in ("w:" + w, "w:" + w + "s", "w:" + w.rstrip("s")):
-            # A key word in very many entries (timeout in every service's config) is left
-            # to the value keys: alone it would only propose ambiguous contradictions.
-            if len(index.lookup.get(form, ())) <= MAX_WORD_ENTRIES:
-                keys.add(form)
+    for w in ex.stems | {stem(p) for i in ex.identifiers for p in words_of(i)}:
+        # A key word in very many entries (timeout in every service's config) is left
+        # to the value keys: alone it would only propose ambiguous contradictions.
+        if len(index.lookup.get("w:" + w, ())) <= MAX_WORD_ENTRIES:
+            keys.add("w:" + w)
     for q in ex.quantities:
         keys.add("n:" + _num(q.number))
+        if q.size_bytes is not None:
+            keys.update("n:" + _num(q.size_bytes / scale) for scale in _SIZE_UNITS.values())
         if q.seconds is not None:
             keys.add("d:" + _num(q.seconds))
             keys.update("n:" + _num(q.seconds / scale) for scale in _SCALES)
@@ -416,31 +502,81 @@ def candidates(text: str, index: ValueIndex, *, limit: int = 20) -> list[Candida
         group = (entry.pointer, entry.fmt, repr(entry.value), entry.secret_hash)
         groups.setdefault(group, []).append(entry)
     out: list[Candidate] = []
+    contra: list[Candidate] = []
+    named_in_full = False
     for entries in groups.values():
+        shared = len(entries)
         first = entries[0]
-        last, parents, key_words = _key_score(first.pointer, ex.words)
         strength, value, matched = _value_match(first, ex, index)
-        said = ""
-        if strength == 0.0:
-            found = _contradicting_value(first, ex) if last >= 1.0 else None
-            if found is None:
-                continue
-            value, said = found
-        hits = {e: _file_hit(e, ex) for e in entries} if ex.files else dict.fromkeys(entries, False)
-        ranked = sorted(entries, key=lambda e: (not hits[e], e.path))[:limit]
-        for entry in ranked:
+        pick = entries
+        if len(entries) > limit:
+            # One key and value in many files (log level debug in 5 000): only the files
+            # whose names the text speaks of can rank apart; score the best few alone.
+            pick = heapq.nsmallest(limit, entries, key=lambda e: _file_order(e, ex))
+        hits = {e: _file_hit(e, ex) for e in pick} if ex.files else dict.fromkeys(pick, False)
+        scored = [(e, _key_score(e, ex)) for e in pick]
+        scored.sort(key=lambda t: (not hits[t[0]], -(t[1][0] + t[1][1]), t[0].path))
+        for entry, (last, parents, key_words) in scored[:limit]:
             file_hit = hits[entry]
-            if strength and last + parents == 0.0 and not file_hit and strength < 1.0:
+            key = last + parents
+            said = ""
+            if strength == 0.0:
+                # A contradiction needs the key named in full and placed: a parent or the
+                # file named too (port alone is in every service's config).
+                named = len(key_words) - round(parents * 10)  # the last segment's words named
+                placed = (
+                    parents > 0
+                    or file_hit
+                    or entry.pointer.count("/") == 1
+                    or named >= 2
+                    or _unique_key(entry, index)
+                )
+                full = last >= 1.0 or (named >= 2 and last >= 0.6)
+                found = _contradicting_value(entry, ex) if full and placed else None
+                if found is None:
+                    continue
+                value, said = found
+            elif key == 0.0 and not file_hit and strength < 1.0:
                 continue  # a bare number or word alone is too common to mean this key
-            penalty = AMBIGUITY_PENALTY if len(entries) > 1 and not file_hit else 0.0
-            rank = W_VALUE * strength + W_KEY * (last + parents) + W_FILE * file_hit - penalty
-            confidence = round(max(0.0, min(1.0, rank)), 3)
-            why = _why(entry, matched, said, key_words, file_hit=file_hit, shared=len(entries))
-            out.append(Candidate(entry, value, confidence, why, agrees=bool(strength), rank=rank))
+            penalty = AMBIGUITY_PENALTY if shared > 1 and not file_hit else 0.0
+            # Of two keys that match alike, the one with more of its words named is the
+            # more specific (minReplicas over replicas): a small bonus in the ranking only.
+            rank = (
+                W_VALUE * strength
+                + W_KEY * key
+                + W_FILE * file_hit
+                - penalty
+                + SPECIFIC * len(key_words)
+            )
+            confidence = round(max(0.0, min(1.0, rank - SPECIFIC * len(key_words))), 3)
+            why = _why(entry, matched, said, key_words, file_hit=file_hit, shared=shared)
+            cand = Candidate(entry, value, confidence, why, agrees=bool(strength), rank=rank)
+            if strength:
+                out.append(cand)
+                if last >= 1.0:
+                    named_in_full = True
+            else:
+                contra.append(cand)
+    # A contradiction only where no value the text names sits under a key it names in
+    # full: "port 8000" with /server/port = 8000 found contradicts no other port.
+    if not named_in_full:
+        out += contra
     # Ranked by the uncapped score: of two full key matches the one whose parents the text
     # also names (queue visibility timeout) is the more specific.
     out.sort(key=lambda c: (-c.rank, not c.agrees, c.entry.secret, c.entry.path, c.entry.pointer))
     return out[:limit]
+
+
+def _file_order(entry: Entry, ex: Extracted) -> tuple[bool, int, str]:
+    """Files the text names first, then those whose names share its words."""
+    named = bool(ex.files) and _file_hit(entry, ex)
+    return (not named, -len(_file_words(entry.path) & ex.stems), entry.path)
+
+
+def _unique_key(entry: Entry, index: ValueIndex) -> bool:
+    """Whether no other entry has a key named like this one's (the only timeout)."""
+    words = _pointer_words(entry.pointer)[0]
+    return bool(words) and all(len(index.lookup.get("w:" + w, ())) <= 1 for w in words)
 
 
 def _file_hit(entry: Entry, ex: Extracted) -> bool:

@@ -17,9 +17,12 @@ key drawn at random when the index is made and never written anywhere: a fact's 
 be matched against them, and nothing can echo them.
 
 Parsing runs in a worker thread (``asyncio.to_thread``), not the event loop; a worker
-process would also bound its CPU time, which is not done yet. The index keeps itself up
-to date from a :class:`~memwarden.sensors._watch.Watcher` on the roots (recursive), the
-same watcher class the sensor's bindings use; a lost event queue rebuilds it.
+process would also bound its CPU time, which is not done yet. The index does not watch
+anything itself: the fs sensor's one watcher watches every directory the index looks in
+(:meth:`ValueIndex.walk_dirs_sync`, each non-recursively, so a directory moved away and
+made again is simply a new directory to watch), hands the index what it touched
+(:meth:`ValueIndex.changes_of`, :meth:`ValueIndex.apply_changes`), and rebuilds it when
+the kernel's event queue overflowed.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import yaml
 
 from memwarden.jsonpointer import pointer_of
 from memwarden.sensors import _fscheck as fc
-from memwarden.sensors._watch import Watcher, event_paths
+from memwarden.sensors._watch import event_paths
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -66,6 +69,11 @@ Scalar = str | int | float | bool | None
 _SECRET_KEY = re.compile(
     r"passw(or)?d|passphrase|secret|token|api[_-]?key|apikey|private|credential", re.IGNORECASE
 )
+_NOT_SECRET_TAIL = re.compile(
+    r"(ttl|lifetime|expiry|expires|expiration|timeout|length|len|rounds|min|max|count|size|"
+    r"algorithm|alg|issuer|enabled|required|file|path|header|type|name)$",
+    re.IGNORECASE,
+)
 _EXTENSIONS: dict[str, Format] = {
     ".json": "json",
     ".yaml": "yaml",
@@ -85,6 +93,7 @@ class IndexLimits:
     max_nodes_per_file: int = 20_000
     max_files: int = 20_000
     max_entries: int = 500_000
+    max_dirs: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +116,12 @@ class LimitError(ValueError):
 
 
 def is_secret_key(pointer: str) -> bool:
-    """Whether a key path names something secret (``/db/password``, ``/API_TOKEN``)."""
-    return bool(_SECRET_KEY.search(pointer))
+    """Whether a key path names something secret (``/db/password``, ``/API_TOKEN``,
+    ``/secrets/stripe``) — not a setting *about* one (``/password/min_length``,
+    ``/jwt/access_token_ttl``: the last key ends in a length, a lifetime, a count...)."""
+    if not _SECRET_KEY.search(pointer):
+        return False
+    return not _NOT_SECRET_TAIL.search(pointer.rsplit("/", 1)[-1])
 
 
 def file_format(path: str) -> Format | None:
@@ -187,6 +200,8 @@ def _scalar(value: Any, *, untyped: bool = False) -> Scalar:
     if untyped and isinstance(value, str) and _NUMERIC.fullmatch(value.strip()):
         text = value.strip()  # INI has only strings: "4" is taken as the number it says
         return float(text) if "." in text else int(text)
+    if untyped and isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"  # and "True" as the boolean
     return fc.json_scalar(value)
 
 
@@ -257,7 +272,7 @@ class _Parsed:
 
 @dataclass(slots=True)
 class ValueIndex:
-    """The values under ``roots``; rebuilt by :meth:`rebuild`, followed by :meth:`follow`."""
+    """The values under ``roots``: built by :meth:`rebuild`, kept by :meth:`apply_changes`."""
 
     roots: tuple[str, ...]
     ignore: tuple[str, ...] = ()
@@ -266,6 +281,7 @@ class ValueIndex:
     problems: dict[str, str] = field(default_factory=dict)
     entry_count: int = 0
     truncated: bool = False
+    dirs_truncated: bool = False
     builds: int = 0
     updates: int = 0
     keys_of: Callable[[Entry], Iterable[str]] | None = None
@@ -298,18 +314,12 @@ class ValueIndex:
             "files": len(self.files),
             "entries": self.entry_count,
             "skipped": len(self.problems),
-            "truncated": self.truncated,
+            "truncated": self.truncated or self.dirs_truncated,
             "builds": self.builds,
             "updates": self.updates,
         }
 
     # ------------------------------------------------------------------ building
-
-    def wanted(self, path: str) -> bool:
-        """Whether a path is one the index reads (by name; cheap: observer thread)."""
-        if file_format(path) is None:
-            return False
-        return not any(_ignored(p, self.ignore) for p in path.split("/")[:-1])
 
     def _walk_sync(self, tops: Sequence[str] | None = None) -> list[str]:
         found: list[str] = []
@@ -380,6 +390,26 @@ class ValueIndex:
             for key, entry in result.keys:
                 self.lookup.setdefault(key, set()).add(entry)
 
+    def add_document(self, path: str, data: bytes, fmt: Format) -> str | None:
+        """Index one document that is not a file (an HTTP answer) under the name ``path``,
+        with the same limits and the same secret hashing; blocking (parsing): run it in a
+        thread. Returns why nothing was indexed, or None."""
+        if len(data) > self.limits.max_file_bytes:
+            problem = f"{len(data)} bytes, over the index's {self.limits.max_file_bytes}"
+            self._apply({path: _Parsed(problem=problem)})
+            return problem
+        try:
+            entries, note = parse_entries(path, data, fmt, self.limits, self._key)
+        except RecursionError:
+            entries, note = [], f"not indexed: nested too deeply to parse as {fmt}"
+        except Exception as err:  # noqa: BLE001 - any parser failure: nothing is indexed
+            entries, note = [], f"not indexed: not valid {fmt} ({type(err).__name__})"
+        keys: tuple[tuple[str, Entry], ...] = ()
+        if self.keys_of is not None:
+            keys = tuple((k, e) for e in entries for k in self.keys_of(e))
+        self._apply({path: _Parsed(tuple(entries), note, keys)})
+        return None if entries else note
+
     async def rebuild(self) -> None:
         """Walk the roots and parse every indexable file (in a worker thread)."""
         paths = await asyncio.to_thread(self._walk_sync)
@@ -401,38 +431,58 @@ class ValueIndex:
 
     # ------------------------------------------------------------------ following
 
-    def _accept(self, event: FileSystemEvent) -> list[Change]:
-        """Observer thread: which indexable files the event touches (string tests only)."""
+    def walk_dirs_sync(self) -> list[str]:
+        """Worker thread: the directories under the roots the index looks in (ignored ones
+        are not entered; links not followed), at most ``max_dirs``: the fs sensor watches
+        each of them, non-recursively, with the watcher that follows its bindings."""
+        found: list[str] = []
+        for root in self.roots:
+            for top, dirs, _ in os.walk(root, followlinks=False):
+                dirs[:] = sorted(d for d in dirs if not _ignored(d, self.ignore))
+                found.append(top)
+                if len(found) >= self.limits.max_dirs:
+                    self.dirs_truncated = True
+                    return found
+        self.dirs_truncated = False
+        return found
+
+    def changes_of(self, event: FileSystemEvent) -> list[Change]:
+        """Observer thread: the indexable files (``x``) and directories (``X``) an event
+        touches (string tests only, no I/O)."""
         out: list[Change] = []
         for path in event_paths(event):
+            rel = self._relative(path)
+            if rel is None or any(_ignored(p, self.ignore) for p in rel[:-1]):
+                continue
             if event.is_directory:
-                if not any(_ignored(p, self.ignore) for p in path.split("/")):
-                    out.append(("d", path))
-            elif self.wanted(path):
-                out.append(("f", path))
+                if not (rel and _ignored(rel[-1], self.ignore)):
+                    out.append(("X", path))
+            elif rel and file_format(rel[-1]) is not None:
+                out.append(("x", path))
         return out
+
+    def _relative(self, path: str) -> list[str] | None:
+        """A path's parts below the root it is in; None: in none of them."""
+        for root in self.roots:
+            if path == root:
+                return []
+            if path.startswith(root.rstrip("/") + "/"):
+                return path[len(root.rstrip("/")) + 1 :].split("/")
+        return None
 
     def _under_sync(self, dirs: Sequence[str], had: Sequence[str]) -> list[str]:
         """Worker thread: the indexable files below these directories now, and ``had``,
         those the index knew below them (gone ones leave it)."""
         return sorted({*had, *self._walk_sync([d for d in dirs if os.path.isdir(d)])})
 
-    async def follow(self, name: str, *, debounce_ms: int = 200) -> None:
-        """Build the index, then keep it current until cancelled."""
-        watcher = Watcher(self._accept, debounce_ms=debounce_ms, name=f"{name}.index")
-        async with watcher:
-            for root in self.roots:
-                await asyncio.to_thread(watcher.schedule, root, recursive=True)
-            await self.rebuild()
-            while True:
-                batch = await watcher.next_batch()
-                if batch.overflow:
-                    await self.rebuild()  # events were lost: walk everything again
-                    continue
-                files = [p for kind, p in batch.changes if kind == "f"]
-                dirs = sorted({p for kind, p in batch.changes if kind == "d"})
-                if dirs:  # a directory came, went or moved: look below it only
-                    known = [*self.files, *self.problems]
-                    had = [p for p in known if any(fc.is_within(p, d) for d in dirs)]
-                    files += await asyncio.to_thread(self._under_sync, dirs, had)
-                await self.update(files)
+    async def apply_changes(self, files: Iterable[str], dirs: Iterable[str]) -> None:
+        """Parse these files again, and everything below these directories (a directory
+        came, went, moved, or was newly watched): only what changed is looked at."""
+        todo = set(files)
+        below = sorted(set(dirs))
+        if below:
+            known = [*self.files, *self.problems]
+            had = [p for p in known if any(fc.is_within(p, d) for d in below)]
+            todo.update(await asyncio.to_thread(self._under_sync, below, had))
+        if todo:
+            await self.update(sorted(todo))

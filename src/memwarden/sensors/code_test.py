@@ -28,20 +28,23 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from memwarden.errors import ConfigError, ValidationInputError
-from memwarden.memory import Outcome
-from memwarden.plugins import PLUGIN_API, BaseBinding, BaseSensorConfig
+from memwarden.memory import Binding, Outcome, RevalidationReason, RevalidationRequest
+from memwarden.plugins import PLUGIN_API, BaseBinding, BaseSensorConfig, BindingCandidate, DryRun
 from memwarden.sensors import _fscheck as fc
 from memwarden.sensors import _sandbox as sb
 from memwarden.sensors import _selection as picks
 from memwarden.sensors._junit import JUnitError, Report, TestResult, parse_junit
 from memwarden.sensors._proc import ProcResult, run_command
 from memwarden.sensors._tasks import task_group
+from memwarden.sensors._testcatalog import TestCatalog
+from memwarden.sensors._textmatch import negated, overlap, stems
 from memwarden.sensors._watch import Change, Watcher, event_paths
 
 if TYPE_CHECKING:
@@ -49,7 +52,7 @@ if TYPE_CHECKING:
 
     from watchdog.events import FileSystemEvent
 
-    from memwarden.memory import RevalidationRequest, ValidationEvent
+    from memwarden.memory import ValidationEvent
     from memwarden.plugins import SensorContext
 
 __all__ = ["DEFAULT_IGNORE", "CodeTestBinding", "CodeTestConfig", "CodeTestSensor"]
@@ -76,6 +79,7 @@ DEFAULT_HIDE = (
     "/etc/ssh",
     "/etc/memwarden",
 )
+_MIN_TEST_CONFIDENCE = 0.4
 _NOT_FOUND = re.compile(r"^ERROR: not found: (.+?)\s*$", re.MULTILINE)
 _SHOWN_FAILURES = 5
 
@@ -225,6 +229,7 @@ class _Request:
     selector: CodeTestBinding
     future: asyncio.Future[ValidationEvent | None]
     abandoned: bool = False  # the caller stopped waiting (deadline): emit the answer instead
+    dry: bool = False  # a dry run: answered, never emitted (not even when abandoned)
 
 
 class CodeTestSensor:
@@ -255,6 +260,8 @@ class CodeTestSensor:
         self.sandboxed = False
         self._bwrap: str | None = None
         self._interpreter: list[Path] | None = None  # what the command needs to run
+        self.catalog = TestCatalog(self.root, tuple(config.ignore))
+        self._catalog_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ contract
 
@@ -423,6 +430,79 @@ class CodeTestSensor:
             req.abandoned = True
             raise
 
+    async def binding_candidates(self, text: str, *, limit: int) -> list[BindingCandidate]:
+        """Tests whose names (and docstrings) say what the text says (see
+        :mod:`._testcatalog`: found by parsing the test files, never by running them)."""
+        async with self._catalog_lock:  # one refresh at a time: it updates the catalog
+            tests = await asyncio.to_thread(self.catalog.refresh, self.layout)
+        said = set(stems(text))
+        if not said:
+            return []
+        fails = negated(text, "test")
+        scored: list[BindingCandidate] = []
+        for t in tests:
+            share, hit = overlap(t.name_stems, said)
+            if not hit:
+                continue
+            doc_share, doc_hit = overlap(t.doc_stems, said)
+            known = {*t.name_stems, *t.doc_stems, *t.file_stems}
+            cover = len(said & known) / len(said)
+            exact = t.name in text or (bool(t.cls) and f"{t.cls}.{t.name}" in text)
+            confidence = 0.95 if exact else 0.5 * share + 0.2 * doc_share + 0.3 * cover
+            if confidence < _MIN_TEST_CONFIDENCE:
+                continue
+            why = f"the test {t.id} is named for {', '.join(hit)}"
+            if doc_hit:
+                why += f"; its docstring says {', '.join(doc_hit[:6])}"
+            if fails:
+                why += "; the text says it fails"
+            scored.append(
+                BindingCandidate(
+                    {"test": t.id},
+                    round(min(1.0, confidence), 3),
+                    why,
+                    agrees=None,
+                    negated=fails,
+                    found="the test run says",
+                )
+            )
+        scored.sort(key=lambda c: (-c.confidence, str(c.selector["test"])))
+        return scored[:limit]
+
+    async def dry_run(self, selector: CodeTestBinding) -> DryRun:
+        """Run the selection once, with the other requests of the moment (one batch, one
+        run at a time as always); nothing is emitted."""
+        ctx = self._require_ctx()
+        problem = self._selection_problem(selector)
+        if problem is not None:
+            return DryRun("error", message=str(problem))
+        now = ctx.now()
+        request = RevalidationRequest(
+            block_id="dry-run",
+            sensor=ctx.name,
+            subject=selector.selection,
+            binding=Binding.model_validate(
+                {"sensor": ctx.name, **selector.model_dump(mode="json", exclude_unset=True)}
+            ),
+            reason=RevalidationReason.MANUAL,
+            created_at=now,
+            deadline=now + timedelta(seconds=self.config.timeout_s),
+        )
+        if not self._accepting:
+            return DryRun("error", message="the code_test sensor is not running")
+        future: asyncio.Future[ValidationEvent | None] = asyncio.get_running_loop().create_future()
+        req = _Request(request, selector, future, dry=True)
+        self._requests.append(req)
+        self._wake.set()
+        try:
+            event = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            req.abandoned = True
+            raise
+        if event is None:
+            return DryRun("changed", message="skipped: a skipped test tells nothing")
+        return DryRun(str(event.outcome), event.observed, event.message)
+
     async def teardown(self) -> None:
         # Runs (and their process groups) end with ``run``'s cancellation; nothing is held.
         self._accepting = False
@@ -535,7 +615,7 @@ class CodeTestSensor:
             event = self._event_for_request(req, verdict) if verdict is not None else None
             answered.add((req.request.block_id, req.request.subject))
             if req.abandoned:
-                if event is not None:
+                if event is not None and not req.dry:
                     await ctx.emit(event)  # the caller gave up; the result still counts
             elif not req.future.done():
                 req.future.set_result(event)

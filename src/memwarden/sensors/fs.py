@@ -33,7 +33,9 @@ from memwarden.plugins import (
     PLUGIN_API,
     BaseBinding,
     BaseSensorConfig,
+    BindingCandidate,
     BoundSubject,
+    DryRun,
     ValidationInputError,
 )
 from memwarden.sensors import _fscheck as fc
@@ -44,7 +46,7 @@ from memwarden.sensors._regex import (
     compile_user_regex,
     regex_field,
 )
-from memwarden.sensors._suggest import match_keys
+from memwarden.sensors._suggest import candidates, match_keys
 from memwarden.sensors._tasks import task_group
 from memwarden.sensors._valueindex import ValueIndex
 from memwarden.sensors._watch import Change, Watcher, event_paths
@@ -89,10 +91,10 @@ class FsConfig(BaseSensorConfig):
         description="Look at every bound path this often anyway (a safety net); None: never.",
     )
     index: bool = Field(
-        default=False,
+        default=True,
         description="Index the JSON/YAML/TOML/INI/.env values under the roots, for binding "
-        "suggestions (docs/SUGGESTIONS.md); off by default while it needs its own recursive "
-        "watch of the roots.",
+        "suggestions (docs/SUGGESTIONS.md); every directory under the roots (ignored ones "
+        "not) is then watched.",
     )
 
     @field_validator("ignore")
@@ -252,6 +254,13 @@ class FsSensor:
             if config.index
             else None
         )
+        # What the watcher saw for the index, taken by its own task (so a slow parse never
+        # holds up a binding's check): files, directories, and whether events were lost.
+        self._index_files: set[str] = set()
+        self._index_dirs: set[str] = set()
+        self._index_rebuild = False
+        self._index_wake = asyncio.Event()
+        self._index_dir_list: list[str] | None = None  # the last walk of the index's dirs
 
     # ------------------------------------------------------------------ contract
 
@@ -344,25 +353,72 @@ class FsSensor:
                         await ctx.emit(event)
         return answer
 
-    async def dry_run(self, selector: FsBinding) -> fc.Verdict:
+    async def binding_candidates(self, text: str, *, limit: int) -> list[BindingCandidate]:
+        """Values in the roots' files that the text names (:mod:`._suggest`); none
+        without the index (``index = false``) or before it is built."""
+        if self.index is None:
+            return []
+        found = candidates(text, self.index, limit=limit)
+        return [
+            BindingCandidate(
+                c.selector(self.roots[0]),
+                c.confidence,
+                c.why,
+                rank=c.rank,
+                agrees=c.agrees,
+                secret=c.entry.secret,
+                found="the file says",
+            )
+            for c in found
+        ]
+
+    async def dry_run(self, selector: FsBinding) -> DryRun:
         """Check a binding once now, as a revalidation would; nothing is kept or emitted.
 
-        Raises ``ValueError`` for a path outside the roots.
+        A path outside the roots is an ``error``.
         """
-        target = self._target_of(selector)
+        try:
+            target = self._target_of(selector)
+        except ValueError as err:
+            return DryRun("error", message=str(err))
         bound = self._make_bound("dry-run", "", selector.path, selector, target)
         results = await asyncio.to_thread(
             self._check_sync, [(target.key, None, [(bound, "force")])]
         )
-        return results[0][2][0][1]
+        verdict = results[0][2][0][1]
+        return DryRun(str(verdict.outcome), verdict.observed, verdict.message)
 
     async def _follow_index(self, ctx: SensorContext[FsBinding]) -> None:
-        """Keep the value index current; its failure costs suggestions, never the checks."""
-        assert self.index is not None  # noqa: S101 - only started with an index
+        """Keep the value index current from what the sensor's watcher hands over (its
+        directories are watched since the first replan); its failure costs suggestions,
+        never the checks."""
+        index = self.index
+        assert index is not None  # noqa: S101 - only started with an index
         try:
-            await self.index.follow(ctx.name, debounce_ms=max(self.config.debounce_ms, 100))
+            await index.rebuild()
+            while True:
+                await self._index_wake.wait()
+                self._index_wake.clear()
+                files, self._index_files = self._index_files, set()
+                dirs, self._index_dirs = self._index_dirs, set()
+                rebuild, self._index_rebuild = self._index_rebuild, False
+                if rebuild:
+                    await index.rebuild()  # events were lost: walk everything again
+                else:
+                    await index.apply_changes(files, dirs)
         except Exception as err:  # noqa: BLE001 - the index is a helper: log, keep checking
             ctx.log.warning("fs_index_stopped", error=repr(err))
+
+    def _to_index(
+        self, files: Iterable[str], dirs: Iterable[str], *, rebuild: bool = False
+    ) -> None:
+        if self.index is None:
+            return
+        self._index_files.update(files)
+        self._index_dirs.update(dirs)
+        self._index_rebuild = self._index_rebuild or rebuild
+        if self._index_files or self._index_dirs or self._index_rebuild:
+            self._index_wake.set()
 
     async def teardown(self) -> None:
         watcher, self._watcher = self._watcher, None
@@ -462,6 +518,8 @@ class FsSensor:
             for spec, key in lookup.globs:
                 if fc.is_within(path, spec.prefix) and (event.is_directory or spec.matches(path)):
                     out.append(("k", key))
+        if self.index is not None:
+            out.extend(self.index.changes_of(event))
         return out
 
     async def _follow_changes(self, watcher: Watcher) -> None:
@@ -475,6 +533,8 @@ class FsSensor:
                 raise RuntimeError("the watchdog observer thread stopped")
             keys = {v for kind, v in batch.changes if kind == "k"}
             dirs = {v for kind, v in batch.changes if kind == "d"}
+            index_dirs = {v for kind, v in batch.changes if kind == "X"}
+            index_files = {v for kind, v in batch.changes if kind == "x"}
             due = next_rescan is not None and loop.time() >= next_rescan
             if batch.overflow or due:
                 if batch.overflow:
@@ -482,30 +542,48 @@ class FsSensor:
                     ctx.log.warning("fs_events_lost_rescanning", targets=len(self._targets))
                 if every is not None:
                     next_rescan = loop.time() + every
-                await self._replan()
-                keys = set(self._targets)
-            elif dirs or not batch:
-                # A directory came or went (or it is time for a health check): watch
-                # what exists now and look again below whatever changed.
                 touched = await self._replan()
+                keys = set(self._targets)
+                self._to_index(index_files, index_dirs | touched, rebuild=batch.overflow)
+            elif dirs or index_dirs or not batch:
+                # A directory came or went (or it is time for a health check): watch
+                # what exists now and look again below whatever changed. A health check
+                # alone reuses the index's last list of directories (no walk of the tree).
+                touched = await self._replan(walk=bool(dirs or index_dirs))
                 keys |= self._keys_under(dirs | touched)
+                # A newly watched directory may have got files before its watch: the
+                # index looks below it (and below every directory event) once more.
+                self._to_index(index_files, index_dirs | touched)
+            else:
+                self._to_index(index_files, ())
             if keys:
                 await self._check_and_emit(keys)
 
-    async def _replan(self) -> set[str]:
-        """Watch the directories the targets need; returns those (re)watched or dropped."""
+    async def _replan(self, *, walk: bool = True) -> set[str]:
+        """Watch the directories the targets (and the index) need; returns those
+        (re)watched or dropped. ``walk``: list the index's directories afresh."""
         watcher = self._watcher
         if watcher is None:
             return set()
         targets = list(self._targets.values())
-        lookup, want = await asyncio.to_thread(self._plan_sync, targets)
+        lookup, want = await asyncio.to_thread(self._plan_sync, targets, walk=walk)
         self._lookup = lookup
         return await asyncio.to_thread(self._apply_plan_sync, watcher, want)
 
-    def _plan_sync(self, targets: Sequence[_Target]) -> tuple[_Lookup, dict[str, bool]]:
+    def _plan_sync(
+        self, targets: Sequence[_Target], *, walk: bool = True
+    ) -> tuple[_Lookup, dict[str, bool]]:
         files: dict[str, list[str]] = defaultdict(list)
         dirs: set[str] = set()
         want: dict[str, bool] = {}
+        if self.index is not None:
+            if walk or self._index_dir_list is None:
+                self._index_dir_list = self.index.walk_dirs_sync()
+            # Every directory the index looks in, each watched alone (not one recursive
+            # watch of the root: watchdog's recursive watches warn, and may go deaf below,
+            # when a directory is moved away and made again; ignored directories such as
+            # node_modules are then not watched at all).
+            want = dict.fromkeys(self._index_dir_list, False)
         globs: list[tuple[fc.GlobSpec, str]] = []
         isdir: dict[str, bool] = {}
 

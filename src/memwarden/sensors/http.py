@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import ssl
 import time
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ from memwarden.memory import Duration, Outcome, format_duration
 from memwarden.plugins import (
     HARD_MIN_INTERVAL,
     BaseBinding,
+    BindingCandidate,
     Observation,
     PollingBinding,
     PollingConfig,
@@ -63,9 +65,12 @@ from memwarden.plugins import (
 )
 from memwarden.sensors._observed import bounded
 from memwarden.sensors._regex import RegexTimeoutError, compile_user_regex, regex_field
+from memwarden.sensors._suggest import candidates, match_keys
+from memwarden.sensors._textmatch import negated
+from memwarden.sensors._valueindex import ValueIndex
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from memwarden.plugins import BoundSubject, SensorContext
 
@@ -355,6 +360,42 @@ def url_allowed(url: str | httpx.URL | Target, allowed: Sequence[str | HostRule]
     return any(rule.allows(target) for rule in rules)
 
 
+_URL_IN_TEXT = re.compile(r"https?://[^\s<>\"'`]+", re.IGNORECASE)
+_STATUS_IN_TEXT = re.compile(
+    r"\b(?:status(?: code)?|returns|answers|responds(?: with)?|replies(?: with)?|code|http)"
+    r"\s*(?:is\s+|of\s+|with\s+|an?\s+)?([1-5]\d\d)\b",
+    re.IGNORECASE,
+)
+_AVAILABILITY = re.compile(
+    r"\b(up|down|online|offline|reachable|unreachable|available|alive|healthy|responds?|"
+    r"answers?|returns?|serves?|status|ok)\b",
+    re.IGNORECASE,
+)
+_MAX_URLS = 3
+_URL_NAMED = 0.1  # a value in the answer of a URL the text names is surer than in any file
+
+
+def _allowed_urls(text: str, allows: Callable[[Target], bool]) -> list[str]:
+    """The http(s) URLs in a text whose host the config allows, in order, once each."""
+    out: list[str] = []
+    for m in _URL_IN_TEXT.finditer(text):
+        url = m.group(0).rstrip(".,;:!?)]}")
+        try:
+            HttpBinding.model_validate({"url": url})
+            target = Target.of(url)
+        except (ValueError, httpx.InvalidURL):
+            continue
+        if allows(target) and url not in out:
+            out.append(url)
+    return out
+
+
+def _status_in(text: str) -> int | None:
+    """A status code the text says an endpoint answers ("returns 404"), or None."""
+    m = _STATUS_IN_TEXT.search(_URL_IN_TEXT.sub(" ", text))
+    return int(m.group(1)) if m else None
+
+
 @dataclass(frozen=True, slots=True)
 class _Answer:
     """What a URL answered (a 304 hands back the remembered one)."""
@@ -424,6 +465,68 @@ class HttpSensor(PollingSensor[HttpConfig, HttpBinding]):
             if rule.allows(target):
                 out.update(values)
         return out
+
+    # ------------------------------------------------------------------ suggestions
+
+    async def binding_candidates(self, text: str, *, limit: int) -> list[BindingCandidate]:
+        """URLs in the text on allowed hosts (never another: nothing else is fetched).
+
+        Each gives a status binding (``status`` as the text says it, else 200); when the
+        text does not say the endpoint is down, the answer is fetched once and its JSON
+        values are matched like a file's (:mod:`._suggest`), giving ``key``/``equals``
+        bindings — a value the answer contradicts comes back as a contradiction."""
+        down = negated(text, "http")
+        status = _status_in(text)
+        out: list[BindingCandidate] = []
+        for url in _allowed_urls(text, self.allows)[:_MAX_URLS]:
+            values = [] if down or status else await self._value_candidates(url, text, limit)
+            said = f"status {status}" if status else "status 200 (the text names no status)"
+            why = f"the text names {url}, on an allowed host; {said}"
+            if down:
+                why += "; the text says it is down"
+            selector: dict[str, Any] = {"url": url}
+            if status:
+                selector["status"] = [status]
+            # A status binding checks only that the endpoint answers: sure when the text
+            # speaks of that (up, answers 200), not when it says something of the content.
+            about_status = bool(status) or down or _AVAILABILITY.search(text) is not None
+            confidence = 0.85 if about_status and not values else 0.6
+            out.append(
+                BindingCandidate(
+                    selector,
+                    confidence,
+                    why,
+                    agrees=None,
+                    negated=down,
+                    found="the endpoint answers",
+                )
+            )
+            out.extend(values)
+        out.sort(key=lambda c: -c.order)
+        return out[:limit]
+
+    async def _value_candidates(self, url: str, text: str, limit: int) -> list[BindingCandidate]:
+        try:
+            answer = await self._fetch(httpx.URL(url), Target.of(url))
+        except _FetchError:
+            return []
+        if answer.status != 200:
+            return []
+        index = ValueIndex((), keys_of=match_keys)
+        if await asyncio.to_thread(index.add_document, url, answer.body, "json") is not None:
+            return []
+        return [
+            BindingCandidate(
+                {"url": url, "key": c.entry.pointer, "equals": c.equals},
+                round(min(1.0, c.confidence + _URL_NAMED), 3),
+                f"the text names {url}, whose answer has {c.entry.pointer}; {c.why}",
+                rank=c.rank + _URL_NAMED,
+                agrees=c.agrees,
+                secret=c.entry.secret,
+                found="the endpoint answers",
+            )
+            for c in candidates(text, index, limit=limit)
+        ]
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -59,10 +59,12 @@ from memwarden.memory import Duration, Outcome, format_duration
 from memwarden.plugins import (
     HARD_MIN_INTERVAL,
     BaseBinding,
+    BindingCandidate,
     Observation,
     PollingConfig,
     PollingSensor,
 )
+from memwarden.sensors._textmatch import negated, overlap, stems
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -283,6 +285,55 @@ class RuntimeSensor(PollingSensor[RuntimeConfig, RuntimeBinding]):
             "examples": [{"check": name} for name in list(checks)[:5]],
         }
 
+    async def binding_candidates(self, text: str, *, limit: int) -> list[BindingCandidate]:
+        """The configured checks the text speaks of: by the check's name, and by what it
+        checks (a process's name or program, a port number, a path); see
+        docs/SUGGESTIONS.md. Nothing is run here."""
+        text = _URL_IN_TEXT.sub(" ", text)  # a URL names an endpoint: the http sensor's
+        said = set(stems(text))
+        tokens = {w.lower() for w in re.findall(r"[\w./-]+", text)}
+        numbers = {int(n) for n in re.findall(r"(?<![\w.])(\d{1,5})(?![\w.]*\d)", text)}
+        ports = {n for n in numbers if 100 <= n <= 65535}
+        down = negated(text, "runtime")
+        out: list[BindingCandidate] = []
+        for name, check in sorted(self.config.checks.items()):
+            name_share, name_hit = overlap(stems(name), said)
+            thing, subject, kind = _what_it_checks(check)
+            thing_share, thing_hit = overlap(thing, said)
+            named = next((s for s in subject if str(s) in tokens or s in numbers), None)
+            if isinstance(check, TcpPortCheck) and named is None and ports & numbers:
+                continue  # the text names another port: it speaks of something else
+            kind_hit = [k for k in kind if k in said]
+            share = max(name_share, thing_share)
+            if named is None and (share < _MIN_NAME_SHARE or not (kind_hit or share == 1.0)):
+                continue
+            identity = 1.0 if named is not None else share
+            confidence = 0.5 * identity + 0.3 * bool(kind_hit) + 0.2 * (named is not None)
+            if confidence < _MIN_CHECK_CONFIDENCE:
+                continue
+            reasons = []
+            if named is not None:
+                reasons.append(f"the text names what {name!r} checks ({named})")
+            if name_hit:
+                reasons.append(f"the check's name matches {', '.join(name_hit)}")
+            elif thing_hit:
+                reasons.append(f"what it checks matches {', '.join(thing_hit)}")
+            if kind_hit:
+                reasons.append(f"a {check.type} check ({', '.join(kind_hit)})")
+            if down:
+                reasons.append("the text says it is down")
+            out.append(
+                BindingCandidate(
+                    {"check": name},
+                    round(confidence, 3),
+                    "; ".join(reasons),
+                    agrees=None,
+                    negated=down,
+                )
+            )
+        out.sort(key=lambda c: -c.confidence)
+        return out[:limit]
+
     # ------------------------------------------------------------------ polling
 
     def interval_of(self, bound: BoundSubject[RuntimeBinding]) -> timedelta:
@@ -318,6 +369,53 @@ class RuntimeSensor(PollingSensor[RuntimeConfig, RuntimeBinding]):
         if Outcome(obs.outcome) == Outcome.CONFIRMED:
             return dataclasses.replace(obs, reliability=self.config.reliability)
         return obs
+
+
+# ---------------------------------------------------------------------- suggestions
+
+_MIN_NAME_SHARE = 0.5
+_URL_IN_TEXT = re.compile(r"[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+_MIN_CHECK_CONFIDENCE = 0.3
+# Program words that say nothing about which service a process is.
+_GENERIC_PROGRAMS = frozenset(
+    """python python3 node java ruby perl sh bash env bin usr local opt app main run server
+    worker m c exec""".split()  # noqa: SIM905 - a word list reads better as prose
+)
+_KIND_WORDS: dict[str, tuple[str, ...]] = {
+    "process": ("process", "run", "alive", "up", "daemon", "start", "down", "stop", "crash"),
+    "tcp_port": ("port", "listen", "accept", "open", "connect", "reachabl", "up", "down"),
+    "disk_free": ("disk", "space", "free", "storag", "full"),
+    "memory": ("memori", "ram", "swap"),
+    "load": ("load", "cpu"),
+    "file_age": ("updat", "modifi", "fresh", "age", "written", "touch", "recent", "old"),
+    "nagios": ("healthi", "ok", "up", "status"),
+}
+
+
+def _what_it_checks(check: _Check) -> tuple[list[str], list[str | int], tuple[str, ...]]:
+    """A check's words (stemmed), the things that name it exactly (a program, a port, a
+    path, lowercase), and its kind's words."""
+    thing: list[str] = []
+    subject: list[str | int] = []
+    kind = _KIND_WORDS.get(getattr(check, "type", ""), ())
+    if isinstance(check, ProcessCheck):
+        text = check.name or check.cmdline or (check.pid_file.stem if check.pid_file else "")
+        thing = stems(text)
+        words = [w.lower() for w in re.findall(r"[A-Za-z][\w.-]+", text)]
+        subject = [w for w in words if w not in _GENERIC_PROGRAMS and len(w) > 2]
+        subject += [w.rsplit("/", 1)[-1] for w in words if "/" in w]
+    elif isinstance(check, TcpPortCheck):
+        subject = [check.port]
+    elif isinstance(check, DiskFreeCheck | FileAgeCheck):
+        thing = stems(str(check.path))
+        subject = [str(check.path).lower()]
+        if isinstance(check, FileAgeCheck):
+            subject.append(check.path.name.lower())
+    elif isinstance(check, NagiosCheck):
+        program = Path(check.command[0]).name.removeprefix("check_")
+        thing = stems(program)
+        subject = [program.lower()] if program not in _GENERIC_PROGRAMS else []
+    return thing, subject, kind
 
 
 # ---------------------------------------------------------------------- built-in checks

@@ -127,11 +127,17 @@ async def _find_binding(
     chosen: Suggestion | None = None
     threshold = daemon.settings.suggest.auto_min_confidence
     if not found.searched:
-        why = "stored unbound: no running fs sensor has its index on ([sensors.fs] index = true)"
+        why = (
+            "stored unbound: no running sensor offers binding suggestions (an fs sensor "
+            "with its index on: [sensors.fs] index = true; code_test, runtime, http)"
+        )
     elif mode == "suggest":
         why = "stored unbound: pick a suggestion and add it as a binding"
     elif not suggestions:
-        why = "no binding whose dry run confirms was found: stored unbound"
+        why = (
+            "no binding whose dry run confirms was found: stored unbound (values in files "
+            "are found only while [sensors.fs] index = true, the default)"
+        )
     elif suggestions[0].confidence < threshold:
         why = (
             f"the best suggestion's confidence {suggestions[0].confidence} is below "

@@ -34,7 +34,7 @@ class DryRun(BaseModel):
 
 
 class Suggestion(BaseModel):
-    binding: dict[str, Any] = Field(description="An fs binding, ready for a block's bindings.")
+    binding: dict[str, Any] = Field(description="A binding, ready for a block's bindings.")
     confidence: float = Field(ge=0.0, le=1.0)
     why: str
     check: DryRun
@@ -43,13 +43,13 @@ class Suggestion(BaseModel):
 class SuggestAnswer(BaseModel):
     suggestions: list[Suggestion] = Field(description="Best first; each dry run confirmed.")
     contradicts: list[Suggestion] = Field(
-        description="Bindings of what the text says whose dry run the file refutes."
+        description="Bindings of what the text says whose dry run refutes it."
     )
 
 
 @router.post("/v1/suggest-bindings")
 async def suggest(body: SuggestRequest, _: Auth, daemon: DaemonDep) -> SuggestAnswer:
-    """Bindings that could check this fact, found in the fs sensors' value index (no LLM);
+    """Bindings that could check this fact, found in what the sensors see (no LLM);
     only those whose dry run confirms are suggested, refuted ones are contradictions."""
     text = f"{body.title}\n{body.content}" if body.title else body.content
     found = await suggest_bindings(daemon.runners, text, limit=body.limit)
