@@ -33,8 +33,8 @@ from tests.mqtt.conftest import (
     wait_accepted,
 )
 from tests.security._broker import USERS, Certs, SecuredBroker, start_secured_broker
+from tests.support import assert_responsive, start_in_loop
 from tests.support import eventually as poll_until
-from tests.support import start_in_loop
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -60,13 +60,17 @@ class Api:
         self.daemon = daemon
         self.client = client
 
-    async def healthz_fast(self) -> None:
-        """/healthz answers, within the budget: the daemon stayed responsive."""
-        began = time.perf_counter()
-        response = await self.client.get("/healthz")
-        elapsed = time.perf_counter() - began
-        assert response.status_code == 200
-        assert elapsed < HEALTHZ_BUDGET_S, f"/healthz took {elapsed * 1000:.0f} ms"
+    async def healthz_fast(self, answers: int = 20) -> None:
+        """/healthz answers, within the budget: the daemon stayed responsive. Judged on
+        ``answers`` answers (95 % within the budget, none stalled), as the hostile-input
+        probes do: one answer alone can wait for a CPU on a loaded machine."""
+        latencies_ms: list[float] = []
+        for _ in range(answers):
+            began = time.perf_counter()
+            response = await self.client.get("/healthz")
+            latencies_ms.append((time.perf_counter() - began) * 1000.0)
+            assert response.status_code == 200
+        assert_responsive(latencies_ms, p95_ms=HEALTHZ_BUDGET_S * 1000)
 
     async def add(self, *bindings: dict[str, Any]) -> dict[str, Any]:
         response = await self.client.post(
