@@ -40,6 +40,7 @@ from memwarden.memory import CompactionConfig, Duration
 from memwarden.memory._model import Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
+from memwarden.privacy import PrivacySettings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -475,6 +476,10 @@ class Settings(BaseSettings):
     )
     agent: AgentSettings = Field(default_factory=AgentSettings)
     suggest: SuggestSettings = Field(default_factory=SuggestSettings)
+    privacy: PrivacySettings = Field(
+        default_factory=PrivacySettings,
+        description="What is redacted, rejected or allowed at every door (docs/PRIVACY.md).",
+    )
 
     @field_validator("sensors")
     @classmethod

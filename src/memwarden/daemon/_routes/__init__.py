@@ -7,7 +7,16 @@ with ``Depends`` (``_deps.py``), errors answered by the handlers in ``_errors.py
 
 from __future__ import annotations
 
-from memwarden.daemon._routes import blocks, events, ops, reviews, search, suggest, transfer
+from memwarden.daemon._routes import (
+    blocks,
+    events,
+    ops,
+    privacy,
+    reviews,
+    search,
+    suggest,
+    transfer,
+)
 from memwarden.daemon._routes._deps import ErrorMessage
 from memwarden.daemon._routes._errors import EXCEPTION_HANDLERS
 
@@ -21,4 +30,5 @@ ROUTERS = (
     transfer.router,
     suggest.router,
     events.router,
+    privacy.router,
 )

@@ -234,7 +234,7 @@ async def edit_block(
     ] = None,
 ) -> Block:
     """Edit a block; the answer's ETag is its new version (use it as If-Match)."""
-    block = await daemon.store.update(
+    block = await daemon.edit_block(
         block_id, body, actor="api", expected_version=if_match_version(if_match)
     )
     response.headers["ETag"] = f'"{block.version}"'
