@@ -21,6 +21,7 @@ password, or a random-looking value after a secret-naming key (``api_key = ...``
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import math
 from collections import Counter
@@ -136,8 +137,8 @@ _URL_PASSWORD = _c(
 )
 _BEARER = _c(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{16,}=*)")
 # Words that name secrets (not a secret: hence the noqa).
-_SECRET_WORDS = (  # noqa: S105
-    r"pass(?:word|wd|phrase)?|pwd|secret|token|api[_\-]?key|apikey|access[_\-]?key"
+_SECRET_WORDS = (
+    r"pass(?:word|wd|phrase)?|pwd|secret|token|api[_\-]?key|apikey|access[_\-]?key"  # noqa: S105
     r"|auth[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?"
 )
 _KEYED = _c(
@@ -298,11 +299,14 @@ class Detectors:
         if len(found) < 2:
             return found
         found.sort(key=lambda f: (_RANK[f.kind], f.start, -(f.end - f.start)))
+        starts: list[int] = []  # of the findings taken, which never overlap: sorted
         taken: list[Finding] = []
         for f in found:
-            if all(f.end <= t.start or f.start >= t.end for t in taken):
-                taken.append(f)
-        taken.sort(key=lambda f: f.start)
+            i = bisect.bisect_right(starts, f.start)
+            if (i and taken[i - 1].end > f.start) or (i < len(taken) and taken[i].start < f.end):
+                continue
+            starts.insert(i, f.start)
+            taken.insert(i, f)
         return taken
 
     # Each scanner yields its findings; ``budget`` counts library checks.
