@@ -71,6 +71,7 @@ from memwarden.plugins import (
     check_binding,
 )
 from memwarden.plugins._review_queue import StoreReviewQueue
+from memwarden.privacy import PrivacyRejectedError, TooLongError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -675,7 +676,16 @@ class Daemon:
             for i, r in enumerate(rows)
             if is_export_row(r)
         ]
-        plain = [r for r in rows if not is_export_row(r)]
+        plain: list[NewBlock | Mapping[str, Any]] = []
+        for i, row in enumerate(rows):  # all screened before anything is stored
+            if is_export_row(row):
+                continue
+            try:
+                plain.append(await self.privacy.new_block(validate_input(NewBlock, row), "import"))
+            except (PrivacyRejectedError, TooLongError) as err:
+                raise ValidationInputError([(f"{i}.{f}", m) for f, m in err.errors]) from None
+            except ValidationInputError:
+                plain.append(row)  # add_block names the problem as before
         quarantine: dict[tuple[int, int], str] = {}
         for i, row in enumerate(exported):
             for j, raw in enumerate(row.get("bindings") or []):
