@@ -24,6 +24,7 @@ FIGURES = {
     "startup",
     "idle_rss",
     "mqtt_ingest",
+    "redact",
 }
 
 

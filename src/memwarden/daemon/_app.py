@@ -30,7 +30,7 @@ from memwarden.daemon._ingest import EventGate
 from memwarden.daemon._metrics import DaemonMetrics
 from memwarden.daemon._mqtt import MqttBridge
 from memwarden.daemon._notify import Notifier
-from memwarden.daemon._privacy import THREAD_CHARS, PrivacyDoors, ensure_key
+from memwarden.daemon._privacy import PrivacyDoors, ensure_key
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
 from memwarden.daemon._sessions import SessionWatch
 from memwarden.errors import (
@@ -806,26 +806,13 @@ class Daemon:
         self, source: str, events: Sequence[ValidationEvent]
     ) -> list[ValidationEvent | ValidationInputError]:
         """Each event as the privacy policy lets it be stored, or why it may not be."""
-        doors = self.privacy
         runner = self.runners.get(source)
         kind: Source = (
             "review"
             if source == "review" or (runner is not None and runner.kind == "review")
             else "sensor"
         )
-
-        def screen() -> list[ValidationEvent | ValidationInputError]:
-            out: list[ValidationEvent | ValidationInputError] = []
-            for event in events:
-                try:
-                    out.append(doors.event(event, kind))
-                except ValidationInputError as err:
-                    out.append(err)
-            return out
-
-        if sum(doors.event_size(e) for e in events) > THREAD_CHARS:
-            return await asyncio.to_thread(screen)
-        return screen()
+        return await self.privacy.screen_events(events, kind)
 
     async def _resolve_depends(self, refs: Sequence[str]) -> list[str]:
         """``depends_on`` as full ids (short ids accepted); each bad one named."""

@@ -31,11 +31,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
-from memwarden.errors import ConfigError
+from memwarden.errors import ConfigError, ValidationInputError
 from memwarden.memory._codec import content_key
 from memwarden.memory._files import private_dir, write_private
 from memwarden.privacy import (
-    PrivacyRejectedError,
     PrivacySettings,
     Redactor,
     Source,
@@ -44,10 +43,9 @@ from memwarden.privacy import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
-    from memwarden.errors import ValidationInputError
     from memwarden.memory import BlockPatch, NewBlock, ValidationEvent
 
 __all__ = ["KEY_FILE", "PrivacyDoors", "ensure_key"]
@@ -187,25 +185,73 @@ class PrivacyDoors:
         """The event as it may be stored. Raises :class:`PrivacyRejectedError` for a
         rejected finding; a value too long to scan is withheld (the verdict is kept)."""
         r = self.redactor
-        if not r.active(source) or (event.observed is None and not event.message):
+        observed = event.observed
+        if not r.active(source) or (
+            (observed is None or isinstance(observed, (bool, int, float))) and not event.message
+        ):
             return event
         update: dict[str, Any] = {}
         try:
-            observed = r.json(event.observed, source=source, field="observed")
+            redacted = (
+                r.text(observed, source=source, field="observed")
+                if isinstance(observed, str)
+                else r.json(observed, source=source, field="observed")
+            )
         except TooLongError:
-            observed = (
+            redacted = (
                 f"[withheld: longer than [privacy] max_scan_chars = {r.policy.max_scan_chars}]"
             )
-        if observed != event.observed:
-            update["observed"] = observed
+        if redacted is not observed and redacted != observed:
+            update["observed"] = redacted
         if event.message:
             message = r.text(event.message, source=source, field="message")
             if message != event.message:
                 update["message"] = message[:4096]
         return event.model_copy(update=update) if update else event
 
-    def event_size(self, event: ValidationEvent) -> int:
-        return len(event.message) + json_chars(event.observed, THREAD_CHARS + 1)
+    def _screened(
+        self, event: ValidationEvent, source: Source
+    ) -> ValidationEvent | ValidationInputError:
+        try:
+            return self.event(event, source)
+        except ValidationInputError as err:
+            return err
+
+    async def screen_events(
+        self, events: Sequence[ValidationEvent], source: Source
+    ) -> list[ValidationEvent | ValidationInputError]:
+        """Each event as it may be stored, or why it may not be (the bus's ``screen``).
+
+        Small events are screened here; once the strings screened here add up to
+        ``THREAD_CHARS``, the rest go to a worker thread, so a big batch or one big event
+        never holds the event loop."""
+        if not self.redactor.active(source):
+            return list(events)
+        out: list[ValidationEvent | ValidationInputError] = []
+        later: list[int] = []
+        budget = THREAD_CHARS
+        for i, event in enumerate(events):
+            observed = event.observed
+            if isinstance(observed, str):
+                size = len(observed)
+            elif observed is None or isinstance(observed, (bool, int, float)):
+                size = 0
+            else:
+                size = json_chars(observed, THREAD_CHARS + 1)
+            size += len(event.message)
+            if size > budget:
+                later.append(i)
+                out.append(event)
+                continue
+            budget -= size
+            out.append(self._screened(event, source))
+        if later:
+            done = await asyncio.to_thread(
+                lambda: [self._screened(events[i], source) for i in later]
+            )
+            for i, screened in zip(later, done, strict=True):
+                out[i] = screened
+        return out
 
     # ------------------------------------------------------------- imported blocks
 
@@ -288,12 +334,3 @@ async def _run(fn: Callable[..., Any], *args: Any) -> Any:
     if size > THREAD_CHARS:
         return await asyncio.to_thread(fn, *call)
     return fn(*call)
-
-
-def rejection(err: ValidationInputError) -> str:
-    """One line for the dead-letter reason of an event refused by the policy."""
-    return "; ".join(f"{f}: {m}" for f, m in err.errors)
-
-
-def is_privacy_error(err: BaseException) -> bool:
-    return isinstance(err, (PrivacyRejectedError, TooLongError))

@@ -22,11 +22,12 @@ password, or a random-looking value after a secret-naming key (``api_key = ...``
 from __future__ import annotations
 
 import bisect
+import functools
 import ipaddress
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, cast
 
 import phonenumbers
 import re2
@@ -145,6 +146,19 @@ _KEYED = _c(
     r"(?i)([A-Za-z0-9_.\-]{0,30}(?:" + _SECRET_WORDS + r"))[\"']?[ \t]{0,5}(?:=|:=|=>|:)[ \t]{0,5}"
     r"[\"']?([^\s\"'<>,;`]{1,512})"
 )
+# What each secret pattern above needs somewhere in the text (the scan's first pass).
+_SECRET_TRIGGERS: Final[dict[str, str]] = {
+    "key_block": r"-----BEGIN",
+    "token": (
+        r"A3T|ABIA|ACCA|AKIA|ASIA|gh[pousr]_|github_pat_|gl[a-z]{2,6}-|xox[abposr]-"
+        r"|hooks\.slack\.com|[rs]k_(?:live|test)_|sk-|pypi-|npm_|SG\.|AIza|hf_|do[opr]_v1_"
+        r"|shp(?:at|ca|pa|ss)_|sq0|:AA|AccountKey=|-us[0-9]"
+    ),
+    "jwt": r"eyJ",
+    "url_password": r"://[^\s/?#@]*:[^\s/?#@]*@",
+    "bearer": r"(?i)bearer",
+    "keyed": r"(?i)(?:pass|pwd|secret|token|key|credential)[a-z]{0,6}[\"']?[ \t]{0,5}[=:]",
+}
 _KEY_NAME = _c(r"(?i)[A-Za-z0-9_.\-]{0,30}(?:" + _SECRET_WORDS + r")")
 _PASSWORD_KEY = _c(r"(?i)(?:pass(?:word|wd|phrase)?|pwd)$")
 _HEX = _c(r"[0-9A-Fa-f]+")
@@ -156,8 +170,10 @@ _NOT_SECRET_VALUES = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def secret_key_name(name: str) -> bool:
-    """Whether a JSON key (``"api_key"``, ``"password"``) names a secret."""
+    """Whether a JSON key (``"api_key"``, ``"password"``) names a secret (cached: the
+    same few keys come again and again)."""
     return len(name) <= 64 and _KEY_NAME.fullmatch(name) is not None
 
 
@@ -288,14 +304,49 @@ class Detectors:
             _c("|".join(f"({spec.pattern})" for _, spec in self._ids)) if self._ids else None
         )
         self._phone = _PHONE_LOCAL if self.phone_regions else _PHONE_INTL
+        # One pass of an RE2 set over the text says which kinds may have a candidate: a
+        # short necessary condition of each (a digest, a number or a word then costs that
+        # pass and nothing more). Each detector's own pattern runs only after its trigger.
+        triggers: dict[str, list[str]] = {
+            **{f"secret.{name}": [t] for name, t in _SECRET_TRIGGERS.items()},
+            "card": [r"\b[0-9](?:[ -]?[0-9]){11}"],
+            "iban": [r"\b[A-Z]{2}[0-9]{2} ?[A-Z0-9]{4}"],
+            "national_id": (
+                [r"\b(?:" + "|".join(spec.pattern for _, spec in self._ids) + r")\b"]
+                if self._ids
+                else []
+            ),
+            "email": [r"[A-Za-z0-9._%+\-](?:@|%40)[A-Za-z0-9]"],
+            "phone": [
+                r"[0-9(][0-9 ().\-/]{5}" if self.phone_regions else r"\+[1-9][0-9 ().\-/]{5}"
+            ],
+            "ip": [
+                r"\b[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\b",
+                r"[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}",
+            ],
+        }
+        opts = re2.Options()
+        opts.max_mem = 64 << 20
+        self._gate = re2.Set.SearchSet(opts)
+        self._gate_scanners: list[str] = []
+        for scanner, patterns in triggers.items():
+            for pattern in patterns:
+                self._gate.Add(pattern)
+                self._gate_scanners.append(scanner)
+        self._gate.Compile()
 
     def scan(self, text: str, kinds: frozenset[Kind]) -> list[Finding]:
         """The findings of ``kinds`` in ``text``: sorted, not overlapping (on overlap the
         kind earlier in :data:`KINDS` wins, then the longer match)."""
+        # RE2::Set answers the indexes of the patterns that match (the stub says bool).
+        hits = cast("list[int] | None", self._gate.Match(text))
+        if not hits:
+            return []
         found: list[Finding] = []
-        for kind in KINDS:
+        for name in {self._gate_scanners[i] for i in hits}:
+            kind, scanner = _SCANNERS[name]
             if kind in kinds:
-                found.extend(_SCANNERS[kind](self, text))
+                found.extend(scanner(self, text))
         if len(found) < 2:
             return found
         found.sort(key=lambda f: (_RANK[f.kind], f.start, -(f.end - f.start)))
@@ -430,17 +481,28 @@ class Detectors:
         for start, end, normal, checked in self._checked(spans, check):
             yield Finding("national_id", start, end, normal, checked)
 
-    def _secrets(self, text: str) -> Iterator[Finding]:
-        for pattern in (_PRIVATE_KEY, _TOKENS, _JWT):
-            for m in pattern.finditer(text):
-                yield Finding("secret", m.start(), m.end(), m.group())
-        if "://" in text and "@" in text:
-            for m in _URL_PASSWORD.finditer(text):
+    def _key_blocks(self, text: str) -> Iterator[Finding]:
+        for m in _PRIVATE_KEY.finditer(text):
+            yield Finding("secret", m.start(), m.end(), m.group())
+
+    def _tokens(self, text: str) -> Iterator[Finding]:
+        for m in _TOKENS.finditer(text):
+            yield Finding("secret", m.start(), m.end(), m.group())
+
+    def _jwts(self, text: str) -> Iterator[Finding]:
+        for m in _JWT.finditer(text):
+            yield Finding("secret", m.start(), m.end(), m.group())
+
+    def _url_passwords(self, text: str) -> Iterator[Finding]:
+        for m in _URL_PASSWORD.finditer(text):
+            yield Finding("secret", m.start(1), m.end(1), m.group(1))
+
+    def _bearers(self, text: str) -> Iterator[Finding]:
+        for m in _BEARER.finditer(text):
+            if _entropy(m.group(1)) >= 3.0:
                 yield Finding("secret", m.start(1), m.end(1), m.group(1))
-        if "earer" in text or "EARER" in text:
-            for m in _BEARER.finditer(text):
-                if _entropy(m.group(1)) >= 3.0:
-                    yield Finding("secret", m.start(1), m.end(1), m.group(1))
+
+    def _keyed(self, text: str) -> Iterator[Finding]:
         for m in _KEYED.finditer(text):
             if keyed_value_is_secret(m.group(1), m.group(2)):
                 yield Finding("secret", m.start(2), m.end(2), m.group(2))
@@ -508,12 +570,18 @@ def _prefix_end(text: str, start: int, length: int, *, alnum: bool = False) -> i
     return i
 
 
-_SCANNERS: Final[dict[Kind, Callable[[Detectors, str], Iterator[Finding]]]] = {
-    "secret": Detectors._secrets,  # noqa: SLF001 - the class's own table
-    "card": Detectors._cards,  # noqa: SLF001
-    "iban": Detectors._ibans,  # noqa: SLF001
-    "national_id": Detectors._national_ids,  # noqa: SLF001
-    "email": Detectors._emails,  # noqa: SLF001
-    "phone": Detectors._phones,  # noqa: SLF001
-    "ip": Detectors._ips,  # noqa: SLF001
+# Each scanner by the name its trigger has in the first pass, with the kind it finds.
+_SCANNERS: Final[dict[str, tuple[Kind, Callable[[Detectors, str], Iterator[Finding]]]]] = {
+    "secret.key_block": ("secret", Detectors._key_blocks),  # noqa: SLF001 - the class's own
+    "secret.token": ("secret", Detectors._tokens),  # noqa: SLF001
+    "secret.jwt": ("secret", Detectors._jwts),  # noqa: SLF001
+    "secret.url_password": ("secret", Detectors._url_passwords),  # noqa: SLF001
+    "secret.bearer": ("secret", Detectors._bearers),  # noqa: SLF001
+    "secret.keyed": ("secret", Detectors._keyed),  # noqa: SLF001
+    "card": ("card", Detectors._cards),  # noqa: SLF001
+    "iban": ("iban", Detectors._ibans),  # noqa: SLF001
+    "national_id": ("national_id", Detectors._national_ids),  # noqa: SLF001
+    "email": ("email", Detectors._emails),  # noqa: SLF001
+    "phone": ("phone", Detectors._phones),  # noqa: SLF001
+    "ip": ("ip", Detectors._ips),  # noqa: SLF001
 }

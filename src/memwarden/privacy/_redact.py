@@ -127,6 +127,11 @@ class Redactor:
             return value
         if len(value) > self.policy.max_scan_chars:
             raise TooLongError(field, len(value), self.policy.max_scan_chars)
+        if value.isalnum() and value.islower():
+            # Lowercase letters and digits only, with a letter (a digest, a commit id, a
+            # word): every pattern needs an upper-case letter, a separator or a digit run
+            # bounded by non-letters, so nothing can be found here.
+            return value
         findings = self.detectors.scan(value, kinds)
         if not findings:
             return value
