@@ -73,9 +73,7 @@ class PrivacySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool = Field(
-        default=True, strict=True, description="false: store everything verbatim."
-    )
+    enabled: bool = Field(default=True, description="false: store everything verbatim.")
     rules: RuleTable = Field(default_factory=RuleTable)
     sources: dict[Source, SourceRules] = Field(
         default_factory=dict,
@@ -97,14 +95,12 @@ class PrivacySettings(BaseModel):
     )
     max_scan_chars: int = Field(
         default=1024 * 1024,
-        strict=True,
         ge=1024,
         le=16 * 1024 * 1024,
         description="Longer texts are not scanned: refused at the API, withheld from events.",
     )
     max_checks: int = Field(
         default=2000,
-        strict=True,
         ge=10,
         le=1_000_000,
         description="Candidates each detector checks per text; past that each counts as found.",

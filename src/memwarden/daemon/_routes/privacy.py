@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from memwarden.daemon._routes._deps import Auth, DaemonDep
 from memwarden.privacy import PrivacySettings
 
-__all__ = ["PrivacyAnswer", "router"]
+__all__ = ["PrivacyAnswer", "PrivacyPolicy", "router"]
 
 router = APIRouter(tags=["privacy"])
 
@@ -32,6 +32,14 @@ class PrivacyAnswer(BaseModel):
     unchecked: int = Field(description="Findings past a detector's check budget (max_checks).")
 
 
+class PrivacyPolicy(PrivacySettings):
+    """A whole policy, as ``PUT /v1/privacy`` takes it: JSON types exactly (``true``, not
+    ``1``; numbers, not strings), where the configuration file's environment variables
+    are read as text."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
 @router.get("/v1/privacy")
 async def get_privacy(_: Auth, daemon: DaemonDep) -> PrivacyAnswer:
     """The privacy policy: per kind and source, redact, reject or allow (docs/PRIVACY.md)."""
@@ -39,8 +47,8 @@ async def get_privacy(_: Auth, daemon: DaemonDep) -> PrivacyAnswer:
 
 
 @router.put("/v1/privacy")
-async def put_privacy(body: PrivacySettings, _: Auth, daemon: DaemonDep) -> PrivacyAnswer:
+async def put_privacy(body: PrivacyPolicy, _: Auth, daemon: DaemonDep) -> PrivacyAnswer:
     """Replace the policy (whole); it applies to what arrives from now on, until the
     next restart or SIGHUP re-reads the configuration file."""
-    daemon.privacy.set_policy(body, by="api")
+    daemon.privacy.set_policy(PrivacySettings.model_validate(body.model_dump()), by="api")
     return PrivacyAnswer.model_validate(daemon.privacy.describe())
