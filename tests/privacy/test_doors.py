@@ -270,6 +270,23 @@ async def test_remote_event_redacted_and_rejected(api):
     assert "Zx9aQw3ErTy7UiOp1AsD" not in api.dump()
 
 
+async def test_dead_letter_payload_redacted(api):
+    """A malformed event is dead-lettered for diagnosis with its values redacted."""
+    bad = {
+        "sensor": REMOTE,
+        "subject": "app.json",
+        "outcome": "maybe",  # not an outcome
+        "observed_at": now_iso(),
+        "observed": {"admin": EMAIL},
+    }
+    response = await api.client.post("/v1/events", json=[bad])
+    assert response.status_code in (200, 422), response.text
+    dump = api.dump()
+    assert "dead_letters" in dump
+    assert await api.placeholder("email", EMAIL.lower()) in dump
+    assert EMAIL not in dump
+
+
 # ------------------------------------------------------------------ the review queue, imports
 
 

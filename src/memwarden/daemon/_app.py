@@ -241,6 +241,7 @@ class Daemon:
                 batch_max=s.bus.batch_max,
                 on_applied=self._on_applied,
                 screen=self._screen_events,
+                scrub=self._scrub,
             )
             if s.mqtt is not None:  # closed after the TaskGroup, before the store
                 self.mqtt = await stack.enter_async_context(
@@ -813,6 +814,9 @@ class Daemon:
             else "sensor"
         )
         return await self.privacy.screen_events(events, kind)
+
+    def _scrub(self, text: str) -> str:
+        return self.privacy.scrub(text)
 
     async def _resolve_depends(self, refs: Sequence[str]) -> list[str]:
         """``depends_on`` as full ids (short ids accepted); each bad one named."""

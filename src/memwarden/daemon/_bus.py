@@ -8,7 +8,8 @@ the reason — never applied, never fatal.
 
 Every event passes the privacy policy (``screen``) before it is queued or applied: what
 is stored is the redacted event; one a privacy rule rejects is dead-lettered with the
-reason and without its payload (docs/PRIVACY.md).
+reason and without its payload, and every other dead letter's payload is redacted
+(``scrub``) before it is stored (docs/PRIVACY.md).
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ class Bus:
         batch_max: int = 2000,
         on_applied: Callable[[ApplyResult], Awaitable[None] | None] | None = None,
         screen: Screen | None = None,
+        scrub: Callable[[str], str] | None = None,
     ) -> None:
         self._store = store
         self._screen = screen
+        self._scrub = scrub  # a dead letter's payload as it may be stored
         self._queue_size = queue_per_source
         self._batch_max = batch_max
         self._queues: dict[str, asyncio.Queue[ValidationEvent]] = {}
@@ -157,6 +160,9 @@ class Bus:
         if key not in self._logged_kinds:
             self._logged_kinds.add(key)
             log.warning("event_rejected", source=source, kind=kind, reason=reason[:500])
+        if self._scrub is not None and kind != "privacy_rejected":
+            text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+            payload = self._scrub(text)
         with contextlib.suppress(StorageError):
             await self._store.dead_letter(
                 source=source, reason=f"{kind}: {reason}", payload=payload

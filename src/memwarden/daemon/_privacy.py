@@ -253,6 +253,14 @@ class PrivacyDoors:
                 out[i] = screened
         return out
 
+    def scrub(self, text: str) -> str:
+        """A dead letter's payload (a malformed or refused message) as it may be stored:
+        redacted like a sensor's observation, or withheld whole where a rule rejects."""
+        try:
+            return self.redactor.text(text, source="sensor", field="payload")
+        except ValidationInputError:
+            return "[withheld: the privacy policy refuses what this payload holds]"
+
     # ------------------------------------------------------------- imported blocks
 
     async def export_row(self, row: Mapping[str, Any], index: int) -> dict[str, Any]:
