@@ -128,6 +128,9 @@ async def test_api_add_stores_the_placeholder(api):
     card = await api.placeholder("card", CARD.replace(" ", ""))
     assert block["content"] == f"Billing contact is {email}, card {card}."
     assert block["title"] == f"contact {email}"
+    metrics = (await api.client.get("/metrics")).text
+    assert 'memwarden_privacy_redacted_total{kind="email"} 2.0' in metrics
+    assert 'memwarden_privacy_redacted_total{kind="card"} 1.0' in metrics
     dump = api.dump()
     assert EMAIL not in dump
     assert EMAIL.lower() not in dump

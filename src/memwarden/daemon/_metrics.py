@@ -99,6 +99,23 @@ class _DaemonCollector(Collector):
         for (sensor, field), n in sorted(gate.capped.items()):
             capped.add_metric([sensor, field], n)
         yield capped
+        stats = self.daemon.privacy.redactor.stats
+        redacted = CounterMetricFamily(
+            "memwarden_privacy_redacted",
+            "Values replaced by a placeholder, by kind ([privacy]; docs/PRIVACY.md).",
+            labels=["kind"],
+        )
+        for kind, n in sorted(stats.redacted.items()):
+            redacted.add_metric([kind], n)
+        yield redacted
+        privacy_rejected = CounterMetricFamily(
+            "memwarden_privacy_rejected",
+            "Inputs refused by a privacy rule set to reject, by the kind that refused.",
+            labels=["kind"],
+        )
+        for kind, n in sorted(stats.rejected.items()):
+            privacy_rejected.add_metric([kind], n)
+        yield privacy_rejected
         yield CounterMetricFamily(
             "memwarden_events_duplicate",
             "Events received twice (stored once).",
