@@ -141,6 +141,17 @@ async def test_api_add_stores_the_placeholder(api):
     assert email in other["content"]
 
 
+async def test_search_by_the_value_finds_its_placeholder(api):
+    """Searching for a redacted value finds the blocks holding its placeholder (the query
+    is redacted the same way), and not those holding another address."""
+    mine = await api.add({"content": f"escalations go to {EMAIL}"})
+    await api.add({"content": "escalations go to someone.else@example.com"})
+    response = await api.client.get("/v1/search", params={"q": EMAIL.upper()})
+    assert response.status_code == 200, response.text
+    assert [r["block"]["id"] for r in response.json()["results"]] == [mine["id"]]
+    assert EMAIL not in response.json()["query"]
+
+
 async def test_edit_is_redacted(api):
     """PATCH with a new e-mail stores the placeholder; the old version holds none either."""
     block = await api.add({"content": "no one to call yet"})

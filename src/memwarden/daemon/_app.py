@@ -1057,6 +1057,7 @@ class Daemon:
         """What a search would have answered at ``at``: the matching blocks that existed
         then, each as believed then (:meth:`Store.believed_at`). Matching uses today's
         text: words only an older version had are not found."""
+        query = self.privacy.query(query)
         hits = await self.store.search(
             query, limit=min(1000, limit * 3), include_refuted=True, record=False
         )
@@ -1094,6 +1095,7 @@ class Daemon:
         kwargs: dict[str, Any] = {"limit": limit, "include_refuted": include_refuted}
         if session is not None:
             kwargs["session"] = session
+        query = self.privacy.query(query)  # a value looked for as its placeholder is stored
         hits = await self.store.search(query, **kwargs)
         rt = await self.read_through(
             [h.block for h in hits],

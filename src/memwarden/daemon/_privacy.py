@@ -253,6 +253,12 @@ class PrivacyDoors:
                 out[i] = screened
         return out
 
+    def query(self, text: str) -> str:
+        """A search query with what the policy redacts from agents replaced by its
+        placeholder, so searching for a value finds the blocks that hold its placeholder
+        (a query is never refused: a value a rule rejects is looked for the same way)."""
+        return self.redactor.mask(text, source="agent")
+
     def scrub(self, text: str) -> str:
         """A dead letter's payload (a malformed or refused message) as it may be stored:
         redacted like a sensor's observation, or withheld whole where a rule rejects."""

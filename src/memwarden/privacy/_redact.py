@@ -137,19 +137,33 @@ class Redactor:
             return value
         return self._apply(value, findings, source=source, field=field)
 
+    def mask(self, value: str, *, source: Source) -> str:
+        """``value`` with every finding of a kind not allowed for ``source`` replaced by
+        its placeholder, ``reject`` rules included (what a search query is looked up as);
+        never raises, not counted. A value past ``max_scan_chars`` is returned as it is."""
+        kinds = self._watched[source]
+        if not kinds or len(value) < 6 or len(value) > self.policy.max_scan_chars:
+            return value
+        findings = self.detectors.scan(value, kinds)
+        return self._replace(value, findings, count=False) if findings else value
+
     def _apply(self, value: str, findings: list[Finding], *, source: Source, field: str) -> str:
         for f in findings:
             if self.policy.action(f.kind, source) == "reject":
                 self.stats.rejected[f.kind] += 1
                 raise PrivacyRejectedError(field, f.kind, source)
+        return self._replace(value, findings, count=True)
+
+    def _replace(self, value: str, findings: list[Finding], *, count: bool) -> str:
         out: list[str] = []
         at = 0
         for f in findings:
             out.append(value[at : f.start])
             out.append(self.placeholder(f.kind, f.normal))
             at = f.end
-            self.stats.redacted[f.kind] += 1
-            self.stats.unchecked += not f.checked
+            if count:
+                self.stats.redacted[f.kind] += 1
+                self.stats.unchecked += not f.checked
         out.append(value[at:])
         return "".join(out)
 
