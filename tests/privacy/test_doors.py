@@ -175,6 +175,7 @@ async def test_reject_answers_422_naming_rule_and_field_and_stores_nothing(api):
     assert detail["loc"] == ["content"]
     assert "'email'" in detail["msg"]
     assert "reject" in detail["msg"]
+    assert detail["type"] == "privacy_rejected"
     assert EMAIL not in detail["msg"]  # the refusal does not echo the value
     assert await api.daemon.store.counts() == before
     assert EMAIL not in api.dump()
@@ -371,6 +372,7 @@ async def test_import_reject_stores_nothing(api):
     [detail] = response.json()["detail"]
     assert detail["loc"] == ["1", "content"]
     assert "'card'" in detail["msg"]
+    assert detail["type"] == "privacy_rejected"
     assert await api.daemon.store.counts() == before
 
 

@@ -683,8 +683,10 @@ class Daemon:
                 continue
             try:
                 plain.append(await self.privacy.new_block(validate_input(NewBlock, row), "import"))
-            except (PrivacyRejectedError, TooLongError) as err:
-                raise ValidationInputError([(f"{i}.{f}", m) for f, m in err.errors]) from None
+            except PrivacyRejectedError as err:
+                raise PrivacyRejectedError(f"{i}.{err.field}", err.rule, err.source) from None
+            except TooLongError as err:
+                raise TooLongError(f"{i}.{err.field}", err.size, err.limit) from None
             except ValidationInputError:
                 plain.append(row)  # add_block names the problem as before
         quarantine: dict[tuple[int, int], str] = {}

@@ -46,6 +46,8 @@ _DESCRIBE: dict[Kind, str] = {
 class PrivacyRejectedError(ValidationInputError):
     """A privacy rule says ``reject``: nothing of the input is stored (422 at the API)."""
 
+    error_type = "privacy_rejected"
+
     def __init__(self, field: str, rule: Kind, source: str) -> None:
         super().__init__(
             [
@@ -66,6 +68,8 @@ class PrivacyRejectedError(ValidationInputError):
 class TooLongError(ValidationInputError):
     """A text longer than ``max_scan_chars``: not scanned, so not stored."""
 
+    error_type = "too_long_to_scan"
+
     def __init__(self, field: str, size: int, limit: int) -> None:
         super().__init__(
             [
@@ -78,6 +82,8 @@ class TooLongError(ValidationInputError):
                 )
             ]
         )
+        self.size = size
+        self.limit = limit
 
 
 @dataclass(slots=True)
