@@ -7,6 +7,11 @@ phone numbers, ``python-stdnum`` for the Luhn check of card numbers, the IBAN ch
 national ids. A candidate that fails its check is not a finding: a 16-digit number that
 fails Luhn is kept, a 9-digit number is not a social security number.
 
+Cheap work first: one pass of an RE2 set of short necessary conditions (an ``@`` between
+word characters, a run of 12 digits, ``-----BEGIN``, a token prefix, ...) says which
+detectors can have a candidate at all; only those run. A text of lowercase letters and
+digits (a digest, a commit id, a word) cannot hold a finding and is not scanned.
+
 Bounded work: a text longer than ``max_scan_chars`` is not scanned (the caller decides:
 refused at the API, withheld from an event), and each detector checks at most
 ``max_checks`` candidates per text; past that it fails closed: every further candidate
@@ -161,7 +166,6 @@ _SECRET_TRIGGERS: Final[dict[str, str]] = {
 }
 _KEY_NAME = _c(r"(?i)[A-Za-z0-9_.\-]{0,30}(?:" + _SECRET_WORDS + r")")
 _PASSWORD_KEY = _c(r"(?i)(?:pass(?:word|wd|phrase)?|pwd)$")
-_HEX = _c(r"[0-9A-Fa-f]+")
 _PLACEHOLDER = _c(r"\[[a-z_]{2,12}:[0-9a-f]{16}\]")
 
 # Values after a secret-naming key that are references or stand-ins, not secrets.
