@@ -167,6 +167,7 @@ _SECRET_TRIGGERS: Final[dict[str, str]] = {
 _KEY_NAME = _c(r"(?i)[A-Za-z0-9_.\-]{0,30}(?:" + _SECRET_WORDS + r")")
 _PASSWORD_KEY = _c(r"(?i)(?:pass(?:word|wd|phrase)?|pwd)$")
 _PLACEHOLDER = _c(r"\[[a-z_]{2,12}:[0-9a-f]{16}\]")
+_HELD = "\x00placeholder"  # the normal form of a placeholder already in a text
 
 # Values after a secret-naming key that are references or stand-ins, not secrets.
 _NOT_SECRET_VALUES = frozenset(
@@ -351,18 +352,27 @@ class Detectors:
             kind, scanner = _SCANNERS[name]
             if kind in kinds:
                 found.extend(scanner(self, text))
-        if len(found) < 2:
+        if not found:
+            return found
+        # Placeholders already in the text are taken first, so nothing in them is found
+        # again (``[secret:5f1c…]`` reads like ``secret: <random value>``).
+        held = (
+            [Finding("secret", m.start(), m.end(), _HELD) for m in _PLACEHOLDER.finditer(text)]
+            if "[" in text
+            else []
+        )
+        if len(found) < 2 and not held:
             return found
         found.sort(key=lambda f: (_RANK[f.kind], f.start, -(f.end - f.start)))
-        starts: list[int] = []  # of the findings taken, which never overlap: sorted
-        taken: list[Finding] = []
+        starts: list[int] = [f.start for f in held]  # of the findings taken: sorted, apart
+        taken: list[Finding] = held
         for f in found:
             i = bisect.bisect_right(starts, f.start)
             if (i and taken[i - 1].end > f.start) or (i < len(taken) and taken[i].start < f.end):
                 continue
             starts.insert(i, f.start)
             taken.insert(i, f)
-        return taken
+        return [f for f in taken if f.normal is not _HELD] if held else taken
 
     # Each scanner yields its findings; ``budget`` counts library checks.
 

@@ -139,9 +139,14 @@ class Redactor:
             # bounded by non-letters, so nothing can be found here.
             return value
         findings = self.detectors.scan(value, kinds)
-        if not findings:
-            return value
-        return self._apply(value, findings, source=source, field=field)
+        # A placeholder starts and ends with a bracket, so a neighbour glued to the value
+        # it replaced may now stand apart and be found: scan again until nothing is.
+        for _ in range(4):
+            if not findings:
+                return value
+            value = self._apply(value, findings, source=source, field=field)
+            findings = self.detectors.scan(value, kinds)
+        return value
 
     def mask(self, value: str, *, source: Source) -> str:
         """``value`` with every finding of a kind not allowed for ``source`` replaced by
@@ -150,8 +155,12 @@ class Redactor:
         kinds = self._watched[source]
         if not kinds or len(value) < 6 or len(value) > self.policy.max_scan_chars:
             return value
-        findings = self.detectors.scan(value, kinds)
-        return self._replace(value, findings, count=False) if findings else value
+        for _ in range(4):  # as in text(): until nothing is found
+            findings = self.detectors.scan(value, kinds)
+            if not findings:
+                break
+            value = self._replace(value, findings, count=False)
+        return value
 
     def _apply(self, value: str, findings: list[Finding], *, source: Source, field: str) -> str:
         for f in findings:
