@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from memwarden.client import AsyncClient
 from memwarden.daemon import Daemon, load_settings
 from memwarden.errors import ConfigError
 from memwarden.plugins import Registry
@@ -405,6 +406,18 @@ async def test_privacy_put_needs_the_token_and_checks_the_policy(api):
     assert response.json()["set_by"] == "api"
     block = await api.add({"content": f"mail {EMAIL}"})
     assert block["content"] == f"mail {EMAIL}"
+
+
+async def test_python_client_reads_and_sets_the_policy(api):
+    """AsyncClient.privacy() and set_privacy(): the same answers as the routes."""
+    token = (api.daemon.settings.home / "token").read_text().strip()
+    async with AsyncClient(str(api.client.base_url), token) as client:
+        answer = await client.privacy()
+        assert answer["policy"]["rules"]["secret"] == "redact"
+        policy = {**answer["policy"], "rules": {**answer["policy"]["rules"], "ip": "redact"}}
+        changed = await client.set_privacy(policy)
+    assert changed["set_by"] == "api"
+    assert api.daemon.privacy.policy.rules.ip == "redact"
 
 
 async def test_key_is_private_and_kept(tmp_path):

@@ -525,6 +525,16 @@ class AsyncClient:
         answer: Liveness = await self._call("GET", "/healthz")
         return answer
 
+    async def privacy(self) -> dict[str, Any]:
+        """The privacy policy in force, who set it, and what it redacted and refused."""
+        answer: dict[str, Any] = await self._call("GET", "/v1/privacy")
+        return answer
+
+    async def set_privacy(self, policy: dict[str, Any]) -> dict[str, Any]:
+        """Replace the privacy policy (whole; until the next restart or SIGHUP)."""
+        answer: dict[str, Any] = await self._call("PUT", "/v1/privacy", body=policy)
+        return answer
+
 
 class Client:
     """A blocking client for the daemon's HTTP API (same methods as :class:`AsyncClient`)."""
@@ -732,4 +742,14 @@ class Client:
     def healthz(self) -> Liveness:
         """Liveness and version (``/healthz``)."""
         answer: Liveness = self._call("GET", "/healthz")
+        return answer
+
+    def privacy(self) -> dict[str, Any]:
+        """The privacy policy in force, who set it, and what it redacted and refused."""
+        answer: dict[str, Any] = self._call("GET", "/v1/privacy")
+        return answer
+
+    def set_privacy(self, policy: dict[str, Any]) -> dict[str, Any]:
+        """Replace the privacy policy (whole; until the next restart or SIGHUP)."""
+        answer: dict[str, Any] = self._call("PUT", "/v1/privacy", body=policy)
         return answer
