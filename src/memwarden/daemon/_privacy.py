@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 
 from memwarden.errors import ConfigError, ValidationInputError
+from memwarden.memory import BlockPatch, validate_input
 from memwarden.memory._codec import content_key
 from memwarden.memory._files import private_dir, write_private
 from memwarden.privacy import (
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
-    from memwarden.memory import BlockPatch, NewBlock, ValidationEvent
+    from memwarden.memory import NewBlock, ValidationEvent
 
 __all__ = ["KEY_FILE", "PrivacyDoors", "ensure_key"]
 
@@ -141,7 +142,10 @@ class PrivacyDoors:
         update = await _run(
             self._block_fields, block.title, block.content, block.tags, source, size
         )
-        return block.model_copy(update=update) if update else block
+        if not update:
+            return block
+        # Checked again: a placeholder may be longer than the value it replaced.
+        return validate_input(type(block), {**block.model_dump(), **update})
 
     async def patch(self, patch: BlockPatch, source: Source) -> BlockPatch:
         if not self.redactor.active(source):
@@ -150,7 +154,9 @@ class PrivacyDoors:
         update = await _run(
             self._block_fields, patch.title, patch.content, patch.tags, source, size
         )
-        return patch.model_copy(update=update) if update else patch
+        if not update:
+            return patch
+        return validate_input(BlockPatch, {**patch.model_dump(exclude_unset=True), **update})
 
     def _block_fields(
         self, title: str | None, content: str | None, tags: list[str] | None, source: Source
@@ -168,7 +174,7 @@ class PrivacyDoors:
         if tags:
             new_tags = [r.text(t, source=source, field=f"tags.{i}") for i, t in enumerate(tags)]
             if new_tags != tags:
-                update["tags"] = [t[:64] for t in new_tags]
+                update["tags"] = new_tags
         return update
 
     async def text(self, value: str, source: Source, field: str) -> str:
