@@ -170,6 +170,7 @@ def test_private_key_block_whole():
         "api_key: ********",
         "max_tokens=4096",
         "the token endpoint returns a session",
+        '{"token": "FileNotFoundError", "api_key": "ReadTheDocsForTheKeyName"}',  # words
         "sk-learn is a library",
     ],
 )

@@ -199,12 +199,18 @@ def _is_reference(value: str) -> bool:
 
 def keyed_value_is_secret(key: str, value: str) -> bool:
     """A value written after a secret-naming key: a password of 4+ characters, or a
-    token/key/secret that looks random (16+ characters, 3+ bits of entropy each)."""
+    token/key/secret that looks random: 16+ characters, letters and digits mixed, 3+ bits
+    of entropy each (``"token": "FileNotFoundError"`` is a word, not a token)."""
     if not value or _is_reference(value):
         return False
     if _PASSWORD_KEY.search(key) is not None:
         return len(value) >= 4
-    return len(value) >= 16 and _entropy(value) >= 3.0
+    return (
+        len(value) >= 16
+        and any(c.isdigit() for c in value)
+        and any(c.isalpha() for c in value)
+        and _entropy(value) >= 3.0
+    )
 
 
 # ------------------------------------------------------------------ card prefixes
