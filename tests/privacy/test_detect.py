@@ -134,6 +134,7 @@ def test_phone_numbers():
         ),
         ("api_key = 'Zx9aQw3ErTy7UiOp1AsD'", "Zx9aQw3ErTy7UiOp1AsD"),
         ("password: hunter22", "hunter22"),
+        ("password: supersecret", "supersecret"),
         ('"client_secret": "c8Fq2LmZ0pWx7Rt4Vb9N"', "c8Fq2LmZ0pWx7Rt4Vb9N"),
         ("Authorization: Bearer abcDEF123ghiJKL456mno", "abcDEF123ghiJKL456mno"),
         # under a secret-naming key even a hex value is a secret
@@ -171,6 +172,13 @@ def test_private_key_block_whole():
         "max_tokens=4096",
         "the token endpoint returns a session",
         '{"token": "FileNotFoundError", "api_key": "ReadTheDocsForTheKeyName"}',  # words
+        # code: the key's own name, a call, an attribute, a type, an index
+        "client(password=password)",
+        "token = secrets.token_urlsafe(32)",
+        "pw = settings.password.get_secret_value()",
+        "password: SecretStr | None = None",
+        'password = USERS["edge"]',
+        "the first pass: score the blocks",
         "sk-learn is a library",
     ],
 )

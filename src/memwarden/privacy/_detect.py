@@ -144,7 +144,7 @@ _URL_PASSWORD = _c(
 _BEARER = _c(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{16,}=*)")
 # Words that name secrets (not a secret: hence the noqa).
 _SECRET_WORDS = (
-    r"pass(?:word|wd|phrase)?|pwd|secret|token|api[_\-]?key|apikey|access[_\-]?key"  # noqa: S105
+    r"pass(?:word|wd|phrase)|pwd|secret|token|api[_\-]?key|apikey|access[_\-]?key"  # noqa: S105
     r"|auth[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?"
 )
 _KEYED = _c(
@@ -165,7 +165,9 @@ _SECRET_TRIGGERS: Final[dict[str, str]] = {
     "keyed": r"(?i)(?:pass|pwd|secret|token|key|credential)[a-z]{0,6}[\"']?[ \t]{0,5}[=:]",
 }
 _KEY_NAME = _c(r"(?i)[A-Za-z0-9_.\-]{0,30}(?:" + _SECRET_WORDS + r")")
-_PASSWORD_KEY = _c(r"(?i)(?:pass(?:word|wd|phrase)?|pwd)$")
+_PASSWORD_KEY = _c(r"(?i)(?:pass(?:word|wd|phrase)|pwd)$")
+_SECRET_WORD = _c(r"(?i)passw|passphrase|secret|token|credential|api_?key")
+_CAMEL = _c(r"(?:[A-Z][a-z0-9]+){2,}")  # a type's name: SecretStr, ApiTokenType
 _PLACEHOLDER = _c(r"\[[a-z_]{2,12}:[0-9a-f]{16}\]")
 _HELD = "\x00placeholder"  # the normal form of a placeholder already in a text
 
@@ -188,12 +190,24 @@ def _entropy(value: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in Counter(value).values())
 
 
-def _is_reference(value: str) -> bool:
-    return (
+def _is_reference(value: str, key: str = "") -> bool:
+    """A stand-in or a piece of code, not a secret: ``${VAR}``, ``<...>``, ``****``,
+    ``none``, a call or an index (``secrets.token_urlsafe(32)``, ``USERS[``), the key's
+    own name (``password=password``), or an attribute or type that names a secret
+    (``settings.password``, ``SecretStr``). ``supersecret`` stays a password."""
+    if (
         value[0] in "$%{<*[("
         or value.lower() in _NOT_SECRET_VALUES
         or len(set(value)) == 1  # ****, xxxx
+        or "(" in value
+        or "[" in value
         or _PLACEHOLDER.fullmatch(value) is not None
+    ):
+        return True
+    if key and value.rstrip(")]},").lower() == key.rsplit(".", 1)[-1].lower():
+        return True
+    return _SECRET_WORD.search(value) is not None and (
+        "." in value or _CAMEL.fullmatch(value) is not None
     )
 
 
@@ -201,7 +215,7 @@ def keyed_value_is_secret(key: str, value: str) -> bool:
     """A value written after a secret-naming key: a password of 4+ characters, or a
     token/key/secret that looks random: 16+ characters, letters and digits mixed, 3+ bits
     of entropy each (``"token": "FileNotFoundError"`` is a word, not a token)."""
-    if not value or _is_reference(value):
+    if not value or _is_reference(value, key):
         return False
     if _PASSWORD_KEY.search(key) is not None:
         return len(value) >= 4
