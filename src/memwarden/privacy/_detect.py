@@ -213,18 +213,18 @@ def _is_reference(value: str, key: str = "") -> bool:
 
 def keyed_value_is_secret(key: str, value: str) -> bool:
     """A value written after a secret-naming key: a password of 4+ characters, or a
-    token/key/secret that looks random: 16+ characters, letters and digits mixed, 3+ bits
-    of entropy each (``"token": "FileNotFoundError"`` is a word, not a token)."""
+    token/key/secret that looks random: 16+ characters with 3+ bits of entropy each when
+    letters and digits mix, 4+ when not (``"token": "FileNotFoundError"`` is a word)."""
     if not value or _is_reference(value, key):
         return False
     if _PASSWORD_KEY.search(key) is not None:
         return len(value) >= 4
-    return (
-        len(value) >= 16
-        and any(c.isdigit() for c in value)
-        and any(c.isalpha() for c in value)
-        and _entropy(value) >= 3.0
-    )
+    if len(value) < 16:
+        return False
+    entropy = _entropy(value)
+    # Letters alone: only as random as a token (a CamelCase name stays under 4 bits).
+    mixed = any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+    return entropy >= 4.0 or (mixed and entropy >= 3.0)
 
 
 # ------------------------------------------------------------------ card prefixes
