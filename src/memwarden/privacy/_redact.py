@@ -9,7 +9,6 @@ cannot be reversed by hashing guesses.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,6 +31,8 @@ __all__ = [
 ]
 
 PLACEHOLDER_HEX = 16  # 64 bits of the HMAC
+CLEAN_CACHE_SIZE = 4096  # texts remembered clean per source (then forgotten all at once)
+CLEAN_CACHE_CHARS = 256  # only texts this short are remembered: at most 1 MiB a source
 _DESCRIBE: dict[Kind, str] = {
     "secret": "a secret (token, key or password)",
     "card": "a payment card number",
@@ -111,14 +112,17 @@ class Redactor:
             max_checks=policy.max_checks,
         )
         self._watched = {s: policy.watched(s) for s in ("agent", "sensor", "review", "import")}
+        # Texts found clean, per source: sensors report the same values again and again
+        # (a config value, a URL, a message), and a clean text needs no second scan.
+        self._clean: dict[str, set[str]] = {s: set() for s in self._watched}
 
     def with_policy(self, policy: PrivacySettings) -> Redactor:
         """The same key and counters under another policy."""
         return Redactor(policy, self._key, stats=self.stats)
 
     def placeholder(self, kind: str, normal: str) -> str:
-        mac = hmac.new(self._key, f"{kind}\x00{normal}".encode(), hashlib.sha256)
-        return f"[{kind}:{mac.hexdigest()[:PLACEHOLDER_HEX]}]"
+        mac = hmac.digest(self._key, f"{kind}\x00{normal}".encode(), "sha256")
+        return f"[{kind}:{mac.hex()[:PLACEHOLDER_HEX]}]"
 
     def active(self, source: Source) -> bool:
         return bool(self._watched[source])
@@ -138,7 +142,7 @@ class Redactor:
             # word): every pattern needs an upper-case letter, a separator or a digit run
             # bounded by non-letters, so nothing can be found here.
             return value
-        findings = self.detectors.scan(value, kinds)
+        findings = self._scan_once(value, kinds, source)
         # A placeholder starts and ends with a bracket, so a neighbour glued to the value
         # it replaced may now stand apart and be found: scan again until nothing is.
         for _ in range(4):
@@ -147,6 +151,18 @@ class Redactor:
             value = self._apply(value, findings, source=source, field=field)
             findings = self.detectors.scan(value, kinds)
         return value
+
+    def _scan_once(self, value: str, kinds: frozenset[Kind], source: Source) -> list[Finding]:
+        """The findings in ``value``; a clean short text is remembered as clean."""
+        clean = self._clean[source]
+        if value in clean:
+            return []
+        findings = self.detectors.scan(value, kinds)
+        if not findings and len(value) <= CLEAN_CACHE_CHARS:
+            if len(clean) >= CLEAN_CACHE_SIZE:
+                clean.clear()
+            clean.add(value)
+        return findings
 
     def mask(self, value: str, *, source: Source) -> str:
         """``value`` with every finding of a kind not allowed for ``source`` replaced by
