@@ -404,9 +404,7 @@ async def test_privacy_put_needs_the_token_and_checks_the_policy(api):
     bad = {**policy, "rules": {"email": "shred"}}
     response = await api.client.put("/v1/privacy", json=bad)
     assert response.status_code == 422
-    assert response.json()["detail"][0]["loc"][-2:] == ["rules", "email"] or "email" in str(
-        response.json()["detail"][0]["loc"]
-    )
+    assert response.json()["detail"][0]["loc"] == ["body", "rules", "email"]
     response = await api.client.put("/v1/privacy", json={**policy, "national_ids": ["xx.nope"]})
     assert response.status_code == 422
     assert "national_ids" in response.json()["detail"][0]["loc"]
