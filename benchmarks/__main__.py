@@ -25,6 +25,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
     bench_ids,
     bench_mqtt,
     bench_read_through,
+    bench_redact,
     bench_regex,
     bench_sensors,
     bench_suggest,

@@ -103,8 +103,11 @@ class ValidationInputError(MemwardenError):
     """Input was rejected; nothing of it was applied.
 
     ``errors`` holds one ``(field, message)`` pair per problem, the field as a dotted
-    path (``bindings.0.sensor``), so an API can answer with the exact location.
+    path (``bindings.0.sensor``), so an API can answer with the exact location;
+    ``error_type`` is the answer's ``type`` (a subclass may name its own).
     """
+
+    error_type = "value_error"
 
     def __init__(self, errors: list[tuple[str, str]]) -> None:
         self.errors = errors

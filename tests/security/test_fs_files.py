@@ -61,7 +61,8 @@ def test_a_fifo_in_a_root_is_an_error_and_blocks_nothing(daemon):
 def test_observed_values_are_cut_to_256_characters(daemon):
     """``"key": ""`` on a big document and ``".*"`` on a big file confirm, but the
     event carries at most 256 characters of what was read."""
-    big = {"password": "p" * 5000, "more": list(range(1000))}
+    # No secret-naming key ("password"): its value would be redacted (docs/PRIVACY.md).
+    big = {"padding": "p" * 5000, "more": list(range(1000))}
     (daemon.root / "big.json").write_text(json.dumps(big))
     (daemon.root / "big.txt").write_text("s" * 100_000)
     whole = _judged(daemon, {"path": "big.json", "key": ""})
@@ -69,7 +70,7 @@ def test_observed_values_are_cut_to_256_characters(daemon):
     assert isinstance(whole["observed"], str)
     assert len(whole["observed"]) == 256
     assert whole["observed"].endswith("…")
-    one = _judged(daemon, {"path": "big.json", "key": "/password"})
+    one = _judged(daemon, {"path": "big.json", "key": "/padding"})
     assert one["observed"] == "p" * 255 + "…"
     matched = _judged(daemon, {"path": "big.txt", "regex": ".*"})
     assert matched["outcome"] == "confirmed"

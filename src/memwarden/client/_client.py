@@ -631,6 +631,16 @@ class AsyncClient:
         answer: list[Tombstone] = await self._call(*_Ops.erasures(block_id, limit))
         return answer
 
+    async def privacy(self) -> dict[str, Any]:
+        """The privacy policy in force, who set it, and what it redacted and refused."""
+        answer: dict[str, Any] = await self._call("GET", "/v1/privacy")
+        return answer
+
+    async def set_privacy(self, policy: dict[str, Any]) -> dict[str, Any]:
+        """Replace the privacy policy (whole; until the next restart or SIGHUP)."""
+        answer: dict[str, Any] = await self._call("PUT", "/v1/privacy", body=policy)
+        return answer
+
 
 class Client:
     """A blocking client for the daemon's HTTP API (same methods as :class:`AsyncClient`)."""
@@ -880,4 +890,14 @@ class Client:
     def erasures(self, *, block_id: str | None = None, limit: int = 100) -> list[Tombstone]:
         """The erasure log (tombstones, never content), newest first."""
         answer: list[Tombstone] = self._call(*_Ops.erasures(block_id, limit))
+        return answer
+
+    def privacy(self) -> dict[str, Any]:
+        """The privacy policy in force, who set it, and what it redacted and refused."""
+        answer: dict[str, Any] = self._call("GET", "/v1/privacy")
+        return answer
+
+    def set_privacy(self, policy: dict[str, Any]) -> dict[str, Any]:
+        """Replace the privacy policy (whole; until the next restart or SIGHUP)."""
+        answer: dict[str, Any] = self._call("PUT", "/v1/privacy", body=policy)
         return answer

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from memwarden.daemon._ingest import EventGate
 from memwarden.daemon._metrics import DaemonMetrics
 from memwarden.daemon._mqtt import MqttBridge
 from memwarden.daemon._notify import Notifier
+from memwarden.daemon._privacy import PrivacyDoors, ensure_key
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
 from memwarden.daemon._sessions import SessionWatch
 from memwarden.errors import (
@@ -45,12 +47,14 @@ from memwarden.hosting import build_runner
 from memwarden.memory import (
     UNREACHABLE,
     Binding,
+    BlockPatch,
     BlockState,
     NewBlock,
     RevalidationReason,
     Store,
     SystemClock,
     Volatility,
+    _reviews,
     from_ts,
     validate_input,
 )
@@ -69,6 +73,7 @@ from memwarden.plugins import (
     check_binding,
 )
 from memwarden.plugins._review_queue import StoreReviewQueue
+from memwarden.privacy import PrivacyRejectedError, TooLongError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -80,12 +85,12 @@ if TYPE_CHECKING:
     from memwarden.memory import (
         ApplyResult,
         Block,
-        BlockPatch,
         Clock,
         Proposal,
         StoredBinding,
         ValidationEvent,
     )
+    from memwarden.privacy import Source
 
 __all__ = ["Daemon", "ReadThrough"]
 
@@ -149,6 +154,7 @@ class Daemon:
         self._closing = False  # shutting down: long-polls answer now instead of waiting
         self._api_task: asyncio.Task[None] | None = None
         self.mqtt: MqttBridge | None = None  # the MQTT bridge, when [mqtt] is configured
+        self._privacy: PrivacyDoors | None = None  # the privacy policy at every door
         self.quarantined: dict[int, str] = {}  # binding id -> sensor, as of the last check
         # Who may report what from outside (POST /v1/events, the MQTT bridge).
         self.gate = EventGate(
@@ -165,6 +171,12 @@ class Daemon:
         if self._store is None:
             raise MemwardenError("the daemon is not running")
         return self._store
+
+    @property
+    def privacy(self) -> PrivacyDoors:
+        if self._privacy is None:
+            raise MemwardenError("the daemon is not running")
+        return self._privacy
 
     @property
     def bus(self) -> Bus:
@@ -213,6 +225,7 @@ class Daemon:
             raise ConfigError(f"home: cannot make the state dir {s.home} private: {err}") from None
         # Checked before anything else is opened: an unfit token file changes nothing.
         token = ensure_token(s.home) if s.api.enabled else ""
+        self._privacy = PrivacyDoors(s.privacy, ensure_key(s.home))
         self.notifier.status("starting")
         async with contextlib.AsyncExitStack() as stack:
             stack.callback(self.notifier.close)
@@ -239,6 +252,8 @@ class Daemon:
                 queue_per_source=s.bus.queue_per_source,
                 batch_max=s.bus.batch_max,
                 on_applied=self._on_applied,
+                screen=self._screen_events,
+                scrub=self._scrub,
             )
             if s.mqtt is not None:  # closed after the TaskGroup, before the store
                 self.mqtt = await stack.enter_async_context(
@@ -504,13 +519,15 @@ class Daemon:
             return
         for name in sorted(changed):
             await self._stop_sensor(name)
-        self.settings = old.model_copy(update={"sensors": new.sensors})
+        self.settings = old.model_copy(update={"sensors": new.sensors, "privacy": new.privacy})
+        if self._privacy is not None:
+            self._privacy.set_policy(new.privacy, by="config")
         for failure in await self._start_runners(fresh):
             log.error("reload_sensor_failed", sensor=failure.plugin, error=str(failure))
         ignored = [
             k
             for k in type(old).model_fields
-            if k != "sensors" and getattr(old, k) != getattr(new, k)
+            if k not in ("sensors", "privacy") and getattr(old, k) != getattr(new, k)
         ]
         if ignored:
             log.warning("reload_needs_restart", sections=sorted(ignored))
@@ -671,8 +688,23 @@ class Daemon:
         not configured here, a selector today's rules reject) is stored quarantined: nothing
         is checked or run for it.
         """
-        exported = [self._unvouched(r) for r in rows if is_export_row(r)]
-        plain = [r for r in rows if not is_export_row(r)]
+        exported = [
+            self._unvouched(await self.privacy.export_row(r, i))
+            for i, r in enumerate(rows)
+            if is_export_row(r)
+        ]
+        plain: list[NewBlock | Mapping[str, Any]] = []
+        for i, row in enumerate(rows):  # all screened before anything is stored
+            if is_export_row(row):
+                continue
+            try:
+                plain.append(await self.privacy.new_block(validate_input(NewBlock, row), "import"))
+            except PrivacyRejectedError as err:
+                raise PrivacyRejectedError(f"{i}.{err.field}", err.rule, err.source) from None
+            except TooLongError as err:
+                raise TooLongError(f"{i}.{err.field}", err.size, err.limit) from None
+            except ValidationInputError:
+                plain.append(row)  # add_block names the problem as before
         quarantine: dict[tuple[int, int], str] = {}
         for i, row in enumerate(exported):
             for j, raw in enumerate(row.get("bindings") or []):
@@ -692,7 +724,7 @@ class Daemon:
                 await self.store.request_revalidation(block_id)
         created = 0
         for item in plain:
-            await self.add_block(item, actor="import")
+            await self.add_block(item, actor="import", source="import")
             created += 1
         return {**report.as_dict(), "created": created, "quarantined": len(quarantine)}
 
@@ -717,14 +749,21 @@ class Daemon:
         }
 
     async def add_block(
-        self, new: NewBlock | Mapping[str, Any], *, actor: str = "agent", dedupe: bool = False
+        self,
+        new: NewBlock | Mapping[str, Any],
+        *,
+        actor: str = "agent",
+        dedupe: bool = False,
+        source: Source = "agent",
     ) -> Block:
         """Validate (bindings included) and store a block; its sensors learn the binding.
 
-        With ``dedupe``, a live block with the same normalised content is returned instead
+        Its title, content and tags pass the privacy policy for ``source`` first (a
+        rejected finding: :class:`PrivacyRejectedError`, nothing stored). With
+        ``dedupe``, a live block with the same normalised content is returned instead
         (its ``duplicate_of`` set) and nothing is stored.
         """
-        block = validate_input(NewBlock, new)
+        block = await self.privacy.new_block(validate_input(NewBlock, new), source)
         depends = await self._resolve_depends(block.depends_on)
         if depends != block.depends_on:
             block = block.model_copy(update={"depends_on": depends})
@@ -735,6 +774,74 @@ class Daemon:
         if stored.duplicate_of is None:
             self._mark_bindings_dirty([b.sensor for b in block.bindings])
         return stored
+
+    async def edit_block(
+        self,
+        block_id: str,
+        patch: BlockPatch | Mapping[str, Any],
+        *,
+        actor: str,
+        expected_version: int | None = None,
+        source: Source = "agent",
+    ) -> Block:
+        """Edit a block (:meth:`Store.update`); its new title, content and tags pass the
+        privacy policy first. When the edit moved its validity window (its own, or its
+        volatility's), its sensors are handed its bindings again with the new window,
+        local ones and remote agents alike: a polling sensor renews by it."""
+        checked = await self.privacy.patch(validate_input(BlockPatch, patch), source)
+        before = await self.store.get(block_id)
+        block = await self.store.update(
+            block_id, checked, actor=actor, expected_version=expected_version
+        )
+        if block.validation.validity_window != before.validation.validity_window:
+            self._mark_bindings_dirty(sorted({b.sensor for b in block.bindings}))
+        return block
+
+    async def request_review(self, block_id: str, *, reason: str) -> dict[str, Any]:
+        """Queue a block for a person's review; the reason passes the privacy policy."""
+        reason = await self.privacy.text(reason, "agent", "reason")
+        return await self.store.request_review(block_id, reason=reason)
+
+    async def decide_review(
+        self,
+        review_id: str,
+        decision: str,
+        *,
+        reviewer: str,
+        comment: str = "",
+        new_content: str | None = None,
+    ) -> dict[str, Any]:
+        """Decide a review item (``_reviews.decide_review``) with its comment and new
+        content passed through the privacy policy (source ``review``) first."""
+        comment = await self.privacy.text(comment, "review", "comment")
+        if new_content is not None:
+            new_content = await self.privacy.text(new_content, "review", "content")
+        sensor = next((n for n, r in sorted(self.runners.items()) if r.kind == "review"), "review")
+        return await _reviews.decide_review(
+            self.store,
+            review_id,
+            decision,
+            reviewer=reviewer,
+            comment=comment,
+            new_content=new_content,
+            sensor=sensor,
+            apply=functools.partial(self.bus.submit, sensor),  # committed before closing
+        )
+
+    async def _screen_events(
+        self, source: str, events: Sequence[ValidationEvent]
+    ) -> list[ValidationEvent | ValidationInputError]:
+        """Each event as the privacy policy lets it be stored, or why it may not be."""
+        runner = self.runners.get(source)
+        kind: Source = (
+            "review"
+            if source == "review" or (runner is not None and runner.kind == "review")
+            else "sensor"
+        )
+        return await self.privacy.screen_events(events, kind)
+
+    def _scrub(self, text: str) -> str:
+        return self.privacy.scrub(text)
 
     async def _resolve_depends(self, refs: Sequence[str]) -> list[str]:
         """``depends_on`` as full ids (short ids accepted); each bad one named."""
@@ -750,25 +857,6 @@ class Daemon:
         if errors:
             raise ValidationInputError(errors)
         return out
-
-    async def edit_block(
-        self,
-        block_id: str,
-        patch: BlockPatch | Mapping[str, Any],
-        *,
-        actor: str,
-        expected_version: int | None = None,
-    ) -> Block:
-        """Edit a block (:meth:`Store.update`). When the edit moved its validity window (its
-        own, or its volatility's), its sensors are handed its bindings again with the new
-        window, local ones and remote agents alike: a polling sensor renews by it."""
-        before = await self.store.get(block_id)
-        block = await self.store.update(
-            block_id, patch, actor=actor, expected_version=expected_version
-        )
-        if block.validation.validity_window != before.validation.validity_window:
-            self._mark_bindings_dirty(sorted({b.sensor for b in block.bindings}))
-        return block
 
     async def delete_block(self, block_id: str, *, actor: str, reason: str = "") -> None:
         block = await self.store.get(block_id)
@@ -1039,6 +1127,7 @@ class Daemon:
         """What a search would have answered at ``at``: the matching blocks that existed
         then, each as believed then (:meth:`Store.believed_at`). Matching uses today's
         text: words only an older version had are not found."""
+        query = self.privacy.query(query)
         hits = await self.store.search(
             query, limit=min(1000, limit * 3), include_refuted=True, record=False
         )
@@ -1076,6 +1165,7 @@ class Daemon:
         kwargs: dict[str, Any] = {"limit": limit, "include_refuted": include_refuted}
         if session is not None:
             kwargs["session"] = session
+        query = self.privacy.query(query)  # a value looked for as its placeholder is stored
         hits = await self.store.search(query, **kwargs)
         rt = await self.read_through(
             [h.block for h in hits],

@@ -5,6 +5,11 @@ queue, so a sensor that floods only waits on itself while the others keep emitti
 One consumer drains the queues round-robin into :meth:`Store.apply_events`, which
 commits in groups. A bad event is counted, logged once per kind and dead-lettered with
 the reason — never applied, never fatal.
+
+Every event passes the privacy policy (``screen``) before it is queued or applied: what
+is stored is the redacted event; one a privacy rule rejects is dead-lettered with the
+reason and without its payload, and every other dead letter's payload is redacted
+(``scrub``) before it is stored (docs/PRIVACY.md).
 """
 
 from __future__ import annotations
@@ -21,9 +26,15 @@ from memwarden.errors import StorageError, ValidationInputError
 from memwarden.memory import ApplyResult, ValidationEvent
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable, Iterable, Sequence
 
     from memwarden.memory import Store
+
+    # (source, events) -> each event as it may be stored, or why it may not be
+    Screen = Callable[
+        [str, Sequence[ValidationEvent]],
+        Awaitable[list[ValidationEvent | ValidationInputError]],
+    ]
 
 __all__ = ["Bus"]
 
@@ -40,8 +51,12 @@ class Bus:
         queue_per_source: int = 1000,
         batch_max: int = 2000,
         on_applied: Callable[[ApplyResult], Awaitable[None] | None] | None = None,
+        screen: Screen | None = None,
+        scrub: Callable[[str], str] | None = None,
     ) -> None:
         self._store = store
+        self._screen = screen
+        self._scrub = scrub  # a dead letter's payload as it may be stored
         self._queue_size = queue_per_source
         self._batch_max = batch_max
         self._queues: dict[str, asyncio.Queue[ValidationEvent]] = {}
@@ -71,6 +86,12 @@ class Bus:
                 event.model_dump_json(),
             )
             return
+        if self._screen is not None:
+            (screened,) = await self._screen(source, [event])
+            if isinstance(screened, ValidationInputError):
+                await self._withheld(source, event, screened)
+                return
+            event = screened
         queue = self._queues.get(source)
         if queue is None:
             queue = self._queues[source] = asyncio.Queue(self._queue_size)
@@ -89,21 +110,34 @@ class Bus:
         (see :meth:`Store.apply_events`).
         """
         events: list[ValidationEvent] = []
+        positions: list[int] = []
         rejected: list[tuple[str, str]] = []
         for i, payload in enumerate(payloads):
             try:
+                positions.append(i)
                 events.append(
                     payload
                     if isinstance(payload, ValidationEvent)
                     else ValidationEvent.model_validate(payload)
                 )
             except ValidationError as err:
+                positions.pop()
                 reason = "; ".join(
                     f"{'.'.join(str(p) for p in e['loc']) or 'event'}: {e['msg']}"
                     for e in err.errors()
                 )
                 await self.reject(source, "invalid_event", reason, repr(payload)[:65536])
                 rejected.append((str(i), reason))
+        if self._screen is not None and events:
+            kept: list[ValidationEvent] = []
+            screened_all = await self._screen(source, events)
+            for i, event, screened in zip(positions, events, screened_all, strict=True):
+                if isinstance(screened, ValidationInputError):
+                    await self._withheld(source, event, screened)
+                    rejected.append((str(i), _reason(screened)))
+                else:
+                    kept.append(screened)
+            events = kept
         result = (
             await self._store.apply_events(events, bound_only=bound_only)
             if events
@@ -126,10 +160,20 @@ class Bus:
         if key not in self._logged_kinds:
             self._logged_kinds.add(key)
             log.warning("event_rejected", source=source, kind=kind, reason=reason[:500])
+        if self._scrub is not None and kind != "privacy_rejected":
+            text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+            payload = self._scrub(text)
         with contextlib.suppress(StorageError):
             await self._store.dead_letter(
                 source=source, reason=f"{kind}: {reason}", payload=payload
             )
+
+    async def _withheld(
+        self, source: str, event: ValidationEvent, err: ValidationInputError
+    ) -> None:
+        """Dead-letter an event the privacy policy refuses, keeping none of its values."""
+        kept = event.model_dump_json(include={"event_id", "sensor", "subject", "outcome"})
+        await self.reject(source, "privacy_rejected", _reason(err), kept)
 
     # ------------------------------------------------------------------ consumer
 
@@ -212,3 +256,7 @@ class Bus:
     def close(self) -> None:
         """Stop taking new events (what is queued still drains)."""
         self._closed = True
+
+
+def _reason(err: ValidationInputError) -> str:
+    return "; ".join(f"{f}: {m}" for f, m in err.errors)

@@ -40,6 +40,7 @@ from memwarden.memory import CompactionConfig, Duration, RetentionConfig
 from memwarden.memory._model import Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
+from memwarden.privacy import PrivacySettings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -499,6 +500,10 @@ class Settings(BaseSettings):
         default_factory=RetentionConfig,
         description="How long blocks, archived blocks, events and score-log lines are kept:"
         " nothing is removed unless configured (docs/PRIVACY.md).",
+    )
+    privacy: PrivacySettings = Field(
+        default_factory=PrivacySettings,
+        description="What is redacted, rejected or allowed at every door (docs/PRIVACY.md).",
     )
 
     @field_validator("sensors")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -10,7 +10,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     from prometheus_client.core import Metric
 
@@ -101,50 +101,55 @@ class _DaemonCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         bus = self.daemon.bus
-        events = CounterMetricFamily(
+        yield _counters(
             "memwarden_events",
             "Validation events stored, by sensor and outcome.",
+            bus.by_outcome,
             labels=["sensor", "outcome"],
         )
-        for (sensor, outcome), n in sorted(bus.by_outcome.items()):
-            events.add_metric([sensor, outcome], n)
-        yield events
-        rejected = CounterMetricFamily(
-            "memwarden_events_rejected", "Inputs dead-lettered, by kind.", labels=["kind"]
-        )
-        for kind, n in sorted(bus.rejected.items()):
-            rejected.add_metric([kind], n)
-        yield rejected
-        gate = self.daemon.gate
-        refused = CounterMetricFamily(
-            "memwarden_events_refused",
-            "Events from outside (HTTP, MQTT) refused for who sent them or what they claim.",
+        yield _counters(
+            "memwarden_events_rejected",
+            "Inputs dead-lettered, by kind.",
+            bus.rejected,
             labels=["kind"],
         )
-        for kind, n in sorted(gate.refused.items()):
-            refused.add_metric([kind], n)
-        yield refused
-        capped = CounterMetricFamily(
+        gate = self.daemon.gate
+        yield _counters(
+            "memwarden_events_refused",
+            "Events from outside (HTTP, MQTT) refused for who sent them or what they claim.",
+            gate.refused,
+            labels=["kind"],
+        )
+        yield _counters(
             "memwarden_events_capped",
             "Remote events stored with reliability or validity_window clamped to the cap.",
+            gate.capped,
             labels=["sensor", "field"],
         )
-        for (sensor, field), n in sorted(gate.capped.items()):
-            capped.add_metric([sensor, field], n)
-        yield capped
+        stats = self.daemon.privacy.redactor.stats
+        yield _counters(
+            "memwarden_privacy_redacted",
+            "Values replaced by a placeholder, by kind ([privacy]; docs/PRIVACY.md).",
+            stats.redacted,
+            labels=["kind"],
+        )
+        yield _counters(
+            "memwarden_privacy_rejected",
+            "Inputs refused by a privacy rule set to reject, by the kind that refused.",
+            stats.rejected,
+            labels=["kind"],
+        )
         yield CounterMetricFamily(
             "memwarden_blocks_erased",
             "Blocks erased (memwarden forget) since the daemon started.",
             value=self.daemon.erased,
         )
-        retention = CounterMetricFamily(
+        yield _counters(
             "memwarden_retention_removed",
             "What the retention pass removed since start, by kind.",
+            self.daemon.scheduler.retention_removed,
             labels=["kind"],
         )
-        for kind, n in sorted(self.daemon.scheduler.retention_removed.items()):
-            retention.add_metric([kind], n)
-        yield retention
         yield CounterMetricFamily(
             "memwarden_events_duplicate",
             "Events received twice (stored once).",
@@ -210,3 +215,14 @@ async def render(daemon: Daemon) -> tuple[bytes, str]:
     registry.register(_DaemonCollector(daemon, counts, coverage))
     body = generate_latest(registry) + generate_latest(daemon.metrics.registry)
     return body, CONTENT_TYPE_LATEST
+
+
+def _counters(
+    name: str, doc: str, values: Mapping[Any, int], *, labels: list[str]
+) -> CounterMetricFamily:
+    """A counter family with one sample per key of ``values`` (a label value, or a tuple
+    of them), in key order."""
+    family = CounterMetricFamily(name, doc, labels=labels)
+    for key, n in sorted(values.items()):
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], n)
+    return family

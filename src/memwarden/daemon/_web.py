@@ -23,7 +23,6 @@ from starlette.requests import cookie_parser
 
 from memwarden.daemon._routes._deps import DaemonDep
 from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
-from memwarden.memory import _reviews
 
 if TYPE_CHECKING:
     from memwarden.daemon._app import Daemon
@@ -210,17 +209,13 @@ async def decide(  # noqa: PLR0917 - FastAPI reads the form fields from the sign
             status=403,
             message="This form is stale or forged: reload the page and try again.",
         )
-    sensor = next((n for n, r in sorted(daemon.runners.items()) if r.kind == "review"), "review")
     try:
-        result = await _reviews.decide_review(
-            daemon.store,
+        result = await daemon.decide_review(
             review_id,
             action,
             reviewer=session.reviewer,
             comment=comment,
             new_content=content if action == "edit" else None,
-            sensor=sensor,
-            apply=lambda events: daemon.bus.submit(sensor, events),
         )
     except (ValidationInputError, NotFoundError) as err:
         return _page("error.html", status=422, message=str(err))

@@ -12,6 +12,7 @@ from memwarden.daemon._routes import (
     erasure,
     events,
     ops,
+    privacy,
     proposals,
     reviews,
     search,
@@ -33,4 +34,5 @@ ROUTERS = (
     proposals.router,
     events.router,
     erasure.router,
+    privacy.router,
 )

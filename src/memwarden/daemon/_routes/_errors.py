@@ -49,7 +49,7 @@ async def _invalid(_: Request, exc: ValidationInputError) -> JSONResponse:
     return JSONResponse(
         {
             "detail": [
-                {"loc": f.split(".") if f else [], "msg": m, "type": "value_error"}
+                {"loc": f.split(".") if f else [], "msg": m, "type": exc.error_type}
                 for f, m in exc.errors
             ]
         },

@@ -3,14 +3,12 @@ and sign-in links to the review pages (which ``daemon/_web.py`` serves)."""
 
 from __future__ import annotations
 
-import functools
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from memwarden.daemon._routes._deps import Auth, BlockId, DaemonDep
-from memwarden.memory import _reviews
 from memwarden.memory._model import MAX_CONTENT_CHARS
 
 __all__ = ["ReviewDecision", "ReviewLinkRequest", "ReviewRequest", "router"]
@@ -50,7 +48,7 @@ async def ask_review(
     block_id: BlockId, body: ReviewRequest, _: Auth, daemon: DaemonDep
 ) -> dict[str, Any]:
     """Ask a human to confirm a block: it joins the review queue with the reason."""
-    return await daemon.store.request_review(block_id, reason=body.reason)
+    return await daemon.request_review(block_id, reason=body.reason)
 
 
 @router.get("/v1/reviews")
@@ -80,14 +78,10 @@ async def decide_review(
     review_id: str, body: ReviewDecision, _: Auth, daemon: DaemonDep
 ) -> dict[str, Any]:
     """Confirm, reject or edit: an event from the review sensor, with who decided."""
-    sensor = next((n for n, r in sorted(daemon.runners.items()) if r.kind == "review"), "review")
-    return await _reviews.decide_review(
-        daemon.store,
+    return await daemon.decide_review(
         review_id,
         body.decision,
         reviewer=body.decided_by,
         comment=body.comment,
         new_content=body.content,
-        sensor=sensor,
-        apply=functools.partial(daemon.bus.submit, sensor),  # committed before closing
     )
