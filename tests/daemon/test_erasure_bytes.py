@@ -7,7 +7,8 @@ comment holds it); then ``DELETE /v1/blocks/{id}?erase=true``. Every byte of eve
 the state dir (the database, its WAL and SHM, the score log, the sensors' state) is then
 scanned for the marker as written and lowercased, and an ``fts5vocab`` table over every
 FTS index is asked for any term containing it: none anywhere. An unrelated block, bound
-to the same file, survives intact.
+to the same file, survives intact. Redaction is off here (``[privacy] enabled = false``):
+erasure is for what a policy let in.
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ async def test_forget_leaves_the_marker_nowhere(tmp_path):
         home=home,
         api={"port": 0},
         sensors={"fs": {"roots": [str(work)], "debounce_ms": 10}},
+        # Redaction off: it would keep the marker (an e-mail) out of the store from the
+        # start; this test is of erasure, for data a policy allowed in.
+        privacy={"enabled": False},
     )
     daemon = Daemon(settings, registry=Registry.from_classes({"fs": FsSensor}))
     task = await start_in_loop(daemon)
