@@ -126,8 +126,11 @@ class Live:
 
 
 @contextlib.asynccontextmanager
-async def live_daemon(home: Path, project: Path, **options: Any) -> AsyncIterator[Live]:
-    """A daemon in this loop, API on a free loopback port, one code_test sensor ``tests``."""
+async def live_daemon(
+    home: Path, project: Path, *, privacy: dict[str, Any] | None = None, **options: Any
+) -> AsyncIterator[Live]:
+    """A daemon in this loop, API on a free loopback port, one code_test sensor ``tests``
+    (``options`` are its settings; ``privacy`` the daemon's ``[privacy]``)."""
     settings = load_settings(
         None,
         env={},
@@ -144,6 +147,7 @@ async def live_daemon(home: Path, project: Path, **options: Any) -> AsyncIterato
                 **options,
             }
         },
+        **({"privacy": privacy} if privacy is not None else {}),
     )
     daemon = Daemon(settings, registry=Registry.from_classes({"code_test": CodeTestSensor}))
     task = await start_in_loop(daemon, name="security-daemon")
