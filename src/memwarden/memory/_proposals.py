@@ -150,7 +150,7 @@ async def list_proposals(
     where: list[str] = []
     args: list[str] = []
     if namespaces is not None:
-        where.append(f"b.namespace IN ({placeholders(len(namespaces))})" if namespaces else "0")
+        where.append(f"b.namespace IN {placeholders(len(namespaces))}" if namespaces else "0")
         args.extend(namespaces)
     if status != "all":
         where.append("p.status = ?")

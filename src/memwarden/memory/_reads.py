@@ -172,7 +172,7 @@ class Reads:
             where.append("EXISTS (SELECT 1 FROM json_each(blocks.tags) WHERE value = ?)")
             args.append(f.tag)
         if f.namespaces is not None:
-            where.append(f"namespace IN ({placeholders(len(f.namespaces))})")
+            where.append(f"namespace IN {placeholders(len(f.namespaces))}")
             args.extend(f.namespaces)
         if f.after is not None:
             where.append("id > ?")

@@ -118,9 +118,7 @@ async def list_reviews(
     conditions = [] if status == "all" else ["r.status = ?"]
     args: list[Any] = [] if status == "all" else [status]
     if namespaces is not None:
-        conditions.append(
-            f"k.namespace IN ({placeholders(len(namespaces))})" if namespaces else "0"
-        )
+        conditions.append(f"k.namespace IN {placeholders(len(namespaces))}" if namespaces else "0")
         args.extend(namespaces)
     where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
     order = "r.created_at, r.id" if status == "pending" else "r.created_at DESC, r.id DESC"

@@ -62,7 +62,7 @@ def namespace_clause(
     if len(namespaces) > MAX_NAMESPACES:
         message = f"at most {MAX_NAMESPACES} namespaces, not {len(namespaces)}"
         raise ValueError(message)
-    return f" AND {column} IN ({placeholders(len(namespaces))})", list(namespaces)
+    return f" AND {column} IN {placeholders(len(namespaces))}", list(namespaces)
 
 
 EVIDENCE_SELECT = f"SELECT {', '.join(EVIDENCE_COLUMNS)} FROM blocks WHERE id IN "
