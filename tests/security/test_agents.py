@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from memwarden.client import AsyncClient
 from memwarden.daemon import Daemon, load_settings
 from memwarden.daemon._callers import Callers, load_callers
-from memwarden.errors import ConfigError
+from memwarden.errors import ConfigError, NotFoundError, TransportError
 from memwarden.plugins import Registry
 from tests.support import start_in_loop
 
@@ -413,3 +414,19 @@ def test_default_agent_can_be_narrowed_and_profiles_are_named(tmp_path):
     assert not owner.may("write")
     assert owner.scope() is None
     assert privacy_profile_for(owner) == "strict"
+
+
+async def test_the_python_client_carries_an_agents_token_and_namespace(agents):
+    """AsyncClient with keeper's token: a block added with a namespace lands there; the
+    read-only agent's client gets a clear error naming the operation, nothing stored."""
+    async with AsyncClient(agents.url, agents.tokens["keeper"]) as keeper:
+        block = await keeper.add({"content": "via the client", "namespace": "shared"})
+        assert block.namespace == "shared"
+        assert (await keeper.get(block.id)).id == block.id
+    count = await agents.count()
+    async with AsyncClient(agents.url, agents.tokens["reader"]) as reader:
+        with pytest.raises(TransportError, match="may not write"):
+            await reader.add({"content": "refused"})
+        with pytest.raises(NotFoundError):
+            await reader.get(block.id)  # reader is of alpha only: shared is not its own
+    assert await agents.count() == count
