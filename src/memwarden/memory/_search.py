@@ -180,8 +180,10 @@ def _search_sql(*, include_refuted: bool, scoped: int | None = None) -> str:
         candidates = "FROM blocks_fts WHERE blocks_fts MATCH :match"
     else:
         names = ", ".join(f":ns{i}" for i in range(scoped)) or "NULL"
+        # CROSS JOIN keeps the index first (SQLite never reorders it): the matches are
+        # looked up by rowid, never the namespace's blocks probed against the index.
         candidates = (
-            "FROM blocks_fts JOIN blocks nb ON nb.rid = blocks_fts.rowid"
+            "FROM blocks_fts CROSS JOIN blocks nb ON nb.rid = blocks_fts.rowid"
             f" WHERE blocks_fts MATCH :match AND nb.namespace IN ({names})"
         )
     return f"""
