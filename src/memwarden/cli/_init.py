@@ -236,5 +236,12 @@ def render_config(root: Path, *, python: str | None = None) -> str:
         '# archived_max_age = "7d"    # then erased for good (a tombstone stays)',
         '# events_max_age = "90d"     # its older sensor observations deleted',
         "",
+        "# Agents: .memwarden/token is the agent `default` (everything). Other agents get",
+        "# their own token, operations and namespaces (docs/PRIVACY.md, Agents and namespaces).",
+        "# [agents.reviewer-bot]",
+        '# token_env = "REVIEWER_BOT_TOKEN"   # or token_file (0600); never the token here',
+        '# operations = ["read", "review"]    # read, write, forget, review, report, admin',
+        '# namespaces = ["default"]           # the projects it sees and writes',
+        "",
     ]
     return "\n".join(lines)

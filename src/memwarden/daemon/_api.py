@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from memwarden import __version__
+from memwarden.daemon._callers import Callers
 from memwarden.daemon._guard import RequestGuard
 from memwarden.daemon._routes import EXCEPTION_HANDLERS, ROUTERS, ErrorMessage
 from memwarden.daemon._token import TOKEN_FILE, ensure_token
@@ -47,6 +48,7 @@ API_FILE = "api.json"
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorMessage, "description": "The request could not be used."},
     401: {"model": ErrorMessage, "description": "Missing or wrong token."},
+    403: {"model": ErrorMessage, "description": "The token's agent may not do this."},
     404: {"model": ErrorMessage, "description": "No such block."},
     409: {"model": ErrorMessage, "description": "A short id that matches several blocks."},
     413: {"model": ErrorMessage, "description": "Body too large."},
@@ -56,7 +58,12 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(
-    daemon: Daemon, *, token: str, max_body_bytes: int = 1024 * 1024, docs: bool = True
+    daemon: Daemon,
+    *,
+    token: str,
+    max_body_bytes: int = 1024 * 1024,
+    docs: bool = True,
+    callers: Callers | None = None,
 ) -> FastAPI:
     """The FastAPI application over a running daemon.
 
@@ -64,6 +71,8 @@ def create_app(
     daemon (``app.state.daemon``) and the token check through ``Depends``; the error
     handlers are registered here, all at once. ``docs``: serve ``/docs``, ``/redoc`` and
     ``/openapi.json`` (behind the token like every other route); ``False`` removes them.
+    ``callers``: the agents and their tokens (default: ``token`` alone, as the agent
+    ``default`` with every operation and namespace).
     """
     app = FastAPI(
         title="memwarden",
@@ -77,11 +86,12 @@ def create_app(
     )
     app.state.daemon = daemon
     app.state.token = token.encode()
+    app.state.callers = callers if callers is not None else Callers.single(token)
     sessions = ReviewSessions()
     app.state.review_sessions = sessions
     app.add_middleware(
         RequestGuard,
-        token=app.state.token,
+        callers=app.state.callers,
         max_body_bytes=max_body_bytes,
         session_ok=sessions.cookie_ok,
         refuse_session=signed_out_page,
@@ -131,8 +141,11 @@ class ApiServer:
         max_body_bytes: int,
         docs: bool = True,
         socket_group: str | None = None,
+        callers: Callers | None = None,
     ) -> None:
-        app = create_app(daemon, token=token, max_body_bytes=max_body_bytes, docs=docs)
+        app = create_app(
+            daemon, token=token, max_body_bytes=max_body_bytes, docs=docs, callers=callers
+        )
         self._unix_socket = unix_socket
         self._socket_group = socket_group
         self._sockets: list[socket.socket] | None = None

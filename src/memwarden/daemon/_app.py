@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from memwarden.daemon._api import ApiServer, api_file, ensure_token
 from memwarden.daemon._bus import Bus
+from memwarden.daemon._callers import DEFAULT_NAMESPACE, Callers, load_callers
 from memwarden.daemon._config import (
     SensorSettings,
     Settings,
@@ -226,6 +227,7 @@ class Daemon:
         # Checked before anything else is opened: an unfit token file changes nothing.
         token = ensure_token(s.home) if s.api.enabled else ""
         self._privacy = PrivacyDoors(s.privacy, ensure_key(s.home))
+        callers = load_callers(s, token) if s.api.enabled else None
         self.notifier.status("starting")
         async with contextlib.AsyncExitStack() as stack:
             stack.callback(self.notifier.close)
@@ -291,7 +293,7 @@ class Daemon:
                 background.append(tg.create_task(self._scheduler.run(), name="scheduler"))
                 background.append(tg.create_task(self._refresh_bindings(), name="bindings"))
                 if s.api.enabled:
-                    await self._start_api(tg, stack, background, token)
+                    await self._start_api(tg, stack, background, token, callers)
                 if self.notifier.watchdog_interval_s:
                     background.append(tg.create_task(self._watchdog(), name="watchdog"))
                 self._ready.set()
@@ -333,6 +335,7 @@ class Daemon:
         stack: contextlib.AsyncExitStack,
         background: list[asyncio.Task[Any]],
         token: str,
+        callers: Callers | None,
     ) -> None:
         s = self.settings
         self.api = ApiServer(
@@ -341,6 +344,7 @@ class Daemon:
             port=s.api.port,
             unix_socket=s.api.unix_socket,
             token=token,
+            callers=callers,
             max_body_bytes=s.api.max_body_bytes,
             docs=s.api.docs,
             socket_group=s.api.socket_group,
@@ -755,16 +759,23 @@ class Daemon:
         actor: str = "agent",
         dedupe: bool = False,
         source: Source = "agent",
+        namespaces: Sequence[str] | None = None,
     ) -> Block:
         """Validate (bindings included) and store a block; its sensors learn the binding.
 
         Its title, content and tags pass the privacy policy for ``source`` first (a
         rejected finding: :class:`PrivacyRejectedError`, nothing stored). With
         ``dedupe``, a live block with the same normalised content is returned instead
-        (its ``duplicate_of`` set) and nothing is stored.
+        (its ``duplicate_of`` set) and nothing is stored. The block's ``namespace`` (set
+        by the caller) must be one of ``namespaces`` when given (the API's agent's); what
+        it depends on, and a duplicate, are looked for in that namespace only.
         """
-        block = await self.privacy.new_block(validate_input(NewBlock, new), source)
-        depends = await self._resolve_depends(block.depends_on)
+        block = validate_input(NewBlock, new)
+        namespace = block.namespace or DEFAULT_NAMESPACE
+        if namespaces is not None and namespace not in namespaces:
+            raise ValidationInputError([("namespace", f"{namespace!r}: not one of yours")])
+        block = await self.privacy.new_block(block, source)
+        depends = await self._resolve_depends(block.depends_on, namespaces=[namespace])
         if depends != block.depends_on:
             block = block.model_copy(update={"depends_on": depends})
         bindings = self.check_bindings(block.bindings)
@@ -843,13 +854,16 @@ class Daemon:
     def _scrub(self, text: str) -> str:
         return self.privacy.scrub(text)
 
-    async def _resolve_depends(self, refs: Sequence[str]) -> list[str]:
-        """``depends_on`` as full ids (short ids accepted); each bad one named."""
+    async def _resolve_depends(
+        self, refs: Sequence[str], *, namespaces: Sequence[str] | None = None
+    ) -> list[str]:
+        """``depends_on`` as full ids (short ids accepted) among ``namespaces``; each bad
+        one named (a block of another namespace is not found: facts never lean across)."""
         out: list[str] = []
         errors: list[tuple[str, str]] = []
         for j, ref in enumerate(refs):
             try:
-                out.append(await self.store.resolve_id(ref))
+                out.append(await self.store.resolve_id(ref, namespaces=namespaces))
             except ValidationInputError as err:
                 errors.append((f"depends_on.{j}", err.errors[0][1]))
             except (NotFoundError, AmbiguousIdError) as err:
@@ -875,16 +889,20 @@ class Daemon:
         reason: str = "",
         dry_run: bool = False,
         vacuum: bool = False,
+        namespaces: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """Erase blocks (by ids, short ids accepted; a tag; or the words of a query):
+        """Erase blocks (by ids, short ids accepted; a tag; or the words of a query)
+        among ``namespaces`` when given (an agent's: another's blocks are not found):
         their content leaves every table, the search index, the WAL and the score log,
         and a tombstone stays (``Store.erase``). With ``dry_run``, only what would go.
 
         The sensors that watched them are told (their bindings are gone). The answer
         also lists what the daemon cannot reach (``unreachable``).
         """
-        full = [await self.store.resolve_id(ref) for ref in ids]
-        targets = await self.store.erasure_targets(ids=full, tag=tag, query=query)
+        full = [await self.store.resolve_id(ref, namespaces=namespaces) for ref in ids]
+        targets = await self.store.erasure_targets(
+            ids=full, tag=tag, query=query, namespaces=namespaces
+        )
         answer: dict[str, Any] = {
             "dry_run": dry_run,
             "blocks": [t.as_dict() for t in targets],
@@ -1122,14 +1140,24 @@ class Daemon:
         return {**block.model_dump(mode="json"), "receipt": receipts[block.id]}
 
     async def search_as_of(
-        self, query: str, at: float, *, limit: int = 10, include_refuted: bool = False
+        self,
+        query: str,
+        at: float,
+        *,
+        limit: int = 10,
+        include_refuted: bool = False,
+        namespaces: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """What a search would have answered at ``at``: the matching blocks that existed
         then, each as believed then (:meth:`Store.believed_at`). Matching uses today's
         text: words only an older version had are not found."""
         query = self.privacy.query(query)
         hits = await self.store.search(
-            query, limit=min(1000, limit * 3), include_refuted=True, record=False
+            query,
+            limit=min(1000, limit * 3),
+            include_refuted=True,
+            record=False,
+            namespaces=namespaces,
         )
         believed: list[dict[str, Any]] = []
         for hit in hits:
@@ -1158,11 +1186,17 @@ class Daemon:
         session: str | None = None,
         include_refuted: bool = False,
         wait_s: float = 2.0,
+        namespaces: Sequence[str] | None = None,
     ) -> SearchAnswerDict:
         """Search; results older than ``max_age_s`` (``fresh``: any age, and stale ones)
         whose check is quick are re-checked first, up to ``wait_s``. Every result carries
-        a receipt and a ``rank`` on a 0-1 scale."""
-        kwargs: dict[str, Any] = {"limit": limit, "include_refuted": include_refuted}
+        a receipt and a ``rank`` on a 0-1 scale. With ``namespaces`` (an agent's), only
+        their blocks are found, and only they are reinforced by the retrieval."""
+        kwargs: dict[str, Any] = {
+            "limit": limit,
+            "include_refuted": include_refuted,
+            "namespaces": namespaces,
+        }
         if session is not None:
             kwargs["session"] = session
         query = self.privacy.query(query)  # a value looked for as its placeholder is stored
@@ -1216,7 +1250,11 @@ class Daemon:
                 }
             )
         results.sort(key=lambda r: r["rank"], reverse=True)
-        hidden = 0 if include_refuted else await self.store.count_refuted_matches(query)
+        hidden = (
+            0
+            if include_refuted
+            else await self.store.count_refuted_matches(query, namespaces=namespaces)
+        )
         return {
             "query": query,
             "results": results,
@@ -1226,13 +1264,21 @@ class Daemon:
             "hidden_refuted": hidden,
         }
 
-    async def health(self) -> HealthAnswer:
-        """The 0-100 health score with its warnings, and the counts behind it."""
+    async def health(self, *, namespaces: Sequence[str] | None = None) -> HealthAnswer:
+        """The 0-100 health score with its warnings, and the counts behind it; with
+        ``namespaces`` (an agent's), of their blocks only."""
         failing = [n for n, r in self.runners.items() if r.status in ("failed", "backoff")]
-        counts = await self.store.counts()
-        report = await self.store.health(failing_sensors=failing, sensors_total=len(self.runners))
+        counts = await self.store.counts(namespaces=namespaces)
+        report = await self.store.health(
+            failing_sensors=failing, sensors_total=len(self.runners), namespaces=namespaces
+        )
         warnings = [w.as_dict() for w in report.warnings]
         quarantined = [b.as_dict() for b in await self.store.quarantined_bindings()]
+        if namespaces is not None and quarantined:
+            visible = set(
+                await self.store.visible_ids([q["block_id"] for q in quarantined], namespaces)
+            )
+            quarantined = [q for q in quarantined if q["block_id"] in visible]
         if quarantined:
             warnings.append(
                 {
@@ -1251,7 +1297,7 @@ class Daemon:
             "quarantined_bindings": quarantined,
             "sensors": self.sensor_status(),
             "dead_letters": counts.get("dead_letters", 0),
-            "coverage": await self.coverage(),
+            "coverage": await self.coverage(namespaces=namespaces),
         }
         if self.mqtt is not None:
             answer["mqtt"] = await self.mqtt.health()
@@ -1283,12 +1329,13 @@ class Daemon:
             self._mark_bindings_dirty([binding.sensor])
         return decided
 
-    async def coverage(self) -> CoverageDict:
+    async def coverage(self, *, namespaces: Sequence[str] | None = None) -> CoverageDict:
         """The share of live facts with a binding whose sensor is alive now (local ones
         running; remote ones as their agents last reported over MQTT), by source and
-        tier: the share of memory that can be checked at all."""
+        tier: the share of memory that can be checked at all (of ``namespaces``' facts,
+        when given)."""
         alive = [name for name, live in self.liveness().items() if live.alive]
-        return await self.store.coverage(alive)
+        return await self.store.coverage(alive, namespaces=namespaces)
 
     # ------------------------------------------------------------------ status
 

@@ -37,7 +37,7 @@ from pydantic_settings import (
 from memwarden.errors import ConfigError, PluginLoadError
 from memwarden.hosting import validate_sensor_options
 from memwarden.memory import CompactionConfig, Duration, RetentionConfig
-from memwarden.memory._model import Unit
+from memwarden.memory._model import NAMESPACE_PATTERN, Namespace, Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
 from memwarden.privacy import PrivacySettings
@@ -50,6 +50,9 @@ if TYPE_CHECKING:
     from memwarden.plugins import Registry
 
 __all__ = [
+    "NAMESPACE_PATTERN",
+    "OPERATIONS",
+    "AgentPolicy",
     "AgentSettings",
     "ApiSettings",
     "BusSettings",
@@ -467,6 +470,63 @@ class AgentSettings(BaseModel):
         return value
 
 
+Operation = Literal["read", "write", "forget", "review", "report", "admin"]
+OPERATIONS: tuple[Operation, ...] = ("read", "write", "forget", "review", "report", "admin")
+_AGENT_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+class AgentPolicy(BaseModel):
+    """``[agents.<name>]``: one API token (an agent), what it may do and where.
+
+    The token itself is never in the TOML: ``token_file`` (checked like the state dir's
+    token: a regular file, 0600, owned by the daemon's user) or ``token_env`` (the name of
+    an environment variable of the daemon). ``[agents.default]`` is the state dir's own
+    token (``<home>/token``): it needs neither, and narrows what that token may do.
+    docs/PRIVACY.md ("Agents and namespaces") describes each operation.
+    """
+
+    model_config = _FROZEN
+
+    token_file: Path | None = Field(
+        default=None, description="A file holding this agent's token (mode 0600)."
+    )
+    token_env: str | None = Field(
+        default=None, description="The daemon's environment variable holding the token."
+    )
+    operations: list[Operation] = Field(
+        default_factory=lambda: list(OPERATIONS),
+        description="What the token may do: read, write, forget, review, report, admin.",
+    )
+    namespaces: list[Namespace | Literal["*"]] = Field(
+        default_factory=lambda: ["default"],
+        min_length=1,
+        max_length=64,
+        description="The namespaces (projects) it reads and writes; the first is where its "
+        'new blocks go; "*": every namespace.',
+    )
+    privacy_profile: str = Field(
+        default="default",
+        pattern=NAMESPACE_PATTERN,
+        description="The named privacy (redaction) profile its writes go through.",
+    )
+
+    @field_validator("token_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not an environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AgentPolicy:
+        if self.token_file is not None and self.token_env is not None:
+            raise ValueError("give token_file or token_env, not both")
+        if "*" in self.namespaces and len(self.namespaces) > 1:
+            raise ValueError('namespaces: "*" (every namespace) stands alone')
+        return self
+
+
 class Settings(BaseSettings):
     """All of memwarden's daemon configuration."""
 
@@ -505,6 +565,28 @@ class Settings(BaseSettings):
         default_factory=PrivacySettings,
         description="What is redacted, rejected or allowed at every door (docs/PRIVACY.md).",
     )
+    agents: dict[str, AgentPolicy] = Field(
+        default_factory=dict,
+        description="Named API tokens, each with its operations and namespaces "
+        "(docs/PRIVACY.md); the state dir's token is the agent `default`.",
+    )
+
+    @field_validator("agents")
+    @classmethod
+    def _agent_names(cls, value: dict[str, AgentPolicy]) -> dict[str, AgentPolicy]:
+        for name, policy in value.items():
+            if not _AGENT_NAME.fullmatch(name):
+                msg = f"agent name {name!r} must match [a-z][a-z0-9_.-]* (at most 64 characters)"
+                raise ValueError(msg)
+            has_source = policy.token_file is not None or policy.token_env is not None
+            if name == "default" and has_source:
+                raise ValueError(
+                    "agents.default is the state dir's token (<home>/token): "
+                    "it takes no token_file or token_env"
+                )
+            if name != "default" and not has_source:
+                raise ValueError(f"agents.{name}: needs token_file or token_env")
+        return value
 
     @field_validator("sensors")
     @classmethod

@@ -13,8 +13,9 @@ Who needs what:
   ``/review/login`` takes a one-time token); any other method needs a live review
   session cookie, checked here before the form is read.
 - everything else (``/v1/...``, ``/metrics``, ``/docs``, ``/redoc``, ``/openapi.json``,
-  unknown paths): ``Authorization: Bearer <token>``, compared in constant time; an
-  empty token never matches.
+  unknown paths): ``Authorization: Bearer <token>`` of one of the configured agents
+  (:class:`~memwarden.daemon._callers.Callers`), compared in constant time; an empty
+  token never matches. What that agent may do is the routes' own check (``_deps.py``).
 
 The routes keep their own ``Depends(require_token)`` as a second line.
 """
@@ -29,6 +30,8 @@ from fastapi import HTTPException, status
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, MutableMapping
+
+    from memwarden.daemon._callers import Callers
 
     Scope = MutableMapping[str, Any]
     Message = MutableMapping[str, Any]
@@ -78,13 +81,13 @@ class RequestGuard:
         self,
         app: ASGIApp,
         *,
-        token: bytes,
+        callers: Callers,
         max_body_bytes: int,
         session_ok: Callable[[str | None], bool],
         refuse_session: Callable[[], tuple[int, str]],
     ) -> None:
         self.app = app
-        self.token = token
+        self.callers = callers
         self.max_body_bytes = max_body_bytes
         self.session_ok = session_ok
         self.refuse_session = refuse_session
@@ -101,9 +104,7 @@ class RequestGuard:
                 code, page = self.refuse_session()
                 await _respond(send, code, page.encode(), b"text/html; charset=utf-8")
                 return
-        elif path not in OPEN_PATHS and not bearer_matches(
-            headers.get(b"authorization"), self.token
-        ):
+        elif path not in OPEN_PATHS and self.callers.match(headers.get(b"authorization")) is None:
             body = json.dumps({"detail": UNAUTHORIZED}).encode()
             await _respond(
                 send, 401, body, b"application/json", extra=[(b"www-authenticate", b"Bearer")]

@@ -233,7 +233,7 @@ async def propose(
         cursor = 0
     facts = await store.unbound_live(after_rid=cursor, limit=batch)
     new: list[NewProposal] = []
-    for _, block_id, title, content in facts:
+    for _, block_id, title, content, namespace in facts:
         text = f"{title}\n{content}" if title else content
         try:
             found = await suggest_bindings(runners, text, limit=PER_FACT)
@@ -246,7 +246,9 @@ async def propose(
             new.append(NewProposal(block_id, "binding", s.binding, s.confidence, s.why))
             key = (str(s.binding["sensor"]), s.subject)
             subjects.setdefault(key, s)  # best first: the strongest reason per subject
-        for (sensor, subject), others in (await store.bound_to(subjects)).items():
+        # Only facts of the same namespace: one project's fact never leans on another's.
+        linked = await store.bound_to(subjects, namespace=namespace)
+        for (sensor, subject), others in linked.items():
             best = subjects[sensor, subject]
             for other in others:
                 if other == block_id:

@@ -306,17 +306,21 @@ def _apply_patch(rec: BlockRecord, changes: dict[str, Any], now: float, cfg: Pol
 async def _insert_dependencies(
     conn: aiosqlite.Connection, news: Sequence[NewBlock], first_rid: int, new_ids: set[str]
 ) -> None:
-    """Record ``depends_on``; every target must exist (or be added in the same call)."""
+    """Record ``depends_on``; every target must exist (or be added in the same call) in
+    the dependent block's namespace: a block of another namespace is "no block"."""
     rows = [(dep, first_rid + i) for i, n in enumerate(news) for dep in dict.fromkeys(n.depends_on)]
     if not rows:
         return
     targets = list({dep for dep, _ in rows} - new_ids)
-    found = {r[0] for r in await select_in(conn, "SELECT id FROM blocks WHERE id IN ", targets)}
+    found = {
+        str(r[0]): str(r[1])
+        for r in await select_in(conn, "SELECT id, namespace FROM blocks WHERE id IN ", targets)
+    }
     missing = [
         (f"{i}.depends_on.{j}" if len(news) > 1 else f"depends_on.{j}", f"no block {dep!r}")
         for i, n in enumerate(news)
         for j, dep in enumerate(n.depends_on)
-        if dep not in found and dep not in new_ids
+        if found.get(dep) != (n.namespace or "default") and dep not in new_ids
     ]
     if missing:
         raise ValidationInputError(missing)
@@ -331,19 +335,19 @@ async def _find_duplicates(
     """For each new record whose content a live block (or an earlier new one) already
     holds: its index and that block's id."""
     found: dict[int, str] = {}
-    first_new: dict[str, int] = {}
+    first_new: dict[tuple[str, str], int] = {}
     for i, (rec, key) in enumerate(zip(records, keys, strict=True)):
-        rows = await conn.execute_fetchall(
+        rows = await conn.execute_fetchall(  # a namespace's duplicate only: never another's
             "SELECT id, content FROM blocks WHERE content_key = ? AND state <> 'archived'"
-            " ORDER BY id",
-            (key,),
+            " AND namespace = ? ORDER BY id",
+            (key, rec.namespace),
         )
         wanted = normalise_content(rec.content)
         match = next((str(r[0]) for r in rows if normalise_content(r[1]) == wanted), None)
         if match is not None:
             found[i] = match
-        elif key in first_new:
-            found[i] = records[first_new[key]].id
+        elif (rec.namespace, key) in first_new:
+            found[i] = records[first_new[rec.namespace, key]].id
         else:
-            first_new[key] = i
+            first_new[rec.namespace, key] = i
     return found

@@ -200,6 +200,7 @@ def new_record(new: NewBlock, *, block_id: str, now: float, cfg: PolicyConfig) -
         stability=cfg.promotion.core.initial_stability,
         retention=new.importance,
         signals=dict(new.signals),
+        namespace=new.namespace or "default",
     )
 
 
@@ -251,6 +252,7 @@ def record_to_block(
         bindings=bindings,
         depends_on=depends_on or [],
         signals=rec.signals,
+        namespace=rec.namespace,
     )
 
 

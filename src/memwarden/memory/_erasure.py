@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from memwarden.errors import NotFoundError, StorageError, ValidationInputError
 from memwarden.memory._fts import fts_query, query_terms
-from memwarden.memory._sql import chunks, placeholders, select_in
+from memwarden.memory._sql import chunks, namespace_clause, placeholders, select_in
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -126,9 +126,12 @@ async def select_targets(
     ids: Sequence[str] = (),
     tag: str | None = None,
     query: str | None = None,
+    namespaces: Sequence[str] | None = None,
 ) -> list[ErasureTarget]:
     """The blocks named by full ``ids`` (each must exist), carrying ``tag``, or holding
-    every word of ``query`` (archived blocks included), in id order.
+    every word of ``query`` (archived blocks included), in id order. With
+    ``namespaces``, only blocks of those exist (another's id is not found; another's
+    tag or words select nothing and count toward no limit).
 
     Exactly one of the three. A query is matched as words, never as FTS syntax; one
     without any word, or a selection of more than :data:`MAX_ERASE` blocks, is refused.
@@ -138,9 +141,14 @@ async def select_targets(
         raise ValidationInputError(
             [("ids", "name the blocks to erase by ids, tag or query (exactly one of them)")]
         )
+    scope, scope_args = namespace_clause(namespaces)
     async with db.read() as conn:
         if ids:
             rows = await select_in(conn, f"SELECT {_COLUMNS} FROM blocks WHERE id IN ", ids)
+            if namespaces is not None:
+                owned = await select_in(conn, "SELECT id, namespace FROM blocks WHERE id IN ", ids)
+                visible = {r[0] for r in owned if r[1] in namespaces}
+                rows = [r for r in rows if r[0] in visible]
             found = {r[0] for r in rows}
             missing = [i for i in dict.fromkeys(ids) if i not in found]
             if missing:
@@ -149,12 +157,12 @@ async def select_targets(
             rows = list(
                 await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM blocks WHERE EXISTS"
-                    " (SELECT 1 FROM json_each(blocks.tags) WHERE value = ?) LIMIT ?",
-                    (tag, MAX_ERASE + 1),
+                    f" (SELECT 1 FROM json_each(blocks.tags) WHERE value = ?){scope} LIMIT ?",
+                    (tag, *scope_args, MAX_ERASE + 1),
                 )
             )
         else:
-            rows = await _matching(conn, str(query))
+            rows = await _matching(conn, str(query), namespaces)
     if len(rows) > MAX_ERASE:
         field_name = given[0]
         raise ValidationInputError(
@@ -175,9 +183,13 @@ def _by_id(t: ErasureTarget) -> str:
     return t.id
 
 
-async def _matching(conn: aiosqlite.Connection, query: str) -> list[Any]:
+async def _matching(
+    conn: aiosqlite.Connection, query: str, namespaces: Sequence[str] | None = None
+) -> list[Any]:
     """Live blocks through the index (every word); archived ones, which are not in it,
-    by their words."""
+    by their words; of ``namespaces`` only, when given."""
+    scope, scope_args = namespace_clause(namespaces, column="b.namespace")
+    archived_scope, _ = namespace_clause(namespaces)
     match = fts_query(query)
     if match is None:
         raise ValidationInputError([("query", f"{query[:80]!r} holds no word to match")])
@@ -186,15 +198,17 @@ async def _matching(conn: aiosqlite.Connection, query: str) -> list[Any]:
             await conn.execute_fetchall(
                 "SELECT b.id, b.title, b.state, substr(b.content, 1, 200) FROM blocks_fts f"
                 " JOIN blocks b ON b.rid = f.rowid"
-                " WHERE blocks_fts MATCH ? LIMIT ?",
-                (match, MAX_ERASE + 1),
+                f" WHERE blocks_fts MATCH ?{scope} LIMIT ?",
+                (match, *scope_args, MAX_ERASE + 1),
             )
         )
     except sqlite3.OperationalError as err:  # the query is quoted words: should not happen
         raise ValidationInputError([("query", f"cannot be matched: {err}")]) from None
     wanted = set(query_terms(query))
     async with conn.execute(
-        "SELECT id, title, state, content, tags FROM blocks WHERE state = 'archived'"
+        f"SELECT id, title, state, content, tags FROM blocks WHERE state = 'archived'"
+        f"{archived_scope}",
+        scope_args,
     ) as cur:
         archived = [
             (*row[:3], row[3][:200])

@@ -3,7 +3,7 @@ is (:func:`health`): read-only reports built from the rules and a few queries.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memwarden.errors import NotFoundError
 from memwarden.memory._clock import from_ts
@@ -33,7 +33,7 @@ from memwarden.memory.policy import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
@@ -191,23 +191,35 @@ async def health(
     *,
     failing_sensors: Iterable[str] = (),
     sensors_total: int = 0,
+    namespaces: Sequence[str] | None = None,
 ) -> HealthReport:
-    """The health report (the self-tuning rules) from two aggregate queries over the store."""
+    """The health report (the self-tuning rules) from two aggregate queries over the
+    store; with ``namespaces``, over their blocks (and their pending work) only."""
     cfg = policy
     now = clock.time()
+    params: dict[str, Any] = dict(rule_params(cfg, now))
+    names = sorted(set(namespaces)) if namespaces is not None else None
+    if names is None:
+        scope = owned = ""
+    else:
+        params.update({f"ns{i}": n for i, n in enumerate(names)})
+        listed = ", ".join(f":ns{i}" for i in range(len(names))) or "NULL"
+        scope = f" AND b.namespace IN ({listed})"
+        owned = f" AND block_id IN (SELECT id FROM blocks WHERE namespace IN ({listed}))"
     async with db.read() as conn:
         async with conn.execute(
             "SELECT eff, count(*), sum(kept), sum(access_count), sum(flapping) FROM ("
             " SELECT CASE WHEN b.state IN ('fresh', 'unverified') AND b.stale_at <= :now"
             f" THEN 'stale' ELSE b.state END AS eff, {retention_sql('b')} AS kept,"
             " b.access_count AS access_count, b.flapping AS flapping"
-            " FROM blocks b WHERE b.state <> 'archived') GROUP BY eff",
-            rule_params(cfg, now),
+            f" FROM blocks b WHERE b.state <> 'archived'{scope}) GROUP BY eff",
+            params,
         ) as cur:
             rows = await cur.fetchall()
         async with conn.execute(
-            "SELECT (SELECT count(*) FROM revalidations WHERE status IN ('pending', 'sent')),"
-            " (SELECT count(*) FROM reviews WHERE status = 'pending')"
+            "SELECT (SELECT count(*) FROM revalidations WHERE status IN ('pending', 'sent')"
+            f"{owned}), (SELECT count(*) FROM reviews WHERE status = 'pending'{owned})",
+            params,
         ) as cur:
             backlog, reviews = await cur.fetchone() or (0, 0)
     by_state = {r[0]: int(r[1]) for r in rows}

@@ -184,6 +184,12 @@ Subject = Annotated[str, StringConstraints(max_length=2048), AfterValidator(_utf
 # Numbers are strict: JSON true/false or "0.5" is a type error, not a silent 1.0/0.5.
 Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False, strict=True)]
 Signal = Annotated[float, Field(allow_inf_nan=False, strict=True)]
+NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+Namespace = Annotated[
+    str,
+    StringConstraints(pattern=NAMESPACE_PATTERN),
+    Field(description="A namespace: [a-z0-9][a-z0-9_.-]*, at most 64 characters."),
+]
 BlockId = Annotated[
     str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
 ]
@@ -272,6 +278,11 @@ class NewBlock(BaseModel):
         max_length=32,
         description="Engagement signals for promotion (user_confirmations, ...).",
     )
+    namespace: Namespace | None = Field(
+        default=None,
+        description="The namespace (project) it belongs to: one the token's agent may "
+        "write; default: the agent's first (docs/PRIVACY.md).",
+    )
 
     @model_validator(mode="after")
     def _fill_types(self) -> NewBlock:
@@ -320,6 +331,7 @@ class Block(BaseModel):
     bindings: list[Binding] = Field(default_factory=list)
     depends_on: list[str] = Field(default_factory=list)
     signals: dict[str, float] = Field(default_factory=dict)
+    namespace: str = Field(default="default", description="The namespace (project) it is in.")
     short_id: str | None = Field(
         default=None,
         description="The id's last hex digits, as many as tell it apart in this store "

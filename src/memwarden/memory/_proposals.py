@@ -19,6 +19,7 @@ from memwarden.errors import NotFoundError, ValidationInputError
 from memwarden.memory._clock import from_ts
 from memwarden.memory._codec import binding_selector_json
 from memwarden.memory._ids import new_id
+from memwarden.memory._sql import placeholders
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -142,10 +143,15 @@ async def list_proposals(
     status: ProposalStatus | Literal["all"] = "pending",
     block_id: str | None = None,
     limit: int = 100,
+    namespaces: Sequence[str] | None = None,
 ) -> list[Proposal]:
-    """Proposals, oldest first (of the status, and of one block when given)."""
+    """Proposals, oldest first (of the status, of one block when given, and of the
+    blocks of ``namespaces`` when given)."""
     where: list[str] = []
     args: list[str] = []
+    if namespaces is not None:
+        where.append(f"b.namespace IN {placeholders(len(namespaces))}" if namespaces else "0")
+        args.extend(namespaces)
     if status != "all":
         where.append("p.status = ?")
         args.append(status)
@@ -266,33 +272,39 @@ async def retire(db: Database, clock: Clock) -> int:
 
 async def unbound_live(
     db: Database, *, after_rid: int = 0, limit: int = 100
-) -> list[tuple[int, str, str, str]]:
+) -> list[tuple[int, str, str, str, str]]:
     """Live blocks (neither archived nor refuted) without a binding, by rid after
-    ``after_rid``: ``(rid, id, title, content)``."""
+    ``after_rid``: ``(rid, id, title, content, namespace)``."""
     async with db.read() as conn:
         rows = await conn.execute_fetchall(
-            "SELECT rid, id, title, content FROM blocks b WHERE rid > ?"
+            "SELECT rid, id, title, content, namespace FROM blocks b WHERE rid > ?"
             " AND state NOT IN ('archived', 'refuted')"
             " AND NOT EXISTS (SELECT 1 FROM bindings d WHERE d.block_rid = b.rid)"
             " ORDER BY rid LIMIT ?",
             (after_rid, limit),
         )
-    return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+    return [(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4])) for r in rows]
 
 
 async def bound_to(
-    db: Database, subjects: Iterable[tuple[str, str]], *, per_subject: int = 3
+    db: Database,
+    subjects: Iterable[tuple[str, str]],
+    *,
+    per_subject: int = 3,
+    namespace: str | None = None,
 ) -> dict[tuple[str, str], list[str]]:
     """The live blocks bound to each ``(sensor, subject)`` (at most ``per_subject``, oldest
-    first), quarantined bindings left out."""
+    first), quarantined bindings left out; of ``namespace`` only, when given (a fact
+    never leans on another project's)."""
     out: dict[tuple[str, str], list[str]] = {}
+    scope = "" if namespace is None else " AND b.namespace = ?"
     async with db.read() as conn:
         for sensor, subject in dict.fromkeys(subjects):
             rows = await conn.execute_fetchall(
                 "SELECT DISTINCT b.id FROM bindings d JOIN blocks b ON b.rid = d.block_rid"
                 " WHERE d.subject = ? AND d.sensor = ? AND d.quarantine IS NULL"
-                " AND b.state NOT IN ('archived', 'refuted') ORDER BY b.rid LIMIT ?",
-                (subject, sensor, per_subject),
+                f" AND b.state NOT IN ('archived', 'refuted'){scope} ORDER BY b.rid LIMIT ?",
+                (subject, sensor, *([] if namespace is None else [namespace]), per_subject),
             )
             if rows:
                 out[sensor, subject] = [str(r[0]) for r in rows]

@@ -53,6 +53,7 @@ class BlockRecord:
     archive_reason: str | None = None
     version: int = 1
     signals: dict[str, float] = field(default_factory=dict)
+    namespace: str = "default"  # the project it belongs to; set once, at insert
     rid: int = 0  # the internal integer key; 0 until stored
 
     def last_touched(self) -> float:

@@ -86,6 +86,9 @@ class BlockFilter(BaseModel):
     tag: str | None = None
     after: str | None = Field(default=None, description="Keyset cursor: ids after this one.")
     limit: int = Field(default=100, ge=1, le=10_000)
+    namespaces: list[str] | None = Field(
+        default=None, description="Only blocks of these namespaces (None: every one)."
+    )
 
 
 class DueBlock(NamedTuple):

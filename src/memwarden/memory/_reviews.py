@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from memwarden.errors import NotFoundError, ValidationInputError
 from memwarden.memory._clock import from_ts
 from memwarden.memory._model import MAX_CONTENT_CHARS, Outcome, ValidationEvent
+from memwarden.memory._sql import placeholders
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -101,17 +102,26 @@ async def queue_review(store: Store, block_id: str, *, reason: str) -> Review:
 
 
 async def list_reviews(
-    store: Store, *, status: str = "pending", limit: int = 100
+    store: Store,
+    *,
+    status: str = "pending",
+    limit: int = 100,
+    namespaces: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Items with ``status`` (``pending``, ``decided`` or ``all``), oldest pending first
-    (newest first for decided ones), each with a summary of its block."""
+    (newest first for decided ones), each with a summary of its block; with
+    ``namespaces``, only items whose block is of one of them."""
     if status not in _STATUSES:
         raise ValidationInputError([("status", f"{status!r} is not one of {', '.join(_STATUSES)}")])
     if not 1 <= limit <= 10_000:
         raise ValidationInputError([("limit", f"{limit} is not between 1 and 10000")])
-    where = "" if status == "all" else "WHERE r.status = ?"
-    order = "r.created_at, r.id" if status == "pending" else "r.created_at DESC, r.id DESC"
+    conditions = [] if status == "all" else ["r.status = ?"]
     args: list[Any] = [] if status == "all" else [status]
+    if namespaces is not None:
+        conditions.append(f"k.namespace IN {placeholders(len(namespaces))}" if namespaces else "0")
+        args.extend(namespaces)
+    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+    order = "r.created_at, r.id" if status == "pending" else "r.created_at DESC, r.id DESC"
     sql = (
         f"SELECT {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))},"
         " k.title, k.content, k.state, k.reliability"

@@ -390,7 +390,17 @@ WHEN NOT EXISTS (SELECT 1 FROM compaction_guard) BEGIN
 END;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+_V10 = """
+-- Namespaces (projects): a block belongs to one; an API agent reads, searches and
+-- reinforces only the blocks of its namespaces (docs/PRIVACY.md, "Agents and
+-- namespaces"). Every existing block is in 'default', which the default token reads.
+-- The index serves the scoped listing and the scoped short-id lookup; a namespace is
+-- set once, at insert, so events never touch it.
+ALTER TABLE blocks ADD COLUMN namespace TEXT NOT NULL DEFAULT 'default';
+CREATE INDEX blocks_namespace ON blocks(namespace, id);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

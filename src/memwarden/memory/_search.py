@@ -12,10 +12,13 @@ from memwarden.memory._codec import BLOCK_COLUMNS, record_from_row
 from memwarden.memory._fts import fts_query
 from memwarden.memory._model import BlockState
 from memwarden.memory._results import SearchHit
+from memwarden.memory._sql import namespace_clause
 from memwarden.memory._sqlrules import retention_sql
 from memwarden.memory.policy import current_stale_reasons, effective_state
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
     from memwarden.memory._record import BlockRecord
@@ -40,6 +43,7 @@ class Search:
         *,
         limit: int = 10,
         include_refuted: bool = False,
+        namespaces: Sequence[str] | None = None,
     ) -> list[SearchHit]:
         """Blocks matching ``query`` (words, never FTS syntax), ranked by
         relevance x freshness x reliability x retention.
@@ -49,6 +53,8 @@ class Search:
         BM25 picks the best ``ranking.candidates`` matches in one pass; only those are
         joined to their blocks and re-ranked, so ranking adds no second pass over every
         match. Archived blocks are not in the index; refuted ones only when asked.
+        With ``namespaces``, only their blocks are candidates (another namespace's
+        matches neither rank nor crowd out the caller's).
         """
         if not 1 <= limit <= 1000:
             raise ValidationInputError([("limit", f"{limit} is not between 1 and 1000")])
@@ -59,8 +65,11 @@ class Search:
         cfg = self.policy
         rank = cfg.ranking
         decay = cfg.decay
-        sql = _search_sql(include_refuted=include_refuted)
-        params = {
+        scoped = None if namespaces is None else sorted(set(namespaces))
+        sql = _search_sql(
+            include_refuted=include_refuted, scoped=None if scoped is None else len(scoped)
+        )
+        params: dict[str, Any] = {
             "match": match,
             "cands": max(rank.candidates, limit),
             "now": now,
@@ -73,6 +82,8 @@ class Search:
             "stale_factor": decay.stale_half_life_factor,
             "limit": limit,
         }
+        for i, namespace in enumerate(scoped or ()):
+            params[f"ns{i}"] = namespace
         # One statement: bindings and links come along. A search of a few blocks is
         # answered on the loop (Database.read_inline); a larger one on a reader.
         rows = await self._rows(sql, params)
@@ -113,17 +124,21 @@ class Search:
                 rows = list(await conn.execute_fetchall(sql, params))
         return rows
 
-    async def count_refuted_matches(self, query: str) -> int:
-        """How many refuted blocks match ``query`` (what a search without them hides)."""
+    async def count_refuted_matches(
+        self, query: str, *, namespaces: Sequence[str] | None = None
+    ) -> int:
+        """How many refuted blocks match ``query`` (what a search without them hides),
+        among ``namespaces`` when given."""
         match = fts_query(query)
         if match is None:
             return 0
+        scope, scope_args = namespace_clause(namespaces, column="b.namespace")
         sql = (
             "SELECT count(*) FROM blocks_fts f JOIN blocks b ON b.rid = f.rowid"
-            " WHERE blocks_fts MATCH ? AND b.state = 'refuted'"
+            f" WHERE blocks_fts MATCH ? AND b.state = 'refuted'{scope}"
         )
         async with self.db.read() as conn:
-            [(count,)] = list(await conn.execute_fetchall(sql, (match,)))
+            [(count,)] = list(await conn.execute_fetchall(sql, (match, *scope_args)))
         return int(count)
 
 
@@ -150,17 +165,31 @@ def _warnings(
 
 
 @functools.cache
-def _search_sql(*, include_refuted: bool) -> str:
-    """The ranking statement of :meth:`Search.search` (built once per variant)."""
+def _search_sql(*, include_refuted: bool, scoped: int | None = None) -> str:
+    """The ranking statement of :meth:`Search.search` (built once per variant).
+
+    ``scoped``: how many namespaces (``:ns0``, ``:ns1``, ...) the candidates are limited
+    to; ``None``: every namespace, and the candidates come from the index alone.
+    """
     states = (
         "('fresh','unverified','stale','refuted')"
         if include_refuted
         else ("('fresh','unverified','stale')")
     )
+    if scoped is None:
+        candidates = "FROM blocks_fts WHERE blocks_fts MATCH :match"
+    else:
+        names = ", ".join(f":ns{i}" for i in range(scoped)) or "NULL"
+        # CROSS JOIN keeps the index first (SQLite never reorders it): the matches are
+        # looked up by rowid, never the namespace's blocks probed against the index.
+        candidates = (
+            "FROM blocks_fts CROSS JOIN blocks nb ON nb.rid = blocks_fts.rowid"
+            f" WHERE blocks_fts MATCH :match AND nb.namespace IN ({names})"
+        )
     return f"""
             WITH cand AS MATERIALIZED (
-                SELECT rowid AS rid, -bm25(blocks_fts, 2.0, 1.0, 1.5) AS relevance
-                FROM blocks_fts WHERE blocks_fts MATCH :match
+                SELECT blocks_fts.rowid AS rid, -bm25(blocks_fts, 2.0, 1.0, 1.5) AS relevance
+                {candidates}
                 ORDER BY bm25(blocks_fts, 2.0, 1.0, 1.5) LIMIT :cands
             ), scored AS (
                 SELECT b.rid AS rid, c.relevance,

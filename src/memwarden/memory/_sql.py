@@ -39,6 +39,7 @@ __all__ = [
     "depends_of",
     "executemany",
     "load_record",
+    "namespace_clause",
     "placeholders",
     "rid_ranges",
     "save_record",
@@ -46,6 +47,23 @@ __all__ = [
 ]
 
 _IN_CHUNK = 500  # host parameters per IN (...) list
+MAX_NAMESPACES = 64  # an agent's namespaces: one IN list, never chunked
+
+
+def namespace_clause(
+    namespaces: Sequence[str] | None, *, column: str = "namespace"
+) -> tuple[str, list[str]]:
+    """`` AND <column> IN (?, ...)`` and its values for a caller's namespaces; nothing
+    for ``None`` (every namespace). An empty list matches no block."""
+    if namespaces is None:
+        return "", []
+    if not namespaces:
+        return " AND 0", []
+    if len(namespaces) > MAX_NAMESPACES:
+        message = f"at most {MAX_NAMESPACES} namespaces, not {len(namespaces)}"
+        raise ValueError(message)
+    return f" AND {column} IN {placeholders(len(namespaces))}", list(namespaces)
+
 
 EVIDENCE_SELECT = f"SELECT {', '.join(EVIDENCE_COLUMNS)} FROM blocks WHERE id IN "
 EVIDENCE_UPDATE = (

@@ -243,12 +243,23 @@ class Store:
     # Implemented in _erasure.py; these methods are its public face.
 
     async def erasure_targets(
-        self, *, ids: Sequence[str] = (), tag: str | None = None, query: str | None = None
+        self,
+        *,
+        ids: Sequence[str] = (),
+        tag: str | None = None,
+        query: str | None = None,
+        namespaces: Sequence[str] | None = None,
     ) -> list[_erasure.ErasureTarget]:
         """The blocks an erasure by full ``ids``, ``tag`` or ``query`` (words; archived
-        blocks included) would take: what a dry run lists. An unknown id is
-        :class:`NotFoundError`."""
-        return await _erasure.select_targets(self.db, ids=ids, tag=tag, query=query)
+        blocks included) would take: what a dry run lists. An unknown id (or one of a
+        namespace not in ``namespaces``, when given) is :class:`NotFoundError`."""
+        return await _erasure.select_targets(
+            self.db, ids=ids, tag=tag, query=query, namespaces=namespaces
+        )
+
+    async def visible_ids(self, block_ids: Sequence[str], namespaces: Sequence[str]) -> list[str]:
+        """Those of ``block_ids`` that are blocks of ``namespaces``."""
+        return await self._reads.visible_ids(block_ids, namespaces)
 
     async def erase(
         self, block_ids: Sequence[str], *, actor: str, reason: str = "", vacuum: bool = False
@@ -408,14 +419,15 @@ class Store:
         """A block with its bindings, its short id and its state as of now."""
         return await self._reads.get(block_id)
 
-    async def resolve_id(self, ref: str) -> str:
+    async def resolve_id(self, ref: str, *, namespaces: Sequence[str] | None = None) -> str:
         """The full id a caller means: a full id, or a short id (the id's last hex digits,
-        at least 8, dashes optional) that only one block's id ends with.
+        at least 8, dashes optional) that only one block's id ends with. With
+        ``namespaces``, a block of any other namespace does not exist (not found).
 
         Raises :class:`NotFoundError` ("no block with id …"), :class:`AmbiguousIdError`
         naming the candidates, or :class:`ValidationInputError` for too short a ref.
         """
-        return await self._reads.resolve_id(ref)
+        return await self._reads.resolve_id(ref, namespaces=namespaces)
 
     async def short_ids(self, block_ids: Sequence[str]) -> dict[str, str]:
         """Each block's short id: its last 8 hex digits, more while another id ends
@@ -455,14 +467,17 @@ class Store:
         """A block's validation history, newest first."""
         return await self._reads.events_for(block_id, limit=limit)
 
-    async def counts(self) -> dict[str, Any]:
-        """Blocks by state (as of now), tier and volatility; events; pending work."""
-        return await self._reads.counts()
+    async def counts(self, *, namespaces: Sequence[str] | None = None) -> dict[str, Any]:
+        """Blocks by state (as of now), tier and volatility; events; pending work (of
+        ``namespaces`` only, when given)."""
+        return await self._reads.counts(namespaces=namespaces)
 
-    async def coverage(self, alive: Sequence[str]) -> CoverageDict:
+    async def coverage(
+        self, alive: Sequence[str], *, namespaces: Sequence[str] | None = None
+    ) -> CoverageDict:
         """The share of live blocks with a binding to one of the ``alive`` sensors, overall
         and by source and tier (:func:`~memwarden.memory.policy.coverage_of`)."""
-        return await self._reads.coverage(alive)
+        return await self._reads.coverage(alive, namespaces=namespaces)
 
     # ------------------------------------------------------------------ search
 
@@ -474,6 +489,7 @@ class Store:
         include_refuted: bool = False,
         session: str | None = None,
         record: bool = True,
+        namespaces: Sequence[str] | None = None,
     ) -> list[SearchHit]:
         """Blocks matching ``query`` (words, never FTS syntax), ranked by
         relevance x freshness x reliability x retention.
@@ -485,16 +501,21 @@ class Store:
         match. Archived blocks are not in the index; refuted ones only when asked.
         With a ``session`` (and ``record``), the hits' retrievals are recorded, which
         feeds core promotion (:meth:`record_access`); the hits show the blocks as they
-        were before this retrieval.
+        were before this retrieval. With ``namespaces``, only blocks of those are found
+        (so only they are reinforced by the retrieval).
         """
-        hits = await self._search.search(query, limit=limit, include_refuted=include_refuted)
+        hits = await self._search.search(
+            query, limit=limit, include_refuted=include_refuted, namespaces=namespaces
+        )
         if session is not None and record and hits:
             await self.record_access([h.id for h in hits], session=session)
         return hits
 
-    async def count_refuted_matches(self, query: str) -> int:
+    async def count_refuted_matches(
+        self, query: str, *, namespaces: Sequence[str] | None = None
+    ) -> int:
         """How many refuted blocks match ``query`` (what a search without them hides)."""
-        return await self._search.count_refuted_matches(query)
+        return await self._search.count_refuted_matches(query, namespaces=namespaces)
 
     # ------------------------------------------------------------------ maintenance
     # The passes live in _promotion.py, _maintenance.py and _explain.py; these methods
@@ -556,15 +577,21 @@ class Store:
         return await _explain.explain(self.db, self.clock, self.policy, block_id)
 
     async def health(
-        self, *, failing_sensors: Iterable[str] = (), sensors_total: int = 0
+        self,
+        *,
+        failing_sensors: Iterable[str] = (),
+        sensors_total: int = 0,
+        namespaces: Sequence[str] | None = None,
     ) -> HealthReport:
-        """The 0-100 health score and its warnings, from aggregate queries."""
+        """The 0-100 health score and its warnings, from aggregate queries (over the
+        blocks of ``namespaces`` only, when given)."""
         return await _explain.health(
             self.db,
             self.clock,
             self.policy,
             failing_sensors=failing_sensors,
             sensors_total=sensors_total,
+            namespaces=namespaces,
         )
 
     # ------------------------------------------------------------------ helpers
@@ -642,10 +669,11 @@ class Store:
         status: _proposals.ProposalStatus | Literal["all"] = "pending",
         block_id: str | None = None,
         limit: int = 100,
+        namespaces: Sequence[str] | None = None,
     ) -> list[_proposals.Proposal]:
-        """Proposals of a status (and block), oldest first."""
+        """Proposals of a status (and block; of ``namespaces``' blocks), oldest first."""
         return await _proposals.list_proposals(
-            self.db, status=status, block_id=block_id, limit=limit
+            self.db, status=status, block_id=block_id, limit=limit, namespaces=namespaces
         )
 
     async def get_proposal(self, proposal_id: str) -> _proposals.Proposal:
@@ -672,24 +700,31 @@ class Store:
 
     async def unbound_live(
         self, *, after_rid: int = 0, limit: int = 100
-    ) -> list[tuple[int, str, str, str]]:
-        """Live blocks without a binding, by rid: ``(rid, id, title, content)``."""
+    ) -> list[tuple[int, str, str, str, str]]:
+        """Live blocks without a binding, by rid: ``(rid, id, title, content, namespace)``."""
         return await _proposals.unbound_live(self.db, after_rid=after_rid, limit=limit)
 
     async def bound_to(
-        self, subjects: Iterable[tuple[str, str]], *, per_subject: int = 3
+        self,
+        subjects: Iterable[tuple[str, str]],
+        *,
+        per_subject: int = 3,
+        namespace: str | None = None,
     ) -> dict[tuple[str, str], list[str]]:
-        """The live blocks bound to each ``(sensor, subject)``."""
-        return await _proposals.bound_to(self.db, subjects, per_subject=per_subject)
+        """The live blocks bound to each ``(sensor, subject)`` (of ``namespace`` only)."""
+        return await _proposals.bound_to(
+            self.db, subjects, per_subject=per_subject, namespace=namespace
+        )
 
     # ------------------------------------------------------------------ human review queue
     # Implemented in _reviews.py; these methods are its public face.
 
     async def list_reviews(
-        self, *, status: str = "pending", limit: int = 100
+        self, *, status: str = "pending", limit: int = 100, namespaces: Sequence[str] | None = None
     ) -> list[dict[str, Any]]:
-        """Review items (``pending``, ``decided`` or ``all``), each with its block's summary."""
-        return await _reviews.list_reviews(self, status=status, limit=limit)
+        """Review items (``pending``, ``decided`` or ``all``), each with its block's summary
+        (of ``namespaces``' blocks only, when given)."""
+        return await _reviews.list_reviews(self, status=status, limit=limit, namespaces=namespaces)
 
     async def get_review(self, review_id: str, *, events: int = 10) -> dict[str, Any]:
         """One review item with its block and the block's last events (the evidence)."""

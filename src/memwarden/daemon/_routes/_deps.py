@@ -3,9 +3,12 @@ block id resolved, and the parsers of query values that answer a 422 naming the 
 
 The daemon is the application's (``app.state.daemon``, set by
 :func:`memwarden.daemon._api.create_app`); a route asks for it with ``daemon: DaemonDep``
-and for the token with ``_: Auth``. The token dependency is the second line: the
+and for the caller with the operation it needs (``caller: Reader``, ``Writer``,
+``Forgetter``, ``Reviewer``, ``Reporter``, ``Admin``: 403 naming the operation otherwise).
+The token dependency is the second line: the
 :class:`~memwarden.daemon._guard.RequestGuard` middleware has already refused a request
-without it, before any body was read.
+without a known token, before any body was read. A path's block id resolves only among
+the caller's namespaces (a block of another is 404).
 """
 
 from __future__ import annotations
@@ -17,22 +20,32 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi import Path as PathParam
 from pydantic import BaseModel
 
-from memwarden.daemon._guard import UNAUTHORIZED, bearer_matches
+from memwarden.daemon._callers import Caller, Callers
+from memwarden.daemon._guard import UNAUTHORIZED
 from memwarden.errors import ValidationInputError
 from memwarden.memory import parse_duration, to_ts
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from memwarden.daemon._app import Daemon
 
 __all__ = [
+    "Admin",
     "Auth",
     "BlockId",
     "DaemonDep",
     "ErrorMessage",
+    "Forgetter",
+    "Reader",
+    "Reporter",
+    "Reviewer",
+    "Writer",
     "duration",
     "get_daemon",
     "if_match_version",
     "instant",
+    "refuse_operation",
     "require_token",
     "resolve_block",
 ]
@@ -53,20 +66,51 @@ def get_daemon(request: Request) -> Daemon:
 DaemonDep = Annotated["Daemon", Depends(get_daemon)]
 
 
-def require_token(request: Request) -> str:
-    """The bearer token check, in constant time; 401 otherwise.
+def require_token(request: Request) -> Caller:
+    """The caller's agent, from its bearer token (constant time); 401 otherwise.
 
     The :class:`RequestGuard` middleware has already checked it before the body was
     read; this dependency is the second line (and documents the need in the schema).
     """
-    if not bearer_matches(request.headers.get("authorization"), request.app.state.token):
+    callers: Callers = request.app.state.callers
+    caller = callers.match(request.headers.get("authorization"))
+    if caller is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"}
         )
-    return "api"
+    return caller
 
 
-Auth = Annotated[str, Depends(require_token)]
+Auth = Annotated[Caller, Depends(require_token)]
+
+
+def refuse_operation(caller: Caller, operation: str) -> HTTPException:
+    """The 403 for an operation the caller's agent may not do (names both)."""
+    return HTTPException(
+        status.HTTP_403_FORBIDDEN,
+        f"agent {caller.name!r} may not {operation} "
+        f"(its operations: {', '.join(sorted(caller.operations)) or 'none'}; "
+        f"[agents.{caller.name}] operations)",
+    )
+
+
+def _needs(operation: str) -> Callable[[Caller], Caller]:
+    def check(caller: Auth) -> Caller:
+        if not caller.may(operation):
+            raise refuse_operation(caller, operation)
+        return caller
+
+    check.__name__ = f"require_{operation}"
+    return check
+
+
+# One dependency per operation: a route asks for the one it does (docs/PRIVACY.md).
+Reader = Annotated[Caller, Depends(_needs("read"))]
+Writer = Annotated[Caller, Depends(_needs("write"))]
+Forgetter = Annotated[Caller, Depends(_needs("forget"))]
+Reviewer = Annotated[Caller, Depends(_needs("review"))]
+Reporter = Annotated[Caller, Depends(_needs("report"))]
+Admin = Annotated[Caller, Depends(_needs("admin"))]
 
 
 async def resolve_block(
@@ -77,11 +121,12 @@ async def resolve_block(
             description="A block's id, or its short id (the id's last hex digits, as listed).",
         ),
     ],
-    _: Auth,  # the token first: an unauthenticated caller learns nothing about ids
+    caller: Auth,  # the token first: an unauthenticated caller learns nothing about ids
     daemon: DaemonDep,
 ) -> str:
-    """The full id a path's ``block_id`` names (404 unknown, 409 ambiguous)."""
-    return await daemon.store.resolve_id(block_id)
+    """The full id a path's ``block_id`` names among the caller's namespaces (404
+    unknown or in another namespace, 409 ambiguous)."""
+    return await daemon.store.resolve_id(block_id, namespaces=caller.scope())
 
 
 BlockId = Annotated[str, Depends(resolve_block)]

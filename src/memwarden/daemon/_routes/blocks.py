@@ -5,17 +5,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from pydantic import BaseModel, Field
 
 from memwarden.daemon._routes._deps import (
-    Auth,
     BlockId,
     DaemonDep,
     ErrorMessage,
+    Reader,
+    Writer,
     duration,
     if_match_version,
     instant,
+    refuse_operation,
 )
 from memwarden.daemon._routes.erasure import ForgetAnswer
 from memwarden.daemon._routes.search import BelievedAt, BlockRead
@@ -89,7 +91,7 @@ class AddedBlock(Block):
 async def add_block(
     body: NewBlockRequest,
     response: Response,
-    _: Auth,
+    caller: Writer,
     daemon: DaemonDep,
     dedupe: Annotated[
         bool,
@@ -100,15 +102,25 @@ async def add_block(
     ] = False,
 ) -> AddedBlock:
     """Add a block (with bindings): 201. With dedupe, a duplicate answers 200. With
-    ``bind``, memwarden looks for a binding itself (see ``POST /v1/suggest-bindings``)."""
+    ``bind``, memwarden looks for a binding itself (see ``POST /v1/suggest-bindings``).
+    It goes to ``namespace`` (one the token's agent may write: 403 otherwise), by
+    default the agent's first."""
+    namespace = caller.namespace_for_write(body.namespace)
+    if namespace is None:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"agent {caller.name!r} may not write namespace {body.namespace!r} "
+            f"([agents.{caller.name}] namespaces)",
+        )
     mode = body.bind or daemon.settings.suggest.bind
     new = body.model_dump(mode="json", exclude={"bind"}, exclude_unset=True)
+    new["namespace"] = namespace
     answer: BindAnswer | None = None
     if mode != "none":
         answer, binding = await _find_binding(daemon, body, mode)
         if binding is not None:
             new["bindings"] = [binding]
-    block = await daemon.add_block(new, actor="api", dedupe=dedupe)
+    block = await daemon.add_block(new, actor=caller.actor, dedupe=dedupe, namespaces=[namespace])
     if block.duplicate_of is not None:
         response.status_code = status.HTTP_200_OK
     return AddedBlock.model_validate({**block.model_dump(), "bind": answer})
@@ -154,7 +166,7 @@ async def _find_binding(
 
 @router.get("/v1/blocks")
 async def list_blocks(
-    _: Auth,
+    caller: Reader,
     daemon: DaemonDep,
     state: BlockState | None = None,
     tag: Annotated[str | None, Query(max_length=64)] = None,
@@ -175,6 +187,7 @@ async def list_blocks(
         "volatility": volatility,
         "after": after,
         "limit": limit,
+        "namespaces": caller.scope(),
     }
     blocks = await daemon.store.list_blocks(flt)
     return BlockPage(blocks=blocks, next=blocks[-1].id if len(blocks) == limit else None)
@@ -184,7 +197,7 @@ async def list_blocks(
 async def get_block(
     block_id: BlockId,
     response: Response,
-    _: Auth,
+    caller: Reader,
     daemon: DaemonDep,
     max_age: Annotated[
         str | None,
@@ -213,7 +226,7 @@ async def get_block(
             max_age_s=max_age_s,
             fresh=fresh,
             wait_s=min(wait_s, 30.0),
-            session=session,
+            session=caller.session_key(session),
         )
     )
     response.headers["ETag"] = f'"{block.version}"'  # If-Match for a PATCH
@@ -228,7 +241,7 @@ async def edit_block(
     block_id: BlockId,
     body: BlockPatch,
     response: Response,
-    _: Auth,
+    caller: Writer,
     daemon: DaemonDep,
     if_match: Annotated[
         str | None,
@@ -242,7 +255,7 @@ async def edit_block(
 ) -> Block:
     """Edit a block; the answer's ETag is its new version (use it as If-Match)."""
     block = await daemon.edit_block(
-        block_id, body, actor="api", expected_version=if_match_version(if_match)
+        block_id, body, actor=caller.actor, expected_version=if_match_version(if_match)
     )
     response.headers["ETag"] = f'"{block.version}"'
     return block
@@ -251,7 +264,7 @@ async def edit_block(
 @router.delete("/v1/blocks/{block_id}")
 async def archive_block(
     block_id: BlockId,
-    _: Auth,
+    caller: Writer,
     daemon: DaemonDep,
     reason: Annotated[str, Query(max_length=500)] = "archived via API",
     erase: Annotated[
@@ -265,28 +278,35 @@ async def archive_block(
         bool, Query(description="With erase: also rewrite the whole database file.")
     ] = False,
 ) -> Block | ForgetAnswer:
-    """Archive a block (cold storage, out of search); with ``erase=true``, erase it."""
+    """Archive a block (cold storage, out of search); with ``erase=true``, erase it
+    (the agent needs the ``forget`` operation as well)."""
     if erase:
+        if not caller.may("forget"):
+            raise refuse_operation(caller, "forget")
         answer = await daemon.forget(
             ids=[block_id],
-            actor="api",
+            actor=caller.actor,
             reason="" if reason == "archived via API" else reason,
             vacuum=vacuum,
+            namespaces=caller.scope(),
         )
         return ForgetAnswer.model_validate(answer)
-    return await daemon.store.archive(block_id, reason=reason, actor="api")
+    return await daemon.store.archive(block_id, reason=reason, actor=caller.actor)
 
 
 @router.get("/v1/blocks/{block_id}/events")
 async def block_events(
-    block_id: BlockId, _: Auth, daemon: DaemonDep, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+    block_id: BlockId,
+    _: Reader,
+    daemon: DaemonDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> list[dict[str, Any]]:
     await daemon.store.get(block_id)
     return [e.as_dict() for e in await daemon.store.events_for(block_id, limit=limit)]
 
 
 @router.get("/v1/blocks/{block_id}/explain")
-async def explain(block_id: BlockId, _: Auth, daemon: DaemonDep) -> dict[str, Any]:
+async def explain(block_id: BlockId, _: Reader, daemon: DaemonDep) -> dict[str, Any]:
     """Why the block has this rank, retention, reliability and state."""
     # The store's Explanation is JSON already; the response keeps its documented shape.
     return dict(await daemon.store.explain(block_id))
@@ -295,7 +315,7 @@ async def explain(block_id: BlockId, _: Auth, daemon: DaemonDep) -> dict[str, An
 @router.post("/v1/blocks/{block_id}/revalidate")
 async def revalidate(
     block_id: BlockId,
-    _: Auth,
+    _: Writer,
     daemon: DaemonDep,
     wait: Annotated[str, Query(description="How long to wait for the outcome, e.g. 2s.")] = "0s",
 ) -> RevalidateAnswer:

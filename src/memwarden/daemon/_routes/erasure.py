@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from memwarden.daemon._routes._deps import Auth, DaemonDep
+from memwarden.daemon._routes._deps import Admin, DaemonDep, Forgetter
 from memwarden.memory import MAX_ERASE, from_ts
 
 __all__ = ["ErasureTarget", "ForgetAnswer", "ForgetRequest", "Tombstone", "router"]
@@ -91,24 +91,25 @@ class Tombstone(BaseModel):
 
 
 @router.post("/v1/forget")
-async def forget(body: ForgetRequest, _: Auth, daemon: DaemonDep) -> ForgetAnswer:
+async def forget(body: ForgetRequest, caller: Forgetter, daemon: DaemonDep) -> ForgetAnswer:
     """Erase blocks for good: their content leaves every table, the search index, the
     WAL and the score log; a tombstone stays. ``dry_run`` lists them and changes nothing."""
     answer = await daemon.forget(
         ids=body.ids,
         tag=body.tag,
         query=body.query,
-        actor="api",
+        actor=caller.actor,
         reason=body.reason,
         dry_run=body.dry_run,
         vacuum=body.vacuum,
+        namespaces=caller.scope(),
     )
     return ForgetAnswer.model_validate(answer)
 
 
 @router.get("/v1/erasures")
 async def erasures(
-    _: Auth,
+    _: Admin,
     daemon: DaemonDep,
     block_id: Annotated[str | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,

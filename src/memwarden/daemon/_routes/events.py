@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request, status
 from pydantic import BaseModel, Field, ValidationError
 
 from memwarden.daemon._ingest import Refused
-from memwarden.daemon._routes._deps import Auth, DaemonDep, ErrorMessage
+from memwarden.daemon._routes._deps import DaemonDep, ErrorMessage, Reader, Reporter
 from memwarden.daemon._routes._errors import EventRefused
 from memwarden.errors import ValidationInputError
 from memwarden.memory import ValidationEvent, parse_duration
@@ -75,7 +75,7 @@ async def _authorise(daemon: Daemon, payloads: list[Any]) -> tuple[list[Any], li
 
 @router.get("/v1/events")
 async def follow_events(
-    _: Auth,
+    caller: Reader,
     daemon: DaemonDep,
     after: Annotated[
         int, Query(ge=0, le=2**63 - 1, description="Return events after this seq.")
@@ -92,17 +92,28 @@ async def follow_events(
         ),
     ] = None,
 ) -> list[dict[str, Any]]:
-    """The event log after ``after``; with ``wait``, hold the request until there is some."""
+    """The event log after ``after``; with ``wait``, hold the request until there is some.
+
+    The log spans every namespace: an agent limited to some namespaces gets its own
+    session's notices only (403 for the log)."""
     try:
         wait_s = min(parse_duration(wait).total_seconds(), 60.0)
     except ValueError as err:
         raise ValidationInputError([("wait", str(err))]) from None
     if session is not None:
-        notices = daemon.sessions.after(session, after, limit=limit)
+        key = caller.session_key(session) or session
+        notices = daemon.sessions.after(key, after, limit=limit)
         if not notices and wait_s > 0:
-            await daemon.sessions.wait(session, after, wait_s)
-            notices = daemon.sessions.after(session, after, limit=limit)
+            await daemon.sessions.wait(key, after, wait_s)
+            notices = daemon.sessions.after(key, after, limit=limit)
         return notices
+    if caller.namespaces is not None:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"agent {caller.name!r} may not read the event log: it spans every namespace "
+            "(follow a session's notices with ?session=, or give the agent namespaces = "
+            '["*"])',
+        )
     events = await daemon.store.events_after(after, limit=limit)
     if not events and wait_s > 0:
         await daemon.wait_for_events(wait_s)
@@ -114,7 +125,7 @@ async def follow_events(
     "/v1/events",
     responses={403: {"model": ErrorMessage, "description": "A sensor may not report this."}},
 )
-async def ingest(request: Request, _: Auth, daemon: DaemonDep) -> EventsAccepted:
+async def ingest(request: Request, _: Reporter, daemon: DaemonDep) -> EventsAccepted:
     """Ingest events from remote sensors (the MQTT payload schema); answers after commit.
 
     Only sensors configured ``remote = true`` (with ``"http"`` in ``report_via``) may
@@ -141,7 +152,7 @@ async def ingest(request: Request, _: Auth, daemon: DaemonDep) -> EventsAccepted
 
 
 @router.get("/v1/sensors")
-async def sensors(_: Auth, daemon: DaemonDep) -> list[dict[str, Any]]:
+async def sensors(_: Reader, daemon: DaemonDep) -> list[dict[str, Any]]:
     """Every configured sensor and its status. Each running one also says what a
     binding to it may name (``binds``: roots, test files, checks, allowed hosts),
     its ``binding_keys`` and ``examples`` of whole bindings to adapt."""

@@ -8,7 +8,7 @@ from fastapi.responses import PlainTextResponse
 
 from memwarden import __version__
 from memwarden.client import HealthAnswer
-from memwarden.daemon._routes._deps import Auth, DaemonDep
+from memwarden.daemon._routes._deps import Admin, DaemonDep, Reader
 
 __all__ = ["router"]
 
@@ -22,16 +22,17 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/v1/health")
-async def health(_: Auth, daemon: DaemonDep) -> HealthAnswer:
+async def health(caller: Reader, daemon: DaemonDep) -> HealthAnswer:
     """0-100 health: ``green`` (80+), ``amber`` (50+) or ``red``, with categorized
     warnings (worst first), the counts behind it, each sensor's status, quarantined
-    bindings, dead letters and, with the MQTT bridge, its state (``mqtt``)."""
-    return await daemon.health()
+    bindings, dead letters and, with the MQTT bridge, its state (``mqtt``). The blocks
+    counted are those of the token's agent's namespaces."""
+    return await daemon.health(namespaces=caller.scope())
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-async def metrics(_: Auth, daemon: DaemonDep) -> PlainTextResponse:
-    """Prometheus text format."""
+async def metrics(_: Admin, daemon: DaemonDep) -> PlainTextResponse:
+    """Prometheus text format (every namespace's counts: the ``admin`` operation)."""
     from memwarden.daemon._metrics import render  # noqa: PLC0415
 
     body, content_type = await render(daemon)

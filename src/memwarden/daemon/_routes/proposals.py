@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, Field
 
-from memwarden.daemon._routes._deps import Auth, DaemonDep
+from memwarden.daemon._routes._deps import Admin, DaemonDep, Reader, Reviewer
+from memwarden.errors import NotFoundError
 
 __all__ = ["ProposalDecision", "ProposalModel", "ProposalPage", "ProposeRun", "router"]
 
@@ -55,24 +56,35 @@ class ProposeRun(BaseModel):
 
 @router.get("/v1/proposals")
 async def list_proposals(
-    _: Auth,
+    caller: Reader,
     daemon: DaemonDep,
     status: Literal["pending", "accepted", "rejected", "obsolete", "all"] = "pending",
     block_id: Annotated[str | None, Query(max_length=64, description="One block's.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> ProposalPage:
     """Proposals of a status (pending by default), oldest first."""
-    block = await daemon.store.resolve_id(block_id) if block_id is not None else None
-    found = await daemon.store.list_proposals(status=status, block_id=block, limit=limit)
+    scope = caller.scope()
+    block = (
+        await daemon.store.resolve_id(block_id, namespaces=scope) if block_id is not None else None
+    )
+    found = await daemon.store.list_proposals(
+        status=status, block_id=block, limit=limit, namespaces=scope
+    )
     return ProposalPage(proposals=[ProposalModel(**p.as_dict()) for p in found])
 
 
 @router.post("/v1/proposals/{proposal_id}")
 async def decide_proposal(
-    proposal_id: ProposalId, body: ProposalDecision, _: Auth, daemon: DaemonDep
+    proposal_id: ProposalId, body: ProposalDecision, caller: Reviewer, daemon: DaemonDep
 ) -> ProposalModel:
     """Accept (bind the block, or record the dependency) or reject a pending proposal;
-    a rejected proposal is not made again."""
+    a rejected proposal is not made again. One about a block of another namespace than
+    the agent's is not found."""
+    scope = caller.scope()
+    if scope is not None:
+        proposal = await daemon.store.get_proposal(proposal_id)
+        if not await daemon.store.visible_ids([proposal.block_id], scope):
+            raise NotFoundError("proposal", proposal_id)
     decided = await daemon.decide_proposal(
         proposal_id, accept=body.action == "accept", actor=body.decided_by
     )
@@ -80,7 +92,7 @@ async def decide_proposal(
 
 
 @router.post("/v1/proposal-pass")
-async def run_pass(_: Auth, daemon: DaemonDep) -> ProposeRun:
+async def run_pass(_: Admin, daemon: DaemonDep) -> ProposeRun:
     """Run the proposal pass now (it also runs every ``[suggest] propose_interval``)."""
     report = await daemon.propose_once()
     return ProposeRun(looked_at=report.looked_at, proposed=report.proposed)

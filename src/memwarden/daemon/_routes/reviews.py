@@ -3,13 +3,18 @@ and sign-in links to the review pages (which ``daemon/_web.py`` serves)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from memwarden.daemon._routes._deps import Auth, BlockId, DaemonDep
+from memwarden.daemon._callers import Caller
+from memwarden.daemon._routes._deps import Admin, BlockId, DaemonDep, Reader, Reviewer, Writer
+from memwarden.errors import NotFoundError
 from memwarden.memory._model import MAX_CONTENT_CHARS
+
+if TYPE_CHECKING:
+    from memwarden.daemon._app import Daemon
 
 __all__ = ["ReviewDecision", "ReviewLinkRequest", "ReviewRequest", "router"]
 
@@ -36,8 +41,9 @@ class ReviewDecision(BaseModel):
 
 
 @router.post("/v1/review-links")
-async def review_link(body: ReviewLinkRequest, request: Request, _: Auth) -> dict[str, str]:
-    """A one-time sign-in link to the review page for a named reviewer (10 minutes)."""
+async def review_link(body: ReviewLinkRequest, request: Request, _: Admin) -> dict[str, str]:
+    """A one-time sign-in link to the review page for a named reviewer (10 minutes).
+    The page shows every namespace's items: the ``admin`` operation."""
     token = request.app.state.review_sessions.new_link(body.reviewer)
     base = str(request.base_url).rstrip("/")
     return {"url": f"{base}/review/login?token={token}", "reviewer": body.reviewer}
@@ -45,7 +51,7 @@ async def review_link(body: ReviewLinkRequest, request: Request, _: Auth) -> dic
 
 @router.post("/v1/blocks/{block_id}/review")
 async def ask_review(
-    block_id: BlockId, body: ReviewRequest, _: Auth, daemon: DaemonDep
+    block_id: BlockId, body: ReviewRequest, _: Writer, daemon: DaemonDep
 ) -> dict[str, Any]:
     """Ask a human to confirm a block: it joins the review queue with the reason."""
     return await daemon.request_review(block_id, reason=body.reason)
@@ -53,31 +59,43 @@ async def ask_review(
 
 @router.get("/v1/reviews")
 async def reviews(
-    _: Auth,
+    caller: Reader,
     daemon: DaemonDep,
     status: Literal["pending", "decided", "all"] = "pending",
     limit: Annotated[int, Query(ge=1, le=10000)] = 100,
 ) -> list[dict[str, Any]]:
     """The human review queue: each item with its block and the reason."""
-    return await daemon.store.list_reviews(status=status, limit=limit)
+    return await daemon.store.list_reviews(status=status, limit=limit, namespaces=caller.scope())
 
 
 @router.get("/v1/reviews/{review_id}")
 async def review(
     review_id: str,
-    _: Auth,
+    caller: Reader,
     daemon: DaemonDep,
     events: Annotated[int, Query(ge=0, le=1000)] = 10,
 ) -> dict[str, Any]:
     """One item: the block, the reason and the evidence (the block's last events)."""
+    await _own_review(daemon, caller, review_id)
     return await daemon.store.get_review(review_id, events=events)
+
+
+async def _own_review(daemon: Daemon, caller: Caller, review_id: str) -> None:
+    """A review item of a block of another namespace is not found to this caller."""
+    scope = caller.scope()
+    if scope is None:
+        return
+    item = await daemon.store.get_review(review_id, events=0)
+    if not await daemon.store.visible_ids([str(item["review"]["block_id"])], scope):
+        raise NotFoundError("review", review_id)
 
 
 @router.post("/v1/reviews/{review_id}/decision")
 async def decide_review(
-    review_id: str, body: ReviewDecision, _: Auth, daemon: DaemonDep
+    review_id: str, body: ReviewDecision, caller: Reviewer, daemon: DaemonDep
 ) -> dict[str, Any]:
     """Confirm, reject or edit: an event from the review sensor, with who decided."""
+    await _own_review(daemon, caller, review_id)
     return await daemon.decide_review(
         review_id,
         body.decision,

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from memwarden.daemon._routes._deps import Auth, DaemonDep, duration, instant
+from memwarden.daemon._routes._deps import DaemonDep, Reader, duration, instant
 from memwarden.memory import Block
 
 __all__ = ["BelievedAt", "BlockRead", "Receipt", "SearchAnswer", "SearchResult", "router"]
@@ -97,7 +97,7 @@ class SearchAnswer(BaseModel):
 
 @router.get("/v1/search")
 async def search(
-    _: Auth,
+    caller: Reader,
     daemon: DaemonDep,
     q: Annotated[str, Query(max_length=1000)],
     limit: Annotated[int, Query(ge=1, le=100)] = 10,
@@ -119,7 +119,11 @@ async def search(
     if as_of is not None:
         return SearchAnswer(
             **await daemon.search_as_of(
-                q, instant(as_of), limit=limit, include_refuted=include_refuted
+                q,
+                instant(as_of),
+                limit=limit,
+                include_refuted=include_refuted,
+                namespaces=caller.scope(),
             )
         )
     wait_s = duration("wait", wait)
@@ -129,16 +133,19 @@ async def search(
         limit=limit,
         fresh=fresh,
         max_age_s=max_age_s,
-        session=session,
+        session=caller.session_key(session),
         include_refuted=include_refuted,
         wait_s=min(wait_s, 30.0),
+        namespaces=caller.scope(),
     )
     return SearchAnswer.model_validate(answer)  # the response model, built at the edge
 
 
 @router.get("/v1/stale")
 async def stale(
-    _: Auth, daemon: DaemonDep, limit: Annotated[int, Query(ge=1, le=10000)] = 100
+    caller: Reader, daemon: DaemonDep, limit: Annotated[int, Query(ge=1, le=10000)] = 100
 ) -> list[Block]:
     """What is stale now, and why."""
-    return await daemon.store.list_blocks({"state": "stale", "limit": limit})
+    return await daemon.store.list_blocks(
+        {"state": "stale", "limit": limit, "namespaces": caller.scope()}
+    )

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from memwarden.daemon._routes._deps import Auth, DaemonDep
+from memwarden.daemon._routes._deps import DaemonDep, Reader
 from memwarden.daemon._suggest import suggest_bindings
 
 __all__ = ["SuggestAnswer", "SuggestRequest", "router"]
@@ -48,7 +48,7 @@ class SuggestAnswer(BaseModel):
 
 
 @router.post("/v1/suggest-bindings")
-async def suggest(body: SuggestRequest, _: Auth, daemon: DaemonDep) -> SuggestAnswer:
+async def suggest(body: SuggestRequest, _: Reader, daemon: DaemonDep) -> SuggestAnswer:
     """Bindings that could check this fact, found in what the sensors see (no LLM);
     only those whose dry run confirms are suggested, refuted ones are contradictions."""
     text = f"{body.title}\n{body.content}" if body.title else body.content

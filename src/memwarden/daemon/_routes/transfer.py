@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from memwarden.daemon._routes._deps import Auth, DaemonDep
+from memwarden.daemon._routes._deps import Admin, DaemonDep
 from memwarden.errors import ValidationInputError
 
 __all__ = ["router"]
@@ -17,7 +17,7 @@ router = APIRouter(tags=["blocks"])
 
 @router.get("/v1/export")
 async def export_blocks(
-    _: Auth,
+    _: Admin,
     daemon: DaemonDep,
     after: Annotated[
         str | None, Query(max_length=64, description="Blocks with ids after this one.")
@@ -30,7 +30,7 @@ async def export_blocks(
 
 
 @router.post("/v1/import")
-async def import_blocks(request: Request, _: Auth, daemon: DaemonDep) -> dict[str, int]:
+async def import_blocks(request: Request, _: Admin, daemon: DaemonDep) -> dict[str, int]:
     """Import export objects (idempotent by block id: blocks already here are left
     unchanged; bindings this daemon's sensors refuse are stored quarantined). Objects
     without ``format`` are new blocks, added as by ``POST /v1/blocks``."""
