@@ -110,7 +110,11 @@ async def daemon(world: dict[str, Any], tmp_path: Path) -> AsyncIterator[Daemon]
         log_level="error",
         api={"enabled": False},
         scheduler={"sweep_interval": "1s", "dispatch_interval": "1s"},
-        read_through={"unreachable_grace": "0s"},
+        # No re-check floor (here, and the polling sensors' min_interval): the world
+        # changes within a second of the first read's checks, and the second read must
+        # check again (the floor keeps a fact checked that recently "verified": a
+        # documented trade, not this test's subject).
+        read_through={"unreachable_grace": "0s", "recheck_floor": "0s"},
         sensors={
             "fs": {"roots": [str(world["root"] / "config")], "debounce_ms": 50},
             "tests": {
@@ -128,9 +132,11 @@ async def daemon(world: dict[str, Any], tmp_path: Path) -> AsyncIterator[Daemon]
                     f"http://127.0.0.1:{world['down'].port}",
                 ],
                 "interval": "1h",  # polling would see it in an hour: only reads catch it
+                "min_interval": "10ms",
             },
             "runtime": {
                 "interval": "1h",
+                "min_interval": "10ms",
                 "checks": {
                     "svc-port": {"type": "tcp_port", "port": svc},
                     "ctl-port": {"type": "tcp_port", "port": ctl},
@@ -139,6 +145,7 @@ async def daemon(world: dict[str, Any], tmp_path: Path) -> AsyncIterator[Daemon]
             "probe": {
                 "kind": "runtime",
                 "interval": "1h",
+                "min_interval": "10ms",
                 "checks": {"ctl-port-2": {"type": "tcp_port", "port": ctl}},
             },
         },
