@@ -154,11 +154,14 @@ class Reads:
         if f.tag is not None:
             where.append("EXISTS (SELECT 1 FROM json_each(blocks.tags) WHERE value = ?)")
             args.append(f.tag)
+        if f.flapping is not None:
+            where.append("flapping = ?")
+            args.append(int(f.flapping))
         if f.after is not None:
-            where.append("id > ?")
+            where.append("id < ?" if f.newest_first else "id > ?")
             args.append(await self._cursor(f.after))
         sql = BLOCK_SELECT + (" WHERE " + " AND ".join(where) if where else "")
-        sql += " ORDER BY id LIMIT ?"
+        sql += " ORDER BY id DESC LIMIT ?" if f.newest_first else " ORDER BY id LIMIT ?"
         args.append(f.limit)
         async with self.db.read() as conn:
             async with conn.execute(sql, args) as cur:
@@ -310,6 +313,38 @@ class Reads:
             )
             for r in rows
         ]
+
+    async def versions(self, block_id: str) -> list[dict[str, Any]]:
+        """A block's earlier texts (``block_history``), oldest first: version, title,
+        content, tags, replaced_at (ISO), replaced_by."""
+        async with self.db.read() as conn:
+            rows = await conn.execute_fetchall(
+                "SELECT version, title, content, tags, replaced_at, replaced_by"
+                " FROM block_history WHERE block_id = ? ORDER BY version",
+                (block_id,),
+            )
+        return [
+            {
+                "version": int(r[0]),
+                "title": r[1],
+                "content": r[2],
+                "tags": json.loads(r[3]) if r[3] else [],
+                "replaced_at": from_ts(r[4]).isoformat(),
+                "replaced_by": r[5],
+            }
+            for r in rows
+        ]
+
+    async def dependents(self, block_id: str) -> list[str]:
+        """Ids of the blocks that depend on this one (the other direction of
+        ``depends_on``), in id order."""
+        async with self.db.read() as conn:
+            rows = await conn.execute_fetchall(
+                "SELECT b.id FROM dependencies d JOIN blocks b ON b.rid = d.block_rid"
+                " WHERE d.depends_on = ? ORDER BY b.id",
+                (block_id,),
+            )
+        return [str(r[0]) for r in rows]
 
     async def counts(self) -> dict[str, Any]:
         """Blocks by state (as of now), tier and volatility; events; pending work."""

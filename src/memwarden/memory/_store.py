@@ -455,6 +455,14 @@ class Store:
         """A block's validation history, newest first."""
         return await self._reads.events_for(block_id, limit=limit)
 
+    async def versions(self, block_id: str) -> list[dict[str, Any]]:
+        """A block's earlier texts, oldest first (the current one is the block)."""
+        return await self._reads.versions(block_id)
+
+    async def dependents(self, block_id: str) -> list[str]:
+        """Ids of the blocks that depend on this one."""
+        return await self._reads.dependents(block_id)
+
     async def counts(self) -> dict[str, Any]:
         """Blocks by state (as of now), tier and volatility; events; pending work."""
         return await self._reads.counts()

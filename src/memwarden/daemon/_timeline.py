@@ -1,0 +1,299 @@
+# The chart labels are typeset: they use the multiplication sign and the en dash.
+# ruff: noqa: RUF001, RUF002
+"""The evidence timeline of a block: server-side SVG, no JavaScript.
+
+Reliability over time is drawn from the block's events and their effects (each effect
+records the reliability before and after). Each *group* of repeated identical events
+(same sensor, same outcome, no state change inside) is one mark, on its sensor's lane,
+coloured and shaped by outcome; spans of time in each state are shaded behind the line.
+The same values are given as a table (behind a ``<details>`` on the page), and the SVG
+carries a title and a description, so the chart is not the only way to read them.
+
+The geometry is hand-written: a line, rectangles and a few symbols do not need a
+charting library, and the page stays small (see docs/BENCHMARKS.md, Issue 21).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from markupsafe import Markup, escape
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from memwarden.memory import EventRecord
+
+__all__ = ["EventGroup", "Timeline", "group_events", "timeline"]
+
+WIDTH = 720
+PLOT_LEFT = 44
+PLOT_RIGHT = 12
+PLOT_TOP = 10
+PLOT_HEIGHT = 150
+LANE_HEIGHT = 22
+AXIS_HEIGHT = 22
+MAX_LINE_POINTS = 400  # the reliability line is thinned past this many points
+STATE_FILL = {
+    "fresh": "#e3f4e3",
+    "unverified": "#eeeeee",
+    "stale": "#fbefd5",
+    "refuted": "#f9dcdc",
+    "archived": "#e4e4f0",
+}
+OUTCOME_COLOUR = {
+    "confirmed": "#1a7f37",
+    "refuted": "#c62828",
+    "changed": "#c62828",
+    "error": "#b35900",
+    "unreachable": "#b35900",
+}
+OTHER_COLOUR = "#555555"
+
+
+@dataclass(slots=True)
+class EventGroup:
+    """Repeated identical events, shown as one mark ("confirmed ×5, 10:20–10:21")."""
+
+    sensor: str
+    outcome: str
+    count: int
+    first_at: float
+    last_at: float
+    state_before: str | None
+    state_after: str | None
+    reliability_after: float | None
+    message: str
+
+    @property
+    def label(self) -> str:
+        times = _hm(self.first_at)
+        if self.count > 1 and _hm(self.last_at) != times:
+            times += f"–{_hm(self.last_at)}"
+        count = f" ×{self.count}" if self.count > 1 else ""
+        return f"{self.outcome}{count}, {times}"
+
+    @property
+    def state_change(self) -> str | None:
+        if self.state_before and self.state_after and self.state_before != self.state_after:
+            return f"{self.state_before} → {self.state_after}"
+        return None
+
+
+@dataclass(slots=True)
+class Timeline:
+    """What the block page shows: the SVG and the groups it was drawn from."""
+
+    svg: Markup
+    groups: list[EventGroup] = field(default_factory=list)
+    bands: list[tuple[float, float, str]] = field(default_factory=list)
+
+
+def _hm(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%H:%M")
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def group_events(events: Sequence[EventRecord]) -> list[EventGroup]:
+    """Consecutive events (oldest first) with the same sensor and outcome and no state
+    change among them, as one group each; a run compaction folded counts as its size."""
+    groups: list[EventGroup] = []
+    for ev in events:
+        count, first = (ev.run[0], ev.run[1]) if ev.run else (1, ev.observed_at)
+        changes = bool(ev.state_before and ev.state_after and ev.state_before != ev.state_after)
+        last = groups[-1] if groups else None
+        if (
+            last is not None
+            and not changes
+            and last.state_change is None
+            and (last.sensor, last.outcome) == (ev.sensor, ev.outcome)
+        ):
+            last.count += count
+            last.last_at = max(last.last_at, ev.observed_at)
+            last.first_at = min(last.first_at, first)
+            last.reliability_after = ev.reliability_after
+            continue
+        groups.append(
+            EventGroup(
+                sensor=ev.sensor,
+                outcome=ev.outcome,
+                count=count,
+                first_at=first,
+                last_at=ev.observed_at,
+                state_before=ev.state_before,
+                state_after=ev.state_after,
+                reliability_after=ev.reliability_after,
+                message=ev.message,
+            )
+        )
+    return groups
+
+
+def _bands(
+    events: Sequence[EventRecord], start: float, end: float, state_now: str
+) -> list[tuple[float, float, str]]:
+    """Spans of time in each state, from the state changes the effects record."""
+    state = next((e.state_before for e in events if e.state_before), None) or state_now
+    bands: list[tuple[float, float, str]] = []
+    since = start
+    for ev in events:
+        if ev.state_after and ev.state_after != state:
+            bands.append((since, ev.observed_at, state))
+            since, state = ev.observed_at, ev.state_after
+    bands.append((since, end, state))
+    return [b for b in bands if b[1] > b[0]] or [(start, end, state)]
+
+
+def _f(v: float) -> str:
+    return f"{v:.1f}".rstrip("0").rstrip(".")
+
+
+def timeline(
+    events: Sequence[EventRecord],
+    *,
+    start: float,
+    now: float,
+    state_now: str,
+    reliability_now: float,
+    title: str,
+) -> Timeline:
+    """The timeline of ``events`` (newest first, as the store gives them) from ``start``
+    (the block's creation, or the oldest event shown) to ``now``."""
+    ordered = sorted(events, key=lambda e: (e.observed_at, e.seq))
+    if ordered:
+        start = min(start, ordered[0].run[1] if ordered[0].run else ordered[0].observed_at)
+    end = max(now, ordered[-1].observed_at if ordered else now)
+    if end - start < 60:  # at least a minute wide
+        end = start + 60
+    groups = group_events(ordered)
+    bands = _bands(ordered, start, end, state_now)
+    sensors = sorted({g.sensor for g in groups})
+    plot_w = WIDTH - PLOT_LEFT - PLOT_RIGHT
+    lanes_top = PLOT_TOP + PLOT_HEIGHT + 6
+    height = lanes_top + LANE_HEIGHT * len(sensors) + AXIS_HEIGHT
+
+    def x(ts: float) -> float:
+        return PLOT_LEFT + (ts - start) / (end - start) * plot_w
+
+    def y(rel: float) -> float:
+        return PLOT_TOP + (1 - max(0.0, min(1.0, rel))) * PLOT_HEIGHT
+
+    first_rel = next(
+        (e.reliability_before for e in ordered if e.reliability_before is not None),
+        reliability_now,
+    )
+    points = [(start, first_rel)]
+    points += [
+        (e.observed_at, e.reliability_after) for e in ordered if e.reliability_after is not None
+    ]
+    points.append((end, reliability_now))
+    if len(points) > MAX_LINE_POINTS:  # keep the first, the last, and an even spread
+        step = len(points) / MAX_LINE_POINTS
+        points = [points[int(i * step)] for i in range(MAX_LINE_POINTS)] + [points[-1]]
+    line: list[str] = []
+    prev_y: float | None = None
+    for ts, rel in points:  # a step line: reliability holds until the next event
+        px, py = x(ts), y(rel)
+        if prev_y is not None:
+            line.append(f"{_f(px)},{_f(prev_y)}")
+        line.append(f"{_f(px)},{_f(py)}")
+        prev_y = py
+
+    out: list[str] = [
+        (
+            f'<svg class="timeline" viewBox="0 0 {WIDTH} {height}" role="img"'
+            ' aria-labelledby="tl-title tl-desc" xmlns="http://www.w3.org/2000/svg">'
+        ),
+        f'<title id="tl-title">Evidence timeline: {escape(title)}</title>',
+        (
+            f'<desc id="tl-desc">Reliability from {_when(start)} to {_when(end)}, now'
+            f" {reliability_now:.2f}; {sum(g.count for g in groups)} events in"
+            f" {len(groups)} groups from {len(sensors)} sensor(s);"
+            f" {sum(1 for g in groups if g.state_change)} state change(s)."
+            " The values are in the table below the chart.</desc>"
+        ),
+    ]
+    for b_start, b_end, state in bands:
+        fill = STATE_FILL.get(state, "#f4f4f4")
+        out.append(
+            f'<rect class="band" data-state="{escape(state)}" x="{_f(x(b_start))}"'
+            f' y="{PLOT_TOP}" width="{_f(max(0.5, x(b_end) - x(b_start)))}"'
+            f' height="{PLOT_HEIGHT}" fill="{fill}"><title>{escape(state)}: {_when(b_start)}'
+            f" – {_when(b_end)}</title></rect>"
+        )
+    out.extend(
+        f'<line x1="{PLOT_LEFT}" x2="{WIDTH - PLOT_RIGHT}" y1="{_f(y(rel))}"'
+        f' y2="{_f(y(rel))}" stroke="#ccc" stroke-width="0.5"/>'
+        f'<text x="{PLOT_LEFT - 4}" y="{_f(y(rel) + 4)}" text-anchor="end"'
+        f' font-size="11">{rel:.1f}</text>'
+        for rel in (0.0, 0.5, 1.0)
+    )
+    out.append(
+        f'<polyline class="reliability" fill="none" stroke="#1f4e9c" stroke-width="2"'
+        f' points="{" ".join(line)}"/>'
+    )
+    for i, sensor in enumerate(sensors):
+        lane_y = lanes_top + i * LANE_HEIGHT + LANE_HEIGHT / 2
+        out.append(
+            f'<text x="{PLOT_LEFT - 4}" y="{_f(lane_y + 4)}" text-anchor="end" font-size="11">'
+            f"{escape(sensor[:8])}</text>"
+            f'<line x1="{PLOT_LEFT}" x2="{WIDTH - PLOT_RIGHT}" y1="{_f(lane_y)}"'
+            f' y2="{_f(lane_y)}" stroke="#e2e2e2"/>'
+        )
+    lane_of = {s: i for i, s in enumerate(sensors)}
+    for g in groups:
+        lane_y = lanes_top + lane_of[g.sensor] * LANE_HEIGHT + LANE_HEIGHT / 2
+        out.append(_mark(g, x(g.first_at), x(g.last_at), lane_y))
+    axis_y = height - 6
+    out.append(
+        f'<text x="{PLOT_LEFT}" y="{axis_y}" font-size="11">{_when(start)}</text>'
+        f'<text x="{WIDTH - PLOT_RIGHT}" y="{axis_y}" font-size="11" text-anchor="end">'
+        f"{_when(end)}</text></svg>"
+    )
+    return Timeline(svg=Markup("".join(out)), groups=groups, bands=bands)  # noqa: S704 - every value above is escaped or a number
+
+
+def _mark(g: EventGroup, x0: float, x1: float, cy: float) -> str:
+    """One group's mark: a circle (confirmed), a cross (refuted, changed), a triangle
+    (error, unreachable) or a square; a bar under it spans a group's time."""
+    colour = OUTCOME_COLOUR.get(g.outcome, OTHER_COLOUR)
+    cx = (x0 + x1) / 2
+    tip = f"{g.sensor}: {g.label}" + (f" ({g.state_change})" if g.state_change else "")
+    parts = [
+        (
+            f'<g class="mark" data-outcome="{escape(g.outcome)}"'
+            f' data-sensor="{escape(g.sensor)}" data-count="{g.count}">'
+            f"<title>{escape(tip)}</title>"
+        )
+    ]
+    if x1 - x0 > 2:  # a span wider than the mark
+        parts.append(
+            f'<line x1="{_f(x0)}" x2="{_f(x1)}" y1="{_f(cy)}" y2="{_f(cy)}"'
+            f' stroke="{colour}" stroke-width="3" opacity="0.5"/>'
+        )
+    if g.outcome == "confirmed":
+        parts.append(f'<circle cx="{_f(cx)}" cy="{_f(cy)}" r="5" fill="{colour}"/>')
+    elif g.outcome in ("refuted", "changed"):
+        d = 5
+        parts.append(
+            f'<path d="M{_f(cx - d)} {_f(cy - d)}L{_f(cx + d)} {_f(cy + d)}M{_f(cx - d)}'
+            f' {_f(cy + d)}L{_f(cx + d)} {_f(cy - d)}" stroke="{colour}" stroke-width="2.5"/>'
+        )
+    elif g.outcome in ("error", "unreachable"):
+        parts.append(
+            f'<path d="M{_f(cx)} {_f(cy - 6)}L{_f(cx + 6)} {_f(cy + 5)}L{_f(cx - 6)}'
+            f' {_f(cy + 5)}Z" fill="{colour}"/>'
+        )
+    else:
+        parts.append(
+            f'<rect x="{_f(cx - 4)}" y="{_f(cy - 4)}" width="8" height="8" fill="{colour}"/>'
+        )
+    if g.count > 1:
+        parts.append(f'<text x="{_f(cx + 7)}" y="{_f(cy - 5)}" font-size="10">×{g.count}</text>')
+    parts.append("</g>")
+    return "".join(parts)

@@ -1,0 +1,119 @@
+"""The console pages over plain HTTP: hostile input is escaped or refused, an unknown
+id is a 404 page, no traceback ever reaches the browser, and nothing changes."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.web.console_support import CSRF, block_with_history, signed_in
+
+SCRIPT = '<script>alert("x")</script>'
+
+
+async def test_pages_need_a_session(daemon):
+    """Without a session every console page answers 401 with how to sign in."""
+    async with httpx.AsyncClient(base_url=daemon.api.bound_url()) as client:
+        for path in ("/review/search", "/review/stale", "/review/blocks/abc"):
+            answer = await client.get(path)
+            assert answer.status_code == 401, path
+            assert "memwarden review --open" in answer.text
+
+
+async def test_a_query_with_markup_is_escaped(daemon):
+    """A query and filters carrying HTML come back as text, never as markup."""
+    await block_with_history(daemon)
+    async with signed_in(daemon) as client:
+        answer = await client.get("/review/search", params={"q": SCRIPT, "tag": SCRIPT})
+    assert answer.status_code == 200
+    assert SCRIPT not in answer.text
+    assert "&lt;script&gt;alert(" in answer.text
+
+
+async def test_bad_filters_are_refused_naming_the_field(daemon):
+    """A state that is not a state, or a query too long, is a 422 page naming the field."""
+    async with signed_in(daemon) as client:
+        bad_state = await client.get("/review/search", params={"state": SCRIPT})
+        too_long = await client.get("/review/search", params={"q": "x" * 1001})
+    assert bad_state.status_code == 422
+    assert "state: " in bad_state.text
+    assert SCRIPT not in bad_state.text
+    assert too_long.status_code == 422
+    assert "q: 1001 characters" in too_long.text
+    for answer in (bad_state, too_long):
+        assert "Traceback" not in answer.text
+
+
+async def test_unknown_or_hostile_ids_are_a_404_page(daemon):
+    """An unknown id, an id with markup, and an absurdly long id: a 404 page, escaped."""
+    async with signed_in(daemon) as client:
+        for ref in ("0123456789abcdef", SCRIPT, "f" * 5000, "..%2F..%2Fetc"):
+            answer = await client.get(f"/review/blocks/{ref}")
+            assert answer.status_code in (404, 422), (ref[:20], answer.status_code)
+            assert "Traceback" not in answer.text
+            assert SCRIPT not in answer.text
+    assert await daemon.store.list_blocks() == []
+
+
+async def test_empty_query_lists_the_newest_blocks_with_filters(daemon):
+    """No query: the newest facts first; a tag filter keeps only those with the tag."""
+    await daemon.add_block({"title": "older", "content": "first fact"})
+    await daemon.add_block({"title": "newer", "content": "second fact", "tags": ["t1"]})
+    async with signed_in(daemon) as client:
+        everything = await client.get("/review/search")
+        tagged = await client.get("/review/search", params={"tag": "t1"})
+    assert everything.text.index(">newer<") < everything.text.index(">older<")
+    assert ">newer<" in tagged.text
+    assert ">older<" not in tagged.text
+
+
+async def test_actions_refuse_a_form_without_csrf_and_change_nothing(daemon):
+    """Archive and ask-review without the session's CSRF token: 403, nothing changes."""
+    block_id, _ = await block_with_history(daemon)
+    async with signed_in(daemon) as client:
+        page = await client.get(f"/review/blocks/{block_id}")
+        assert CSRF.search(page.text)
+        for action in ("archive", "ask-review", "revalidate"):
+            answer = await client.post(
+                f"/review/blocks/{block_id}/{action}", data={"reason": "x", "csrf": "forged"}
+            )
+            assert answer.status_code == 403, action
+    assert (await daemon.store.get(block_id)).state != "archived"
+    assert await daemon.store.list_reviews(status="pending") == []
+
+
+async def test_archive_and_ask_review_from_the_page(daemon):
+    """With the token, ask-review queues the block (who asked is recorded) and archive
+    archives it with the reason and the reviewer as actor."""
+    block_id, _ = await block_with_history(daemon)
+    async with signed_in(daemon) as client:
+        token = CSRF.search((await client.get(f"/review/blocks/{block_id}")).text)
+        assert token is not None
+        form = {"csrf": token.group(1)}
+        empty = await client.post(f"/review/blocks/{block_id}/ask-review", data=form)
+        assert empty.status_code == 422
+        asked = await client.post(
+            f"/review/blocks/{block_id}/ask-review", data={**form, "reason": "looks odd"}
+        )
+        assert asked.status_code == 303
+        archived = await client.post(
+            f"/review/blocks/{block_id}/archive", data={**form, "reason": "moved"}
+        )
+        assert archived.status_code == 303
+    [pending] = await daemon.store.list_reviews(status="pending")
+    assert pending["reason"] == "looks odd (asked by alice)"
+    block = await daemon.store.get(block_id)
+    assert block.state == "archived"
+    assert block.archive_reason == "moved"
+
+
+async def test_the_sign_in_link_goes_only_to_a_console_page(daemon):
+    """``next`` sends the browser to a /review page; anything else falls back to /review."""
+    from tests.web.console_support import link
+
+    async with httpx.AsyncClient(base_url=daemon.api.bound_url()) as client:
+        good = await client.get(await link(daemon) + "&next=/review/blocks/abc")
+        evil = await client.get(await link(daemon) + "&next=//evil.example/review")
+        other = await client.get(await link(daemon) + "&next=https://evil.example/")
+    assert good.headers["location"] == "/review/blocks/abc"
+    assert evil.headers["location"] == "/review"
+    assert other.headers["location"] == "/review"
