@@ -4,7 +4,7 @@
 
 Reliability over time is drawn from the block's events and their effects (each effect
 records the reliability before and after). Each *group* of repeated identical events
-(same sensor, same outcome, no state change inside) is one mark, on its sensor's lane,
+(same sensor, same outcome; a state change starts a new group) is one mark, on its lane,
 coloured and shaped by outcome; spans of time in each state are shaded behind the line.
 The same values are given as a table (behind a ``<details>`` on the page), and the SVG
 carries a title and a description, so the chart is not the only way to read them.
@@ -100,8 +100,9 @@ def _when(ts: float) -> str:
 
 
 def group_events(events: Sequence[EventRecord]) -> list[EventGroup]:
-    """Consecutive events (oldest first) with the same sensor and outcome and no state
-    change among them, as one group each; a run compaction folded counts as its size."""
+    """Consecutive events (oldest first) with the same sensor and outcome as one group
+    each; an event that changes the block's state starts a group (so a group changes
+    state at most at its first event). A run compaction folded counts as its size."""
     groups: list[EventGroup] = []
     for ev in events:
         count, first = (ev.run[0], ev.run[1]) if ev.run else (1, ev.observed_at)
@@ -110,7 +111,6 @@ def group_events(events: Sequence[EventRecord]) -> list[EventGroup]:
         if (
             last is not None
             and not changes
-            and last.state_change is None
             and (last.sensor, last.outcome) == (ev.sensor, ev.outcome)
         ):
             last.count += count
