@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.web.console_support import CSRF, block_with_history, signed_in
+from tests.web.console_support import CSRF, block_with_history, link, signed_in
 
 SCRIPT = '<script>alert("x")</script>'
 
@@ -108,8 +108,6 @@ async def test_archive_and_ask_review_from_the_page(daemon):
 
 async def test_the_sign_in_link_goes_only_to_a_console_page(daemon):
     """``next`` sends the browser to a /review page; anything else falls back to /review."""
-    from tests.web.console_support import link
-
     async with httpx.AsyncClient(base_url=daemon.api.bound_url()) as client:
         good = await client.get(await link(daemon) + "&next=/review/blocks/abc")
         evil = await client.get(await link(daemon) + "&next=//evil.example/review")

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from playwright.async_api import async_playwright
 
 from memwarden.memory import ValidationEvent
-
 from tests.support import WorldSensor
 from tests.web.console_support import block_with_history, link
 from tests.web.test_review_page import ARGS, CHROMIUM
