@@ -18,6 +18,7 @@ needs a live session (the guard) and the session's CSRF token (here). No JavaScr
 from __future__ import annotations
 
 import difflib
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote, urlencode
 
@@ -43,6 +44,16 @@ STALE_SHOWN = 500  # blocks per section of the stale & failing page
 MAX_QUERY_CHARS = 1000
 MAX_FILTER_CHARS = 200
 MAX_REASON_CHARS = 1000
+
+# Why a block is not fresh, in words (memory.StaleReason values).
+STALE_WHY = {
+    "expired": "its validity window ran out",
+    "low_reliability": "its reliability fell below the threshold",
+    "source_changed": "its source changed",
+    "dependency": "a fact it depends on is no longer fresh",
+    "soft_refuted": "a sensor refuted it (not yet for good)",
+    "flapping": "its checks keep flipping",
+}
 
 console = APIRouter(prefix="/review", include_in_schema=False)
 """The console pages (included beside the review router)."""
@@ -179,6 +190,10 @@ async def block_page(
         state_now=block.state.value,
         reliability_now=block.validation.reliability,
         title=block.title or block.content[:60],
+        edits=[
+            (datetime.fromisoformat(v["replaced_at"]).timestamp(), v["version"] + 1)
+            for v in versions
+        ],
     )
     return page(
         "block.html",
@@ -195,6 +210,7 @@ async def block_page(
         groups=list(reversed(chart.groups))[:GROUPS_TABLED],
         events_total=len(events),
         events_loaded=EVENTS_LOADED,
+        stale_why=STALE_WHY,
     )
 
 
@@ -376,6 +392,7 @@ async def stale_page(session: SignedIn, daemon: DaemonDep) -> Response:
         session=session,
         nav="stale",
         stale=stale,
+        stale_why=STALE_WHY,
         flapping=flapping,
         unreachable=unreachable,
         failing=failing,

@@ -76,6 +76,16 @@ class EventGroup:
         return f"{self.outcome}{count}, {times}"
 
     @property
+    def when(self) -> str:
+        """``2026-11-24 10:20:05 UTC``, or a span ``2026-11-24 10:20:05–10:21:40 UTC``."""
+        first = datetime.fromtimestamp(self.first_at, UTC)
+        if self.count == 1 or self.last_at == self.first_at:
+            return first.strftime("%Y-%m-%d %H:%M:%S UTC")
+        last = datetime.fromtimestamp(self.last_at, UTC)
+        fmt = "%H:%M:%S UTC" if last.date() == first.date() else "%Y-%m-%d %H:%M:%S UTC"
+        return f"{first:%Y-%m-%d %H:%M:%S}–{last.strftime(fmt)}"
+
+    @property
     def state_change(self) -> str | None:
         if self.state_before and self.state_after and self.state_before != self.state_after:
             return f"{self.state_before} → {self.state_after}"
@@ -161,9 +171,11 @@ def timeline(
     state_now: str,
     reliability_now: float,
     title: str,
+    edits: Sequence[tuple[float, int]] = (),
 ) -> Timeline:
     """The timeline of ``events`` (newest first, as the store gives them) from ``start``
-    (the block's creation, or the oldest event shown) to ``now``."""
+    (the block's creation, or the oldest event shown) to ``now``; ``edits`` are
+    (when, new version) pairs, drawn as dashed lines."""
     ordered = sorted(events, key=lambda e: (e.observed_at, e.seq))
     if ordered:
         start = min(start, ordered[0].run[1] if ordered[0].run else ordered[0].observed_at)
@@ -233,6 +245,13 @@ def timeline(
         f' font-size="11">{rel:.1f}</text>'
         for rel in (0.0, 0.5, 1.0)
     )
+    for at, version in edits:
+        if start <= at <= end:
+            out.append(
+                f'<line class="edit" x1="{_f(x(at))}" x2="{_f(x(at))}" y1="{PLOT_TOP}"'
+                f' y2="{PLOT_TOP + PLOT_HEIGHT}" stroke="#444" stroke-dasharray="4 3">'
+                f"<title>edited: version {version} from {_when(at)}</title></line>"
+            )
     out.append(
         f'<polyline class="reliability" fill="none" stroke="#1f4e9c" stroke-width="2"'
         f' points="{" ".join(line)}"/>'
