@@ -39,7 +39,7 @@ __all__ = ["console"]
 
 SEARCH_SHOWN = 50  # results (or newest blocks) on the search page
 EVENTS_LOADED = 1000  # the newest events of a block the timeline is drawn from
-GROUPS_TABLED = 200  # the newest event groups in the values table
+GROUPS_TABLED = 100  # the newest event groups in the values table
 STALE_SHOWN = 500  # blocks per section of the stale & failing page
 MAX_QUERY_CHARS = 1000
 MAX_FILTER_CHARS = 200
@@ -211,6 +211,7 @@ async def block_page(
         events_total=len(events),
         events_loaded=EVENTS_LOADED,
         stale_why=STALE_WHY,
+        groups_tabled=GROUPS_TABLED,
     )
 
 

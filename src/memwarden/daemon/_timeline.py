@@ -36,6 +36,7 @@ PLOT_HEIGHT = 150
 LANE_HEIGHT = 22
 AXIS_HEIGHT = 22
 MAX_LINE_POINTS = 400  # the reliability line is thinned past this many points
+MAX_MARKS = 200  # past this many groups, only the newest are drawn (and their time span)
 STATE_FILL = {
     "fresh": "#e3f4e3",
     "unverified": "#eeeeee",
@@ -98,6 +99,7 @@ class Timeline:
 
     svg: Markup
     groups: list[EventGroup] = field(default_factory=list)
+    groups_total: int = 0  # before the cut to MAX_MARKS
     bands: list[tuple[float, float, str]] = field(default_factory=list)
 
 
@@ -177,12 +179,18 @@ def timeline(
     (the block's creation, or the oldest event shown) to ``now``; ``edits`` are
     (when, new version) pairs, drawn as dashed lines."""
     ordered = sorted(events, key=lambda e: (e.observed_at, e.seq))
+    groups = group_events(ordered)
+    groups_total = len(groups)
+    if groups_total > MAX_MARKS:  # more marks than the width can tell apart: the newest
+        cut = groups[-MAX_MARKS].first_at
+        ordered = [e for e in ordered if e.observed_at >= cut]
+        groups = group_events(ordered)
+        start = cut
     if ordered:
         start = min(start, ordered[0].run[1] if ordered[0].run else ordered[0].observed_at)
     end = max(now, ordered[-1].observed_at if ordered else now)
     if end - start < 60:  # at least a minute wide
         end = start + 60
-    groups = group_events(ordered)
     bands = _bands(ordered, start, end, state_now)
     sensors = sorted({g.sensor for g in groups})
     plot_w = WIDTH - PLOT_LEFT - PLOT_RIGHT
@@ -274,7 +282,7 @@ def timeline(
         f'<text x="{WIDTH - PLOT_RIGHT}" y="{axis_y}" font-size="11" text-anchor="end">'
         f"{_when(end)}</text></svg>"
     )
-    return Timeline(svg=Markup("".join(out)), groups=groups, bands=bands)  # noqa: S704 - every value above is escaped or a number
+    return Timeline(svg=Markup("".join(out)), groups=groups, bands=bands, groups_total=groups_total)  # noqa: S704 - every value above is escaped or a number
 
 
 def _mark(g: EventGroup, x0: float, x1: float, cy: float) -> str:
