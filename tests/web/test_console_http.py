@@ -115,3 +115,62 @@ async def test_the_sign_in_link_goes_only_to_a_console_page(daemon):
     assert good.headers["location"] == "/review/blocks/abc"
     assert evil.headers["location"] == "/review"
     assert other.headers["location"] == "/review"
+
+
+async def test_edit_from_the_page_makes_a_version_with_a_diff(daemon):
+    """An edit saves a new version by the reviewer; the page diffs it against the old
+    text; a form made from an older version is refused (409) and changes nothing."""
+    block_id, _ = await block_with_history(daemon)
+    async with signed_in(daemon) as client:
+        token = CSRF.search((await client.get(f"/review/blocks/{block_id}")).text)
+        assert token is not None
+        form = {"csrf": token.group(1), "title": "cache ttl", "version": "1"}
+        saved = await client.post(
+            f"/review/blocks/{block_id}/edit", data={**form, "content": "The cache TTL is 90 s"}
+        )
+        assert saved.status_code == 303
+        stale_form = await client.post(
+            f"/review/blocks/{block_id}/edit", data={**form, "content": "The cache TTL is 1 s"}
+        )
+        assert stale_form.status_code == 409
+        page = await client.get(f"/review/blocks/{block_id}")
+    assert "<del>60</del>" in page.text
+    assert "<ins>90</ins>" in page.text
+    block = await daemon.store.get(block_id)
+    assert (block.version, block.content) == (2, "The cache TTL is 90 s")
+    [old] = await daemon.store.versions(block_id)
+    assert (old["version"], old["content"], old["replaced_by"]) == (
+        1,
+        "The cache TTL is 60 s",
+        "alice",
+    )
+
+
+async def test_hostile_edits_are_refused_or_escaped(daemon):
+    """Content with markup is stored and shown as text; empty or oversized content and a
+    bad version are refused naming the field, and change nothing."""
+    block_id, _ = await block_with_history(daemon)
+    async with signed_in(daemon) as client:
+        token = CSRF.search((await client.get(f"/review/blocks/{block_id}")).text)
+        assert token is not None
+        form = {"csrf": token.group(1), "title": "t"}
+        for content, version in (
+            ("", "1"),
+            ("x" * (256 * 1024 + 1), "1"),
+            ("ok", "1; DROP"),
+            ("ok", ""),
+        ):
+            answer = await client.post(
+                f"/review/blocks/{block_id}/edit",
+                data={**form, "content": content, "version": version},
+            )
+            assert answer.status_code in (413, 422), (content[:5], version, answer.status_code)
+            assert "Traceback" not in answer.text
+        assert (await daemon.store.get(block_id)).version == 1
+        marked = await client.post(
+            f"/review/blocks/{block_id}/edit", data={**form, "content": SCRIPT, "version": "1"}
+        )
+        assert marked.status_code == 303
+        page = await client.get(f"/review/blocks/{block_id}")
+    assert SCRIPT not in page.text
+    assert "&lt;script&gt;" in page.text

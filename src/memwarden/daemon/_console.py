@@ -10,7 +10,8 @@ needs a live session (the guard) and the session's CSRF token (here). No JavaScr
   an empty query lists the newest blocks.
 - ``/review/blocks/{id}``: a block's text and earlier versions (word diff), bindings with
   their sensor's status and last observation, dependencies both ways, the evidence
-  timeline (``daemon/_timeline.py``) and actions: revalidate now, ask for review, archive.
+  timeline (``daemon/_timeline.py``) and actions: revalidate now, ask for review, edit,
+  archive.
 - ``/review/stale``: what is stale, unreachable (its sensor is down) or flapping now,
   each named with why.
 """
@@ -28,7 +29,12 @@ from fastapi.responses import RedirectResponse, Response
 from memwarden.daemon._routes._deps import DaemonDep
 from memwarden.daemon._timeline import timeline
 from memwarden.daemon._web import SignedIn, csrf_ok, forged, page, signed_out
-from memwarden.errors import AmbiguousIdError, NotFoundError, ValidationInputError
+from memwarden.errors import (
+    AmbiguousIdError,
+    NotFoundError,
+    ValidationInputError,
+    VersionConflictError,
+)
 from memwarden.memory import BlockState, Tier
 
 if TYPE_CHECKING:
@@ -336,6 +342,41 @@ async def ask_review(
     except (NotFoundError, AmbiguousIdError, ValidationInputError) as err:
         return page("not_found.html", status=404, message=str(err), session=session)
     return _back(full, "Queued for review.")
+
+
+@console.post("/blocks/{block_id}/edit")
+async def edit(
+    session: SignedIn,
+    daemon: DaemonDep,
+    block_id: str,
+    csrf: Annotated[str, Form()] = "",
+    title: Annotated[str, Form()] = "",
+    content: Annotated[str, Form()] = "",
+    version: Annotated[str, Form()] = "",
+) -> Response:
+    """A new text (a new version; the old one is kept), applied only to the version the
+    form was made from; the reviewer is recorded as who edited it."""
+    if session is None:
+        return signed_out()
+    if not csrf_ok(session, csrf):
+        return forged()
+    if not version.isdigit() or len(version) > 9:
+        return _problem(422, "version: reload the page (the form names no version)", session)
+    try:
+        full = await _resolve(daemon, block_id)
+        await daemon.edit_block(
+            full,
+            {"title": title.strip(), "content": content},
+            actor=session.reviewer,
+            expected_version=int(version),
+        )
+    except (NotFoundError, AmbiguousIdError) as err:
+        return page("not_found.html", status=404, message=str(err), session=session)
+    except (ValidationInputError, VersionConflictError) as err:
+        conflict = isinstance(err, VersionConflictError)
+        again = " Reload the page to edit the current text." if conflict else ""
+        return _problem(409 if conflict else 422, f"{err}{again}", session)
+    return _back(full, "Saved: a new version, unverified until its sensors confirm it.")
 
 
 @console.post("/blocks/{block_id}/archive")
