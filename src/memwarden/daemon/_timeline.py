@@ -208,9 +208,9 @@ def timeline(
         reliability_now,
     )
     points = [(start, first_rel)]
-    points += [
-        (e.observed_at, e.reliability_after) for e in ordered if e.reliability_after is not None
-    ]
+    for e in ordered:  # a step line needs only the changes
+        if e.reliability_after is not None and e.reliability_after != points[-1][1]:
+            points.append((e.observed_at, e.reliability_after))
     points.append((end, reliability_now))
     if len(points) > MAX_LINE_POINTS:  # keep the first, the last, and an even spread
         step = len(points) / MAX_LINE_POINTS
