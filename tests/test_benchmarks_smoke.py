@@ -28,6 +28,7 @@ FIGURES = {
     "erase_10k",
     "erase_100k",
     "secure_delete",
+    "console_block_page",
 }
 
 
