@@ -165,6 +165,30 @@ def _f(v: float) -> str:
     return f"{v:.1f}".rstrip("0").rstrip(".")
 
 
+def _steps(
+    ordered: Sequence[EventRecord], start: float, end: float, reliability_now: float
+) -> list[tuple[float, float]]:
+    """The corners of the reliability step line: it holds until the next change."""
+    first = next(
+        (e.reliability_before for e in ordered if e.reliability_before is not None),
+        reliability_now,
+    )
+    changes = [(start, first)]
+    for e in ordered:  # a step line needs only the changes
+        if e.reliability_after is not None and e.reliability_after != changes[-1][1]:
+            changes.append((e.observed_at, e.reliability_after))
+    changes.append((end, reliability_now))
+    if len(changes) > MAX_LINE_POINTS:  # keep the first, the last, and an even spread
+        step = len(changes) / MAX_LINE_POINTS
+        changes = [changes[int(i * step)] for i in range(MAX_LINE_POINTS)] + [changes[-1]]
+    corners: list[tuple[float, float]] = []
+    for ts, rel in changes:
+        if corners:
+            corners.append((ts, corners[-1][1]))
+        corners.append((ts, rel))
+    return corners
+
+
 def timeline(
     events: Sequence[EventRecord],
     *,
@@ -203,26 +227,9 @@ def timeline(
     def y(rel: float) -> float:
         return PLOT_TOP + (1 - max(0.0, min(1.0, rel))) * PLOT_HEIGHT
 
-    first_rel = next(
-        (e.reliability_before for e in ordered if e.reliability_before is not None),
-        reliability_now,
+    line = " ".join(
+        f"{_f(x(ts))},{_f(y(rel))}" for ts, rel in _steps(ordered, start, end, reliability_now)
     )
-    points = [(start, first_rel)]
-    for e in ordered:  # a step line needs only the changes
-        if e.reliability_after is not None and e.reliability_after != points[-1][1]:
-            points.append((e.observed_at, e.reliability_after))
-    points.append((end, reliability_now))
-    if len(points) > MAX_LINE_POINTS:  # keep the first, the last, and an even spread
-        step = len(points) / MAX_LINE_POINTS
-        points = [points[int(i * step)] for i in range(MAX_LINE_POINTS)] + [points[-1]]
-    line: list[str] = []
-    prev_y: float | None = None
-    for ts, rel in points:  # a step line: reliability holds until the next event
-        px, py = x(ts), y(rel)
-        if prev_y is not None:
-            line.append(f"{_f(px)},{_f(prev_y)}")
-        line.append(f"{_f(px)},{_f(py)}")
-        prev_y = py
 
     out: list[str] = [
         (
@@ -262,7 +269,7 @@ def timeline(
             )
     out.append(
         f'<polyline class="reliability" fill="none" stroke="#1f4e9c" stroke-width="2"'
-        f' points="{" ".join(line)}"/>'
+        f' points="{line}"/>'
     )
     for i, sensor in enumerate(sensors):
         lane_y = lanes_top + i * LANE_HEIGHT + LANE_HEIGHT / 2
