@@ -32,6 +32,7 @@ PAGES = {
     "console-search": "/review/search?q=timeout",
     "console-block": "/review/blocks/{block}",
     "console-stale": "/review/stale",
+    "console-sensors": "/review/sensors",
     "console-review": "/review",
     "console-health": "/review/health",
 }

@@ -13,7 +13,7 @@ from tests.support import WorldSensor
 from tests.web.console_support import block_with_history, link
 from tests.web.test_review_page import ARGS, CHROMIUM
 
-PAGES = ("/review/search", "/review/stale", "/review", "/review/health")
+PAGES = ("/review/search", "/review/stale", "/review/sensors", "/review", "/review/health")
 
 
 async def test_search_open_a_block_read_its_timeline_and_revalidate(daemon):
@@ -77,7 +77,7 @@ async def test_the_block_page_works_from_the_keyboard(daemon):
             seen.append(await page.evaluate("document.activeElement.textContent.trim()"))
             if seen[-1] == "Revalidate now":
                 break
-        assert seen[:4] == ["Search", "Stale & failing", "Review", "Health"]
+        assert seen[:5] == ["Search", "Stale & failing", "Sensors", "Review", "Health"]
         assert seen[-1] == "Revalidate now"
         await page.keyboard.press("Enter")
         await page.wait_for_url(f"**/review/blocks/{block_id}?flash=*")
@@ -151,4 +151,26 @@ async def test_every_page_fits_a_phone_without_horizontal_scroll(daemon):
                 "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
             )
             assert widths[0] <= widths[1], (path, widths)
+        await browser.close()
+
+
+async def test_the_sensors_page_charts_each_sensors_recent_events(daemon):
+    """The world sensor's card: running, its bound fact, and bars that add up to the
+    events it reported (confirmed and refuted) in the last hours, values in a table."""
+    await block_with_history(daemon)
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = await browser.new_page()
+        await page.goto(await link(daemon))
+        await page.get_by_role("link", name="Sensors").click()
+        card = page.locator("section.sensor", has=page.get_by_role("heading", name="world"))
+        assert await card.get_by_text("running").count() == 1
+        assert await card.get_by_role("link", name="1 bound fact(s)").count() == 1
+        assert await card.get_by_text("Last 6 hours: 10 event(s), 0 error(s).").count() == 1
+        bars = card.locator("svg.activity rect.bar")
+        counts = {
+            await b.get_attribute("data-outcome"): int(await b.get_attribute("data-count") or 0)
+            for b in await bars.all()
+        }
+        assert counts == {"confirmed": 8, "refuted": 2}
         await browser.close()

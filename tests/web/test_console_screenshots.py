@@ -22,7 +22,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 async def test_the_script_saves_every_page_and_the_docs_show_them(tmp_path):
-    """Six PNGs (five pages at desktop width, the block page at phone width); the ones
+    """Seven PNGs (six pages at desktop width, the block page at phone width); the ones
     committed under docs/images are the same set, and docs/CONSOLE.md shows each."""
     assert CHROMIUM
     spec = importlib.util.spec_from_file_location("console_screenshots", SCRIPT)
@@ -40,6 +40,7 @@ async def test_the_script_saves_every_page_and_the_docs_show_them(tmp_path):
             "console-health.png",
             "console-review.png",
             "console-search.png",
+            "console-sensors.png",
             "console-stale.png",
         ]
     )

@@ -27,7 +27,7 @@ from fastapi import APIRouter, Form
 from fastapi.responses import RedirectResponse, Response
 
 from memwarden.daemon._routes._deps import DaemonDep
-from memwarden.daemon._timeline import timeline
+from memwarden.daemon._timeline import activity_chart, timeline
 from memwarden.daemon._web import SignedIn, csrf_ok, forged, page, signed_out
 from memwarden.errors import (
     AmbiguousIdError,
@@ -47,6 +47,8 @@ SEARCH_SHOWN = 50  # results (or newest blocks) on the search page
 EVENTS_LOADED = 1000  # the newest events of a block the timeline is drawn from
 GROUPS_TABLED = 100  # the newest event groups in the values table
 STALE_SHOWN = 500  # blocks per section of the stale & failing page
+ACTIVITY_BUCKET_S = 15 * 60.0  # the sensors page's charts: 24 bars of 15 minutes
+ACTIVITY_BUCKETS = 24
 MAX_QUERY_CHARS = 1000
 MAX_FILTER_CHARS = 200
 MAX_REASON_CHARS = 1000
@@ -439,3 +441,39 @@ async def stale_page(session: SignedIn, daemon: DaemonDep) -> Response:
         unreachable=unreachable,
         failing=failing,
     )
+
+
+@console.get("/sensors")
+async def sensors_page(session: SignedIn, daemon: DaemonDep) -> Response:
+    """Each sensor: status, last check, error rate, a chart of its events over the last
+    6 hours (from the event log), what a binding to it may name, and its bound facts."""
+    if session is None:
+        return signed_out()
+    now = daemon.clock.time()
+    since = now - ACTIVITY_BUCKET_S * ACTIVITY_BUCKETS
+    counts = await daemon.store.event_counts(since=since, bucket_s=ACTIVITY_BUCKET_S)
+    rows = []
+    for s in daemon.sensor_status(describe=True):
+        name = str(s.get("name", ""))
+        buckets = counts.get(name, {})
+        recent = sum(sum(b.values()) for b in buckets.values())
+        recent_errors = sum(b.get("error", 0) for b in buckets.values())
+        events, errors = int(s.get("events") or 0), int(s.get("errors") or 0)
+        rows.append(
+            {
+                **s,
+                "error_rate": errors / events if events else None,
+                "recent": recent,
+                "recent_errors": recent_errors,
+                "bound": len(await daemon.store.bindings_for_sensor(name)),
+                "chart": activity_chart(
+                    buckets,
+                    n=ACTIVITY_BUCKETS,
+                    since=since,
+                    bucket_s=ACTIVITY_BUCKET_S,
+                    name=name,
+                ),
+                "buckets": [(since + i * ACTIVITY_BUCKET_S, buckets[i]) for i in sorted(buckets)],
+            }
+        )
+    return page("sensors.html", session=session, nav="sensors", sensors=rows)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from memwarden.memory import EventRecord
 
-__all__ = ["EventGroup", "Timeline", "group_events", "timeline"]
+__all__ = ["EventGroup", "Timeline", "activity_chart", "group_events", "timeline"]
 
 WIDTH = 720
 PLOT_LEFT = 44
@@ -331,3 +331,51 @@ def _mark(g: EventGroup, x0: float, x1: float, cy: float) -> str:
         parts.append(f'<text x="{_f(cx + 7)}" y="{_f(cy - 5)}" font-size="10">×{g.count}</text>')
     parts.append("</g>")
     return "".join(parts)
+
+
+BAR_WIDTH = 360
+BAR_HEIGHT = 60
+BAR_ORDER = ("confirmed", "changed", "refuted", "error")
+
+
+def activity_chart(
+    buckets: dict[int, dict[str, int]], *, n: int, since: float, bucket_s: float, name: str
+) -> Markup:
+    """A sensor's events per time bucket as stacked bars (confirmed, changed, refuted,
+    error), ``n`` buckets from ``since``; the tallest bar fills the height."""
+    tallest = max((sum(b.values()) for b in buckets.values()), default=0) or 1
+    slot = BAR_WIDTH / n
+    total = sum(sum(b.values()) for b in buckets.values())
+    errors = sum(b.get("error", 0) for b in buckets.values())
+    hours = n * bucket_s / 3600
+    out = [
+        (
+            f'<svg class="activity" viewBox="0 0 {BAR_WIDTH} {BAR_HEIGHT + 14}" role="img"'
+            f' aria-label="{escape(name)}: {total} events, {errors} errors in the last'
+            f' {hours:g} hours" xmlns="http://www.w3.org/2000/svg">'
+            f"<title>{escape(name)}: events per {bucket_s / 60:g} minutes</title>"
+        ),
+        f'<line x1="0" x2="{BAR_WIDTH}" y1="{BAR_HEIGHT}" y2="{BAR_HEIGHT}" stroke="#bbb"/>',
+    ]
+    for i in range(n):
+        counts = buckets.get(i, {})
+        top = float(BAR_HEIGHT)
+        for outcome in (*BAR_ORDER, *sorted(set(counts) - set(BAR_ORDER))):
+            k = counts.get(outcome, 0)
+            if not k:
+                continue
+            h = k / tallest * (BAR_HEIGHT - 2)
+            top -= h
+            colour = OUTCOME_COLOUR.get(outcome, OTHER_COLOUR)
+            out.append(
+                f'<rect class="bar" data-outcome="{escape(outcome)}" data-count="{k}"'
+                f' x="{_f(i * slot + 1)}" y="{_f(top)}" width="{_f(max(1.0, slot - 2))}"'
+                f' height="{_f(h)}" fill="{colour}"><title>{_when(since + i * bucket_s)}:'
+                f" {k} {escape(outcome)}</title></rect>"
+            )
+    out.append(
+        f'<text x="0" y="{BAR_HEIGHT + 12}" font-size="10">{_hm(since)}</text>'
+        f'<text x="{BAR_WIDTH}" y="{BAR_HEIGHT + 12}" font-size="10" text-anchor="end">'
+        f"now</text></svg>"
+    )
+    return Markup("".join(out))  # noqa: S704 - every value above is escaped or a number

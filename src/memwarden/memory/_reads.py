@@ -335,6 +335,25 @@ class Reads:
             for r in rows
         ]
 
+    async def event_counts(
+        self, *, since: float, bucket_s: float, scan: int = 50_000
+    ) -> dict[str, dict[int, dict[str, int]]]:
+        """Events received since ``since``, by sensor, then by bucket (``bucket_s`` wide,
+        0 = the first from ``since``), then by outcome. Only the newest ``scan`` events
+        are read (the log is append-only and in commit order), so the cost is bounded."""
+        async with self.db.read() as conn:
+            rows = await conn.execute_fetchall(
+                "SELECT sensor, outcome, CAST((received_at - ?) / ? AS INTEGER) AS b, count(*)"
+                " FROM (SELECT sensor, outcome, received_at FROM events"
+                " ORDER BY seq DESC LIMIT ?) WHERE received_at >= ?"
+                " GROUP BY sensor, outcome, b",
+                (since, bucket_s, scan, since),
+            )
+        out: dict[str, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
+        for sensor, outcome, bucket, n in rows:
+            out[str(sensor)][int(bucket)][str(outcome)] = int(n)
+        return {k: dict(v) for k, v in out.items()}
+
     async def dependents(self, block_id: str) -> list[str]:
         """Ids of the blocks that depend on this one (the other direction of
         ``depends_on``), in id order."""

@@ -459,6 +459,13 @@ class Store:
         """A block's earlier texts, oldest first (the current one is the block)."""
         return await self._reads.versions(block_id)
 
+    async def event_counts(
+        self, *, since: float, bucket_s: float, scan: int = 50_000
+    ) -> dict[str, dict[int, dict[str, int]]]:
+        """Events received since ``since`` by sensor, time bucket and outcome (the newest
+        ``scan`` events at most): what the console's sensor charts draw."""
+        return await self._reads.event_counts(since=since, bucket_s=bucket_s, scan=scan)
+
     async def dependents(self, block_id: str) -> list[str]:
         """Ids of the blocks that depend on this one."""
         return await self._reads.dependents(block_id)
