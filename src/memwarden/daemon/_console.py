@@ -1,4 +1,4 @@
-"""The memory console: Search, Block and Stale & failing pages beside the review queue.
+"""The memory console: Search, Block, Stale & failing and Sensors pages beside the review queue.
 
 Server-rendered like the review page (``daemon/_web.py``) and under the same ``/review``
 prefix, so the same one-time sign-in, session cookie (``Path=/review``), CSRF token and
@@ -14,6 +14,8 @@ needs a live session (the guard) and the session's CSRF token (here). No JavaScr
   archive.
 - ``/review/stale``: what is stale, unreachable (its sensor is down) or flapping now,
   each named with why.
+- ``/review/sensors``: each sensor's status, error rate, bound facts, what a binding may
+  name, and a bar chart of its events over the last 6 hours (from the event log).
 """
 
 from __future__ import annotations

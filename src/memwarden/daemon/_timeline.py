@@ -374,8 +374,8 @@ def activity_chart(
                 f" {k} {escape(outcome)}</title></rect>"
             )
     out.append(
-        f'<text x="0" y="{BAR_HEIGHT + 12}" font-size="10">{_hm(since)}</text>'
-        f'<text x="{BAR_WIDTH}" y="{BAR_HEIGHT + 12}" font-size="10" text-anchor="end">'
+        f'<text x="0" y="{BAR_HEIGHT + 12}" font-size="9">{_hm(since)} UTC</text>'
+        f'<text x="{BAR_WIDTH}" y="{BAR_HEIGHT + 12}" font-size="9" text-anchor="end">'
         f"now</text></svg>"
     )
     return Markup("".join(out))  # noqa: S704 - every value above is escaped or a number
