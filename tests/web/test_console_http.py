@@ -3,6 +3,8 @@ id is a 404 page, no traceback ever reaches the browser, and nothing changes."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 
 from tests.web.console_support import CSRF, block_with_history, link, signed_in
@@ -174,3 +176,24 @@ async def test_hostile_edits_are_refused_or_escaped(daemon):
         page = await client.get(f"/review/blocks/{block_id}")
     assert SCRIPT not in page.text
     assert "&lt;script&gt;" in page.text
+
+
+async def test_the_health_page_charts_blocks_by_state_and_retention(daemon):
+    """Bars for each state (the counts the API reports) and ten retention bins adding up
+    to the live blocks."""
+    await block_with_history(daemon)
+    await daemon.add_block({"title": "second", "content": "another fact"})
+    async with signed_in(daemon) as client:
+        page = await client.get("/review/health")
+    assert page.status_code == 200
+    states = dict(re.findall(r'data-label="(\w+)" data-value="(\d+)"', page.text)[:5])
+    assert states == {
+        "fresh": "1",
+        "unverified": "1",
+        "stale": "0",
+        "refuted": "0",
+        "archived": "0",
+    }
+    bins = re.findall(r'data-label="(\d\.\d-\d\.\d)" data-value="(\d+)"', page.text)
+    assert len(bins) == 10
+    assert sum(int(n) for _, n in bins) == 2

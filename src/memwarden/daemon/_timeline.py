@@ -26,7 +26,14 @@ if TYPE_CHECKING:
 
     from memwarden.memory import EventRecord
 
-__all__ = ["EventGroup", "Timeline", "activity_chart", "group_events", "timeline"]
+__all__ = [
+    "EventGroup",
+    "Timeline",
+    "activity_chart",
+    "bar_chart",
+    "group_events",
+    "timeline",
+]
 
 WIDTH = 720
 PLOT_LEFT = 44
@@ -378,4 +385,31 @@ def activity_chart(
         f'<text x="{BAR_WIDTH}" y="{BAR_HEIGHT + 12}" font-size="9" text-anchor="end">'
         f"now</text></svg>"
     )
+    return Markup("".join(out))  # noqa: S704 - every value above is escaped or a number
+
+
+def bar_chart(bars: list[tuple[str, int, str]], *, title: str, css: str) -> Markup:
+    """Horizontal bars, one per (label, value, colour), labelled with their values; the
+    longest fills the width."""
+    width, row, label_w = 360, 18, 90
+    longest = max((v for _, v, _ in bars), default=0) or 1
+    out = [
+        (
+            f'<svg class="{escape(css)}" viewBox="0 0 {width} {row * len(bars) + 4}"'
+            f' role="img" aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">'
+            f"<title>{escape(title)}</title>"
+        )
+    ]
+    for i, (label, value, colour) in enumerate(bars):
+        y = i * row + 2
+        w = value / longest * (width - label_w - 40)
+        out.append(
+            f'<g class="bar" data-label="{escape(label)}" data-value="{value}">'
+            f'<text x="{label_w - 4}" y="{y + 12}" font-size="11" text-anchor="end">'
+            f"{escape(label)}</text>"
+            f'<rect x="{label_w}" y="{y}" width="{_f(max(w, 0.5 if value else 0))}"'
+            f' height="{row - 4}" fill="{colour}"/>'
+            f'<text x="{_f(label_w + w + 4)}" y="{y + 12}" font-size="11">{value}</text></g>'
+        )
+    out.append("</svg>")
     return Markup("".join(out))  # noqa: S704 - every value above is escaped or a number

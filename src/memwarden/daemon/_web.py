@@ -23,6 +23,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import cookie_parser
 
 from memwarden.daemon._routes._deps import DaemonDep
+from memwarden.daemon._timeline import bar_chart
 from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
 from memwarden.memory import _reviews
 
@@ -47,7 +48,27 @@ SESSION_TTL_S = 12 * 3600.0
 LINK_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 # Where a sign-in link may send the browser after signing in (``memwarden open ID``).
 NEXT_PAGE = re.compile(r"/review(/[A-Za-z0-9_-]+){0,3}")
-PROPOSALS_SHOWN = 200  # pending proposals on the page, oldest first
+PROPOSALS_SHOWN = 200
+# The health page's charts: a colour per state; retention from low (red) to high (green).
+STATE_BARS = {
+    "fresh": "#3f9c4a",
+    "unverified": "#9e9e9e",
+    "stale": "#e09b1a",
+    "refuted": "#d32f2f",
+    "archived": "#7a7ab8",
+}
+RETENTION_BARS = (
+    "#c62828",
+    "#d84315",
+    "#ef6c00",
+    "#f9a825",
+    "#fbc02d",
+    "#c0ca33",
+    "#9ccc65",
+    "#66bb6a",
+    "#43a047",
+    "#2e7d32",
+)  # pending proposals on the page, oldest first
 
 _templates = Environment(
     loader=FileSystemLoader(Path(__file__).with_name("templates")),
@@ -308,4 +329,22 @@ async def health(session: SignedIn, daemon: DaemonDep) -> Response:
         report = await daemon.health()
     except MemwardenError as err:
         return page("error.html", status=503, message=str(err))
-    return page("health.html", report=report, session=session, nav="health")
+    by_state = report["counts"].get("by_state", {})
+    states = [(k, int(by_state.get(k, 0)), c) for k, c in STATE_BARS.items()]
+    retention = await daemon.store.retention_histogram(bins=len(RETENTION_BARS))
+    bins = [
+        (f"{i / len(RETENTION_BARS):.1f}-{(i + 1) / len(RETENTION_BARS):.1f}", n, colour)
+        for i, (n, colour) in enumerate(zip(retention, RETENTION_BARS, strict=True))
+    ]
+    charts = {
+        "states": bar_chart(states, title="Blocks by state now", css="by-state"),
+        "retention": bar_chart(bins, title="Live blocks by retention", css="retention"),
+    }
+    return page(
+        "health.html",
+        report=report,
+        session=session,
+        nav="health",
+        charts=charts,
+        retention=bins,
+    )

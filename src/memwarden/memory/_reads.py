@@ -354,6 +354,20 @@ class Reads:
             out[str(sensor)][int(bucket)][str(outcome)] = int(n)
         return {k: dict(v) for k, v in out.items()}
 
+    async def retention_histogram(self, *, bins: int = 10) -> list[int]:
+        """How many live (not archived) blocks have a retention in each of ``bins`` equal
+        ranges of 0-1, lowest first (retention as the last decay cycle left it)."""
+        async with self.db.read() as conn:
+            rows = await conn.execute_fetchall(
+                "SELECT CAST(min(max(retention, 0.0), 0.999999) * ? AS INTEGER) AS b, count(*)"
+                " FROM blocks WHERE state != 'archived' GROUP BY b",
+                (bins,),
+            )
+        out = [0] * bins
+        for b, n in rows:
+            out[int(b)] = int(n)
+        return out
+
     async def dependents(self, block_id: str) -> list[str]:
         """Ids of the blocks that depend on this one (the other direction of
         ``depends_on``), in id order."""

@@ -466,6 +466,10 @@ class Store:
         ``scan`` events at most): what the console's sensor charts draw."""
         return await self._reads.event_counts(since=since, bucket_s=bucket_s, scan=scan)
 
+    async def retention_histogram(self, *, bins: int = 10) -> list[int]:
+        """Live blocks by retention, in ``bins`` equal ranges of 0-1 (the decay picture)."""
+        return await self._reads.retention_histogram(bins=bins)
+
     async def dependents(self, block_id: str) -> list[str]:
         """Ids of the blocks that depend on this one."""
         return await self._reads.dependents(block_id)
