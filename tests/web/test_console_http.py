@@ -197,3 +197,20 @@ async def test_the_health_page_charts_blocks_by_state_and_retention(daemon):
     bins = re.findall(r'data-label="(\d\.\d-\d\.\d)" data-value="(\d+)"', page.text)
     assert len(bins) == 10
     assert sum(int(n) for _, n in bins) == 2
+
+
+async def test_the_review_queue_groups_evidence_and_names_the_bound_sensor(daemon):
+    """A queued fact's evidence: repeated identical events as one row (x5, x2, x3), and
+    the sensor that checks it."""
+    block_id, _ = await block_with_history(daemon)
+    await daemon.store.request_review(block_id, reason="odd history")
+    async with signed_in(daemon) as client:
+        page = await client.get("/review")
+    rows = re.findall(r"<td>world</td><td>([^<]*)</td>", page.text)
+    times = "\u00d7"  # the page writes counts with the multiplication sign
+    assert rows == [
+        f"confirmed {times}3 (stale → fresh)",
+        f"refuted {times}2 (fresh → stale)",
+        f"confirmed {times}5 (unverified → fresh)",
+    ]
+    assert "checked by: world (<code>ttl</code>)" in page.text

@@ -23,7 +23,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import cookie_parser
 
 from memwarden.daemon._routes._deps import DaemonDep
-from memwarden.daemon._timeline import bar_chart
+from memwarden.daemon._timeline import bar_chart, group_events
 from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
 from memwarden.memory import _reviews
 
@@ -48,7 +48,8 @@ SESSION_TTL_S = 12 * 3600.0
 LINK_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 # Where a sign-in link may send the browser after signing in (``memwarden open ID``).
 NEXT_PAGE = re.compile(r"/review(/[A-Za-z0-9_-]+){0,3}")
-PROPOSALS_SHOWN = 200
+PROPOSALS_SHOWN = 200  # pending proposals on the page, oldest first
+REVIEW_EVENTS = 50  # a review item's newest events, shown grouped (the newest 5 groups)
 # The health page's charts: a colour per state; retention from low (red) to high (green).
 STATE_BARS = {
     "fresh": "#3f9c4a",
@@ -68,7 +69,7 @@ RETENTION_BARS = (
     "#66bb6a",
     "#43a047",
     "#2e7d32",
-)  # pending proposals on the page, oldest first
+)
 
 _templates = Environment(
     loader=FileSystemLoader(Path(__file__).with_name("templates")),
@@ -233,7 +234,11 @@ async def queue(session: SignedIn, daemon: DaemonDep, flash: str = "") -> Respon
     if session is None:
         return signed_out()
     pending = await daemon.store.list_reviews(status="pending", limit=200)
-    items = [await daemon.store.get_review(item["id"], events=5) for item in pending]
+    items = [await daemon.store.get_review(item["id"], events=0) for item in pending]
+    for item in items:  # the evidence, repeated identical events as one row
+        if item["block"] is not None:
+            history = await daemon.store.events_for(item["block"]["id"], limit=REVIEW_EVENTS)
+            item["groups"] = list(reversed(group_events(list(reversed(history)))))[:5]
     proposed = await _proposals_by_block(daemon)
     return page(
         "queue.html", items=items, proposed=proposed, session=session, flash=flash, nav="review"
