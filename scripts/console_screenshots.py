@@ -137,6 +137,7 @@ async def _seed(d: Daemon) -> str:
         }
     )
     await d.store.apply_events(_events(db.id, "config", "db.host", ["confirmed", "refuted"])[1:])
+    await d.store.request_review(db.id, reason="a sensor refuted it: is it still true?")
     await d.add_block(
         {
             "title": "CI is green on main",
