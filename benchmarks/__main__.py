@@ -18,6 +18,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
     _search,
     _sweep,
     bench_compaction,
+    bench_console,
     bench_daemon,
     bench_decay,
     bench_durability,

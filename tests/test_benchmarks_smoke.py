@@ -29,6 +29,7 @@ FIGURES = {
     "erase_100k",
     "secure_delete",
     "redact",
+    "console_block_page",
 }
 
 

@@ -32,7 +32,7 @@ from memwarden.cli._common import (
     target,
 )
 from memwarden.cli._forget import forget
-from memwarden.cli._review import review_app
+from memwarden.cli._review import open_console, review_app
 from memwarden.errors import (
     AddressInUseError,
     ConfigError,
@@ -56,6 +56,7 @@ app = typer.Typer(
 config_app = typer.Typer(help="Work with the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(review_app, name="review")
+app.command("open")(open_console)
 app.command()(forget)
 
 # sysexits.h EX_CONFIG: a configuration error; the systemd unit does not restart on it.

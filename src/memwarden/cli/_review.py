@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import json
 from typing import TYPE_CHECKING, Annotated, Any, Literal
+from urllib.parse import urlencode
 
 import typer
 from rich.table import Table
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from memwarden.client import AsyncClient
     from memwarden.memory import Store
 
-__all__ = ["review_app"]
+__all__ = ["open_console", "review_app"]
 
 review_app = typer.Typer(
     help="The human review queue: blocks waiting for a person to confirm, reject or edit.",
@@ -56,6 +57,31 @@ def _review_root(
     if ctx.invoked_subcommand is None:
         typer.echo(ctx.get_help())
         raise typer.Exit
+
+
+def open_console(
+    block_id: Annotated[
+        str | None,
+        typer.Argument(help="A block id (or short id): the link opens its page."),
+    ] = None,
+    by: Annotated[str | None, typer.Option("--by", help="Who signs in (default: $USER).")] = None,
+) -> None:
+    """Print a one-time sign-in link to the memory console (a block's page with an id)."""
+    reviewer = _reviewer(by)
+
+    async def api(c: AsyncClient) -> Any:
+        page = "/review/search"
+        if block_id is not None:
+            block = await c.get(block_id)  # a clear error for an unknown id, before the link
+            page = f"/review/blocks/{block.id}"
+        return f"{await c.review_link(reviewer)}&{urlencode({'next': page})}"
+
+    async def local(_: Store) -> Any:
+        raise MemwardenError("the console is served by the running daemon")
+
+    url = call(None, api=api, local=local)
+    typer.echo(f"Open this link to sign in as {reviewer} (it works once, for 10 minutes):")
+    typer.echo(url)
 
 
 IdArg = Annotated[str, typer.Argument(help="The review item's id (from `review list`).")]

@@ -26,6 +26,7 @@ from fastapi.routing import APIRoute
 
 from memwarden import __version__
 from memwarden.daemon._callers import Callers
+from memwarden.daemon._console import console as console_pages
 from memwarden.daemon._guard import RequestGuard
 from memwarden.daemon._routes import EXCEPTION_HANDLERS, ROUTERS, ErrorMessage
 from memwarden.daemon._token import TOKEN_FILE, ensure_token
@@ -96,6 +97,7 @@ def create_app(
         session_ok=sessions.cookie_ok,
         refuse_session=signed_out_page,
     )
+    app.include_router(console_pages)
     app.include_router(review_pages)
     for router in ROUTERS:
         app.include_router(router)

@@ -12,6 +12,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlencode
@@ -22,19 +23,52 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import cookie_parser
 
 from memwarden.daemon._routes._deps import DaemonDep
+from memwarden.daemon._timeline import bar_chart, group_events
 from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
 
 if TYPE_CHECKING:
     from memwarden.daemon._app import Daemon
 
-__all__ = ["ReviewSessions", "router", "signed_out_page"]
+__all__ = [
+    "ReviewSessions",
+    "SignedIn",
+    "csrf_ok",
+    "forged",
+    "page",
+    "router",
+    "signed_out",
+    "signed_out_page",
+]
 
 COOKIE = "memwarden_review"
 LINK_TTL_S = 600.0
 SESSION_TTL_S = 12 * 3600.0
 # What new_link() makes (token_urlsafe(24): 32 characters); anything else is not a link token.
 LINK_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,128}")
+# Where a sign-in link may send the browser after signing in (``memwarden open ID``).
+NEXT_PAGE = re.compile(r"/review(/[A-Za-z0-9_-]+){0,3}")
 PROPOSALS_SHOWN = 200  # pending proposals on the page, oldest first
+REVIEW_EVENTS = 50  # a review item's newest events, shown grouped (the newest 5 groups)
+# The health page's charts: a colour per state; retention from low (red) to high (green).
+STATE_BARS = {
+    "fresh": "#3f9c4a",
+    "unverified": "#9e9e9e",
+    "stale": "#e09b1a",
+    "refuted": "#d32f2f",
+    "archived": "#7a7ab8",
+}
+RETENTION_BARS = (
+    "#c62828",
+    "#d84315",
+    "#ef6c00",
+    "#f9a825",
+    "#fbc02d",
+    "#c0ca33",
+    "#9ccc65",
+    "#66bb6a",
+    "#43a047",
+    "#2e7d32",
+)
 
 _templates = Environment(
     loader=FileSystemLoader(Path(__file__).with_name("templates")),
@@ -42,6 +76,24 @@ _templates = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+
+
+def _when(value: float | str | None) -> str:
+    """A timestamp (epoch seconds or ISO) as ``YYYY-MM-DD HH:MM:SS UTC``; "" for none."""
+    if value is None or value == "":
+        return ""
+    try:
+        moment = (
+            datetime.fromtimestamp(value, UTC)
+            if isinstance(value, int | float)
+            else datetime.fromisoformat(value).astimezone(UTC)
+        )
+    except (ValueError, OverflowError, OSError):
+        return str(value)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+_templates.filters["when"] = _when
 
 
 @dataclass(slots=True)
@@ -98,7 +150,8 @@ class ReviewSessions:
         return self.get(cookie_parser(cookie_header).get(COOKIE)) is not None
 
 
-def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """A template rendered (autoescaped) as the response."""
     return HTMLResponse(_templates.get_template(name).render(**context), status_code=status)
 
 
@@ -107,8 +160,8 @@ def signed_out_page() -> tuple[int, str]:
     return 401, _templates.get_template("signed_out.html").render()
 
 
-def _signed_out() -> HTMLResponse:
-    return _page("signed_out.html", status=401)
+def signed_out() -> HTMLResponse:
+    return page("signed_out.html", status=401)
 
 
 def get_sessions(request: Request) -> ReviewSessions:
@@ -131,10 +184,24 @@ router = APIRouter(prefix="/review", include_in_schema=False)
 """The ``/review`` pages; the daemon and the sessions come through ``Depends``."""
 
 
+def csrf_ok(session: _Session, given: str) -> bool:
+    """Whether a form's ``csrf`` field is the session's token (constant time)."""
+    return bool(given) and hmac.compare_digest(given.encode(), session.csrf.encode())
+
+
+def forged() -> HTMLResponse:
+    """The 403 page for a form without the session's CSRF token."""
+    return page(
+        "error.html",
+        status=403,
+        message="This form is stale or forged: reload the page and try again.",
+    )
+
+
 @router.get("/login")
-async def login(sessions: Sessions, token: str = "") -> Response:
+async def login(sessions: Sessions, token: str = "", next: str = "") -> Response:  # noqa: A002 - the link's parameter
     if not LINK_TOKEN.fullmatch(token):
-        return _page(
+        return page(
             "error.html",
             status=400,
             message=(
@@ -145,9 +212,11 @@ async def login(sessions: Sessions, token: str = "") -> Response:
         )
     redeemed = sessions.redeem(token)
     if redeemed is None:
-        return _page("signed_out.html", status=401, expired=True)
+        return page("signed_out.html", status=401, expired=True)
     session_id, _ = redeemed
-    response = RedirectResponse("/review", status_code=303)
+    # Only a page of ours: a path under /review, nothing that could leave the site.
+    target = next if NEXT_PAGE.fullmatch(next) else "/review"
+    response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE,
         session_id,
@@ -162,11 +231,17 @@ async def login(sessions: Sessions, token: str = "") -> Response:
 @router.get("")
 async def queue(session: SignedIn, daemon: DaemonDep, flash: str = "") -> Response:
     if session is None:
-        return _signed_out()
+        return signed_out()
     pending = await daemon.store.list_reviews(status="pending", limit=200)
-    items = [await daemon.store.get_review(item["id"], events=5) for item in pending]
+    items = [await daemon.store.get_review(item["id"], events=0) for item in pending]
+    for item in items:  # the evidence, repeated identical events as one row
+        if item["block"] is not None:
+            history = await daemon.store.events_for(item["block"]["id"], limit=REVIEW_EVENTS)
+            item["groups"] = list(reversed(group_events(list(reversed(history)))))[:5]
     proposed = await _proposals_by_block(daemon)
-    return _page("queue.html", items=items, proposed=proposed, session=session, flash=flash)
+    return page(
+        "queue.html", items=items, proposed=proposed, session=session, flash=flash, nav="review"
+    )
 
 
 async def _proposals_by_block(daemon: Daemon) -> list[dict[str, Any]]:
@@ -192,7 +267,7 @@ async def _proposals_by_block(daemon: Daemon) -> list[dict[str, Any]]:
 
 
 @router.post("/{review_id}")
-async def decide(  # noqa: PLR0917 - FastAPI reads the form fields from the signature
+async def decide(
     session: SignedIn,
     daemon: DaemonDep,
     review_id: str,
@@ -202,13 +277,9 @@ async def decide(  # noqa: PLR0917 - FastAPI reads the form fields from the sign
     content: Annotated[str, Form()] = "",
 ) -> Response:
     if session is None:
-        return _signed_out()
-    if not csrf or not hmac.compare_digest(csrf.encode(), session.csrf.encode()):
-        return _page(
-            "error.html",
-            status=403,
-            message="This form is stale or forged: reload the page and try again.",
-        )
+        return signed_out()
+    if not csrf_ok(session, csrf):
+        return forged()
     try:
         result = await daemon.decide_review(
             review_id,
@@ -218,7 +289,7 @@ async def decide(  # noqa: PLR0917 - FastAPI reads the form fields from the sign
             new_content=content if action == "edit" else None,
         )
     except (ValidationInputError, NotFoundError) as err:
-        return _page("error.html", status=422, message=str(err))
+        return page("error.html", status=422, message=str(err))
     block = result["block"] or {}
     flash = f"{action}ed: {block.get('title') or block.get('content', '')[:60]}"
     return RedirectResponse(f"/review?flash={flash}", status_code=303)
@@ -234,22 +305,18 @@ async def decide_proposal(
 ) -> Response:
     """Accept (bind the fact, or record its dependency) or reject a proposal."""
     if session is None:
-        return _signed_out()
-    if not csrf or not hmac.compare_digest(csrf.encode(), session.csrf.encode()):
-        return _page(
-            "error.html",
-            status=403,
-            message="This form is stale or forged: reload the page and try again.",
-        )
+        return signed_out()
+    if not csrf_ok(session, csrf):
+        return forged()
     if action not in ("accept", "reject"):
-        return _page("error.html", status=422, message="action: use accept or reject")
+        return page("error.html", status=422, message="action: use accept or reject")
     try:
         decided = await daemon.decide_proposal(
             proposal_id, accept=action == "accept", actor=session.reviewer
         )
         block = await daemon.store.get(decided.block_id)
     except (ValidationInputError, NotFoundError) as err:
-        return _page("error.html", status=422, message=str(err))
+        return page("error.html", status=422, message=str(err))
     flash = f"{action}ed the proposal for: {block.title or block.content[:60]}"
     return RedirectResponse(f"/review?{urlencode({'flash': flash})}", status_code=303)
 
@@ -257,9 +324,27 @@ async def decide_proposal(
 @router.get("/health")
 async def health(session: SignedIn, daemon: DaemonDep) -> Response:
     if session is None:
-        return _signed_out()
+        return signed_out()
     try:
         report = await daemon.health()
     except MemwardenError as err:
-        return _page("error.html", status=503, message=str(err))
-    return _page("health.html", report=report, session=session)
+        return page("error.html", status=503, message=str(err))
+    by_state = report["counts"].get("by_state", {})
+    states = [(k, int(by_state.get(k, 0)), c) for k, c in STATE_BARS.items()]
+    retention = await daemon.store.retention_histogram(bins=len(RETENTION_BARS))
+    bins = [
+        (f"{i / len(RETENTION_BARS):.1f}-{(i + 1) / len(RETENTION_BARS):.1f}", n, colour)
+        for i, (n, colour) in enumerate(zip(retention, RETENTION_BARS, strict=True))
+    ]
+    charts = {
+        "states": bar_chart(states, title="Blocks by state now", css="by-state"),
+        "retention": bar_chart(bins, title="Live blocks by retention", css="retention"),
+    }
+    return page(
+        "health.html",
+        report=report,
+        session=session,
+        nav="health",
+        charts=charts,
+        retention=bins,
+    )

@@ -174,11 +174,14 @@ class Reads:
         if f.namespaces is not None:
             where.append(f"namespace IN {placeholders(len(f.namespaces))}")
             args.extend(f.namespaces)
+        if f.flapping is not None:
+            where.append("flapping = ?")
+            args.append(int(f.flapping))
         if f.after is not None:
-            where.append("id > ?")
+            where.append("id < ?" if f.newest_first else "id > ?")
             args.append(await self._cursor(f.after, f.namespaces))
         sql = BLOCK_SELECT + (" WHERE " + " AND ".join(where) if where else "")
-        sql += " ORDER BY id LIMIT ?"
+        sql += " ORDER BY id DESC LIMIT ?" if f.newest_first else " ORDER BY id LIMIT ?"
         args.append(f.limit)
         async with self.db.read() as conn:
             async with conn.execute(sql, args) as cur:
@@ -330,6 +333,71 @@ class Reads:
             )
             for r in rows
         ]
+
+    async def versions(self, block_id: str) -> list[dict[str, Any]]:
+        """A block's earlier texts (``block_history``), oldest first: version, title,
+        content, tags, replaced_at (ISO), replaced_by."""
+        async with self.db.read() as conn:
+            rows = await conn.execute_fetchall(
+                "SELECT version, title, content, tags, replaced_at, replaced_by"
+                " FROM block_history WHERE block_id = ? ORDER BY version",
+                (block_id,),
+            )
+        return [
+            {
+                "version": int(r[0]),
+                "title": r[1],
+                "content": r[2],
+                "tags": json.loads(r[3]) if r[3] else [],
+                "replaced_at": from_ts(r[4]).isoformat(),
+                "replaced_by": r[5],
+            }
+            for r in rows
+        ]
+
+    async def event_counts(
+        self, *, since: float, bucket_s: float, scan: int = 50_000
+    ) -> dict[str, dict[int, dict[str, int]]]:
+        """Events received since ``since``, by sensor, then by bucket (``bucket_s`` wide,
+        0 = the first from ``since``), then by outcome. Only the newest ``scan`` events
+        are read (the log is append-only and in commit order), so the cost is bounded."""
+        async with self.db.read() as conn:
+            rows = await conn.execute_fetchall(
+                "SELECT sensor, outcome, CAST((received_at - ?) / ? AS INTEGER) AS b, count(*)"
+                " FROM (SELECT sensor, outcome, received_at FROM events"
+                " ORDER BY seq DESC LIMIT ?) WHERE received_at >= ?"
+                " GROUP BY sensor, outcome, b",
+                (since, bucket_s, scan, since),
+            )
+        out: dict[str, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
+        for sensor, outcome, bucket, n in rows:
+            out[str(sensor)][int(bucket)][str(outcome)] = int(n)
+        return {k: dict(v) for k, v in out.items()}
+
+    async def retention_histogram(self, *, bins: int = 10) -> list[int]:
+        """How many live (not archived) blocks have a retention in each of ``bins`` equal
+        ranges of 0-1, lowest first (retention as the last decay cycle left it)."""
+        async with self.db.read() as conn:
+            rows = await conn.execute_fetchall(
+                "SELECT CAST(min(max(retention, 0.0), 0.999999) * ? AS INTEGER) AS b, count(*)"
+                " FROM blocks WHERE state != 'archived' GROUP BY b",
+                (bins,),
+            )
+        out = [0] * bins
+        for b, n in rows:
+            out[int(b)] = int(n)
+        return out
+
+    async def dependents(self, block_id: str) -> list[str]:
+        """Ids of the blocks that depend on this one (the other direction of
+        ``depends_on``), in id order."""
+        async with self.db.read() as conn:
+            rows = await conn.execute_fetchall(
+                "SELECT b.id FROM dependencies d JOIN blocks b ON b.rid = d.block_rid"
+                " WHERE d.depends_on = ? ORDER BY b.id",
+                (block_id,),
+            )
+        return [str(r[0]) for r in rows]
 
     async def counts(self, *, namespaces: Sequence[str] | None = None) -> dict[str, Any]:
         """Blocks by state (as of now), tier and volatility; events; pending work. With

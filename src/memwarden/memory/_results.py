@@ -84,6 +84,8 @@ class BlockFilter(BaseModel):
     volatility: Volatility | None = None
     sensor: str | None = None
     tag: str | None = None
+    flapping: bool | None = Field(default=None, description="Only flapping (or steady) ones.")
+    newest_first: bool = Field(default=False, description="Newest id first (after: older).")
     after: str | None = Field(default=None, description="Keyset cursor: ids after this one.")
     limit: int = Field(default=100, ge=1, le=10_000)
     namespaces: list[str] | None = Field(

@@ -467,6 +467,25 @@ class Store:
         """A block's validation history, newest first."""
         return await self._reads.events_for(block_id, limit=limit)
 
+    async def versions(self, block_id: str) -> list[dict[str, Any]]:
+        """A block's earlier texts, oldest first (the current one is the block)."""
+        return await self._reads.versions(block_id)
+
+    async def event_counts(
+        self, *, since: float, bucket_s: float, scan: int = 50_000
+    ) -> dict[str, dict[int, dict[str, int]]]:
+        """Events received since ``since`` by sensor, time bucket and outcome (the newest
+        ``scan`` events at most): what the console's sensor charts draw."""
+        return await self._reads.event_counts(since=since, bucket_s=bucket_s, scan=scan)
+
+    async def retention_histogram(self, *, bins: int = 10) -> list[int]:
+        """Live blocks by retention, in ``bins`` equal ranges of 0-1 (the decay picture)."""
+        return await self._reads.retention_histogram(bins=bins)
+
+    async def dependents(self, block_id: str) -> list[str]:
+        """Ids of the blocks that depend on this one."""
+        return await self._reads.dependents(block_id)
+
     async def counts(self, *, namespaces: Sequence[str] | None = None) -> dict[str, Any]:
         """Blocks by state (as of now), tier and volatility; events; pending work (of
         ``namespaces`` only, when given)."""

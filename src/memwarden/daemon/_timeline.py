@@ -1,0 +1,415 @@
+# The chart labels are typeset: they use the multiplication sign and the en dash.
+# ruff: noqa: RUF001, RUF002
+"""The evidence timeline of a block: server-side SVG, no JavaScript.
+
+Reliability over time is drawn from the block's events and their effects (each effect
+records the reliability before and after). Each *group* of repeated identical events
+(same sensor, same outcome; a state change starts a new group) is one mark, on its lane,
+coloured and shaped by outcome; spans of time in each state are shaded behind the line.
+The same values are given as a table (behind a ``<details>`` on the page), and the SVG
+carries a title and a description, so the chart is not the only way to read them.
+
+The geometry is hand-written: a line, rectangles and a few symbols do not need a
+charting library, and the page stays small (see docs/BENCHMARKS.md, Issue 21).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from markupsafe import Markup, escape
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from memwarden.memory import EventRecord
+
+__all__ = [
+    "EventGroup",
+    "Timeline",
+    "activity_chart",
+    "bar_chart",
+    "group_events",
+    "timeline",
+]
+
+WIDTH = 720
+PLOT_LEFT = 44
+PLOT_RIGHT = 12
+PLOT_TOP = 10
+PLOT_HEIGHT = 150
+LANE_HEIGHT = 22
+AXIS_HEIGHT = 22
+MAX_LINE_POINTS = 400  # the reliability line is thinned past this many points
+MAX_MARKS = 200  # past this many groups, only the newest are drawn (and their time span)
+STATE_FILL = {
+    "fresh": "#e3f4e3",
+    "unverified": "#eeeeee",
+    "stale": "#fbefd5",
+    "refuted": "#f9dcdc",
+    "archived": "#e4e4f0",
+}
+OUTCOME_COLOUR = {
+    "confirmed": "#1a7f37",
+    "refuted": "#c62828",
+    "changed": "#c62828",
+    "error": "#b35900",
+    "unreachable": "#b35900",
+}
+OTHER_COLOUR = "#555555"
+
+
+@dataclass(slots=True)
+class EventGroup:
+    """Repeated identical events, shown as one mark ("confirmed ×5, 10:20–10:21")."""
+
+    sensor: str
+    outcome: str
+    count: int
+    first_at: float
+    last_at: float
+    state_before: str | None
+    state_after: str | None
+    reliability_after: float | None
+    message: str
+
+    @property
+    def label(self) -> str:
+        times = _hm(self.first_at)
+        if self.count > 1 and _hm(self.last_at) != times:
+            times += f"–{_hm(self.last_at)}"
+        count = f" ×{self.count}" if self.count > 1 else ""
+        return f"{self.outcome}{count}, {times}"
+
+    @property
+    def when(self) -> str:
+        """``2026-11-24 10:20:05 UTC``, or a span ``2026-11-24 10:20:05–10:21:40 UTC``."""
+        first = datetime.fromtimestamp(self.first_at, UTC)
+        if self.count == 1 or self.last_at == self.first_at:
+            return first.strftime("%Y-%m-%d %H:%M:%S UTC")
+        last = datetime.fromtimestamp(self.last_at, UTC)
+        fmt = "%H:%M:%S UTC" if last.date() == first.date() else "%Y-%m-%d %H:%M:%S UTC"
+        return f"{first:%Y-%m-%d %H:%M:%S}–{last.strftime(fmt)}"
+
+    @property
+    def state_change(self) -> str | None:
+        if self.state_before and self.state_after and self.state_before != self.state_after:
+            return f"{self.state_before} → {self.state_after}"
+        return None
+
+
+@dataclass(slots=True)
+class Timeline:
+    """What the block page shows: the SVG and the groups it was drawn from."""
+
+    svg: Markup
+    groups: list[EventGroup] = field(default_factory=list)
+    groups_total: int = 0  # before the cut to MAX_MARKS
+    bands: list[tuple[float, float, str]] = field(default_factory=list)
+
+
+def _hm(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%H:%M")
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def group_events(events: Sequence[EventRecord]) -> list[EventGroup]:
+    """Consecutive events (oldest first) with the same sensor and outcome as one group
+    each; an event that changes the block's state starts a group (so a group changes
+    state at most at its first event). A run compaction folded counts as its size."""
+    groups: list[EventGroup] = []
+    for ev in events:
+        count, first = (ev.run[0], ev.run[1]) if ev.run else (1, ev.observed_at)
+        changes = bool(ev.state_before and ev.state_after and ev.state_before != ev.state_after)
+        last = groups[-1] if groups else None
+        if (
+            last is not None
+            and not changes
+            and (last.sensor, last.outcome) == (ev.sensor, ev.outcome)
+        ):
+            last.count += count
+            last.last_at = max(last.last_at, ev.observed_at)
+            last.first_at = min(last.first_at, first)
+            last.reliability_after = ev.reliability_after
+            continue
+        groups.append(
+            EventGroup(
+                sensor=ev.sensor,
+                outcome=ev.outcome,
+                count=count,
+                first_at=first,
+                last_at=ev.observed_at,
+                state_before=ev.state_before,
+                state_after=ev.state_after,
+                reliability_after=ev.reliability_after,
+                message=ev.message,
+            )
+        )
+    return groups
+
+
+def _bands(
+    events: Sequence[EventRecord], start: float, end: float, state_now: str
+) -> list[tuple[float, float, str]]:
+    """Spans of time in each state, from the state changes the effects record."""
+    state = next((e.state_before for e in events if e.state_before), None) or state_now
+    bands: list[tuple[float, float, str]] = []
+    since = start
+    for ev in events:
+        if ev.state_after and ev.state_after != state:
+            bands.append((since, ev.observed_at, state))
+            since, state = ev.observed_at, ev.state_after
+    bands.append((since, end, state))
+    return [b for b in bands if b[1] > b[0]] or [(start, end, state)]
+
+
+def _f(v: float) -> str:
+    return f"{v:.1f}".rstrip("0").rstrip(".")
+
+
+def _steps(
+    ordered: Sequence[EventRecord], start: float, end: float, reliability_now: float
+) -> list[tuple[float, float]]:
+    """The corners of the reliability step line: it holds until the next change."""
+    first = next(
+        (e.reliability_before for e in ordered if e.reliability_before is not None),
+        reliability_now,
+    )
+    changes = [(start, first)]
+    for e in ordered:  # a step line needs only the changes
+        if e.reliability_after is not None and e.reliability_after != changes[-1][1]:
+            changes.append((e.observed_at, e.reliability_after))
+    changes.append((end, reliability_now))
+    if len(changes) > MAX_LINE_POINTS:  # keep the first, the last, and an even spread
+        step = len(changes) / MAX_LINE_POINTS
+        changes = [changes[int(i * step)] for i in range(MAX_LINE_POINTS)] + [changes[-1]]
+    corners: list[tuple[float, float]] = []
+    for ts, rel in changes:
+        if corners:
+            corners.append((ts, corners[-1][1]))
+        corners.append((ts, rel))
+    return corners
+
+
+def timeline(
+    events: Sequence[EventRecord],
+    *,
+    start: float,
+    now: float,
+    state_now: str,
+    reliability_now: float,
+    title: str,
+    edits: Sequence[tuple[float, int]] = (),
+) -> Timeline:
+    """The timeline of ``events`` (newest first, as the store gives them) from ``start``
+    (the block's creation, or the oldest event shown) to ``now``; ``edits`` are
+    (when, new version) pairs, drawn as dashed lines."""
+    ordered = sorted(events, key=lambda e: (e.observed_at, e.seq))
+    groups = group_events(ordered)
+    groups_total = len(groups)
+    if groups_total > MAX_MARKS:  # more marks than the width can tell apart: the newest
+        cut = groups[-MAX_MARKS].first_at
+        ordered = [e for e in ordered if e.observed_at >= cut]
+        groups = group_events(ordered)
+        start = cut
+    if ordered:
+        start = min(start, ordered[0].run[1] if ordered[0].run else ordered[0].observed_at)
+    end = max(now, ordered[-1].observed_at if ordered else now)
+    if end - start < 60:  # at least a minute wide
+        end = start + 60
+    bands = _bands(ordered, start, end, state_now)
+    sensors = sorted({g.sensor for g in groups})
+    plot_w = WIDTH - PLOT_LEFT - PLOT_RIGHT
+    lanes_top = PLOT_TOP + PLOT_HEIGHT + 6
+    height = lanes_top + LANE_HEIGHT * len(sensors) + AXIS_HEIGHT
+
+    def x(ts: float) -> float:
+        return PLOT_LEFT + (ts - start) / (end - start) * plot_w
+
+    def y(rel: float) -> float:
+        return PLOT_TOP + (1 - max(0.0, min(1.0, rel))) * PLOT_HEIGHT
+
+    line = " ".join(
+        f"{_f(x(ts))},{_f(y(rel))}" for ts, rel in _steps(ordered, start, end, reliability_now)
+    )
+
+    out: list[str] = [
+        (
+            f'<svg class="timeline" viewBox="0 0 {WIDTH} {height}" role="img"'
+            ' aria-labelledby="tl-title tl-desc" xmlns="http://www.w3.org/2000/svg">'
+        ),
+        f'<title id="tl-title">Evidence timeline: {escape(title)}</title>',
+        (
+            f'<desc id="tl-desc">Reliability from {_when(start)} to {_when(end)}, now'
+            f" {reliability_now:.2f}; {sum(g.count for g in groups)} events in"
+            f" {len(groups)} groups from {len(sensors)} sensor(s);"
+            f" {sum(1 for g in groups if g.state_change)} state change(s)."
+            " The values are in the table below the chart.</desc>"
+        ),
+    ]
+    for b_start, b_end, state in bands:
+        fill = STATE_FILL.get(state, "#f4f4f4")
+        out.append(
+            f'<rect class="band" data-state="{escape(state)}" x="{_f(x(b_start))}"'
+            f' y="{PLOT_TOP}" width="{_f(max(0.5, x(b_end) - x(b_start)))}"'
+            f' height="{PLOT_HEIGHT}" fill="{fill}"><title>{escape(state)}: {_when(b_start)}'
+            f" – {_when(b_end)}</title></rect>"
+        )
+    out.extend(
+        f'<line x1="{PLOT_LEFT}" x2="{WIDTH - PLOT_RIGHT}" y1="{_f(y(rel))}"'
+        f' y2="{_f(y(rel))}" stroke="#ccc" stroke-width="0.5"/>'
+        f'<text x="{PLOT_LEFT - 4}" y="{_f(y(rel) + 4)}" text-anchor="end"'
+        f' font-size="11">{rel:.1f}</text>'
+        for rel in (0.0, 0.5, 1.0)
+    )
+    for at, version in edits:
+        if start <= at <= end:
+            out.append(
+                f'<line class="edit" x1="{_f(x(at))}" x2="{_f(x(at))}" y1="{PLOT_TOP}"'
+                f' y2="{PLOT_TOP + PLOT_HEIGHT}" stroke="#444" stroke-dasharray="4 3">'
+                f"<title>edited: version {version} from {_when(at)}</title></line>"
+            )
+    out.append(
+        f'<polyline class="reliability" fill="none" stroke="#1f4e9c" stroke-width="2"'
+        f' points="{line}"/>'
+    )
+    for i, sensor in enumerate(sensors):
+        lane_y = lanes_top + i * LANE_HEIGHT + LANE_HEIGHT / 2
+        out.append(
+            f'<text x="{PLOT_LEFT - 4}" y="{_f(lane_y + 4)}" text-anchor="end" font-size="11">'
+            f"{escape(sensor[:8])}</text>"
+            f'<line x1="{PLOT_LEFT}" x2="{WIDTH - PLOT_RIGHT}" y1="{_f(lane_y)}"'
+            f' y2="{_f(lane_y)}" stroke="#e2e2e2"/>'
+        )
+    lane_of = {s: i for i, s in enumerate(sensors)}
+    for g in groups:
+        lane_y = lanes_top + lane_of[g.sensor] * LANE_HEIGHT + LANE_HEIGHT / 2
+        out.append(_mark(g, x(g.first_at), x(g.last_at), lane_y))
+    axis_y = height - 6
+    out.append(
+        f'<text x="{PLOT_LEFT}" y="{axis_y}" font-size="11">{_when(start)}</text>'
+        f'<text x="{WIDTH - PLOT_RIGHT}" y="{axis_y}" font-size="11" text-anchor="end">'
+        f"{_when(end)}</text></svg>"
+    )
+    return Timeline(svg=Markup("".join(out)), groups=groups, bands=bands, groups_total=groups_total)  # noqa: S704 - every value above is escaped or a number
+
+
+def _mark(g: EventGroup, x0: float, x1: float, cy: float) -> str:
+    """One group's mark: a circle (confirmed), a cross (refuted, changed), a triangle
+    (error, unreachable) or a square; a bar under it spans a group's time."""
+    colour = OUTCOME_COLOUR.get(g.outcome, OTHER_COLOUR)
+    cx = (x0 + x1) / 2
+    tip = f"{g.sensor}: {g.label}" + (f" ({g.state_change})" if g.state_change else "")
+    parts = [
+        (
+            f'<g class="mark" data-outcome="{escape(g.outcome)}"'
+            f' data-sensor="{escape(g.sensor)}" data-count="{g.count}">'
+            f"<title>{escape(tip)}</title>"
+        )
+    ]
+    if x1 - x0 > 2:  # a span wider than the mark
+        parts.append(
+            f'<line x1="{_f(x0)}" x2="{_f(x1)}" y1="{_f(cy)}" y2="{_f(cy)}"'
+            f' stroke="{colour}" stroke-width="3" opacity="0.5"/>'
+        )
+    if g.outcome == "confirmed":
+        parts.append(f'<circle cx="{_f(cx)}" cy="{_f(cy)}" r="5" fill="{colour}"/>')
+    elif g.outcome in ("refuted", "changed"):
+        d = 5
+        parts.append(
+            f'<path d="M{_f(cx - d)} {_f(cy - d)}L{_f(cx + d)} {_f(cy + d)}M{_f(cx - d)}'
+            f' {_f(cy + d)}L{_f(cx + d)} {_f(cy - d)}" stroke="{colour}" stroke-width="2.5"/>'
+        )
+    elif g.outcome in ("error", "unreachable"):
+        parts.append(
+            f'<path d="M{_f(cx)} {_f(cy - 6)}L{_f(cx + 6)} {_f(cy + 5)}L{_f(cx - 6)}'
+            f' {_f(cy + 5)}Z" fill="{colour}"/>'
+        )
+    else:
+        parts.append(
+            f'<rect x="{_f(cx - 4)}" y="{_f(cy - 4)}" width="8" height="8" fill="{colour}"/>'
+        )
+    if g.count > 1:
+        parts.append(f'<text x="{_f(cx + 7)}" y="{_f(cy - 5)}" font-size="10">×{g.count}</text>')
+    parts.append("</g>")
+    return "".join(parts)
+
+
+BAR_WIDTH = 360
+BAR_HEIGHT = 60
+BAR_ORDER = ("confirmed", "changed", "refuted", "error")
+
+
+def activity_chart(
+    buckets: dict[int, dict[str, int]], *, n: int, since: float, bucket_s: float, name: str
+) -> Markup:
+    """A sensor's events per time bucket as stacked bars (confirmed, changed, refuted,
+    error), ``n`` buckets from ``since``; the tallest bar fills the height."""
+    tallest = max((sum(b.values()) for b in buckets.values()), default=0) or 1
+    slot = BAR_WIDTH / n
+    total = sum(sum(b.values()) for b in buckets.values())
+    errors = sum(b.get("error", 0) for b in buckets.values())
+    hours = n * bucket_s / 3600
+    out = [
+        (
+            f'<svg class="activity" viewBox="0 0 {BAR_WIDTH} {BAR_HEIGHT + 14}" role="img"'
+            f' aria-label="{escape(name)}: {total} events, {errors} errors in the last'
+            f' {hours:g} hours" xmlns="http://www.w3.org/2000/svg">'
+            f"<title>{escape(name)}: events per {bucket_s / 60:g} minutes</title>"
+        ),
+        f'<line x1="0" x2="{BAR_WIDTH}" y1="{BAR_HEIGHT}" y2="{BAR_HEIGHT}" stroke="#bbb"/>',
+    ]
+    for i in range(n):
+        counts = buckets.get(i, {})
+        top = float(BAR_HEIGHT)
+        for outcome in (*BAR_ORDER, *sorted(set(counts) - set(BAR_ORDER))):
+            k = counts.get(outcome, 0)
+            if not k:
+                continue
+            h = k / tallest * (BAR_HEIGHT - 2)
+            top -= h
+            colour = OUTCOME_COLOUR.get(outcome, OTHER_COLOUR)
+            out.append(
+                f'<rect class="bar" data-outcome="{escape(outcome)}" data-count="{k}"'
+                f' x="{_f(i * slot + 1)}" y="{_f(top)}" width="{_f(max(1.0, slot - 2))}"'
+                f' height="{_f(h)}" fill="{colour}"><title>{_when(since + i * bucket_s)}:'
+                f" {k} {escape(outcome)}</title></rect>"
+            )
+    out.append(
+        f'<text x="0" y="{BAR_HEIGHT + 12}" font-size="9">{_hm(since)} UTC</text>'
+        f'<text x="{BAR_WIDTH}" y="{BAR_HEIGHT + 12}" font-size="9" text-anchor="end">'
+        f"now</text></svg>"
+    )
+    return Markup("".join(out))  # noqa: S704 - every value above is escaped or a number
+
+
+def bar_chart(bars: list[tuple[str, int, str]], *, title: str, css: str) -> Markup:
+    """Horizontal bars, one per (label, value, colour), labelled with their values; the
+    longest fills the width."""
+    width, row, label_w = 360, 18, 90
+    longest = max((v for _, v, _ in bars), default=0) or 1
+    out = [
+        (
+            f'<svg class="{escape(css)}" viewBox="0 0 {width} {row * len(bars) + 4}"'
+            f' role="img" aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">'
+            f"<title>{escape(title)}</title>"
+        )
+    ]
+    for i, (label, value, colour) in enumerate(bars):
+        y = i * row + 2
+        w = value / longest * (width - label_w - 40)
+        out.append(
+            f'<g class="bar" data-label="{escape(label)}" data-value="{value}">'
+            f'<text x="{label_w - 4}" y="{y + 12}" font-size="11" text-anchor="end">'
+            f"{escape(label)}</text>"
+            f'<rect x="{label_w}" y="{y}" width="{_f(max(w, 0.5 if value else 0))}"'
+            f' height="{row - 4}" fill="{colour}"/>'
+            f'<text x="{_f(label_w + w + 4)}" y="{y + 12}" font-size="11">{value}</text></g>'
+        )
+    out.append("</svg>")
+    return Markup("".join(out))  # noqa: S704 - every value above is escaped or a number
