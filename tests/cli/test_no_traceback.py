@@ -79,6 +79,7 @@ STOPPED: dict[str, list[list[str]]] = {
     ],
     "sensors": [["sensors"]],
     "forget": [["forget", "x", "--yes"], ["forget", "--tag", "t", "--dry-run"]],
+    "open": [["open"], ["open", "x"]],
 }
 # Commands that answer without a daemon (what is installed) may succeed when it is stopped.
 WORKS_WITHOUT_DAEMON = {"sensors"}
