@@ -11,7 +11,6 @@ letters, which stay bounded.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import operator
 from collections import defaultdict
@@ -25,14 +24,13 @@ from memwarden.memory._sql import (
     EVIDENCE_SELECT,
     EVIDENCE_UPDATE,
     REVALIDATION_INSERT,
-    chunks,
-    executemany,
-    placeholders,
-    select_in,
+    in_thread,
+    select_in_now,
 )
 from memwarden.memory.policy import Effect, PolicyConfig, apply_event, mark_stale
 
 if TYPE_CHECKING:
+    import sqlite3
     from collections.abc import Iterable, Mapping, Sequence
 
     import aiosqlite
@@ -86,6 +84,11 @@ _EFFECT_INSERT = (
     "INSERT INTO effects (block_rid, event_seq, state_before, state_after,"
     " reliability_before, reliability_after, detail) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+_DEAD_LETTER_INSERT = (
+    "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)"
+)
+# ids grow by one per row, so keeping the newest N is one range delete on the primary key
+_DEAD_LETTERS_CAP = "DELETE FROM dead_letters WHERE id <= (SELECT max(id) FROM dead_letters) - ?"
 
 
 class EventLog:
@@ -143,27 +146,33 @@ class EventLog:
                     direct[ev.event_id] = ev.model_dump_json()
         prepared.sort(key=lambda p: p[4])  # apply in observation order
         cfg = self.policy
+        cap = self._dead_letters_cap()
+
+        def run(conn: sqlite3.Connection) -> ApplyResult:
+            if direct:
+                _reject_unbound(conn, prepared, rejected, direct)
+            result = _apply_job(conn, prepared, rejected, now, cfg)
+            if rejected and cap is not None:
+                conn.execute(_DEAD_LETTERS_CAP, (cap,))
+            return result
 
         async def job(conn: aiosqlite.Connection) -> ApplyResult:
-            if direct:
-                await _reject_unbound(conn, prepared, rejected, direct)
-            result = await _apply_job(conn, prepared, rejected, now, cfg)
-            if rejected:
-                await self.cap_dead_letters(conn)
-            return result
+            # The whole job (reads, rules, writes) on the writer's thread in one go: one
+            # hand-off between threads per batch of events, not one per statement.
+            return await in_thread(conn, run)
 
         return await self.db.write(job, weight=len(prepared))
 
+    def _dead_letters_cap(self) -> int | None:
+        cfg = self.compaction
+        return cfg.dead_letters_max_rows if cfg.enabled else None
+
     async def cap_dead_letters(self, conn: aiosqlite.Connection) -> None:
         """Keep at most ``compaction.dead_letters_max_rows`` dead letters, at every insert:
-        a flood of rejected input is bounded at once, not at the next compaction pass.
-        (ids grow by one per row, so this is one range delete on the primary key.)"""
-        cfg = self.compaction
-        if cfg.enabled:
-            await conn.execute(
-                "DELETE FROM dead_letters WHERE id <= (SELECT max(id) FROM dead_letters) - ?",
-                (cfg.dead_letters_max_rows,),
-            )
+        a flood of rejected input is bounded at once, not at the next compaction pass."""
+        cap = self._dead_letters_cap()
+        if cap is not None:
+            await conn.execute(_DEAD_LETTERS_CAP, (cap,))
 
     async def dead_letter(self, *, source: str, reason: str, payload: str | bytes) -> None:
         """Keep a rejected input with the reason (never applied)."""
@@ -171,10 +180,7 @@ class EventLog:
         now = self.clock.time()
 
         async def job(conn: aiosqlite.Connection) -> None:
-            await conn.execute(
-                "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)",
-                (now, source, reason, text[:65536]),
-            )
+            await conn.execute(_DEAD_LETTER_INSERT, (now, source, reason, text[:65536]))
             await self.cap_dead_letters(conn)
 
         await self.db.write(job)
@@ -182,48 +188,40 @@ class EventLog:
     # ------------------------------------------------------------------ staleness
 
 
-async def _apply_job(
-    conn: aiosqlite.Connection,
+def _apply_job(
+    conn: sqlite3.Connection,
     prepared: list[_Prepared],
     rejected: list[tuple[str, str, str]],
     now: float,
     cfg: PolicyConfig,
 ) -> ApplyResult:
-    """The writer job behind :meth:`EventLog.apply_events`."""
+    """The writer job behind :meth:`EventLog.apply_events`, run on the writer's thread."""
     result = ApplyResult(rejected=[(event_id, reason) for event_id, reason, _ in rejected])
     if rejected:
-        await conn.executemany(
-            "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)",
+        conn.executemany(
+            _DEAD_LETTER_INSERT,
             [(now, "events", reason, payload) for _, reason, payload in rejected],
         )
     if not prepared:
         return result
-    reads = await _Reads.fetch(conn, prepared)
+    reads = _Reads.fetch(conn, prepared)
     batch = _drop_duplicates(prepared, reads.existing, result)
     if batch:
         applied = _EventBatch(now, cfg, result)
         applied.route(reads)
-        await applied.run(conn, batch, reads.first_seq)
+        applied.run(conn, batch, reads.first_seq)
     return result
 
 
-async def _reject_unbound(
-    conn: aiosqlite.Connection,
+def _reject_unbound(
+    conn: sqlite3.Connection,
     prepared: list[_Prepared],
     rejected: list[tuple[str, str, str]],
     payloads: Mapping[str, str],
 ) -> None:
     """Move the events whose ``block_id`` has no binding for their sensor to ``rejected``."""
     blocks = list({p[8] for p in prepared if p[0] in payloads})
-    bound = {
-        (r[0], r[1])
-        for r in await select_in(
-            conn,
-            "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
-            " WHERE k.id IN ",
-            blocks,
-        )
-    }
+    bound = {(r[0], r[1]) for r in select_in_now(conn, _BOUND_SELECT, blocks)}
     keep = []
     for p in prepared:
         if p[0] in payloads and (p[8], p[1]) not in bound:
@@ -235,10 +233,7 @@ async def _reject_unbound(
 
 
 class _Reads:
-    """Everything an event job reads before its rules run, fetched in one round trip:
-    the queries are all handed to the connection's thread at once and awaited together
-    (one wait for the thread instead of one per query: on a busy machine each wait is a
-    trip through the scheduler)."""
+    """Everything an event job reads before its rules run."""
 
     existing: set[str]  # event ids already in the log
     routes: list[Any]  # _ROUTE_SELECT rows of the events' subjects
@@ -247,33 +242,18 @@ class _Reads:
     first_seq: int  # the seq of the job's first event
 
     @classmethod
-    async def fetch(cls, conn: aiosqlite.Connection, prepared: list[_Prepared]) -> _Reads:
+    def fetch(cls, conn: sqlite3.Connection, prepared: list[_Prepared]) -> _Reads:
         subjects = list({p[2] for p in prepared if p[8] is None})
         direct = list({p[8] for p in prepared if p[8] is not None})
-        seq_rows, ids, routes, bound, records = await asyncio.gather(
-            conn.execute_fetchall("SELECT coalesce(max(seq), 0) FROM events"),
-            _select_all(conn, _EVENT_IDS_SELECT, [p[0] for p in prepared]),
-            _select_all(conn, _ROUTE_SELECT, subjects),
-            _select_all(conn, _BOUND_SELECT, direct),
-            _select_all(conn, EVIDENCE_SELECT, direct),
-        )
         reads = cls()
-        reads.existing = {r[0] for r in ids}
-        reads.routes, reads.bound, reads.direct = routes, bound, records
-        reads.first_seq = next(iter(seq_rows))[0] + 1
+        reads.first_seq = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0] + 1
+        reads.existing = {
+            r[0] for r in select_in_now(conn, _EVENT_IDS_SELECT, [p[0] for p in prepared])
+        }
+        reads.routes = select_in_now(conn, _ROUTE_SELECT, subjects)
+        reads.bound = select_in_now(conn, _BOUND_SELECT, direct)
+        reads.direct = select_in_now(conn, EVIDENCE_SELECT, direct)
         return reads
-
-
-async def _select_all(
-    conn: aiosqlite.Connection, sql_prefix: str, keys: Sequence[Any]
-) -> list[Any]:
-    """``select_in`` with every chunk queued at once (one wait, not one per chunk)."""
-    if not keys:
-        return []
-    parts = await asyncio.gather(
-        *(conn.execute_fetchall(sql_prefix + placeholders(len(c)), c) for c in chunks(keys))
-    )
-    return [row for part in parts for row in part]
 
 
 def _drop_duplicates(
@@ -325,30 +305,25 @@ class _EventBatch:
             if row[1] not in records:
                 records[row[1]] = evidence_record(row)
 
-    async def run(self, conn: aiosqlite.Connection, batch: list[_Prepared], first_seq: int) -> None:
-        """Apply the rules event by event (in observation order), then write everything.
-
-        The writes are handed to the connection's thread all at once and awaited together
-        (with the dependency propagation's first read queued behind them): one wait for
-        the thread, not one per statement. The thread runs them in the order given.
-        """
+    def run(self, conn: sqlite3.Connection, batch: list[_Prepared], first_seq: int) -> None:
+        """Apply the rules event by event (in observation order), then write everything."""
         now, result = self.now, self.result
         answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
         result.answered = [p[7] for p in batch if p[7] is not None]
-        writes = _QueuedWrites(conn)
         # Answered requests first: a new request for the same check may follow.
-        await writes.queue([(_REVALIDATION_DONE, answered), *self._rules(batch, first_seq)])
+        for sql, rows in [(_REVALIDATION_DONE, answered), *self._rules(batch, first_seq)]:
+            if rows:
+                conn.executemany(sql, rows)
         result.accepted = len(batch)
         fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
-        if fallen:  # its reads run after the writes queued above (the thread keeps order)
-            result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=self.cfg))
-        await writes.done()
+        if fallen:
+            result.changes.extend(_propagate(conn, fallen, now=now, cfg=self.cfg))
         result.reviews = len(self.reviews)
-        await executemany(
-            conn,
-            "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at) VALUES (?,?,?,?)",
-            self.reviews,
-        )
+        if self.reviews:
+            conn.executemany(
+                "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at) VALUES (?,?,?,?)",
+                self.reviews,
+            )
 
     def _rules(
         self, part: list[_Prepared], first_seq: int
@@ -428,37 +403,6 @@ class _EventBatch:
         ]
 
 
-class _QueuedWrites:
-    """Statements handed to a connection's thread without waiting for each in turn.
-
-    ``queue`` returns as soon as the thread has the statements (in the order given);
-    ``done`` waits for all of them and raises the first failure.
-    """
-
-    def __init__(self, conn: aiosqlite.Connection) -> None:
-        self._conn = conn
-        self._pending: list[asyncio.Future[Any]] = []
-
-    async def queue(self, statements: Sequence[tuple[str, list[tuple[Any, ...]]]]) -> None:
-        started = [
-            asyncio.ensure_future(self._conn.executemany(sql, rows))
-            for sql, rows in statements
-            if rows
-        ]
-        self._pending.extend(started)
-        if started:
-            # One pass of the loop: each task, in creation order, hands its statement to
-            # the connection's queue (aiosqlite runs them in that order).
-            await asyncio.sleep(0)
-
-    async def done(self) -> None:
-        outcomes = await asyncio.gather(*self._pending, return_exceptions=True)
-        self._pending.clear()
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-
-
 _first_two = operator.itemgetter(0, 1)
 _last = operator.itemgetter(-1)
 
@@ -488,6 +432,20 @@ async def propagate_dependencies(
 ) -> list[StateChange]:
     """Dependents of refuted or stale blocks go stale (reason ``dependency``), transitively,
     each with one revalidation request per binding. Returns their state changes."""
+    return await in_thread(
+        conn, lambda c: _propagate(c, roots, now=now, cfg=cfg, max_depth=max_depth)
+    )
+
+
+def _propagate(
+    conn: sqlite3.Connection,
+    roots: Iterable[str],
+    *,
+    now: float,
+    cfg: PolicyConfig,
+    max_depth: int = 16,
+) -> list[StateChange]:
+    """:func:`propagate_dependencies` on the connection's own thread."""
     changes: list[StateChange] = []
     frontier = list(dict.fromkeys(roots))
     seen = set(frontier)
@@ -495,7 +453,7 @@ async def propagate_dependencies(
     for _ in range(max_depth):
         if not frontier:
             break
-        rows = await select_in(
+        rows = select_in_now(
             conn,
             "SELECT "
             + ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
@@ -514,16 +472,15 @@ async def propagate_dependencies(
                 changes.append(StateChange(rec.id, before, rec.state, rec.reliability, now, ""))
         if not staled:
             break
-        await conn.executemany(EVIDENCE_UPDATE, [evidence_row(r) for r in staled])
-        bindings = await select_in(
+        conn.executemany(EVIDENCE_UPDATE, [evidence_row(r) for r in staled])
+        bindings = select_in_now(
             conn,
             "SELECT k.id, g.sensor, g.subject FROM bindings g"
             " JOIN blocks k ON k.rid = g.block_rid WHERE g.quarantine IS NULL"
             " AND g.block_rid IN ",
             [r.rid for r in staled],
         )
-        await executemany(
-            conn,
+        conn.executemany(
             REVALIDATION_INSERT,
             [
                 (new_id(), b, sensor, subject, "dependency", now, now, timeout_s)
