@@ -81,8 +81,9 @@ async def in_thread(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection
     (aiosqlite has no public name for this; ``_execute`` and ``_conn`` are what its own
     methods use, and tests/memory cover every caller.)
     """
-    run = cast("Callable[..., Awaitable[T]]", conn._execute)  # noqa: SLF001 - see above
-    return await run(fn, conn._conn)  # noqa: SLF001
+    execute, raw = conn._execute, conn._conn  # noqa: SLF001 - aiosqlite's own way in, see above
+    run = cast("Callable[..., Awaitable[T]]", execute)
+    return await run(fn, raw)
 
 
 def select_in_now(
