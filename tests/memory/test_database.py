@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from typing import TYPE_CHECKING
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 import memwarden.memory
 from memwarden.errors import StorageError
 from memwarden.memory import Database
+from memwarden.memory._sql import in_thread
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -117,3 +119,42 @@ async def test_concurrent_writes_share_commits(tmp_path: Path):
 
         assert await asyncio.gather(*(one(i) for i in range(40))) == list(range(40))
         assert db.writer.commits - before < 40
+
+
+async def test_in_thread_runs_after_what_was_queued_and_in_the_same_transaction(
+    tmp_path: Path,
+):
+    """``in_thread(conn, fn)`` runs ``fn`` on the connection's own thread, after the
+    statements queued before it, inside the job's transaction; its error rolls it back."""
+    async with Database(tmp_path / "d.db") as db:
+
+        async def job(conn: aiosqlite.Connection) -> tuple[list[str], bool]:
+            queued = asyncio.ensure_future(
+                conn.execute("INSERT INTO meta (key, value) VALUES ('a', '1')")
+            )
+            await asyncio.sleep(0)  # the INSERT is on the thread's queue first
+
+            def fn(raw: sqlite3.Connection) -> tuple[list[str], bool]:
+                seen = [r[0] for r in raw.execute("SELECT key FROM meta WHERE key = 'a'")]
+                raw.execute("INSERT INTO meta (key, value) VALUES ('b', '2')")
+                return seen, threading.current_thread() is not threading.main_thread()
+
+            got = await in_thread(conn, fn)
+            await queued
+            return got
+
+        assert await db.write(job) == (["a"], True)
+
+        async def failing(conn: aiosqlite.Connection) -> None:
+            def fn(raw: sqlite3.Connection) -> None:
+                raw.execute("INSERT INTO meta (key, value) VALUES ('c', '3')")
+                raise ValueError("no")
+
+            await in_thread(conn, fn)
+
+        with pytest.raises(ValueError, match="no"):
+            await db.write(failing)
+        async with db.read() as conn:
+            keys = [r[0] for r in await conn.execute_fetchall("SELECT key FROM meta")]
+        assert {"a", "b"} <= set(keys)
+        assert "c" not in keys

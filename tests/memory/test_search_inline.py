@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from memwarden.memory import _database
+
 
 async def _three_blocks(store):
     for i in range(3):
@@ -49,3 +51,45 @@ async def test_an_inline_search_sees_every_committed_write(make_store):
     await store.add({"title": "gateway 4", "content": "a fourth gateway"})
     assert len(await store.search("gateway")) == 4
     assert store.db.inline_reads == 2
+
+
+class _Clock:
+    """A stand-in clock for the inline budget: 0 at the first reading (when the read
+    starts), ``later`` at every reading after it."""
+
+    def __init__(self, later: float) -> None:
+        self.readings = 0
+        self.later = later
+
+    def __call__(self) -> float:
+        self.readings += 1
+        return 0.0 if self.readings == 1 else self.later
+
+
+async def _paused_search(make_store, monkeypatch, *, wall_s: float) -> object:
+    """A search of 300 matches (past the progress handler's first look) while the loop's
+    CPU clock stands still and its wall clock is ``wall_s`` past the start."""
+    store = await make_store()
+    await store.add_many(
+        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
+    )
+    cpu, wall = _Clock(0.0), _Clock(wall_s)
+    monkeypatch.setattr(_database, "_cpu_clock", cpu)
+    monkeypatch.setattr(_database, "_wall_clock", wall)
+    assert len(await store.search("gateway port", limit=50)) == 50
+    assert wall.readings > 1  # the progress handler did look
+    return store
+
+
+async def test_a_read_the_os_paused_is_not_redone(make_store, monkeypatch):
+    """The budget is the loop thread's CPU time: wall time that passed while the thread
+    did not run (past the budget, within the wall cap) does not interrupt the read."""
+    store = await _paused_search(make_store, monkeypatch, wall_s=0.001)  # 2x the budget
+    assert (store.db.inline_reads, store.db.inline_overruns) == (1, 0)
+
+
+async def test_a_read_past_the_wall_cap_goes_to_a_reader(make_store, monkeypatch):
+    """In wall time an inline read gets ten times its budget at most (one waiting for the
+    disk is stopped there), whatever CPU it used."""
+    store = await _paused_search(make_store, monkeypatch, wall_s=0.01)  # 20x the budget
+    assert (store.db.inline_reads, store.db.inline_overruns) == (0, 1)

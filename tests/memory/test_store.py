@@ -849,3 +849,53 @@ async def test_event_log_is_append_only(store, clock, sql):
     with raw(store) as conn, pytest.raises(sqlite3.DatabaseError, match="append-only"):
         conn.execute(sql)
     assert query(store, "SELECT outcome FROM events") == [("refuted",)]
+
+
+async def test_a_batch_stores_every_events_optional_fields_as_given(make_store, clock):
+    """Events with and without their optional fields in one batch (the common ones are
+    written by a statement with the NULLs in it): each stored column is what was sent,
+    and an effect's detail only where the rules had something to say."""
+    store = await make_store()
+    block = await store.add(
+        {"title": "port", "content": "listens on 8080", "bindings": [{"sensor": "fs", "path": "a"}]}
+    )
+    at = clock.time()
+    events = [
+        ValidationEvent(sensor="fs", subject="a", outcome="confirmed", observed_at=from_ts(at)),
+        ValidationEvent(
+            sensor="fs",
+            subject="a",
+            outcome="confirmed",
+            observed_at=from_ts(at + 1),
+            reliability=0.7,
+            validity_window=timedelta(hours=2),
+            request_id="req-1",
+            message="checked",
+        ),
+        ValidationEvent(
+            sensor="fs",
+            block_id=block.id,
+            outcome="refuted",
+            observed_at=from_ts(at + 2),
+            observed={"port": 9090},
+            agent="laptop",
+            seq=7,
+        ),
+    ]
+    result = await store.apply_events(events, bound_only=True)
+    assert (result.accepted, result.rejected) == (3, [])
+    conn = sqlite3.connect(store.path)
+    rows = conn.execute(
+        "SELECT event_id, reliability, validity_window_s, request_id, block_id, message,"
+        " observed, agent, agent_seq FROM events ORDER BY seq"
+    ).fetchall()
+    details = [r[0] for r in conn.execute("SELECT detail FROM effects ORDER BY event_seq")]
+    conn.close()
+    assert rows == [
+        (events[0].event_id, None, None, None, None, "", None, None, None),
+        (events[1].event_id, 0.7, 7200.0, "req-1", None, "checked", None, None, None),
+        (events[2].event_id, None, None, None, block.id, "", '{"port":9090}', "laptop", 7),
+    ]
+    assert details[:2] == [None, None]
+    assert details[2] is not None
+    assert json.loads(details[2])["state"][1] in {"stale", "refuted"}

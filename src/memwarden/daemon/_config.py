@@ -108,9 +108,10 @@ class StoreSettings(BaseModel):
     inline_read_ms: Annotated[float, Field(ge=0, le=5)] = Field(
         default=0.5,
         description="A small search runs on the event loop's own read-only connection when it"
-        " finishes within this budget (SQLite interrupts it past the budget and a reader thread"
-        " answers instead): no thread hand-off for the common small search. The loop is held"
-        " at most about this long per search; 0 sends every search to a reader thread.",
+        " finishes within this budget of the loop thread's CPU time (SQLite interrupts it past"
+        " the budget, or past ten times the budget in wall time, and a reader thread answers"
+        " instead): no thread hand-off for the common small search. The loop is held at most"
+        " about this long per search; 0 sends every search to a reader thread.",
     )
     score_log: Path | None = Field(
         default=None,

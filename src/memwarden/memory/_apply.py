@@ -26,11 +26,9 @@ batch does it (``UPDATE … FROM (VALUES …)`` over the unique index ``revalida
 
 from __future__ import annotations
 
-import asyncio
 import json
 import operator
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_record, evidence_row
@@ -42,13 +40,13 @@ from memwarden.memory._sql import (
     EVIDENCE_UPDATE,
     REVALIDATION_INSERT,
     chunks,
-    executemany,
-    placeholders,
-    select_in,
+    in_thread,
+    select_in_now,
 )
 from memwarden.memory.policy import Effect, PolicyConfig, apply_event, mark_stale
 
 if TYPE_CHECKING:
+    import sqlite3
     from collections.abc import Iterable, Mapping, Sequence
 
     import aiosqlite
@@ -106,6 +104,7 @@ _CLOSE_ANSWERED = (
     " AND revalidations.created_at < v.observed_at RETURNING id"
 )
 _EVENT_IDS_SELECT = "SELECT event_id FROM events WHERE event_id IN "
+_ERASED_SELECT = "SELECT block_id FROM erasures WHERE block_id IN "
 _BOUND_SELECT = (
     "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid WHERE k.id IN "
 )
@@ -113,6 +112,24 @@ _EFFECT_INSERT = (
     "INSERT INTO effects (block_rid, event_seq, state_before, state_after,"
     " reliability_before, reliability_after, detail) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+# The same two inserts for the common rows, with their NULLs written in the statement:
+# the sqlite3 module binds a None parameter through its adapter lookup (a tuple, a dict
+# lookup and two attribute lookups, ~0.2 us), which for six NULLs an event cost more
+# than the row's insert itself.
+_EVENT_INSERT_PLAIN = (
+    "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"
+    " reliability, validity_window_s, request_id, block_id, message, observed, agent, agent_seq)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, NULL, NULL, NULL)"
+)
+_EFFECT_INSERT_PLAIN = (
+    "INSERT INTO effects (block_rid, event_seq, state_before, state_after,"
+    " reliability_before, reliability_after, detail) VALUES (?, ?, ?, ?, ?, ?, NULL)"
+)
+_DEAD_LETTER_INSERT = (
+    "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)"
+)
+# ids grow by one per row, so keeping the newest N is one range delete on the primary key
+_DEAD_LETTERS_CAP = "DELETE FROM dead_letters WHERE id <= (SELECT max(id) FROM dead_letters) - ?"
 
 
 class EventLog:
@@ -170,29 +187,35 @@ class EventLog:
                     direct[ev.event_id] = ev.model_dump_json()
         prepared.sort(key=lambda p: p[4])  # apply in observation order
         cfg = self.policy
+        cap = self._dead_letters_cap()
+
+        def run(conn: sqlite3.Connection) -> ApplyResult:
+            erased = _drop_erased(conn, prepared)
+            if direct:
+                _reject_unbound(conn, prepared, rejected, direct)
+            result = _apply_job(conn, prepared, rejected, now, cfg)
+            result.erased = erased
+            if rejected and cap is not None:
+                conn.execute(_DEAD_LETTERS_CAP, (cap,))
+            return result
 
         async def job(conn: aiosqlite.Connection) -> ApplyResult:
-            erased = await _drop_erased(conn, prepared)
-            if direct:
-                await _reject_unbound(conn, prepared, rejected, direct)
-            result = await _apply_job(conn, prepared, rejected, now, cfg)
-            result.erased = erased
-            if rejected:
-                await self.cap_dead_letters(conn)
-            return result
+            # The whole job (reads, rules, writes) on the writer's thread in one go: one
+            # hand-off between threads per batch of events, not one per statement.
+            return await in_thread(conn, run)
 
         return await self.db.write(job, weight=len(prepared))
 
+    def _dead_letters_cap(self) -> int | None:
+        cfg = self.compaction
+        return cfg.dead_letters_max_rows if cfg.enabled else None
+
     async def cap_dead_letters(self, conn: aiosqlite.Connection) -> None:
         """Keep at most ``compaction.dead_letters_max_rows`` dead letters, at every insert:
-        a flood of rejected input is bounded at once, not at the next compaction pass.
-        (ids grow by one per row, so this is one range delete on the primary key.)"""
-        cfg = self.compaction
-        if cfg.enabled:
-            await conn.execute(
-                "DELETE FROM dead_letters WHERE id <= (SELECT max(id) FROM dead_letters) - ?",
-                (cfg.dead_letters_max_rows,),
-            )
+        a flood of rejected input is bounded at once, not at the next compaction pass."""
+        cap = self._dead_letters_cap()
+        if cap is not None:
+            await conn.execute(_DEAD_LETTERS_CAP, (cap,))
 
     async def dead_letter(self, *, source: str, reason: str, payload: str | bytes) -> None:
         """Keep a rejected input with the reason (never applied)."""
@@ -200,10 +223,7 @@ class EventLog:
         now = self.clock.time()
 
         async def job(conn: aiosqlite.Connection) -> None:
-            await conn.execute(
-                "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)",
-                (now, source, reason, text[:65536]),
-            )
+            await conn.execute(_DEAD_LETTER_INSERT, (now, source, reason, text[:65536]))
             await self.cap_dead_letters(conn)
 
         await self.db.write(job)
@@ -211,42 +231,39 @@ class EventLog:
     # ------------------------------------------------------------------ staleness
 
 
-async def _apply_job(
-    conn: aiosqlite.Connection,
+def _apply_job(
+    conn: sqlite3.Connection,
     prepared: list[_Prepared],
     rejected: list[tuple[str, str, str]],
     now: float,
     cfg: PolicyConfig,
 ) -> ApplyResult:
-    """The writer job behind :meth:`EventLog.apply_events`."""
+    """The writer job behind :meth:`EventLog.apply_events`, run on the writer's thread."""
     result = ApplyResult(rejected=[(event_id, reason) for event_id, reason, _ in rejected])
     if rejected:
-        await conn.executemany(
-            "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES (?,?,?,?)",
+        conn.executemany(
+            _DEAD_LETTER_INSERT,
             [(now, "events", reason, payload) for _, reason, payload in rejected],
         )
     if not prepared:
         return result
-    reads = await _Reads.fetch(conn, prepared)
+    reads = _Reads.fetch(conn, prepared)
     batch = _drop_duplicates(prepared, reads.existing, result)
     if batch:
         applied = _EventBatch(now, cfg, result)
         applied.route(reads)
-        await applied.run(conn, batch, reads.first_seq)
+        applied.run(conn, batch, reads.first_seq)
     return result
 
 
-async def _drop_erased(conn: aiosqlite.Connection, prepared: list[_Prepared]) -> int:
+def _drop_erased(conn: sqlite3.Connection, prepared: list[_Prepared]) -> int:
     """Drop the events naming an erased block (a sensor that had not heard yet, an
     agent's queue): what they observed must not come back into the store, not even as a
     dead letter. Returns how many went."""
     named = list({p[8] for p in prepared if p[8] is not None})
     if not named:
         return 0
-    erased = {
-        r[0]
-        for r in await select_in(conn, "SELECT block_id FROM erasures WHERE block_id IN ", named)
-    }
+    erased = {r[0] for r in select_in_now(conn, _ERASED_SELECT, named)}
     if not erased:
         return 0
     before = len(prepared)
@@ -254,23 +271,15 @@ async def _drop_erased(conn: aiosqlite.Connection, prepared: list[_Prepared]) ->
     return before - len(prepared)
 
 
-async def _reject_unbound(
-    conn: aiosqlite.Connection,
+def _reject_unbound(
+    conn: sqlite3.Connection,
     prepared: list[_Prepared],
     rejected: list[tuple[str, str, str]],
     payloads: Mapping[str, str],
 ) -> None:
     """Move the events whose ``block_id`` has no binding for their sensor to ``rejected``."""
     blocks = list({p[8] for p in prepared if p[0] in payloads})
-    bound = {
-        (r[0], r[1])
-        for r in await select_in(
-            conn,
-            "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
-            " WHERE k.id IN ",
-            blocks,
-        )
-    }
+    bound = {(r[0], r[1]) for r in select_in_now(conn, _BOUND_SELECT, blocks)}
     keep = []
     for p in prepared:
         if p[0] in payloads and (p[8], p[1]) not in bound:
@@ -282,10 +291,7 @@ async def _reject_unbound(
 
 
 class _Reads:
-    """Everything an event job reads before its rules run, fetched in one round trip:
-    the queries are all handed to the connection's thread at once and awaited together
-    (one wait for the thread instead of one per query: on a busy machine each wait is a
-    trip through the scheduler)."""
+    """Everything an event job reads before its rules run."""
 
     existing: set[str]  # event ids already in the log
     routes: list[Any]  # _ROUTE_SELECT rows of the events' subjects
@@ -294,33 +300,18 @@ class _Reads:
     first_seq: int  # the seq of the job's first event
 
     @classmethod
-    async def fetch(cls, conn: aiosqlite.Connection, prepared: list[_Prepared]) -> _Reads:
+    def fetch(cls, conn: sqlite3.Connection, prepared: list[_Prepared]) -> _Reads:
         subjects = list({p[2] for p in prepared if p[8] is None})
         direct = list({p[8] for p in prepared if p[8] is not None})
-        seq_rows, ids, routes, bound, records = await asyncio.gather(
-            conn.execute_fetchall("SELECT coalesce(max(seq), 0) FROM events"),
-            _select_all(conn, _EVENT_IDS_SELECT, [p[0] for p in prepared]),
-            _select_all(conn, _ROUTE_SELECT, subjects),
-            _select_all(conn, _BOUND_SELECT, direct),
-            _select_all(conn, EVIDENCE_SELECT, direct),
-        )
         reads = cls()
-        reads.existing = {r[0] for r in ids}
-        reads.routes, reads.bound, reads.direct = routes, bound, records
-        reads.first_seq = next(iter(seq_rows))[0] + 1
+        reads.first_seq = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0] + 1
+        reads.existing = {
+            r[0] for r in select_in_now(conn, _EVENT_IDS_SELECT, [p[0] for p in prepared])
+        }
+        reads.routes = select_in_now(conn, _ROUTE_SELECT, subjects)
+        reads.bound = select_in_now(conn, _BOUND_SELECT, direct)
+        reads.direct = select_in_now(conn, EVIDENCE_SELECT, direct)
         return reads
-
-
-async def _select_all(
-    conn: aiosqlite.Connection, sql_prefix: str, keys: Sequence[Any]
-) -> list[Any]:
-    """``select_in`` with every chunk queued at once (one wait, not one per chunk)."""
-    if not keys:
-        return []
-    parts = await asyncio.gather(
-        *(conn.execute_fetchall(sql_prefix + placeholders(len(c)), c) for c in chunks(keys))
-    )
-    return [row for part in parts for row in part]
 
 
 def _drop_duplicates(
@@ -375,36 +366,32 @@ class _EventBatch:
             if row[1] not in records:
                 records[row[1]] = evidence_record(row)
 
-    async def run(self, conn: aiosqlite.Connection, batch: list[_Prepared], first_seq: int) -> None:
-        """Apply the rules event by event (in observation order), then write everything.
-
-        The writes are handed to the connection's thread all at once and awaited together
-        (with the dependency propagation's first read queued behind them): one wait for
-        the thread, not one per statement. The thread runs them in the order given.
-        """
+    def run(self, conn: sqlite3.Connection, batch: list[_Prepared], first_seq: int) -> None:
+        """Apply the rules event by event (in observation order), then write everything."""
         now, result = self.now, self.result
         answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
         result.answered = [p[7] for p in batch if p[7] is not None]
         statements, requests = self._rules(batch, first_seq)
-        writes = _QueuedWrites(conn)
         # Answered requests first (by id, then the bindings newer events answered): a new
         # request for the same check may follow.
-        closing = [_Fetch(sql, params) for sql, params in self._closing()]
-        await writes.queue([(_REVALIDATION_DONE, answered), *closing, *statements, requests])
+        if answered:
+            conn.executemany(_REVALIDATION_DONE, answered)
+        closed = [row[0] for sql, params in self._closing() for row in conn.execute(sql, params)]
+        for sql, rows in [*statements, requests]:
+            if rows:
+                conn.executemany(sql, rows)
         result.accepted = len(batch)
         fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
-        if fallen:  # its reads run after the writes queued above (the thread keeps order)
-            result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=self.cfg))
-        fetched = await writes.done()
-        closed = [row[0] for rows in fetched for row in rows]
+        if fallen:
+            result.changes.extend(_propagate(conn, fallen, now=now, cfg=self.cfg))
         if closed:
             result.answered = list(dict.fromkeys([*result.answered, *closed]))
         result.reviews = len(self.reviews)
-        await executemany(
-            conn,
-            "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at) VALUES (?,?,?,?)",
-            self.reviews,
-        )
+        if self.reviews:
+            conn.executemany(
+                "INSERT OR IGNORE INTO reviews (id, block_id, reason, created_at) VALUES (?,?,?,?)",
+                self.reviews,
+            )
 
     def _closing(self) -> list[tuple[str, tuple[Any, ...]]]:
         """The statements closing the open requests this batch's observations answered,
@@ -422,7 +409,7 @@ class _EventBatch:
         and apart from them the requests it queues (written after the answered ones are
         closed, see :meth:`run`)."""
         now, cfg, result = self.now, self.cfg, self.result
-        event_rows = [(seq, *p[:5], now, *p[5:]) for seq, p in enumerate(part, start=first_seq)]
+        event_rows, plain_events = _event_rows(part, first_seq, now)
         effect_rows: list[tuple[Any, ...]] = []
         touched: dict[str, Any] = {}
         requests: dict[tuple[str, str, str], tuple[Any, ...]] = {}
@@ -492,9 +479,13 @@ class _EventBatch:
         result.revalidations += len(requests)
         # Writes in key order: B-tree pages are then visited once, in sequence.
         effect_rows.sort(key=_first_two)
+        plain_effects = [r[:6] for r in effect_rows if r[6] is None]
+        effect_rows = [r for r in effect_rows if r[6] is not None]
         updates = sorted((evidence_row(r) for r in touched.values()), key=_last)
         return [
+            (_EVENT_INSERT_PLAIN, plain_events),
             (_EVENT_INSERT, event_rows),
+            (_EFFECT_INSERT_PLAIN, plain_effects),
             (_EFFECT_INSERT, effect_rows),
             (EVIDENCE_UPDATE, updates),
             ("UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?", demoted),
@@ -504,57 +495,23 @@ class _EventBatch:
 _Statement = tuple[str, list[tuple[Any, ...]]]
 
 
-@dataclass(frozen=True, slots=True)
-class _Fetch:
-    """One statement whose rows are wanted back (``RETURNING``), queued in order with the
-    others by :class:`_QueuedWrites`."""
-
-    sql: str
-    params: tuple[Any, ...]
+_NO_OPTIONAL = (None,) * 6  # window, request id, block id, observed, agent, agent seq
 
 
-class _QueuedWrites:
-    """Statements handed to a connection's thread without waiting for each in turn.
-
-    ``queue`` returns as soon as the thread has the statements (in the order given);
-    ``done`` waits for all of them, raises the first failure and returns the rows of the
-    :class:`_Fetch` statements, in order.
-    """
-
-    def __init__(self, conn: aiosqlite.Connection) -> None:
-        self._conn = conn
-        self._pending: list[asyncio.Future[Any]] = []
-        self._fetches: list[asyncio.Future[Any]] = []
-
-    async def queue(self, statements: Sequence[_Statement | _Fetch]) -> None:
-        started = []
-        for statement in statements:
-            fut: asyncio.Future[Any]
-            if isinstance(statement, _Fetch):
-                fut = asyncio.ensure_future(
-                    self._conn.execute_fetchall(statement.sql, statement.params)
-                )
-                self._fetches.append(fut)
-            elif statement[1]:
-                fut = asyncio.ensure_future(self._conn.executemany(*statement))
-            else:
-                continue
-            started.append(fut)
-        self._pending.extend(started)
-        if started:
-            # One pass of the loop: each task, in creation order, hands its statement to
-            # the connection's queue (aiosqlite runs them in that order).
-            await asyncio.sleep(0)
-
-    async def done(self) -> list[list[Any]]:
-        outcomes = await asyncio.gather(*self._pending, return_exceptions=True)
-        self._pending.clear()
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        fetched = [list(f.result()) for f in self._fetches]
-        self._fetches.clear()
-        return fetched
+def _event_rows(
+    part: list[_Prepared], first_seq: int, now: float
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """``_EVENT_INSERT`` rows of the events with an optional field set, and
+    ``_EVENT_INSERT_PLAIN`` rows of the others (most: no window, request, block id,
+    observed value or agent)."""
+    full: list[tuple[Any, ...]] = []
+    plain: list[tuple[Any, ...]] = []
+    for seq, p in enumerate(part, start=first_seq):
+        if (p[6], p[7], p[8], p[10], p[11], p[12]) == _NO_OPTIONAL:
+            plain.append((seq, p[0], p[1], p[2], p[3], p[4], now, p[5], p[9]))
+        else:
+            full.append((seq, *p[:5], now, *p[5:]))
+    return full, plain
 
 
 _first_two = operator.itemgetter(0, 1)
@@ -586,6 +543,20 @@ async def propagate_dependencies(
 ) -> list[StateChange]:
     """Dependents of refuted or stale blocks go stale (reason ``dependency``), transitively,
     each with one revalidation request per binding. Returns their state changes."""
+    return await in_thread(
+        conn, lambda c: _propagate(c, roots, now=now, cfg=cfg, max_depth=max_depth)
+    )
+
+
+def _propagate(
+    conn: sqlite3.Connection,
+    roots: Iterable[str],
+    *,
+    now: float,
+    cfg: PolicyConfig,
+    max_depth: int = 16,
+) -> list[StateChange]:
+    """:func:`propagate_dependencies` on the connection's own thread."""
     changes: list[StateChange] = []
     frontier = list(dict.fromkeys(roots))
     seen = set(frontier)
@@ -593,7 +564,7 @@ async def propagate_dependencies(
     for _ in range(max_depth):
         if not frontier:
             break
-        rows = await select_in(
+        rows = select_in_now(
             conn,
             "SELECT "
             + ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
@@ -612,16 +583,15 @@ async def propagate_dependencies(
                 changes.append(StateChange(rec.id, before, rec.state, rec.reliability, now, ""))
         if not staled:
             break
-        await conn.executemany(EVIDENCE_UPDATE, [evidence_row(r) for r in staled])
-        bindings = await select_in(
+        conn.executemany(EVIDENCE_UPDATE, [evidence_row(r) for r in staled])
+        bindings = select_in_now(
             conn,
             "SELECT k.id, g.sensor, g.subject FROM bindings g"
             " JOIN blocks k ON k.rid = g.block_rid WHERE g.quarantine IS NULL"
             " AND g.block_rid IN ",
             [r.rid for r in staled],
         )
-        await executemany(
-            conn,
+        conn.executemany(
             REVALIDATION_INSERT,
             [
                 (new_id(), b, sensor, subject, "dependency", now, now, timeout_s)
