@@ -4,7 +4,8 @@ retention in one SQL statement, each hit with the factors and warnings behind it
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+import json
+from typing import TYPE_CHECKING, Any, Literal
 
 from memwarden.errors import ValidationInputError
 from memwarden.memory._clock import from_ts
@@ -19,11 +20,18 @@ if TYPE_CHECKING:
     from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
     from memwarden.memory._record import BlockRecord
+    from memwarden.memory._vectors import VectorIndex
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["Search"]
+__all__ = ["MODES", "RRF_K", "Search", "SearchMode"]
 
 _STALE = BlockState.STALE.value
+
+SearchMode = Literal["keyword", "vector", "hybrid"]
+MODES: tuple[str, ...] = ("keyword", "vector", "hybrid")
+# Reciprocal rank fusion: a candidate's relevance is the sum of 1 / (RRF_K + rank) over
+# the lists it is in (rank 1 = best). 60 is the constant of Cormack et al. (2009).
+RRF_K = 60
 
 
 class Search:
@@ -33,6 +41,12 @@ class Search:
         self.db = db
         self.clock = clock
         self.policy = policy
+        self.vectors: VectorIndex | None = None  # set when an embedder is configured
+
+    @property
+    def default_mode(self) -> SearchMode:
+        """``hybrid`` when an embedder is configured, ``keyword`` otherwise."""
+        return "hybrid" if self.vectors is not None else "keyword"
 
     async def search(
         self,
@@ -40,9 +54,15 @@ class Search:
         *,
         limit: int = 10,
         include_refuted: bool = False,
+        mode: SearchMode | None = None,
     ) -> list[SearchHit]:
         """Blocks matching ``query`` (words, never FTS syntax), ranked by
         relevance x freshness x reliability x retention.
+
+        ``mode`` (default: :attr:`default_mode`): ``keyword`` ranks BM25 matches (below);
+        ``vector`` the nearest vectors by cosine; ``hybrid`` fuses the BM25 and the
+        cosine candidate lists by reciprocal rank fusion (docs/SEARCH.md). Either way the
+        candidates are then re-ranked by freshness x reliability x retention.
 
         Every word must match; when no block has them all, any word may (ranked by BM25,
         so blocks with more of them come first).
@@ -52,6 +72,15 @@ class Search:
         """
         if not 1 <= limit <= 1000:
             raise ValidationInputError([("limit", f"{limit} is not between 1 and 1000")])
+        mode = mode or self.default_mode
+        if mode not in MODES:
+            raise ValidationInputError([("mode", f"{mode!r} is not one of {', '.join(MODES)}")])
+        if mode != "keyword":
+            if self.vectors is None:
+                raise ValidationInputError(
+                    [("mode", f"{mode!r} needs an embedder ([search] embedder in the config)")]
+                )
+            return await self._fused(query, limit=limit, include_refuted=include_refuted, mode=mode)
         match = fts_query(query)
         if match is None:
             return []
@@ -81,6 +110,12 @@ class Search:
             # so blocks with more of the words come first).
             params["match"] = fts_query(query, any_term=True)
             rows = await self._rows(sql, params)
+        return self._hits(rows, now)
+
+    def _hits(
+        self, rows: list[Any], now: float, parts: dict[int, dict[str, float]] | None = None
+    ) -> list[SearchHit]:
+        cfg = self.policy
         hits = []
         warn_below = cfg.staleness.warn_reliability
         for row in rows:
@@ -102,9 +137,74 @@ class Search:
                     depends_json=deps,
                     now=now,
                     policy=cfg,
+                    parts=parts.get(rec.rid, {}) if parts is not None else {},
                 )
             )
         return hits
+
+    async def _fused(
+        self, query: str, *, limit: int, include_refuted: bool, mode: SearchMode
+    ) -> list[SearchHit]:
+        """Vector or hybrid search: candidates by cosine (and BM25), fused by rank, then
+        re-ranked by freshness x reliability x retention in one statement."""
+        vectors = self.vectors
+        if vectors is None:  # checked by search(); here for the type checker
+            return []
+        cfg = self.policy
+        cands = max(cfg.ranking.candidates, limit)
+        nearest = await vectors.query(query, cands)
+        keyword: list[tuple[int, float]] = []
+        if mode == "hybrid":
+            keyword = await self._keyword_candidates(query, cands)
+        parts: dict[int, dict[str, float]] = {}
+        for rank, (rid, sim) in enumerate(nearest, 1):
+            parts[rid] = {"vector_rank": float(rank), "similarity": round(sim, 4)}
+        for rank, (rid, bm25) in enumerate(keyword, 1):
+            parts.setdefault(rid, {}).update({"keyword_rank": float(rank), "bm25": bm25})
+        relevance: dict[int, float] = {}
+        for rid, p in parts.items():
+            if mode == "vector":
+                relevance[rid] = max(p["similarity"], 0.0)
+            else:
+                relevance[rid] = sum(
+                    1.0 / (RRF_K + p[key]) for key in ("keyword_rank", "vector_rank") if key in p
+                )
+                p["rrf"] = round(relevance[rid], 6)
+        if not relevance:
+            return []
+        now = self.clock.time()
+        ranking = cfg.ranking
+        decay = cfg.decay
+        params = {
+            "cands": json.dumps([[rid, rel] for rid, rel in relevance.items()]),
+            "now": now,
+            "f_fresh": ranking.fresh,
+            "f_unverified": ranking.unverified,
+            "f_stale": ranking.stale,
+            "f_refuted": ranking.refuted,
+            "core_floor": decay.core_floor,
+            "floor": decay.floor,
+            "stale_factor": decay.stale_half_life_factor,
+            "limit": limit,
+        }
+        rows = await self._rows(_search_sql(include_refuted=include_refuted, given=True), params)
+        return self._hits(rows, now, parts)
+
+    async def _keyword_candidates(self, query: str, cands: int) -> list[tuple[int, float]]:
+        """The BM25 top ``cands`` (rid, relevance), every word first, then any word."""
+        match = fts_query(query)
+        if match is None:
+            return []
+        sql = (
+            "SELECT rowid, -bm25(blocks_fts, 2.0, 1.0, 1.5) FROM blocks_fts"
+            " WHERE blocks_fts MATCH :match ORDER BY bm25(blocks_fts, 2.0, 1.0, 1.5)"
+            " LIMIT :cands"
+        )
+        rows = await self._rows(sql, {"match": match, "cands": cands})
+        if not rows and " " in match:
+            any_match = fts_query(query, any_term=True)
+            rows = await self._rows(sql, {"match": any_match, "cands": cands})
+        return [(int(rid), float(rel)) for rid, rel in rows]
 
     async def _rows(self, sql: str, params: dict[str, Any]) -> list[Any]:
         rows = self.db.read_inline(sql, params)
@@ -150,18 +250,25 @@ def _warnings(
 
 
 @functools.cache
-def _search_sql(*, include_refuted: bool) -> str:
-    """The ranking statement of :meth:`Search.search` (built once per variant)."""
+def _search_sql(*, include_refuted: bool, given: bool = False) -> str:
+    """The ranking statement of :meth:`Search.search` (built once per variant); with
+    ``given``, the candidates come as ``:cands``, a JSON array of [rid, relevance]."""
     states = (
         "('fresh','unverified','stale','refuted')"
         if include_refuted
         else ("('fresh','unverified','stale')")
     )
+    cand = (
+        "SELECT json_extract(j.value, '$[0]') AS rid, json_extract(j.value, '$[1]') AS relevance"
+        " FROM json_each(:cands) j"
+        if given
+        else """SELECT rowid AS rid, -bm25(blocks_fts, 2.0, 1.0, 1.5) AS relevance
+                FROM blocks_fts WHERE blocks_fts MATCH :match
+                ORDER BY bm25(blocks_fts, 2.0, 1.0, 1.5) LIMIT :cands"""
+    )
     return f"""
             WITH cand AS MATERIALIZED (
-                SELECT rowid AS rid, -bm25(blocks_fts, 2.0, 1.0, 1.5) AS relevance
-                FROM blocks_fts WHERE blocks_fts MATCH :match
-                ORDER BY bm25(blocks_fts, 2.0, 1.0, 1.5) LIMIT :cands
+                {cand}
             ), scored AS (
                 SELECT b.rid AS rid, c.relevance,
                     CASE

@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+from memwarden.errors import ValidationInputError
 from memwarden.memory import (
     _compaction,
     _erasure,
@@ -57,7 +58,8 @@ from memwarden.memory._results import (
 )
 from memwarden.memory._revalidation import Revalidations
 from memwarden.memory._scorelog import ScoreLog
-from memwarden.memory._search import Search
+from memwarden.memory._search import Search, SearchMode
+from memwarden.memory._vectors import EmbedderLike, VectorIndex
 from memwarden.memory.policy import PolicyConfig
 
 if TYPE_CHECKING:
@@ -112,6 +114,7 @@ class Store:
         compaction: _compaction.CompactionConfig | None = None,
         inline_read_ms: float = 0.5,
         secure_delete: bool = True,
+        embedder: EmbedderLike | None = None,
     ) -> None:
         self.path = Path(path)
         self.compaction = compaction or _compaction.CompactionConfig()
@@ -132,6 +135,9 @@ class Store:
         self._events = EventLog(self.db, self.clock, self.policy, self.compaction)
         self._revalidations = Revalidations(self.db, self.clock, self.policy)
         self._search = Search(self.db, self.clock, self.policy)
+        # Search by meaning: vectors of the blocks, when an embedder is configured.
+        self.vectors = VectorIndex(self.db, embedder) if embedder is not None else None
+        self._search.vectors = self.vectors
         self._reads = Reads(self.db, self.clock, self.policy)
         self._evidence = Evidence(self.db)
 
@@ -154,6 +160,8 @@ class Store:
         if self.db.is_open:
             return self
         await self.db.open()
+        if self.vectors is not None:
+            await self.vectors.load()
         if self._score_log_path is not None:
             self.score_log = ScoreLog(self._score_log_path)
         return self
@@ -474,6 +482,7 @@ class Store:
         include_refuted: bool = False,
         session: str | None = None,
         record: bool = True,
+        mode: SearchMode | None = None,
     ) -> list[SearchHit]:
         """Blocks matching ``query`` (words, never FTS syntax), ranked by
         relevance x freshness x reliability x retention.
@@ -487,10 +496,23 @@ class Store:
         feeds core promotion (:meth:`record_access`); the hits show the blocks as they
         were before this retrieval.
         """
-        hits = await self._search.search(query, limit=limit, include_refuted=include_refuted)
+        hits = await self._search.search(
+            query, limit=limit, include_refuted=include_refuted, mode=mode
+        )
         if session is not None and record and hits:
             await self.record_access([h.id for h in hits], session=session)
         return hits
+
+    @property
+    def default_search_mode(self) -> SearchMode:
+        """``hybrid`` with an embedder, ``keyword`` without."""
+        return self._search.default_mode
+
+    async def reembed(self) -> int:
+        """Queue every block for a new vector (after a model change); how many."""
+        if self.vectors is None:
+            raise ValidationInputError([("embedder", "no embedder is configured")])
+        return await self.vectors.reembed()
 
     async def count_refuted_matches(self, query: str) -> int:
         """How many refuted blocks match ``query`` (what a search without them hides)."""
