@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import signal
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 from pydantic import ValidationError
@@ -32,6 +32,7 @@ from memwarden.daemon._mqtt import MqttBridge
 from memwarden.daemon._notify import Notifier
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
 from memwarden.daemon._sessions import SessionWatch
+from memwarden.embedders import load_embedder
 from memwarden.errors import (
     AmbiguousIdError,
     ConfigError,
@@ -75,7 +76,12 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from memwarden.client import HealthAnswer
-    from memwarden.daemon._answers import CoverageDict, SearchAnswerDict, SearchResultDict
+    from memwarden.daemon._answers import (
+        CoverageDict,
+        SearchAnswerDict,
+        SearchFactors,
+        SearchResultDict,
+    )
     from memwarden.daemon._suggest import ProposeReport
     from memwarden.memory import (
         ApplyResult,
@@ -86,6 +92,7 @@ if TYPE_CHECKING:
         StoredBinding,
         ValidationEvent,
     )
+    from memwarden.memory._search import SearchMode
 
 __all__ = ["Daemon", "ReadThrough"]
 
@@ -216,8 +223,13 @@ class Daemon:
         self.notifier.status("starting")
         async with contextlib.AsyncExitStack() as stack:
             stack.callback(self.notifier.close)
+            # A configured embedder is loaded before the store opens: a missing model is
+            # a ConfigError at start, never a download.
+            embedder = load_embedder(s.search.embedder) if s.search.embedder != "none" else None
             store = Store(
                 s.db_path,
+                embedder=embedder,
+                embed_batch=s.search.embed_batch,
                 clock=self.clock,
                 policy=s.rules,
                 readers=s.store.readers,
@@ -275,6 +287,8 @@ class Daemon:
                 await self._start_sensors(s.sensors)
                 background.append(tg.create_task(self._scheduler.run(), name="scheduler"))
                 background.append(tg.create_task(self._refresh_bindings(), name="bindings"))
+                if store.vectors is not None:
+                    background.append(tg.create_task(store.vectors.run(), name="embedding"))
                 if s.api.enabled:
                     await self._start_api(tg, stack, background, token)
                 if self.notifier.watchdog_interval_s:
@@ -1069,11 +1083,13 @@ class Daemon:
         session: str | None = None,
         include_refuted: bool = False,
         wait_s: float = 2.0,
+        mode: SearchMode | None = None,
     ) -> SearchAnswerDict:
         """Search; results older than ``max_age_s`` (``fresh``: any age, and stale ones)
         whose check is quick are re-checked first, up to ``wait_s``. Every result carries
         a receipt and a ``rank`` on a 0-1 scale."""
-        kwargs: dict[str, Any] = {"limit": limit, "include_refuted": include_refuted}
+        mode = mode or self.store.default_search_mode
+        kwargs: dict[str, Any] = {"limit": limit, "include_refuted": include_refuted, "mode": mode}
         if session is not None:
             kwargs["session"] = session
         hits = await self.store.search(query, **kwargs)
@@ -1108,12 +1124,16 @@ class Daemon:
                     "score": h.score,
                     "stale": h.stale,
                     "warnings": h.warnings,
-                    "factors": {
-                        "relevance": h.relevance,
-                        "freshness": h.freshness,
-                        "reliability": h.reliability,
-                        "retention": h.retention,
-                    },
+                    "factors": cast(
+                        "SearchFactors",
+                        {
+                            "relevance": h.relevance,
+                            "freshness": h.freshness,
+                            "reliability": h.reliability,
+                            "retention": h.retention,
+                            **h.parts,  # vector and hybrid: the fused rank's parts
+                        },
+                    ),
                     "rank": round(
                         match
                         * h.freshness
@@ -1129,6 +1149,7 @@ class Daemon:
         hidden = 0 if include_refuted else await self.store.count_refuted_matches(query)
         return {
             "query": query,
+            "mode": mode,
             "results": results,
             "checked": rt.checked,
             "timed_out": rt.timed_out + rt.later,

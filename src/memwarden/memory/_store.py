@@ -24,7 +24,6 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from memwarden.errors import ValidationInputError
 from memwarden.memory import (
     _compaction,
     _erasure,
@@ -59,7 +58,7 @@ from memwarden.memory._results import (
 from memwarden.memory._revalidation import Revalidations
 from memwarden.memory._scorelog import ScoreLog
 from memwarden.memory._search import Search, SearchMode
-from memwarden.memory._vectors import EmbedderLike, VectorIndex
+from memwarden.memory._vectors import EmbedderLike, VectorIndex, queue_all
 from memwarden.memory.policy import PolicyConfig
 
 if TYPE_CHECKING:
@@ -115,6 +114,7 @@ class Store:
         inline_read_ms: float = 0.5,
         secure_delete: bool = True,
         embedder: EmbedderLike | None = None,
+        embed_batch: int = 256,
     ) -> None:
         self.path = Path(path)
         self.compaction = compaction or _compaction.CompactionConfig()
@@ -136,7 +136,9 @@ class Store:
         self._revalidations = Revalidations(self.db, self.clock, self.policy)
         self._search = Search(self.db, self.clock, self.policy)
         # Search by meaning: vectors of the blocks, when an embedder is configured.
-        self.vectors = VectorIndex(self.db, embedder) if embedder is not None else None
+        self.vectors = (
+            VectorIndex(self.db, embedder, batch=embed_batch) if embedder is not None else None
+        )
         self._search.vectors = self.vectors
         self._reads = Reads(self.db, self.clock, self.policy)
         self._evidence = Evidence(self.db)
@@ -175,6 +177,12 @@ class Store:
             self.score_log.close()
             self.score_log = None
 
+    def _queued(self) -> None:
+        """Blocks were added or their text changed: wake the embedding task (the
+        triggers queued them; without an embedder there is nothing to wake)."""
+        if self.vectors is not None:
+            self.vectors.notify()
+
     @property
     def write_backlog(self) -> int:
         """Jobs waiting for the writer."""
@@ -212,7 +220,9 @@ class Store:
         earlier one's in the same call) is not stored: its place in the answer holds the
         existing id, which is also added to ``duplicates``.
         """
-        return await self._blocks.add_many(news, actor=actor, dedupe=dedupe, duplicates=duplicates)
+        ids = await self._blocks.add_many(news, actor=actor, dedupe=dedupe, duplicates=duplicates)
+        self._queued()
+        return ids
 
     async def update(
         self,
@@ -227,6 +237,7 @@ class Store:
         With ``expected_version`` the edit applies only to that version (else
         :class:`VersionConflictError`, nothing changed)."""
         await self._blocks.update(block_id, patch, actor=actor, expected_version=expected_version)
+        self._queued()
         return await self.get(block_id)
 
     async def archive(self, block_id: str, *, reason: str, actor: str = "agent") -> Block:
@@ -510,8 +521,8 @@ class Store:
 
     async def reembed(self) -> int:
         """Queue every block for a new vector (after a model change); how many."""
-        if self.vectors is None:
-            raise ValidationInputError([("embedder", "no embedder is configured")])
+        if self.vectors is None:  # a daemon with an embedder embeds them when it runs
+            return await queue_all(self.db)
         return await self.vectors.reembed()
 
     async def count_refuted_matches(self, query: str) -> int:
@@ -623,7 +634,9 @@ class Store:
                 )
             return report
 
-        return await self.db.write(job, weight=max(1, len(rows)))
+        report = await self.db.write(job, weight=max(1, len(rows)))
+        self._queued()
+        return report
 
     # ------------------------------------------------------------------ MQTT outbox
     # Implemented in _outbox.py; these methods are its public face.

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from memwarden.memory._database import Database
 
-__all__ = ["EmbedderLike", "VectorIndex"]
+__all__ = ["EmbedderLike", "VectorIndex", "queue_all"]
 
 log = structlog.get_logger("memwarden.vectors")
 
@@ -44,6 +44,20 @@ class EmbedderLike(Protocol):
     dim: int
 
     def embed(self, texts: Sequence[str]) -> Any: ...
+
+
+async def queue_all(db: Database) -> int:
+    """Queue every block for a new vector (``memwarden reembed``: works without the
+    embedder loaded; the daemon's embedding task does the work); how many."""
+
+    async def job(conn: aiosqlite.Connection) -> int:
+        cur = await conn.execute(
+            "INSERT INTO embed_queue (block_rid) SELECT rid FROM blocks WHERE true"
+            " ON CONFLICT (block_rid) DO UPDATE SET gen = gen + 1"
+        )
+        return int(cur.rowcount)
+
+    return await db.write(job)
 
 
 def _numpy() -> Any:
