@@ -32,6 +32,10 @@ MODES: tuple[str, ...] = ("keyword", "vector", "hybrid")
 # Reciprocal rank fusion: a candidate's relevance is the sum of 1 / (RRF_K + rank) over
 # the lists it is in (rank 1 = best). 60 is the constant of Cormack et al. (2009).
 RRF_K = 60
+# In hybrid search, the keyword list's weight in the fusion when no block has every word
+# of the query (the any-word fallback: a block sharing "how" or "do" with a question is
+# weak evidence next to its nearest meanings). Measured on tests/memory/retrieval_set.py.
+ANY_WORD_WEIGHT = 0.2
 
 
 class Search:
@@ -154,8 +158,11 @@ class Search:
         cands = max(cfg.ranking.candidates, limit)
         nearest = await vectors.query(query, cands)
         keyword: list[tuple[int, float]] = []
+        keyword_weight = 1.0
         if mode == "hybrid":
-            keyword = await self._keyword_candidates(query, cands)
+            keyword, every_word = await self._keyword_candidates(query, cands)
+            if not every_word:  # matched on some words only: weaker evidence
+                keyword_weight = ANY_WORD_WEIGHT
         parts: dict[int, dict[str, float]] = {}
         for rank, (rid, sim) in enumerate(nearest, 1):
             parts[rid] = {"vector_rank": float(rank), "similarity": round(sim, 4)}
@@ -166,9 +173,9 @@ class Search:
             if mode == "vector":
                 relevance[rid] = max(p["similarity"], 0.0)
             else:
-                relevance[rid] = sum(
-                    1.0 / (RRF_K + p[key]) for key in ("keyword_rank", "vector_rank") if key in p
-                )
+                relevance[rid] = (
+                    keyword_weight / (RRF_K + p["keyword_rank"]) if "keyword_rank" in p else 0.0
+                ) + (1.0 / (RRF_K + p["vector_rank"]) if "vector_rank" in p else 0.0)
                 p["rrf"] = round(relevance[rid], 6)
         if not relevance:
             return []
@@ -190,21 +197,26 @@ class Search:
         rows = await self._rows(_search_sql(include_refuted=include_refuted, given=True), params)
         return self._hits(rows, now, parts)
 
-    async def _keyword_candidates(self, query: str, cands: int) -> list[tuple[int, float]]:
-        """The BM25 top ``cands`` (rid, relevance), every word first, then any word."""
+    async def _keyword_candidates(
+        self, query: str, cands: int
+    ) -> tuple[list[tuple[int, float]], bool]:
+        """The BM25 top ``cands`` (rid, relevance), every word first, then any word; and
+        whether they have every word."""
         match = fts_query(query)
         if match is None:
-            return []
+            return [], True
         sql = (
             "SELECT rowid, -bm25(blocks_fts, 2.0, 1.0, 1.5) FROM blocks_fts"
             " WHERE blocks_fts MATCH :match ORDER BY bm25(blocks_fts, 2.0, 1.0, 1.5)"
             " LIMIT :cands"
         )
         rows = await self._rows(sql, {"match": match, "cands": cands})
+        every_word = True
         if not rows and " " in match:
             any_match = fts_query(query, any_term=True)
             rows = await self._rows(sql, {"match": any_match, "cands": cands})
-        return [(int(rid), float(rel)) for rid, rel in rows]
+            every_word = False
+        return [(int(rid), float(rel)) for rid, rel in rows], every_word
 
     async def _rows(self, sql: str, params: dict[str, Any]) -> list[Any]:
         rows = self.db.read_inline(sql, params)
