@@ -123,12 +123,15 @@ async def test_vector_mode_without_an_embedder_is_refused(tmp_path: Path):
 async def test_an_unknown_or_hostile_embedder_is_a_config_error(tmp_path: Path, name: str):
     """``[search] embedder`` naming nothing installed stops the start with a ConfigError
     naming ``search.embedder`` (never a download, never a traceback)."""
-    with pytest.raises(ConfigError) as caught:
+
+    async def start() -> None:
         settings = load_settings(
             None, env={}, home=tmp_path / "home", api={"port": 0}, search={"embedder": name}
         )
-        d = Daemon(settings, registry=Registry.from_classes({}))
-        await start_in_loop(d)
+        await start_in_loop(Daemon(settings, registry=Registry.from_classes({})))
+
+    with pytest.raises(ConfigError) as caught:
+        await start()
     said = [str(caught.value), *caught.value.problems]
     assert any(line.startswith("search.embedder") for line in said), said
     assert not (tmp_path / "home" / "memwarden.db").exists()  # refused before the store
