@@ -26,6 +26,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
     bench_mqtt,
     bench_read_through,
     bench_regex,
+    bench_search_hybrid,
     bench_sensors,
     bench_suggest,
 )

@@ -107,9 +107,11 @@ class VectorIndex:
                 "SELECT block_rid, vector FROM block_vectors WHERE model = ? AND dim = ?",
                 (self.model, self.dim),
             ) as cur:
-                while rows := await cur.fetchmany(4096):
-                    for rid, blob in rows:
-                        self._put(int(rid), np.frombuffer(blob, dtype=np.int8))
+                while rows := await cur.fetchmany(8192):
+                    self._put_many(
+                        [int(rid) for rid, _ in rows],
+                        np.frombuffer(b"".join(blob for _, blob in rows), dtype=np.int8),
+                    )
             [(other,)] = list(
                 await conn.execute_fetchall(
                     "SELECT count(*) FROM block_vectors WHERE model != ? OR dim != ?",
@@ -141,6 +143,21 @@ class VectorIndex:
             self._row[rid] = row
             self._rids[row] = rid
         self._matrix[row] = vec
+
+    def _put_many(self, rids: list[int], flat: Any) -> None:
+        """Append rows for rids not held yet (loading), one copy for the lot."""
+        fresh = [rid not in self._row for rid in rids]
+        if not all(fresh):  # some are held: one at a time
+            for rid, vec in zip(rids, flat.reshape(-1, self.dim), strict=True):
+                self._put(rid, vec)
+            return
+        n = len(rids)
+        self._reserve(self._size + n)
+        start = self._size
+        self._matrix[start : start + n] = flat.reshape(n, self.dim)
+        self._rids[start : start + n] = rids
+        self._row.update((rid, start + i) for i, rid in enumerate(rids))
+        self._size += n
 
     def _drop(self, rid: int) -> None:
         row = self._row.pop(rid, None)
