@@ -36,6 +36,7 @@ RRF_K = 60
 # of the query (the any-word fallback: a block sharing "how" or "do" with a question is
 # weak evidence next to its nearest meanings). Measured on tests/memory/retrieval_set.py.
 ANY_WORD_WEIGHT = 0.2
+VECTOR_CANDIDATES = 50
 
 
 class Search:
@@ -156,7 +157,10 @@ class Search:
             return []
         cfg = self.policy
         cands = max(cfg.ranking.candidates, limit)
-        nearest = await vectors.query(query, cands)
+        # Vector candidates: enough for the fusion to reorder the top ``limit`` (a block
+        # past rank 5 x limit adds at most 1/(60 + 50) to its fused score); each one
+        # costs a row in the ranking statement, and the nearest list is never empty.
+        nearest = await vectors.query(query, min(cands, max(VECTOR_CANDIDATES, 5 * limit)))
         keyword: list[tuple[int, float]] = []
         keyword_weight = 1.0
         if mode == "hybrid":
