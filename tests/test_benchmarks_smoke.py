@@ -28,6 +28,10 @@ FIGURES = {
     "erase_10k",
     "erase_100k",
     "secure_delete",
+    "embed_throughput",
+    "search_hybrid",
+    "hybrid_rss",
+    "hybrid_startup",
 }
 
 
