@@ -156,3 +156,19 @@ def test_embedders_are_found_by_entry_point_and_unknown_ones_refused():
     assert load_embedder("wordllama").dim == 256
     with pytest.raises(ConfigError, match=r"search\.embedder"):
         load_embedder("no-such-embedder")
+
+
+async def test_a_large_scan_in_a_thread_finds_what_the_inline_scan_finds(make_store, monkeypatch):
+    """Past the inline size the scan runs in a worker thread on a snapshot of the rids:
+    the same nearest blocks, the same order."""
+    from memwarden.memory import _vectors  # noqa: PLC0415 - the threshold under test
+
+    store = await make_store(embedder=StubEmbedder())
+    for text in ("The API timeout is 30 s", "The database lives in Frankfurt", "zebras"):
+        await store.add({"content": text})
+    await _drain(store)
+    inline = [h.id for h in await store.search("API timeout", mode="vector")]
+    monkeypatch.setattr(_vectors, "_INLINE_ROWS", 1)
+    threaded = [h.id for h in await store.search("API timeout", mode="vector")]
+    assert threaded == inline
+    assert len(inline) == 3

@@ -37,6 +37,9 @@ _SCALE = 127.0
 # Rows converted to float32 at a time: 256 x 256 x 4 = 256 KiB, which stays in the CPU
 # cache (16 384-row chunks measured 7x slower at 100 000 rows: the copy left the cache).
 _CHUNK = 256
+# Up to this many vectors a search scans on the loop (about 1 ms at 256 dimensions);
+# beyond, in a worker thread.
+_INLINE_ROWS = 20_000
 
 
 class EmbedderLike(Protocol):
@@ -193,12 +196,21 @@ class VectorIndex:
         # One short query (the API caps it at 1 000 characters) embeds in tens of
         # microseconds with a static model: on the loop, cheaper than a thread hop.
         [qvec] = self.quantise(self.embedder.embed([text]))
-        return self.nearest(qvec, k)
+        if self._size < _INLINE_ROWS:
+            return self.nearest(qvec, k)
+        # A large scan (milliseconds) runs in a thread so the loop keeps answering;
+        # numpy lets go of the GIL while it multiplies. The matrix and the rids are
+        # taken now: a vector stored meanwhile is seen or not, a row moved by a delete
+        # cannot name the wrong block.
+        n, matrix, rids = self._size, self._matrix, self._rids[: self._size].copy()
+        return await asyncio.to_thread(self._scan, matrix, rids, n, qvec, k)
 
     def nearest(self, qvec: Any, k: int) -> list[tuple[int, float]]:
         """Exact cosine of the int8 ``qvec`` against every held vector; the best ``k``."""
+        return self._scan(self._matrix, self._rids, self._size, qvec, k)
+
+    def _scan(self, matrix: Any, rids: Any, n: int, qvec: Any, k: int) -> list[tuple[int, float]]:
         np = self.np
-        n = self._size
         if not n or k < 1:
             return []
         q = np.asarray(qvec, dtype=np.float32) / (_SCALE * _SCALE)
@@ -207,12 +219,12 @@ class VectorIndex:
         for start in range(0, n, _CHUNK):
             stop = min(n, start + _CHUNK)
             rows = buf[: stop - start]
-            np.copyto(rows, self._matrix[start:stop], casting="unsafe")
+            np.copyto(rows, matrix[start:stop], casting="unsafe")
             np.matmul(rows, q, out=sims[start:stop])
         k = min(k, n)
         top = np.argpartition(-sims, k - 1)[:k] if k < n else np.arange(n)
         top = top[np.argsort(-sims[top], kind="stable")]
-        return [(int(self._rids[i]), float(sims[i])) for i in top]
+        return [(int(rids[i]), float(sims[i])) for i in top]
 
     # ------------------------------------------------------------------ embedding
 
