@@ -172,3 +172,21 @@ async def test_a_large_scan_in_a_thread_finds_what_the_inline_scan_finds(make_st
     threaded = [h.id for h in await store.search("API timeout", mode="vector")]
     assert threaded == inline
     assert len(inline) == 3
+
+
+async def test_erasing_a_block_removes_its_vector_from_disk_and_memory(make_store):
+    """``erase`` takes the block's vector row (cascade) and its row of the matrix."""
+    store = await make_store(embedder=StubEmbedder())
+    a = await store.add({"content": "The API timeout is 30 s"})
+    await store.add({"content": "zebras"})
+    await _drain(store)
+    assert store.vectors is not None
+    assert len(store.vectors) == 2
+    await store.erase([a.id], actor="test")
+    assert len(store.vectors) == 1
+    conn = sqlite3.connect(store.path)
+    try:
+        assert conn.execute("SELECT count(*) FROM block_vectors").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM embed_queue").fetchone() == (0,)
+    finally:
+        conn.close()

@@ -279,6 +279,8 @@ class Store:
         the whole file, with ``vacuum``). All or nothing: an unknown id changes nothing.
         """
         report = await _erasure.erase(self.db, self.clock, block_ids, actor=actor, reason=reason)
+        if self.vectors is not None:  # the rows went with the blocks (cascade); memory too
+            await self.vectors.prune()
         score_log = self.score_log
         if score_log is not None:
             report.score_log_lines = await asyncio.to_thread(score_log.drop_blocks, report.erased)

@@ -151,6 +151,19 @@ class VectorIndex:
             self._rids[row] = rid
         self._matrix[row] = vec
 
+    async def prune(self) -> int:
+        """Drop from memory the vectors whose block is gone (erased: ``memwarden forget``);
+        how many. The stored rows went with their blocks (foreign key, cascade)."""
+        async with self.db.read() as conn:
+            kept = {
+                int(r)
+                for (r,) in await conn.execute_fetchall("SELECT block_rid FROM block_vectors")
+            }
+        gone = [rid for rid in self._row if rid not in kept]
+        for rid in gone:
+            self._drop(rid)
+        return len(gone)
+
     def _put_many(self, rids: list[int], flat: Any) -> None:
         """Append rows for rids not held yet (loading), one copy for the lot."""
         fresh = [rid not in self._row for rid in rids]
