@@ -178,12 +178,14 @@ async def test_erasing_a_block_removes_its_vector_from_disk_and_memory(make_stor
     """``erase`` takes the block's vector row (cascade) and its row of the matrix."""
     store = await make_store(embedder=StubEmbedder())
     a = await store.add({"content": "The API timeout is 30 s"})
-    await store.add({"content": "zebras"})
+    z = await store.add({"content": "zebras"})
     await _drain(store)
     assert store.vectors is not None
     assert len(store.vectors) == 2
     await store.erase([a.id], actor="test")
     assert len(store.vectors) == 1
+    # the last row moved into the erased one's place and still names its block
+    assert [h.id for h in await store.search("zebras", mode="vector")] == [z.id]
     conn = sqlite3.connect(store.path)
     try:
         assert conn.execute("SELECT count(*) FROM block_vectors").fetchone() == (1,)

@@ -88,7 +88,9 @@ class VectorIndex:
         np = self.np
         self._matrix: Any = np.zeros((0, self.dim), dtype=np.int8)
         self._rids: Any = np.zeros(0, dtype=np.int64)
-        self._row: dict[int, int] = {}  # block rid -> row of the matrix
+        # block rid -> row of the matrix (-1: none), indexed by rid: rids are SQLite's
+        # dense integer keys, so 4 bytes a block where a dict took about 100.
+        self._row_of: Any = np.full(0, -1, dtype=np.int32)
         self._size = 0
         self._wake = asyncio.Event()
         self.embedded = 0  # vectors made since start (metrics, benchmarks)
@@ -141,13 +143,31 @@ class VectorIndex:
         rids[: self._size] = self._rids[: self._size]
         self._matrix, self._rids = matrix, rids
 
+    def _row(self, rid: int) -> int | None:
+        if rid < 0 or rid >= len(self._row_of):
+            return None
+        row = int(self._row_of[rid])
+        return row if row >= 0 else None
+
+    def _grow_rows(self, rid: int) -> None:
+        np = self.np
+        if rid < len(self._row_of):
+            return
+        grown = np.full(max(rid + 1, 2 * len(self._row_of), 1024), -1, dtype=np.int32)
+        grown[: len(self._row_of)] = self._row_of
+        self._row_of = grown
+
+    def _set_row(self, rid: int, row: int) -> None:
+        self._grow_rows(rid)
+        self._row_of[rid] = row
+
     def _put(self, rid: int, vec: Any) -> None:
-        row = self._row.get(rid)
+        row = self._row(rid)
         if row is None:
             self._reserve(self._size + 1)
             row = self._size
             self._size += 1
-            self._row[rid] = row
+            self._set_row(rid, row)
             self._rids[row] = rid
         self._matrix[row] = vec
 
@@ -159,15 +179,14 @@ class VectorIndex:
                 int(r)
                 for (r,) in await conn.execute_fetchall("SELECT block_rid FROM block_vectors")
             }
-        gone = [rid for rid in self._row if rid not in kept]
+        gone = [int(rid) for rid in self._rids[: self._size] if int(rid) not in kept]
         for rid in gone:
             self._drop(rid)
         return len(gone)
 
     def _put_many(self, rids: list[int], flat: Any) -> None:
         """Append rows for rids not held yet (loading), one copy for the lot."""
-        fresh = [rid not in self._row for rid in rids]
-        if not all(fresh):  # some are held: one at a time
+        if any(self._row(rid) is not None for rid in rids):  # some are held: one at a time
             for rid, vec in zip(rids, flat.reshape(-1, self.dim), strict=True):
                 self._put(rid, vec)
             return
@@ -176,19 +195,21 @@ class VectorIndex:
         start = self._size
         self._matrix[start : start + n] = flat.reshape(n, self.dim)
         self._rids[start : start + n] = rids
-        self._row.update((rid, start + i) for i, rid in enumerate(rids))
+        self._grow_rows(max(rids))
+        self._row_of[rids] = self.np.arange(start, start + n, dtype=self.np.int32)
         self._size += n
 
     def _drop(self, rid: int) -> None:
-        row = self._row.pop(rid, None)
+        row = self._row(rid)
         if row is None:
             return
+        self._row_of[rid] = -1
         last = self._size - 1
         if row != last:  # move the last row into the hole
             moved = int(self._rids[last])
             self._matrix[row] = self._matrix[last]
             self._rids[row] = moved
-            self._row[moved] = row
+            self._row_of[moved] = row
         self._rids[last] = -1
         self._size = last
 
