@@ -135,3 +135,30 @@ async def test_an_unknown_or_hostile_embedder_is_a_config_error(tmp_path: Path, 
     said = [str(caught.value), *caught.value.problems]
     assert any(line.startswith("search.embedder") for line in said), said
     assert not (tmp_path / "home" / "memwarden.db").exists()  # refused before the store
+
+
+async def test_the_python_client_and_mcp_take_mode(semantic: Daemon):
+    """``AsyncClient.search(mode=...)`` and MCP ``memory_search`` with ``mode`` reach the
+    daemon: vector finds by shared pieces, keyword answers as keyword; a bad mode fails."""
+    from tests.mcp.test_mcp import mcp_session  # noqa: PLC0415 - the MCP helpers
+
+    from memwarden.client import AsyncClient  # noqa: PLC0415
+
+    d = semantic
+    block = await d.add_block({"content": "The API timeout is 30 s"})
+    vectors = d.store.vectors
+    assert vectors is not None
+    await eventually(lambda: len(vectors) == 1, what="embedded")
+    async with AsyncClient(home=d.settings.home) as client:
+        answer = await client.search("timeouts", mode="vector")
+        assert answer["mode"] == "vector"
+        assert [r["block"]["id"] for r in answer["results"]] == [block.id]
+        assert (await client.search("API timeout", mode="keyword"))["mode"] == "keyword"
+    async with mcp_session(d) as session:
+        found = await session.call_tool("memory_search", {"query": "timeouts", "mode": "vector"})
+        assert not found.is_error, found.content
+        assert found.structured_content is not None
+        assert found.structured_content["mode"] == "vector"
+        assert [r["id"] for r in found.structured_content["results"]] == [block.id]
+        bad = await session.call_tool("memory_search", {"query": "x", "mode": "sideways"})
+        assert bad.is_error
