@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from structlog.testing import capture_logs
 
 from memwarden.embedders import StubEmbedder, load_embedder
 from memwarden.errors import ConfigError, ValidationInputError
@@ -192,3 +193,27 @@ async def test_erasing_a_block_removes_its_vector_from_disk_and_memory(make_stor
         assert conn.execute("SELECT count(*) FROM embed_queue").fetchone() == (0,)
     finally:
         conn.close()
+
+
+async def test_a_text_the_embedder_refuses_is_skipped_not_retried_forever(make_store):
+    """One text that makes the embedder raise is logged and taken off the queue; the rest
+    of its batch gets vectors, and the skipped block is still found by its words."""
+    store = await make_store(embedder=StubEmbedder())
+    assert store.vectors is not None
+    real_embed = store.vectors.embedder.embed
+
+    def picky(texts):
+        if any("poison" in t for t in texts):
+            raise ValueError("cannot embed this")
+        return real_embed(texts)
+
+    store.vectors.embedder.embed = picky  # type: ignore[method-assign]
+    bad = await store.add({"content": "poison pill text"})
+    good = await store.add({"content": "The API timeout is 30 s"})
+    with capture_logs() as logs:
+        await _drain(store)
+    assert await store.vectors.pending() == 0
+    assert len(store.vectors) == 1
+    assert [h.id for h in await store.search("API timeout", mode="vector")] == [good.id]
+    assert [h.id for h in await store.search("poison pill", mode="keyword")] == [bad.id]
+    assert any(e["event"] == "embedding_skipped" for e in logs)

@@ -304,10 +304,12 @@ class VectorIndex:
         texts = [
             f"{title}\n{content}" if title else str(content) for _, _, title, content, _ in live
         ]
-        vecs = self.quantise(await asyncio.to_thread(self.embedder.embed, texts)) if texts else []
+        vecs = await asyncio.to_thread(self._embed_each, [int(r[0]) for r in live], texts)
         model, dim = self.model, self.dim
         done: list[tuple[int, int]] = [(int(r[0]), int(r[1])) for r in rows]
-        stored = [(int(r[0]), v.tobytes()) for r, v in zip(live, vecs, strict=True)]
+        stored = [
+            (int(r[0]), v.tobytes()) for r, v in zip(live, vecs, strict=True) if v is not None
+        ]
 
         async def job(conn: aiosqlite.Connection) -> list[int]:
             # Only the queue rows not queued again meanwhile (an edit bumps gen) are done.
@@ -326,9 +328,11 @@ class VectorIndex:
                         (rid, model, dim, blob, rid),
                     )
                     kept.append(rid)
-            gone = [rid for rid, _ in done if rid not in {s[0] for s in stored}]
-            for rid in gone:  # deleted meanwhile
+            made = {s[0] for s in stored}
+            gone = [rid for rid, _ in done if rid not in made]
+            for rid in gone:  # deleted meanwhile, or its text could not be embedded
                 await conn.execute("DELETE FROM embed_queue WHERE block_rid = ?", (rid,))
+                await conn.execute("DELETE FROM block_vectors WHERE block_rid = ?", (rid,))
             return kept
 
         kept = await self.db.write(job, weight=len(rows))
@@ -341,6 +345,27 @@ class VectorIndex:
                 self._drop(rid)
         self.embedded += len(kept)
         return len(rows)
+
+    def _embed_each(self, rids: list[int], texts: list[str]) -> list[Any]:
+        """Quantised vectors of ``texts`` (in a worker thread); when the batch fails, each
+        text alone, and a text the embedder refuses gets ``None`` (logged, taken off the
+        queue: one hostile text never stalls the others; its block is found by words)."""
+        if not texts:
+            return []
+        try:
+            return list(self.quantise(self.embedder.embed(texts)))
+        except Exception as err:  # noqa: BLE001 - find the one that fails below
+            log.info("embedding_batch_failed", texts=len(texts), error=type(err).__name__)
+        out: list[Any] = []
+        for rid, text in zip(rids, texts, strict=True):
+            try:
+                out.append(self.quantise(self.embedder.embed([text]))[0])
+            except Exception as err:  # noqa: BLE001 - an embedder's failure, reported
+                log.warning(
+                    "embedding_skipped", block_rid=rid, error=f"{type(err).__name__}: {err}"
+                )
+                out.append(None)
+        return out
 
     async def reembed(self, *, only_other_models: bool = False) -> int:
         """Queue every block again (a model change: ``memwarden reembed``); how many."""
