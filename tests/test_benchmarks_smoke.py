@@ -30,6 +30,10 @@ FIGURES = {
     "secure_delete",
     "redact",
     "console_block_page",
+    "embed_throughput",
+    "search_hybrid",
+    "hybrid_rss",
+    "hybrid_startup",
 }
 
 

@@ -13,13 +13,14 @@ PACKAGE = Path(__file__).parents[1] / "src" / "memwarden"
 # listed (cli, demo) may import anything.
 ALLOWED: dict[str, set[str]] = {
     "memory": set(),
+    "embedders": set(),  # embedder plugins: the daemon loads one, the store takes it
     "plugins": {"memory"},
     "sensors": {"plugins", "memory"},
     "hosting": {"plugins", "memory"},  # building sensor runners: daemon and agent
     "mqtt": {"plugins", "memory"},  # the wire: daemon and agent; never the daemon
     # daemon answers with the API's documented answer types, which live with the client
     # (TypedDicts the client returns); the client never imports the daemon
-    "daemon": {"sensors", "hosting", "mqtt", "plugins", "memory", "client", "privacy"},
+    "daemon": {"sensors", "hosting", "mqtt", "plugins", "memory", "client", "privacy", "embedders"},
     "privacy": set(),  # detectors and the policy: the daemon applies them at its doors
     "agent": {"daemon", "hosting", "mqtt", "plugins", "memory"},
     "client": {"memory"},

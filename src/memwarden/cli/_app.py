@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import json
 import os
 import sys
@@ -650,6 +651,14 @@ def _believed(block_id: str, as_of: str, *, db: Path | None, json_out: bool) -> 
         )
 
 
+class SearchModeOpt(enum.StrEnum):
+    """``memwarden search --mode``."""
+
+    keyword = "keyword"
+    vector = "vector"
+    hybrid = "hybrid"
+
+
 @app.command()
 def search(
     query: Annotated[str, typer.Argument(help="Words to look for.")],
@@ -665,11 +674,24 @@ def search(
         str | None,
         typer.Option("--max-age", help="Re-check results validated longer ago (30s) if quick."),
     ] = None,
+    mode: Annotated[
+        SearchModeOpt | None,
+        typer.Option(
+            "--mode",
+            help="keyword, vector or hybrid (default: hybrid when the daemon has an "
+            "embedder, else keyword; with --db: keyword only).",
+        ),
+    ] = None,
 ) -> None:
     """Search, ranked by relevance x freshness x reliability x retention."""
 
     async def local(s: Store) -> Any:
-        hits = await s.search(query, limit=limit, include_refuted=refuted)
+        hits = await s.search(
+            query,
+            limit=limit,
+            include_refuted=refuted,
+            mode=mode.value if mode is not None else None,
+        )
         results = [h.as_dict() for h in hits]
         short = await s.short_ids([h.block.id for h in hits])
         for r in results:
@@ -690,6 +712,7 @@ def search(
             session=session,
             include_refuted=refuted,
             max_age=max_age,
+            mode=mode.value if mode is not None else None,
         ),
         local=local,
     )
@@ -727,6 +750,22 @@ def search(
             f"checked now: {len(answer['checked'])}, no answer in time: {len(answer['timed_out'])}",
             highlight=False,
         )
+
+
+@app.command()
+def reembed(db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """Queue every block for a new vector (after changing [search] embedder); the
+    daemon's embedding task works through them in the background."""
+
+    async def local(s: Store) -> Any:
+        return {"queued": await s.reembed(), "embedder": None}
+
+    answer = call(db, api=lambda c: c.reembed(), local=local)
+    if json_out:
+        print_json(answer)
+        return
+    model = answer.get("embedder") or "the embedder the daemon runs with next"
+    out.print(f"{answer['queued']} blocks queued for {model}", highlight=False)
 
 
 @app.command("list")

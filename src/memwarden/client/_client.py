@@ -319,6 +319,7 @@ class _Ops:
         include_refuted: bool,
         wait: str,
         max_age: str | None = None,
+        mode: str | None = None,
     ) -> tuple[str, str, Any, Any]:
         params: dict[str, Any] = {
             "q": query,
@@ -331,6 +332,8 @@ class _Ops:
             params["max_age"] = max_age
         if session:
             params["session"] = session
+        if mode is not None:
+            params["mode"] = mode
         return "GET", "/v1/search", params, None
 
 
@@ -470,10 +473,13 @@ class AsyncClient:
         include_refuted: bool = False,
         wait: str = "2s",
         max_age: str | None = None,
+        mode: str | None = None,
     ) -> dict[str, Any]:
         """``{"query", "results": [{"block", "score", "rank", "stale", "warnings", "factors",
         "receipt"}], "checked", "timed_out", "hidden_refuted"}``; ``max_age`` (``30s``)
-        re-checks older results first when their check is quick, ``fresh`` any age."""
+        re-checks older results first when their check is quick, ``fresh`` any age.
+        ``mode``: ``keyword``, ``vector`` or ``hybrid`` (the daemon's default: hybrid
+        when it has an embedder)."""
         return await self._call(  # type: ignore[no-any-return]
             *_Ops.search(
                 query,
@@ -483,8 +489,13 @@ class AsyncClient:
                 include_refuted=include_refuted,
                 wait=wait,
                 max_age=max_age,
+                mode=mode,
             )
         )
+
+    async def reembed(self) -> dict[str, Any]:
+        """Queue every block for a new vector: ``{"queued", "embedder"}``."""
+        return await self._call("POST", "/v1/search/reembed", None, None)  # type: ignore[no-any-return]
 
     async def stale(self, limit: int = 100) -> list[Block]:
         data = await self._call("GET", "/v1/stale", {"limit": limit})
@@ -749,6 +760,7 @@ class Client:
         include_refuted: bool = False,
         wait: str = "2s",
         max_age: str | None = None,
+        mode: str | None = None,
     ) -> dict[str, Any]:
         return self._call(  # type: ignore[no-any-return]
             *_Ops.search(
@@ -759,8 +771,13 @@ class Client:
                 include_refuted=include_refuted,
                 wait=wait,
                 max_age=max_age,
+                mode=mode,
             )
         )
+
+    def reembed(self) -> dict[str, Any]:
+        """Queue every block for a new vector: ``{"queued", "embedder"}``."""
+        return self._call("POST", "/v1/search/reembed", None, None)  # type: ignore[no-any-return]
 
     def stale(self, limit: int = 100) -> list[Block]:
         return [_block(b) for b in self._call("GET", "/v1/stale", {"limit": limit})]

@@ -4,7 +4,7 @@ demo, tests) read as they are."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from memwarden.memory.policy import CoverageDict, CoverageShareDict
 
@@ -22,12 +22,18 @@ __all__ = [
 
 
 class SearchFactors(TypedDict):
-    """The factors a hit's score multiplies (docs/RULES.md, Ranking)."""
+    """The factors a hit's score multiplies (docs/RULES.md, Ranking); vector and hybrid
+    search add the parts of the fused rank (docs/SEARCH.md)."""
 
     relevance: float
     freshness: float
     reliability: float
     retention: float
+    keyword_rank: NotRequired[float]  # 1 = best BM25 candidate
+    bm25: NotRequired[float]
+    vector_rank: NotRequired[float]  # 1 = nearest vector
+    similarity: NotRequired[float]  # cosine
+    rrf: NotRequired[float]  # hybrid: sum of 1 / (60 + rank) over both lists
 
 
 class SearchResultDict(TypedDict):
@@ -46,6 +52,7 @@ class SearchAnswerDict(TypedDict):
     """:meth:`Daemon.search`: the ranked results and what reading through them did."""
 
     query: str
+    mode: str  # keyword, vector or hybrid
     results: list[SearchResultDict]
     checked: list[str]  # re-checked for this read
     timed_out: list[str]  # asked, no answer in time (or a retry waiting its interval)

@@ -14,7 +14,7 @@ import contextlib
 import functools
 import signal
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 from pydantic import ValidationError
@@ -35,6 +35,7 @@ from memwarden.daemon._notify import Notifier
 from memwarden.daemon._privacy import PrivacyDoors, ensure_key
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
 from memwarden.daemon._sessions import SessionWatch
+from memwarden.embedders import load_embedder
 from memwarden.errors import (
     AmbiguousIdError,
     ConfigError,
@@ -81,7 +82,12 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from memwarden.client import HealthAnswer
-    from memwarden.daemon._answers import CoverageDict, SearchAnswerDict, SearchResultDict
+    from memwarden.daemon._answers import (
+        CoverageDict,
+        SearchAnswerDict,
+        SearchFactors,
+        SearchResultDict,
+    )
     from memwarden.daemon._suggest import ProposeReport
     from memwarden.memory import (
         ApplyResult,
@@ -91,6 +97,7 @@ if TYPE_CHECKING:
         StoredBinding,
         ValidationEvent,
     )
+    from memwarden.memory._search import SearchMode
     from memwarden.privacy import Source
 
 __all__ = ["Daemon", "ReadThrough"]
@@ -231,8 +238,13 @@ class Daemon:
         self.notifier.status("starting")
         async with contextlib.AsyncExitStack() as stack:
             stack.callback(self.notifier.close)
+            # A configured embedder is loaded before the store opens: a missing model is
+            # a ConfigError at start, never a download.
+            embedder = load_embedder(s.search.embedder) if s.search.embedder != "none" else None
             store = Store(
                 s.db_path,
+                embedder=embedder,
+                embed_batch=s.search.embed_batch,
                 clock=self.clock,
                 policy=s.rules,
                 readers=s.store.readers,
@@ -292,6 +304,8 @@ class Daemon:
                 await self._start_sensors(s.sensors)
                 background.append(tg.create_task(self._scheduler.run(), name="scheduler"))
                 background.append(tg.create_task(self._refresh_bindings(), name="bindings"))
+                if store.vectors is not None:
+                    background.append(tg.create_task(store.vectors.run(), name="embedding"))
                 if s.api.enabled:
                     await self._start_api(tg, stack, background, token, callers)
                 if self.notifier.watchdog_interval_s:
@@ -1187,15 +1201,18 @@ class Daemon:
         include_refuted: bool = False,
         wait_s: float = 2.0,
         namespaces: Sequence[str] | None = None,
+        mode: SearchMode | None = None,
     ) -> SearchAnswerDict:
         """Search; results older than ``max_age_s`` (``fresh``: any age, and stale ones)
         whose check is quick are re-checked first, up to ``wait_s``. Every result carries
         a receipt and a ``rank`` on a 0-1 scale. With ``namespaces`` (an agent's), only
         their blocks are found, and only they are reinforced by the retrieval."""
+        mode = mode or self.store.default_search_mode
         kwargs: dict[str, Any] = {
             "limit": limit,
             "include_refuted": include_refuted,
             "namespaces": namespaces,
+            "mode": mode,
         }
         if session is not None:
             kwargs["session"] = session
@@ -1232,12 +1249,16 @@ class Daemon:
                     "score": h.score,
                     "stale": h.stale,
                     "warnings": h.warnings,
-                    "factors": {
-                        "relevance": h.relevance,
-                        "freshness": h.freshness,
-                        "reliability": h.reliability,
-                        "retention": h.retention,
-                    },
+                    "factors": cast(
+                        "SearchFactors",
+                        {
+                            "relevance": h.relevance,
+                            "freshness": h.freshness,
+                            "reliability": h.reliability,
+                            "retention": h.retention,
+                            **h.parts,  # vector and hybrid: the fused rank's parts
+                        },
+                    ),
                     "rank": round(
                         match
                         * h.freshness
@@ -1257,6 +1278,7 @@ class Daemon:
         )
         return {
             "query": query,
+            "mode": mode,
             "results": results,
             "checked": rt.checked,
             "timed_out": rt.timed_out + rt.later,

@@ -238,6 +238,25 @@ class SuggestSettings(BaseModel):
     )
 
 
+class SearchSettings(BaseModel):
+    """``[search]``: search by meaning (docs/SEARCH.md)."""
+
+    model_config = _FROZEN
+
+    embedder: str = Field(
+        default="none",
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="The embedder behind vector and hybrid search: none (keyword search "
+        "only), stub (hashing, for tests), wordllama (static embeddings shipped in its "
+        "wheel: pip install 'memwarden[semantic]'), or a plugin's name "
+        "(entry-point group memwarden.embedders). With one, searches are hybrid by default.",
+    )
+    embed_batch: Annotated[int, Field(ge=1, le=4096)] = Field(
+        default=256, description="Blocks embedded per batch by the background task."
+    )
+
+
 class RestartSettings(BaseModel):
     """``[sensors.<name>.restart]``: how a crashing sensor is restarted."""
 
@@ -557,6 +576,7 @@ class Settings(BaseSettings):
     )
     agent: AgentSettings = Field(default_factory=AgentSettings)
     suggest: SuggestSettings = Field(default_factory=SuggestSettings)
+    search: SearchSettings = Field(default_factory=SearchSettings)
     retention: RetentionConfig = Field(
         default_factory=RetentionConfig,
         description="How long blocks, archived blocks, events and score-log lines are kept:"

@@ -220,10 +220,19 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         max_age_seconds: Annotated[
             float | None, Field(ge=0, description="Re-check facts validated longer ago.")
         ] = None,
+        mode: Annotated[
+            Literal["keyword", "vector", "hybrid"] | None,
+            Field(
+                description="keyword (exact words), vector (by meaning) or hybrid (both); "
+                "default: hybrid when the daemon has an embedder, else keyword."
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         max_age = f"{max_age_seconds}s" if max_age_seconds is not None else None
         answer = await call(
-            lambda c: c.search(query, limit=limit, fresh=fresh, session=session, max_age=max_age)
+            lambda c: c.search(
+                query, limit=limit, fresh=fresh, session=session, max_age=max_age, mode=mode
+            )
         )
         now = datetime.now(UTC)
         return {
@@ -232,6 +241,7 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
             "timed_out": answer.get("timed_out", []),
             "observations": answer.get("observations", {}),
             "hidden_refuted": answer.get("hidden_refuted", 0),
+            "mode": answer.get("mode"),
         }
 
     @server.tool(description=ADD_DESCRIPTION)

@@ -221,6 +221,9 @@ class SearchHit:
     depends_json: str = field(repr=False)
     now: float = field(repr=False)
     policy: PolicyConfig = field(repr=False, compare=False)
+    # Vector and hybrid search: the fused rank's parts (keyword_rank, bm25, vector_rank,
+    # similarity, rrf), for explaining a result; empty for keyword search.
+    parts: dict[str, float] = field(default_factory=dict, compare=False)
     _block: list[Block] = field(default_factory=list, repr=False, compare=False)  # built once
 
     @property

@@ -400,7 +400,35 @@ ALTER TABLE blocks ADD COLUMN namespace TEXT NOT NULL DEFAULT 'default';
 CREATE INDEX blocks_namespace ON blocks(namespace, id);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+_V11 = """
+-- Search by meaning (docs/SEARCH.md): one vector per block, made by the configured
+-- embedder from its title and content, int8-quantised (each number x 127 of a unit
+-- vector) with the model that made it. ``embed_queue`` is what still needs a vector:
+-- triggers queue a block when it is added or its text changes, and the daemon's
+-- embedding task drains it off the write path (``gen`` tells an edit made meanwhile).
+CREATE TABLE block_vectors (
+    block_rid INTEGER PRIMARY KEY REFERENCES blocks(rid) ON DELETE CASCADE,
+    model TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE TABLE embed_queue (
+    block_rid INTEGER PRIMARY KEY REFERENCES blocks(rid) ON DELETE CASCADE,
+    gen INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO embed_queue (block_rid) SELECT rid FROM blocks;
+CREATE TRIGGER embed_queue_on_insert AFTER INSERT ON blocks BEGIN
+    INSERT INTO embed_queue (block_rid) VALUES (new.rid)
+    ON CONFLICT (block_rid) DO UPDATE SET gen = gen + 1;
+END;
+CREATE TRIGGER embed_queue_on_edit AFTER UPDATE OF title, content ON blocks
+WHEN old.title IS NOT new.title OR old.content IS NOT new.content BEGIN
+    INSERT INTO embed_queue (block_rid) VALUES (new.rid)
+    ON CONFLICT (block_rid) DO UPDATE SET gen = gen + 1;
+END;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

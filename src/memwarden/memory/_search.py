@@ -4,7 +4,8 @@ retention in one SQL statement, each hit with the factors and warnings behind it
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+import json
+from typing import TYPE_CHECKING, Any, Literal
 
 from memwarden.errors import ValidationInputError
 from memwarden.memory._clock import from_ts
@@ -22,11 +23,23 @@ if TYPE_CHECKING:
     from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
     from memwarden.memory._record import BlockRecord
+    from memwarden.memory._vectors import VectorIndex
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["Search"]
+__all__ = ["MODES", "RRF_K", "Search", "SearchMode"]
 
 _STALE = BlockState.STALE.value
+
+SearchMode = Literal["keyword", "vector", "hybrid"]
+MODES: tuple[str, ...] = ("keyword", "vector", "hybrid")
+# Reciprocal rank fusion: a candidate's relevance is the sum of 1 / (RRF_K + rank) over
+# the lists it is in (rank 1 = best). 60 is the constant of Cormack et al. (2009).
+RRF_K = 60
+# In hybrid search, the keyword list's weight in the fusion when no block has every word
+# of the query (the any-word fallback: a block sharing "how" or "do" with a question is
+# weak evidence next to its nearest meanings). Measured on tests/memory/retrieval_set.py.
+ANY_WORD_WEIGHT = 0.2
+VECTOR_CANDIDATES = 50
 
 
 class Search:
@@ -36,6 +49,12 @@ class Search:
         self.db = db
         self.clock = clock
         self.policy = policy
+        self.vectors: VectorIndex | None = None  # set when an embedder is configured
+
+    @property
+    def default_mode(self) -> SearchMode:
+        """``hybrid`` when an embedder is configured, ``keyword`` otherwise."""
+        return "hybrid" if self.vectors is not None else "keyword"
 
     async def search(
         self,
@@ -44,9 +63,15 @@ class Search:
         limit: int = 10,
         include_refuted: bool = False,
         namespaces: Sequence[str] | None = None,
+        mode: SearchMode | None = None,
     ) -> list[SearchHit]:
         """Blocks matching ``query`` (words, never FTS syntax), ranked by
         relevance x freshness x reliability x retention.
+
+        ``mode`` (default: :attr:`default_mode`): ``keyword`` ranks BM25 matches (below);
+        ``vector`` the nearest vectors by cosine; ``hybrid`` fuses the BM25 and the
+        cosine candidate lists by reciprocal rank fusion (docs/SEARCH.md). Either way the
+        candidates are then re-ranked by freshness x reliability x retention.
 
         Every word must match; when no block has them all, any word may (ranked by BM25,
         so blocks with more of them come first).
@@ -58,6 +83,21 @@ class Search:
         """
         if not 1 <= limit <= 1000:
             raise ValidationInputError([("limit", f"{limit} is not between 1 and 1000")])
+        mode = mode or self.default_mode
+        if mode not in MODES:
+            raise ValidationInputError([("mode", f"{mode!r} is not one of {', '.join(MODES)}")])
+        if mode != "keyword":
+            if self.vectors is None:
+                raise ValidationInputError(
+                    [("mode", f"{mode!r} needs an embedder ([search] embedder in the config)")]
+                )
+            return await self._fused(
+                query,
+                limit=limit,
+                include_refuted=include_refuted,
+                mode=mode,
+                namespaces=namespaces,
+            )
         match = fts_query(query)
         if match is None:
             return []
@@ -92,6 +132,12 @@ class Search:
             # so blocks with more of the words come first).
             params["match"] = fts_query(query, any_term=True)
             rows = await self._rows(sql, params)
+        return self._hits(rows, now)
+
+    def _hits(
+        self, rows: list[Any], now: float, parts: dict[int, dict[str, float]] | None = None
+    ) -> list[SearchHit]:
+        cfg = self.policy
         hits = []
         warn_below = cfg.staleness.warn_reliability
         for row in rows:
@@ -113,9 +159,108 @@ class Search:
                     depends_json=deps,
                     now=now,
                     policy=cfg,
+                    parts=parts.get(rec.rid, {}) if parts is not None else {},
                 )
             )
         return hits
+
+    async def _fused(
+        self,
+        query: str,
+        *,
+        limit: int,
+        include_refuted: bool,
+        mode: SearchMode,
+        namespaces: Sequence[str] | None = None,
+    ) -> list[SearchHit]:
+        """Vector or hybrid search: candidates by cosine (and BM25), fused by rank, then
+        re-ranked by freshness x reliability x retention in one statement."""
+        vectors = self.vectors
+        if vectors is None:  # checked by search(); here for the type checker
+            return []
+        cfg = self.policy
+        cands = max(cfg.ranking.candidates, limit)
+        scoped = None if namespaces is None else sorted(set(namespaces))
+        # Vector candidates: enough for the fusion to reorder the top ``limit`` (a block
+        # past rank 5 x limit adds at most 1/(60 + 50) to its fused score); each one
+        # costs a row in the ranking statement, and the nearest list is never empty.
+        nearest = await vectors.query(query, min(cands, max(VECTOR_CANDIDATES, 5 * limit)))
+        keyword: list[tuple[int, float]] = []
+        keyword_weight = 1.0
+        if mode == "hybrid":
+            keyword, every_word = await self._keyword_candidates(query, cands, scoped)
+            if not every_word:  # matched on some words only: weaker evidence
+                keyword_weight = ANY_WORD_WEIGHT
+        parts: dict[int, dict[str, float]] = {}
+        for rank, (rid, sim) in enumerate(nearest, 1):
+            parts[rid] = {"vector_rank": float(rank), "similarity": round(sim, 4)}
+        for rank, (rid, bm25) in enumerate(keyword, 1):
+            parts.setdefault(rid, {}).update({"keyword_rank": float(rank), "bm25": bm25})
+        relevance: dict[int, float] = {}
+        for rid, p in parts.items():
+            if mode == "vector":
+                relevance[rid] = max(p["similarity"], 0.0)
+            else:
+                relevance[rid] = (
+                    keyword_weight / (RRF_K + p["keyword_rank"]) if "keyword_rank" in p else 0.0
+                ) + (1.0 / (RRF_K + p["vector_rank"]) if "vector_rank" in p else 0.0)
+                p["rrf"] = round(relevance[rid], 6)
+        if not relevance:
+            return []
+        now = self.clock.time()
+        ranking = cfg.ranking
+        decay = cfg.decay
+        params: dict[str, Any] = {
+            "cands": json.dumps([[rid, rel] for rid, rel in relevance.items()]),
+            "now": now,
+            "f_fresh": ranking.fresh,
+            "f_unverified": ranking.unverified,
+            "f_stale": ranking.stale,
+            "f_refuted": ranking.refuted,
+            "core_floor": decay.core_floor,
+            "floor": decay.floor,
+            "stale_factor": decay.stale_half_life_factor,
+            "limit": limit,
+        }
+        for i, namespace in enumerate(scoped or ()):
+            params[f"ns{i}"] = namespace
+        sql = _search_sql(
+            include_refuted=include_refuted,
+            scoped=None if scoped is None else len(scoped),
+            given=True,
+        )
+        rows = await self._rows(sql, params)
+        return self._hits(rows, now, parts)
+
+    async def _keyword_candidates(
+        self, query: str, cands: int, scoped: Sequence[str] | None = None
+    ) -> tuple[list[tuple[int, float]], bool]:
+        """The BM25 top ``cands`` (rid, relevance) of the ``scoped`` namespaces (every
+        one: ``None``), every word first, then any word; and whether they have every word."""
+        match = fts_query(query)
+        if match is None:
+            return [], True
+        within = ""
+        params: dict[str, Any] = {"match": match, "cands": cands}
+        if scoped is not None:
+            names = ", ".join(f":ns{i}" for i in range(len(scoped))) or "NULL"
+            within = (
+                " CROSS JOIN blocks nb ON nb.rid = blocks_fts.rowid"
+                f" WHERE nb.namespace IN ({names}) AND"
+            )
+            params.update({f"ns{i}": n for i, n in enumerate(scoped)})
+        sql = (
+            "SELECT blocks_fts.rowid, -bm25(blocks_fts, 2.0, 1.0, 1.5) FROM blocks_fts"
+            f"{within or ' WHERE'} blocks_fts MATCH :match"
+            " ORDER BY bm25(blocks_fts, 2.0, 1.0, 1.5) LIMIT :cands"
+        )
+        rows = await self._rows(sql, params)
+        every_word = True
+        if not rows and " " in match:
+            params["match"] = fts_query(query, any_term=True)
+            rows = await self._rows(sql, params)
+            every_word = False
+        return [(int(rid), float(rel)) for rid, rel in rows], every_word
 
     async def _rows(self, sql: str, params: dict[str, Any]) -> list[Any]:
         rows = self.db.read_inline(sql, params)
@@ -165,32 +310,42 @@ def _warnings(
 
 
 @functools.cache
-def _search_sql(*, include_refuted: bool, scoped: int | None = None) -> str:
+def _search_sql(*, include_refuted: bool, scoped: int | None = None, given: bool = False) -> str:
     """The ranking statement of :meth:`Search.search` (built once per variant).
 
     ``scoped``: how many namespaces (``:ns0``, ``:ns1``, ...) the candidates are limited
-    to; ``None``: every namespace, and the candidates come from the index alone.
+    to; ``None``: every namespace. With ``given``, the candidates come as ``:cands``, a
+    JSON array of [rid, relevance] (vector and hybrid search); else from the index.
     """
     states = (
         "('fresh','unverified','stale','refuted')"
         if include_refuted
         else ("('fresh','unverified','stale')")
     )
-    if scoped is None:
-        candidates = "FROM blocks_fts WHERE blocks_fts MATCH :match"
-    else:
-        names = ", ".join(f":ns{i}" for i in range(scoped)) or "NULL"
-        # CROSS JOIN keeps the index first (SQLite never reorders it): the matches are
-        # looked up by rowid, never the namespace's blocks probed against the index.
-        candidates = (
-            "FROM blocks_fts CROSS JOIN blocks nb ON nb.rid = blocks_fts.rowid"
-            f" WHERE blocks_fts MATCH :match AND nb.namespace IN ({names})"
+    names = ", ".join(f":ns{i}" for i in range(scoped or 0)) or "NULL"
+    scope = ""
+    if given:
+        cand = (
+            "SELECT json_extract(j.value, '$[0]') AS rid,"
+            " json_extract(j.value, '$[1]') AS relevance FROM json_each(:cands) j"
         )
+        if scoped is not None:  # the nearest vectors are every namespace's
+            scope = f" AND b.namespace IN ({names})"
+    else:
+        source = "FROM blocks_fts WHERE blocks_fts MATCH :match"
+        if scoped is not None:
+            # CROSS JOIN keeps the index first (SQLite never reorders it): the matches
+            # are looked up by rowid, never the namespace's blocks probed against it.
+            source = (
+                "FROM blocks_fts CROSS JOIN blocks nb ON nb.rid = blocks_fts.rowid"
+                f" WHERE blocks_fts MATCH :match AND nb.namespace IN ({names})"
+            )
+        cand = f"""SELECT blocks_fts.rowid AS rid, -bm25(blocks_fts, 2.0, 1.0, 1.5) AS relevance
+                {source}
+                ORDER BY bm25(blocks_fts, 2.0, 1.0, 1.5) LIMIT :cands"""
     return f"""
             WITH cand AS MATERIALIZED (
-                SELECT blocks_fts.rowid AS rid, -bm25(blocks_fts, 2.0, 1.0, 1.5) AS relevance
-                {candidates}
-                ORDER BY bm25(blocks_fts, 2.0, 1.0, 1.5) LIMIT :cands
+                {cand}
             ), scored AS (
                 SELECT b.rid AS rid, c.relevance,
                     CASE
@@ -203,7 +358,7 @@ def _search_sql(*, include_refuted: bool, scoped: int | None = None) -> str:
                     b.reliability,
                     {retention_sql("b")} AS retention
                 FROM cand c JOIN blocks b ON b.rid = c.rid
-                WHERE b.state IN {states}
+                WHERE b.state IN {states}{scope}
             ), ranked AS MATERIALIZED (
                 SELECT *, relevance * freshness * reliability * retention AS score
                 FROM scored ORDER BY score DESC LIMIT :limit

@@ -57,7 +57,8 @@ from memwarden.memory._results import (
 )
 from memwarden.memory._revalidation import Revalidations
 from memwarden.memory._scorelog import ScoreLog
-from memwarden.memory._search import Search
+from memwarden.memory._search import Search, SearchMode
+from memwarden.memory._vectors import EmbedderLike, VectorIndex, queue_all
 from memwarden.memory.policy import PolicyConfig
 
 if TYPE_CHECKING:
@@ -112,6 +113,8 @@ class Store:
         compaction: _compaction.CompactionConfig | None = None,
         inline_read_ms: float = 0.5,
         secure_delete: bool = True,
+        embedder: EmbedderLike | None = None,
+        embed_batch: int = 256,
     ) -> None:
         self.path = Path(path)
         self.compaction = compaction or _compaction.CompactionConfig()
@@ -132,6 +135,11 @@ class Store:
         self._events = EventLog(self.db, self.clock, self.policy, self.compaction)
         self._revalidations = Revalidations(self.db, self.clock, self.policy)
         self._search = Search(self.db, self.clock, self.policy)
+        # Search by meaning: vectors of the blocks, when an embedder is configured.
+        self.vectors = (
+            VectorIndex(self.db, embedder, batch=embed_batch) if embedder is not None else None
+        )
+        self._search.vectors = self.vectors
         self._reads = Reads(self.db, self.clock, self.policy)
         self._evidence = Evidence(self.db)
 
@@ -154,6 +162,8 @@ class Store:
         if self.db.is_open:
             return self
         await self.db.open()
+        if self.vectors is not None:
+            await self.vectors.load()
         if self._score_log_path is not None:
             self.score_log = ScoreLog(self._score_log_path)
         return self
@@ -166,6 +176,12 @@ class Store:
         if self._score_log_path is not None and self.score_log is not None:
             self.score_log.close()
             self.score_log = None
+
+    def _queued(self) -> None:
+        """Blocks were added or their text changed: wake the embedding task (the
+        triggers queued them; without an embedder there is nothing to wake)."""
+        if self.vectors is not None:
+            self.vectors.notify()
 
     @property
     def write_backlog(self) -> int:
@@ -204,7 +220,9 @@ class Store:
         earlier one's in the same call) is not stored: its place in the answer holds the
         existing id, which is also added to ``duplicates``.
         """
-        return await self._blocks.add_many(news, actor=actor, dedupe=dedupe, duplicates=duplicates)
+        ids = await self._blocks.add_many(news, actor=actor, dedupe=dedupe, duplicates=duplicates)
+        self._queued()
+        return ids
 
     async def update(
         self,
@@ -219,6 +237,7 @@ class Store:
         With ``expected_version`` the edit applies only to that version (else
         :class:`VersionConflictError`, nothing changed)."""
         await self._blocks.update(block_id, patch, actor=actor, expected_version=expected_version)
+        self._queued()
         return await self.get(block_id)
 
     async def archive(self, block_id: str, *, reason: str, actor: str = "agent") -> Block:
@@ -271,6 +290,8 @@ class Store:
         the whole file, with ``vacuum``). All or nothing: an unknown id changes nothing.
         """
         report = await _erasure.erase(self.db, self.clock, block_ids, actor=actor, reason=reason)
+        if self.vectors is not None:  # the rows went with the blocks (cascade); memory too
+            await self.vectors.prune()
         score_log = self.score_log
         if score_log is not None:
             report.score_log_lines = await asyncio.to_thread(score_log.drop_blocks, report.erased)
@@ -509,6 +530,7 @@ class Store:
         session: str | None = None,
         record: bool = True,
         namespaces: Sequence[str] | None = None,
+        mode: SearchMode | None = None,
     ) -> list[SearchHit]:
         """Blocks matching ``query`` (words, never FTS syntax), ranked by
         relevance x freshness x reliability x retention.
@@ -524,11 +546,26 @@ class Store:
         (so only they are reinforced by the retrieval).
         """
         hits = await self._search.search(
-            query, limit=limit, include_refuted=include_refuted, namespaces=namespaces
+            query,
+            limit=limit,
+            include_refuted=include_refuted,
+            namespaces=namespaces,
+            mode=mode,
         )
         if session is not None and record and hits:
             await self.record_access([h.id for h in hits], session=session)
         return hits
+
+    @property
+    def default_search_mode(self) -> SearchMode:
+        """``hybrid`` with an embedder, ``keyword`` without."""
+        return self._search.default_mode
+
+    async def reembed(self) -> int:
+        """Queue every block for a new vector (after a model change); how many."""
+        if self.vectors is None:  # a daemon with an embedder embeds them when it runs
+            return await queue_all(self.db)
+        return await self.vectors.reembed()
 
     async def count_refuted_matches(
         self, query: str, *, namespaces: Sequence[str] | None = None
@@ -647,7 +684,9 @@ class Store:
                 )
             return report
 
-        return await self.db.write(job, weight=max(1, len(rows)))
+        report = await self.db.write(job, weight=max(1, len(rows)))
+        self._queued()
+        return report
 
     # ------------------------------------------------------------------ MQTT outbox
     # Implemented in _outbox.py; these methods are its public face.

@@ -11,10 +11,18 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from memwarden.daemon._routes._deps import DaemonDep, Reader, duration, instant
+from memwarden.daemon._routes._deps import Admin, DaemonDep, Reader, duration, instant
 from memwarden.memory import Block
 
-__all__ = ["BelievedAt", "BlockRead", "Receipt", "SearchAnswer", "SearchResult", "router"]
+__all__ = [
+    "BelievedAt",
+    "BlockRead",
+    "Receipt",
+    "ReembedAnswer",
+    "SearchAnswer",
+    "SearchResult",
+    "router",
+]
 
 router = APIRouter(tags=["search"])
 
@@ -78,6 +86,9 @@ class BlockRead(Block):
 
 class SearchAnswer(BaseModel):
     query: str
+    mode: Literal["keyword", "vector", "hybrid"] | None = Field(
+        default=None, description="How this answer was searched."
+    )
     results: list[SearchResult]
     checked: list[str] = Field(default_factory=list, description="Read through: revalidated.")
     timed_out: list[str] = Field(
@@ -113,6 +124,14 @@ async def search(
         str | None,
         Query(max_length=64, description="Answer what was believed then, in `believed`."),
     ] = None,
+    mode: Annotated[
+        Literal["keyword", "vector", "hybrid"] | None,
+        Query(
+            description="keyword (BM25), vector (cosine of embeddings) or hybrid (both, "
+            "fused by reciprocal rank); default hybrid when an embedder is configured, "
+            "else keyword (docs/SEARCH.md)."
+        ),
+    ] = None,
 ) -> SearchAnswer:
     """Ranked results, each with its receipt; ``fresh`` = ``max_age=0`` for quick checks.
     With ``as_of``: the matches as believed then (``believed``)."""
@@ -137,8 +156,25 @@ async def search(
         include_refuted=include_refuted,
         wait_s=min(wait_s, 30.0),
         namespaces=caller.scope(),
+        mode=mode,
     )
     return SearchAnswer.model_validate(answer)  # the response model, built at the edge
+
+
+class ReembedAnswer(BaseModel):
+    queued: int = Field(description="Blocks queued for a new vector.")
+    embedder: str | None = Field(description="The model that will embed them (none: no embedder).")
+
+
+@router.post("/v1/search/reembed")
+async def reembed(_: Admin, daemon: DaemonDep) -> ReembedAnswer:
+    """Queue every block for a new vector (after changing the embedder's model); the
+    embedding task works through the queue in the background."""
+    vectors = daemon.store.vectors
+    return ReembedAnswer(
+        queued=await daemon.store.reembed(),
+        embedder=vectors.model if vectors is not None else None,
+    )
 
 
 @router.get("/v1/stale")

@@ -1,0 +1,237 @@
+"""``search_hybrid``, ``embed_throughput``, ``hybrid_rss``, ``hybrid_startup``: search by
+meaning with WordLlama (docs/SEARCH.md) at 100 000 blocks.
+
+Setup (not timed): the ``search`` benchmark's Zipf corpus (``benchmarks/_search.py``),
+100 000 blocks through ``Store.add_many`` without an embedder.
+
+``embed_throughput``: the store with the ``wordllama`` embedder drains its queue (every
+block queued by the migration's triggers) batch by batch, vectors written to SQLite and
+held in memory: vectors per second. Baseline: ``embedder.embed`` alone on the same texts
+in batches of the same size (what the model itself costs).
+
+``search_hybrid``: ``Store.search(..., mode="hybrid")`` p95 over the ``search`` benchmark's
+mid-frequency queries (2-3 words taken from one block). Baseline: ``mode="keyword"`` on
+the same store and queries, interleaved. Target: hybrid p95 <= 3x keyword p95.
+
+``hybrid_rss`` and ``hybrid_startup``: ``memwarden run`` on a copy of that database with
+``[search] embedder = "wordllama"`` (model and 100 000 vectors loaded before READY), and
+without (the baseline). RSS is read once the daemon idles after READY. Targets: added RSS
+<= 64 MiB; startup < 1.5 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import shutil
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchmarks import _sqlite
+from benchmarks._harness import Context, Result, benchmark, percentiles_ms
+from benchmarks._search import ADD_CHUNK, SEED, T0, WARMUP, Corpus, _queries
+from benchmarks.bench_daemon import (
+    SETTLE_S,
+    _notify_socket,
+    _spawn,
+    _status_kib,
+    _stop,
+    _wait_ready,
+)
+from memwarden.embedders import load_embedder
+from memwarden.memory import FakeClock, Store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = ["search_hybrid"]
+
+TARGET_RATIO = 3.0
+TARGET_RSS_MIB = 64.0
+TARGET_STARTUP_S = 1.5
+BATCH = 256
+
+
+@contextlib.contextmanager
+def _home(db: Path, embedder: str) -> Iterator[Path]:
+    home = Path(tempfile.mkdtemp(prefix="mw-bench-"))
+    try:
+        shutil.copy(db, home / "memwarden.db")
+        config = home / "memwarden.toml"
+        config.write_text(
+            f'home = "{home}"\nlog_level = "warning"\nlog_format = "json"\n'
+            '[api]\nhost = "127.0.0.1"\nport = 0\n'
+            f'[search]\nembedder = "{embedder}"\n'
+        )
+        yield config
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+async def _daemon(db: Path, embedder: str, settle_s: float) -> tuple[float, dict[str, int]]:
+    """Seconds from spawn to READY=1, and the idle daemon's /proc status (KiB)."""
+    with _home(db, embedder) as config, _notify_socket() as (sock, notify):
+        t0 = time.perf_counter()
+        proc = _spawn(config, notify)
+        try:
+            _wait_ready(sock, proc)
+            ready = time.perf_counter() - t0
+            await asyncio.sleep(settle_s)  # idle, not starting: the RSS that stays
+            status = _status_kib(proc.pid)
+        finally:
+            _stop(proc)
+    return ready, status
+
+
+async def _daemon_results(ctx: Context, path: Path, n_blocks: int) -> list[Result]:
+    """``hybrid_rss`` and ``hybrid_startup``: daemons on copies of ``path``."""
+    results: list[Result] = []
+    ctx.progress("daemon with and without wordllama: startup and idle RSS")
+    runs = ctx.n(3, 1)
+    settle_s = SETTLE_S if ctx.scale >= 1 else 0.2  # a smoke run checks it runs, fast
+    plain = [await _daemon(path, "none", settle_s) for _ in range(runs + 1)][1:]
+    semantic = [await _daemon(path, "wordllama", settle_s) for _ in range(runs + 1)][1:]
+    plain_start = statistics.median(r[0] for r in plain)
+    semantic_start = statistics.median(r[0] for r in semantic)
+    plain_rss = statistics.median(r[1]["VmRSS"] for r in plain) / 1024
+    semantic_rss = statistics.median(r[1]["VmRSS"] for r in semantic) / 1024
+    added = semantic_rss - plain_rss
+    results.append(
+        Result(
+            name="hybrid_rss",
+            value=added,
+            unit="MiB added RSS",
+            baseline=plain_rss,
+            ratio=semantic_rss / plain_rss,
+            target=f"<= {TARGET_RSS_MIB:g} MiB added with {n_blocks:,} vectors",
+            ok=added <= TARGET_RSS_MIB,
+            extra={
+                "rss_with_mib": semantic_rss,
+                "rss_without_mib": plain_rss,
+                "anon_added_mib": (
+                    statistics.median(r[1].get("RssAnon", 0) for r in semantic)
+                    - statistics.median(r[1].get("RssAnon", 0) for r in plain)
+                )
+                / 1024,
+                "file_added_mib": (
+                    statistics.median(r[1].get("RssFile", 0) for r in semantic)
+                    - statistics.median(r[1].get("RssFile", 0) for r in plain)
+                )
+                / 1024,
+                "runs": runs,
+            },
+        )
+    )
+    results.append(
+        Result(
+            name="hybrid_startup",
+            value=semantic_start,
+            unit="s to READY=1",
+            baseline=plain_start,
+            ratio=semantic_start / plain_start,
+            target=f"< {TARGET_STARTUP_S:g} s with the model and {n_blocks:,} vectors",
+            ok=semantic_start < TARGET_STARTUP_S,
+            extra={"runs": runs, "baseline_is": "the same daemon, embedder none"},
+        )
+    )
+    ctx.progress(
+        f"startup {semantic_start:.3f}s (without {plain_start:.3f}s); "
+        f"RSS +{added:.1f} MiB ({semantic_rss:.1f} vs {plain_rss:.1f})"
+    )
+    return results
+
+
+@benchmark(
+    "search_hybrid",
+    position=7,
+    results=("embed_throughput", "search_hybrid", "hybrid_rss", "hybrid_startup"),
+)
+async def search_hybrid(ctx: Context) -> list[Result]:
+    n_blocks = ctx.n(100_000, 1000)
+    n_queries = ctx.n(500, 10)
+    path = ctx.workdir / "hybrid.db"
+    _sqlite.remove(path)
+    corpus = Corpus(random.Random(SEED))
+    ctx.progress(f"preloading {n_blocks:,} Zipf blocks through Store.add_many")
+    texts: list[str] = []
+    async with Store(path, clock=FakeClock(T0)) as store:
+        for start in range(0, n_blocks, ADD_CHUNK):
+            blocks = [corpus.block() for _ in range(min(ADD_CHUNK, n_blocks - start))]
+            texts.extend(f"{b.title}\n{b.content}" for b in blocks)
+            await store.add_many(blocks)
+    _, mid = _queries(corpus, texts, n_queries)
+    results: list[Result] = []
+
+    t = time.perf_counter()
+    embedder = load_embedder("wordllama")
+    load_s = time.perf_counter() - t
+    ctx.progress(f"wordllama loaded in {load_s:.3f}s; raw embedding of {len(texts):,} texts")
+    t = time.perf_counter()
+    for start in range(0, len(texts), BATCH):
+        embedder.embed(texts[start : start + BATCH])
+    raw_rate = len(texts) / (time.perf_counter() - t)
+
+    async with Store(path, clock=FakeClock(T0 + 3600.0), embedder=embedder) as store:
+        vectors = store.vectors
+        if vectors is None:
+            raise RuntimeError("no vector index")
+        ctx.progress("draining the embedding queue through the store")
+        t = time.perf_counter()
+        while await vectors.drain_once():
+            pass
+        store_rate = len(vectors) / (time.perf_counter() - t)
+        results.append(
+            Result(
+                name="embed_throughput",
+                value=store_rate,
+                unit="vectors/s",
+                baseline=raw_rate,
+                ratio=store_rate / raw_rate,
+                target=">= 0.5x the model alone",
+                ok=store_rate >= 0.5 * raw_rate,
+                extra={"blocks": n_blocks, "batch": BATCH, "model_load_s": load_s},
+            )
+        )
+        ctx.progress(f"{store_rate:,.0f} vectors/s (model alone {raw_rate:,.0f})")
+
+        samples: dict[str, list[int]] = {"hybrid": [], "keyword": []}
+        for i, words in enumerate([*mid[:WARMUP], *mid]):
+            text = " ".join(words)
+            modes: list[Any] = ["hybrid", "keyword"] if i % 2 == 0 else ["keyword", "hybrid"]
+            for mode in modes:
+                t0 = time.perf_counter_ns()
+                await store.search(text, limit=10, mode=mode)
+                if i >= WARMUP:
+                    samples[mode].append(time.perf_counter_ns() - t0)
+        h, k = percentiles_ms(samples["hybrid"]), percentiles_ms(samples["keyword"])
+        ratio = h["p95"] / k["p95"]
+        results.append(
+            Result(
+                name="search_hybrid",
+                value=h["p95"],
+                unit="ms p95",
+                baseline=k["p95"],
+                ratio=ratio,
+                target=f"p95 <= {TARGET_RATIO:g}x keyword",
+                ok=ratio <= TARGET_RATIO,
+                extra={
+                    "p50": h["p50"],
+                    "p99": h["p99"],
+                    "keyword_p50": k["p50"],
+                    "keyword_p99": k["p99"],
+                    "queries": len(mid),
+                    "blocks": n_blocks,
+                },
+            )
+        )
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    results.extend(await _daemon_results(ctx, path, n_blocks))
+    _sqlite.remove(path)
+    return results

@@ -1,0 +1,387 @@
+"""Vectors for search by meaning: kept with the blocks, searched exactly in memory.
+
+Each block's vector (its title and content, made by the configured embedder) is stored
+int8-quantised in ``block_vectors`` and held in one contiguous int8 matrix (256
+dimensions: 25.6 MB per 100 000 blocks). A query is scored against every row (exact
+cosine, brute force, in chunks converted to float32), so there is no index to build or
+to drift. Embedding never runs on the write path: triggers queue the blocks to embed
+(``embed_queue``) and :meth:`VectorIndex.run` drains the queue in batches, the model
+running in a worker thread. A search uses whatever vectors exist; a block not embedded
+yet is found by its words alone.
+
+numpy is imported only when an embedder is configured (``memwarden[semantic]``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
+
+from memwarden.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import aiosqlite
+
+    from memwarden.memory._database import Database
+
+__all__ = ["EmbedderLike", "VectorIndex", "queue_all"]
+
+log = structlog.get_logger("memwarden.vectors")
+
+_SCALE = 127.0
+# Rows converted to float32 at a time: 256 x 256 x 4 = 256 KiB, which stays in the CPU
+# cache (16 384-row chunks measured 7x slower at 100 000 rows: the copy left the cache).
+_CHUNK = 256
+# Up to this many vectors a search scans on the loop (about 1 ms at 256 dimensions);
+# beyond, in a worker thread.
+_INLINE_ROWS = 20_000
+
+
+class EmbedderLike(Protocol):
+    """What the store needs of an embedder (``memwarden.embedders.Embedder``)."""
+
+    model_id: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> Any: ...
+
+
+async def queue_all(db: Database) -> int:
+    """Queue every block for a new vector (``memwarden reembed``: works without the
+    embedder loaded; the daemon's embedding task does the work); how many."""
+
+    async def job(conn: aiosqlite.Connection) -> int:
+        cur = await conn.execute(
+            "INSERT INTO embed_queue (block_rid) SELECT rid FROM blocks WHERE true"
+            " ON CONFLICT (block_rid) DO UPDATE SET gen = gen + 1"
+        )
+        return int(cur.rowcount)
+
+    return await db.write(job)
+
+
+def _numpy() -> Any:
+    try:
+        import numpy as np  # noqa: PLC0415 - optional: only with an embedder
+    except ImportError as err:
+        raise ConfigError(
+            "search.embedder: search by meaning needs numpy: pip install 'memwarden[semantic]'"
+        ) from err
+    return np
+
+
+class VectorIndex:
+    """The blocks' vectors for one embedder: stored, queued, held and searched."""
+
+    def __init__(self, db: Database, embedder: EmbedderLike, *, batch: int = 256) -> None:
+        self.np = _numpy()
+        self.db = db
+        self.embedder = embedder
+        self.model = embedder.model_id
+        self.dim = int(embedder.dim)
+        self.batch = batch
+        np = self.np
+        self._matrix: Any = np.zeros((0, self.dim), dtype=np.int8)
+        self._rids: Any = np.zeros(0, dtype=np.int64)
+        # block rid -> row of the matrix (-1: none), indexed by rid: rids are SQLite's
+        # dense integer keys, so 4 bytes a block where a dict took about 100.
+        self._row_of: Any = np.full(0, -1, dtype=np.int32)
+        self._size = 0
+        self._wake = asyncio.Event()
+        self.embedded = 0  # vectors made since start (metrics, benchmarks)
+
+    # ------------------------------------------------------------------ memory
+
+    def __len__(self) -> int:
+        return self._size
+
+    async def load(self) -> int:
+        """Read this model's stored vectors into memory; queue blocks of another model."""
+        np = self.np
+        async with self.db.read() as conn:
+            [(count,)] = list(
+                await conn.execute_fetchall(
+                    "SELECT count(*) FROM block_vectors WHERE model = ?", (self.model,)
+                )
+            )
+            self._reserve(int(count))
+            async with conn.execute(
+                "SELECT block_rid, vector FROM block_vectors WHERE model = ? AND dim = ?",
+                (self.model, self.dim),
+            ) as cur:
+                while rows := await cur.fetchmany(8192):
+                    self._put_many(
+                        [int(rid) for rid, _ in rows],
+                        np.frombuffer(b"".join(blob for _, blob in rows), dtype=np.int8),
+                    )
+            [(other,)] = list(
+                await conn.execute_fetchall(
+                    "SELECT count(*) FROM block_vectors WHERE model != ? OR dim != ?",
+                    (self.model, self.dim),
+                )
+            )
+            # The vectors are in the matrix now: give back the page cache they filled.
+            await conn.execute("PRAGMA shrink_memory")
+        if other:
+            await self.reembed(only_other_models=True)
+        log.info("vectors_loaded", model=self.model, vectors=self._size, other_models=other)
+        return self._size
+
+    def _reserve(self, n: int) -> None:
+        np = self.np
+        if n <= len(self._rids):
+            return
+        cap = max(n, 2 * len(self._rids), 1024)
+        matrix = np.zeros((cap, self.dim), dtype=np.int8)
+        matrix[: self._size] = self._matrix[: self._size]
+        rids = np.full(cap, -1, dtype=np.int64)
+        rids[: self._size] = self._rids[: self._size]
+        self._matrix, self._rids = matrix, rids
+
+    def _row(self, rid: int) -> int | None:
+        if rid < 0 or rid >= len(self._row_of):
+            return None
+        row = int(self._row_of[rid])
+        return row if row >= 0 else None
+
+    def _grow_rows(self, rid: int) -> None:
+        np = self.np
+        if rid < len(self._row_of):
+            return
+        grown = np.full(max(rid + 1, 2 * len(self._row_of), 1024), -1, dtype=np.int32)
+        grown[: len(self._row_of)] = self._row_of
+        self._row_of = grown
+
+    def _set_row(self, rid: int, row: int) -> None:
+        self._grow_rows(rid)
+        self._row_of[rid] = row
+
+    def _put(self, rid: int, vec: Any) -> None:
+        row = self._row(rid)
+        if row is None:
+            self._reserve(self._size + 1)
+            row = self._size
+            self._size += 1
+            self._set_row(rid, row)
+            self._rids[row] = rid
+        self._matrix[row] = vec
+
+    async def prune(self) -> int:
+        """Drop from memory the vectors whose block is gone (erased: ``memwarden forget``);
+        how many. The stored rows went with their blocks (foreign key, cascade)."""
+        async with self.db.read() as conn:
+            kept = {
+                int(r)
+                for (r,) in await conn.execute_fetchall("SELECT block_rid FROM block_vectors")
+            }
+        gone = [int(rid) for rid in self._rids[: self._size] if int(rid) not in kept]
+        for rid in gone:
+            self._drop(rid)
+        return len(gone)
+
+    def _put_many(self, rids: list[int], flat: Any) -> None:
+        """Append rows for rids not held yet (loading), one copy for the lot."""
+        if any(self._row(rid) is not None for rid in rids):  # some are held: one at a time
+            for rid, vec in zip(rids, flat.reshape(-1, self.dim), strict=True):
+                self._put(rid, vec)
+            return
+        n = len(rids)
+        self._reserve(self._size + n)
+        start = self._size
+        self._matrix[start : start + n] = flat.reshape(n, self.dim)
+        self._rids[start : start + n] = rids
+        self._grow_rows(max(rids))
+        self._row_of[rids] = self.np.arange(start, start + n, dtype=self.np.int32)
+        self._size += n
+
+    def _drop(self, rid: int) -> None:
+        row = self._row(rid)
+        if row is None:
+            return
+        self._row_of[rid] = -1
+        last = self._size - 1
+        if row != last:  # move the last row into the hole
+            moved = int(self._rids[last])
+            self._matrix[row] = self._matrix[last]
+            self._rids[row] = moved
+            self._row_of[moved] = row
+        self._rids[last] = -1
+        self._size = last
+
+    def quantise(self, vectors: Any) -> Any:
+        """Unit-length int8 rows of ``vectors`` (any 2-D array-like of floats)."""
+        np = self.np
+        arr = np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim)
+        norms = np.linalg.norm(arr, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        return np.clip(np.rint(arr / norms * _SCALE), -127, 127).astype(np.int8)
+
+    # ------------------------------------------------------------------ search
+
+    async def query(self, text: str, k: int) -> list[tuple[int, float]]:
+        """The ``k`` blocks whose vectors are nearest ``text``: (rid, cosine), best first."""
+        if not self._size or not text.strip():
+            return []
+        # One short query (the API caps it at 1 000 characters) embeds in tens of
+        # microseconds with a static model: on the loop, cheaper than a thread hop.
+        [qvec] = self.quantise(self.embedder.embed([text]))
+        if self._size < _INLINE_ROWS:
+            return self.nearest(qvec, k)
+        # A large scan (milliseconds) runs in a thread so the loop keeps answering;
+        # numpy lets go of the GIL while it multiplies. The matrix and the rids are
+        # taken now: a vector stored meanwhile is seen or not, a row moved by a delete
+        # cannot name the wrong block.
+        n, matrix, rids = self._size, self._matrix, self._rids[: self._size].copy()
+        return await asyncio.to_thread(self._scan, matrix, rids, n, qvec, k)
+
+    def nearest(self, qvec: Any, k: int) -> list[tuple[int, float]]:
+        """Exact cosine of the int8 ``qvec`` against every held vector; the best ``k``."""
+        return self._scan(self._matrix, self._rids, self._size, qvec, k)
+
+    def _scan(self, matrix: Any, rids: Any, n: int, qvec: Any, k: int) -> list[tuple[int, float]]:
+        np = self.np
+        if not n or k < 1:
+            return []
+        q = np.asarray(qvec, dtype=np.float32) / (_SCALE * _SCALE)
+        sims = np.empty(n, dtype=np.float32)
+        buf = np.empty((_CHUNK, self.dim), dtype=np.float32)  # stays in the CPU cache
+        for start in range(0, n, _CHUNK):
+            stop = min(n, start + _CHUNK)
+            rows = buf[: stop - start]
+            np.copyto(rows, matrix[start:stop], casting="unsafe")
+            np.matmul(rows, q, out=sims[start:stop])
+        k = min(k, n)
+        top = np.argpartition(-sims, k - 1)[:k] if k < n else np.arange(n)
+        top = top[np.argsort(-sims[top], kind="stable")]
+        return [(int(rids[i]), float(sims[i])) for i in top]
+
+    # ------------------------------------------------------------------ embedding
+
+    def notify(self) -> None:
+        """Something was queued: wake the embedding task."""
+        self._wake.set()
+
+    async def run(self, *, poll_s: float = 2.0) -> None:
+        """Drain the queue for as long as the daemon runs (woken by :meth:`notify`, and
+        every ``poll_s`` for writes that did not call it)."""
+        while True:
+            try:
+                while await self.drain_once():
+                    pass
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - the task goes on; the queue stays
+                log.error("embedding_failed", error=f"{type(err).__name__}: {err}")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=poll_s)
+
+    async def pending(self) -> int:
+        """Blocks waiting for a vector."""
+        async with self.db.read() as conn:
+            [(n,)] = list(await conn.execute_fetchall("SELECT count(*) FROM embed_queue"))
+        return int(n)
+
+    async def drain_once(self) -> int:
+        """Embed one batch of queued blocks; how many were taken off the queue."""
+        async with self.db.read() as conn:
+            rows = list(
+                await conn.execute_fetchall(
+                    "SELECT q.block_rid, q.gen, b.title, b.content, b.state"
+                    " FROM embed_queue q LEFT JOIN blocks b ON b.rid = q.block_rid"
+                    " ORDER BY q.block_rid LIMIT ?",
+                    (self.batch,),
+                )
+            )
+        if not rows:
+            return 0
+        live = [r for r in rows if r[2] is not None]
+        texts = [
+            f"{title}\n{content}" if title else str(content) for _, _, title, content, _ in live
+        ]
+        vecs = await asyncio.to_thread(self._embed_each, [int(r[0]) for r in live], texts)
+        model, dim = self.model, self.dim
+        done: list[tuple[int, int]] = [(int(r[0]), int(r[1])) for r in rows]
+        stored = [
+            (int(r[0]), v.tobytes()) for r, v in zip(live, vecs, strict=True) if v is not None
+        ]
+
+        async def job(conn: aiosqlite.Connection) -> list[int]:
+            # Only the queue rows not queued again meanwhile (an edit bumps gen) are done.
+            kept: list[int] = []
+            gens = dict(done)
+            for rid, blob in stored:
+                cur = await conn.execute(
+                    "DELETE FROM embed_queue WHERE block_rid = ? AND gen = ?", (rid, gens[rid])
+                )
+                if cur.rowcount:
+                    await conn.execute(
+                        "INSERT INTO block_vectors (block_rid, model, dim, vector)"
+                        " SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM blocks WHERE rid = ?)"
+                        " ON CONFLICT (block_rid) DO UPDATE SET model = excluded.model,"
+                        " dim = excluded.dim, vector = excluded.vector",
+                        (rid, model, dim, blob, rid),
+                    )
+                    kept.append(rid)
+            made = {s[0] for s in stored}
+            gone = [rid for rid, _ in done if rid not in made]
+            for rid in gone:  # deleted meanwhile, or its text could not be embedded
+                await conn.execute("DELETE FROM embed_queue WHERE block_rid = ?", (rid,))
+                await conn.execute("DELETE FROM block_vectors WHERE block_rid = ?", (rid,))
+            return kept
+
+        kept = await self.db.write(job, weight=len(rows))
+        np = self.np
+        by_rid = {rid: np.frombuffer(blob, dtype=np.int8) for rid, blob in stored}
+        for rid in kept:
+            self._put(rid, by_rid[rid])
+        for rid, _ in done:
+            if rid not in by_rid:
+                self._drop(rid)
+        self.embedded += len(kept)
+        return len(rows)
+
+    def _embed_each(self, rids: list[int], texts: list[str]) -> list[Any]:
+        """Quantised vectors of ``texts`` (in a worker thread); when the batch fails, each
+        text alone, and a text the embedder refuses gets ``None`` (logged, taken off the
+        queue: one hostile text never stalls the others; its block is found by words)."""
+        if not texts:
+            return []
+        try:
+            return list(self.quantise(self.embedder.embed(texts)))
+        except Exception as err:  # noqa: BLE001 - find the one that fails below
+            log.info("embedding_batch_failed", texts=len(texts), error=type(err).__name__)
+        out: list[Any] = []
+        for rid, text in zip(rids, texts, strict=True):
+            try:
+                out.append(self.quantise(self.embedder.embed([text]))[0])
+            except Exception as err:  # noqa: BLE001 - an embedder's failure, reported
+                log.warning(
+                    "embedding_skipped", block_rid=rid, error=f"{type(err).__name__}: {err}"
+                )
+                out.append(None)
+        return out
+
+    async def reembed(self, *, only_other_models: bool = False) -> int:
+        """Queue every block again (a model change: ``memwarden reembed``); how many."""
+
+        async def job(conn: aiosqlite.Connection) -> int:
+            where = (
+                " WHERE rid IN (SELECT block_rid FROM block_vectors WHERE model != ? OR dim != ?)"
+            )
+            sql = (
+                "INSERT INTO embed_queue (block_rid) SELECT rid FROM blocks"
+                + (where if only_other_models else " WHERE true")
+                + " ON CONFLICT (block_rid) DO UPDATE SET gen = gen + 1"
+            )
+            cur = await conn.execute(sql, (self.model, self.dim) if only_other_models else ())
+            return int(cur.rowcount)
+
+        n = await self.db.write(job)
+        self.notify()
+        return n

@@ -1,0 +1,219 @@
+"""Search by meaning: vectors queued by triggers, embedded off the write path, searched
+exactly, fused with BM25 (the deterministic stub embedder; the quality set uses WordLlama)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from structlog.testing import capture_logs
+
+from memwarden.embedders import StubEmbedder, load_embedder
+from memwarden.errors import ConfigError, ValidationInputError
+from memwarden.memory import Store
+
+
+async def _drain(store: Store) -> None:
+    assert store.vectors is not None
+    while await store.vectors.drain_once():
+        pass
+
+
+async def test_adding_a_block_queues_it_and_the_task_embeds_it(make_store):
+    """An added block waits in embed_queue (no embedding on the write path) until drained."""
+    store = await make_store(embedder=StubEmbedder())
+    await store.add({"content": "The API timeout is 30 s"})
+    assert store.vectors is not None
+    assert await store.vectors.pending() == 1
+    assert len(store.vectors) == 0
+    await _drain(store)
+    assert await store.vectors.pending() == 0
+    assert len(store.vectors) == 1
+
+
+async def test_vector_mode_finds_by_shared_pieces_and_explains(make_store):
+    """Vector mode ranks by cosine and each hit says its vector rank and similarity."""
+    store = await make_store(embedder=StubEmbedder())
+    await store.add({"content": "The API timeout is 30 s"})
+    await store.add({"content": "The database lives in Frankfurt"})
+    await _drain(store)
+    hits = await store.search("timeouts of the API", mode="vector")
+    assert hits[0].record.content == "The API timeout is 30 s"
+    assert hits[0].parts["vector_rank"] == 1.0
+    assert 0 < hits[0].parts["similarity"] <= 1.0
+
+
+async def test_hybrid_fuses_both_ranks(make_store):
+    """A block first in both lists is first in hybrid, with keyword_rank, vector_rank, rrf."""
+    store = await make_store(embedder=StubEmbedder())
+    await store.add({"content": "The API timeout is 30 s"})
+    await store.add({"content": "The database lives in Frankfurt"})
+    await _drain(store)
+    [hit, *_] = await store.search("API timeout")
+    assert hit.record.content == "The API timeout is 30 s"
+    assert hit.parts["keyword_rank"] == 1.0
+    assert hit.parts["vector_rank"] == 1.0
+    assert hit.parts["rrf"] == pytest.approx(2 / 61, abs=1e-6)
+
+
+async def test_editing_content_re_embeds(make_store):
+    """A content edit queues the block again and its vector follows the new text."""
+    store = await make_store(embedder=StubEmbedder())
+    block = await store.add({"content": "The API timeout is 30 s"})
+    await store.add({"content": "zebra crossing"})
+    await _drain(store)
+    await store.update(block.id, {"content": "zebra stripes are black and white"})
+    assert store.vectors is not None
+    assert await store.vectors.pending() == 1
+    await _drain(store)
+    hits = await store.search("zebra stripes", mode="vector", limit=1)
+    assert hits[0].id == block.id
+
+
+async def test_an_edit_while_embedding_is_not_lost(make_store):
+    """A block edited while its batch is being embedded stays queued for its new text."""
+    store = await make_store(embedder=StubEmbedder())
+    block = await store.add({"content": "first text"})
+    assert store.vectors is not None
+    real_embed = store.vectors.embedder.embed
+
+    def embed_then_edit(texts):
+        out = real_embed(texts)
+        conn = sqlite3.connect(store.path, timeout=10)  # another writer, meanwhile
+        conn.execute("UPDATE blocks SET content = 'second text' WHERE id = ?", (block.id,))
+        conn.commit()
+        conn.close()
+        return out
+
+    store.vectors.embedder.embed = embed_then_edit  # type: ignore[method-assign]
+    await store.vectors.drain_once()
+    assert await store.vectors.pending() == 1  # the first text's vector did not clear it
+    store.vectors.embedder.embed = real_embed  # type: ignore[method-assign]
+    await _drain(store)
+    assert await store.vectors.pending() == 0
+
+
+async def test_vectors_survive_a_restart_and_a_model_change_requeues(tmp_path, clock):
+    """Vectors are loaded at open; another model's vectors are queued again."""
+    path = tmp_path / "m.db"
+    async with Store(path, clock=clock, embedder=StubEmbedder(64)) as store:
+        await store.add({"content": "The API timeout is 30 s"})
+        await _drain(store)
+    async with Store(path, clock=clock, embedder=StubEmbedder(64)) as store:
+        assert store.vectors is not None
+        assert len(store.vectors) == 1
+        assert await store.vectors.pending() == 0
+    async with Store(path, clock=clock, embedder=StubEmbedder(32)) as store:
+        assert store.vectors is not None
+        assert len(store.vectors) == 0
+        assert await store.vectors.pending() == 1
+        await _drain(store)
+        assert len(store.vectors) == 1
+
+
+async def test_reembed_queues_every_block(make_store):
+    """``reembed`` queues every block again."""
+    store = await make_store(embedder=StubEmbedder())
+    for i in range(3):
+        await store.add({"content": f"fact number {i}"})
+    await _drain(store)
+    assert await store.reembed() == 3
+    assert store.vectors is not None
+    assert await store.vectors.pending() == 3
+
+
+async def test_deleted_and_archived_blocks_are_not_found(make_store):
+    """An archived block is not a vector hit (the state filter), nor a deleted one."""
+    store = await make_store(embedder=StubEmbedder())
+    a = await store.add({"content": "The API timeout is 30 s"})
+    await _drain(store)
+    await store.archive(a.id, reason="gone")
+    assert await store.search("API timeout", mode="vector") == []
+
+
+async def test_modes_are_checked(make_store):
+    """An unknown mode, or vector search with no embedder, is refused naming ``mode``."""
+    plain = await make_store()
+    await plain.add({"content": "The API timeout is 30 s"})
+    assert plain.default_search_mode == "keyword"
+    with pytest.raises(ValidationInputError, match="mode"):
+        await plain.search("API", mode="vector")
+    with pytest.raises(ValidationInputError, match="mode"):
+        await plain.search("API", mode="bogus")  # type: ignore[arg-type]
+    semantic = await make_store(embedder=StubEmbedder())
+    assert semantic.default_search_mode == "hybrid"
+
+
+def test_stub_is_deterministic_and_unit_length():
+    """The stub gives the same unit vector for the same text on every run."""
+    a, b = StubEmbedder().embed(["The API timeout is 30 s", "The API timeout is 30 s"])
+    assert a == b
+    assert sum(x * x for x in a) == pytest.approx(1.0)
+
+
+def test_embedders_are_found_by_entry_point_and_unknown_ones_refused():
+    """``stub`` and ``wordllama`` load by name; an unknown name is a ConfigError."""
+    assert load_embedder("stub").model_id == "stub-hash/64"
+    assert load_embedder("wordllama").dim == 256
+    with pytest.raises(ConfigError, match=r"search\.embedder"):
+        load_embedder("no-such-embedder")
+
+
+async def test_a_large_scan_in_a_thread_finds_what_the_inline_scan_finds(make_store, monkeypatch):
+    """Past the inline size the scan runs in a worker thread on a snapshot of the rids:
+    the same nearest blocks, the same order."""
+    from memwarden.memory import _vectors  # noqa: PLC0415 - the threshold under test
+
+    store = await make_store(embedder=StubEmbedder())
+    for text in ("The API timeout is 30 s", "The database lives in Frankfurt", "zebras"):
+        await store.add({"content": text})
+    await _drain(store)
+    inline = [h.id for h in await store.search("API timeout", mode="vector")]
+    monkeypatch.setattr(_vectors, "_INLINE_ROWS", 1)
+    threaded = [h.id for h in await store.search("API timeout", mode="vector")]
+    assert threaded == inline
+    assert len(inline) == 3
+
+
+async def test_erasing_a_block_removes_its_vector_from_disk_and_memory(make_store):
+    """``erase`` takes the block's vector row (cascade) and its row of the matrix."""
+    store = await make_store(embedder=StubEmbedder())
+    a = await store.add({"content": "The API timeout is 30 s"})
+    z = await store.add({"content": "zebras"})
+    await _drain(store)
+    assert store.vectors is not None
+    assert len(store.vectors) == 2
+    await store.erase([a.id], actor="test")
+    assert len(store.vectors) == 1
+    # the last row moved into the erased one's place and still names its block
+    assert [h.id for h in await store.search("zebras", mode="vector")] == [z.id]
+    conn = sqlite3.connect(store.path)
+    try:
+        assert conn.execute("SELECT count(*) FROM block_vectors").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM embed_queue").fetchone() == (0,)
+    finally:
+        conn.close()
+
+
+async def test_a_text_the_embedder_refuses_is_skipped_not_retried_forever(make_store):
+    """One text that makes the embedder raise is logged and taken off the queue; the rest
+    of its batch gets vectors, and the skipped block is still found by its words."""
+    store = await make_store(embedder=StubEmbedder())
+    assert store.vectors is not None
+    real_embed = store.vectors.embedder.embed
+
+    def picky(texts):
+        if any("poison" in t for t in texts):
+            raise ValueError("cannot embed this")
+        return real_embed(texts)
+
+    store.vectors.embedder.embed = picky  # type: ignore[method-assign]
+    bad = await store.add({"content": "poison pill text"})
+    good = await store.add({"content": "The API timeout is 30 s"})
+    with capture_logs() as logs:
+        await _drain(store)
+    assert await store.vectors.pending() == 0
+    assert len(store.vectors) == 1
+    assert [h.id for h in await store.search("API timeout", mode="vector")] == [good.id]
+    assert [h.id for h in await store.search("poison pill", mode="keyword")] == [bad.id]
+    assert any(e["event"] == "embedding_skipped" for e in logs)
