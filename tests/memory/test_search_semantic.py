@@ -217,3 +217,17 @@ async def test_a_text_the_embedder_refuses_is_skipped_not_retried_forever(make_s
     assert [h.id for h in await store.search("API timeout", mode="vector")] == [good.id]
     assert [h.id for h in await store.search("poison pill", mode="keyword")] == [bad.id]
     assert any(e["event"] == "embedding_skipped" for e in logs)
+
+
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+async def test_vector_and_hybrid_search_keep_to_the_callers_namespaces(make_store, mode):
+    """The nearest vectors are every namespace's: a caller limited to its namespaces
+    gets none of another's, however close, and its own still come back."""
+    store = await make_store(embedder=StubEmbedder())
+    await store.add({"content": "The API timeout is 30 s", "namespace": "alpha"})
+    await store.add({"content": "The API timeout is 45 s", "namespace": "beta"})
+    await _drain(store)
+    alpha = await store.search("API timeout", mode=mode, namespaces=["alpha"])
+    assert [h.record.content for h in alpha] == ["The API timeout is 30 s"]
+    both = await store.search("API timeout", mode=mode)
+    assert len(both) == 2
