@@ -67,6 +67,7 @@ async def agents(tmp_path: Path) -> AsyncIterator[Agents]:
         home=tmp_path / "home",
         api={"port": 0},
         sensors={},
+        privacy={"profiles": {"strict": {"email": "reject"}}},
         agents={
             "alpha": {"token_file": str(files["alpha"][0]), "namespaces": ["alpha"]},
             "beta": {
@@ -344,8 +345,8 @@ async def test_reviews_and_proposals_of_another_namespace_are_not_found(agents):
 # ------------------------------------------------------------------ configuration
 
 
-def _settings(tmp_path: Path, agents: dict[str, Any]) -> Any:
-    return load_settings(None, env={}, home=tmp_path / "home", agents=agents)
+def _settings(tmp_path: Path, agents: dict[str, Any], **more: Any) -> Any:
+    return load_settings(None, env={}, home=tmp_path / "home", agents=agents, **more)
 
 
 def test_agents_config_refuses_tokens_in_the_wrong_place(tmp_path):
@@ -407,13 +408,17 @@ def test_default_agent_can_be_narrowed_and_profiles_are_named(tmp_path):
     settings = _settings(
         tmp_path,
         {"default": {"operations": ["read"], "namespaces": ["*"], "privacy_profile": "strict"}},
+        privacy={"profiles": {"strict": {"email": "reject"}}},
     )
     callers = load_callers(settings, "d" * 40, {})
     owner = callers.match("Bearer " + "d" * 40)
     assert owner is not None
     assert not owner.may("write")
     assert owner.scope() is None
-    assert privacy_profile_for(owner) == "strict"
+    assert privacy_profile_for(owner) == "profile:strict"
+    with pytest.raises(ConfigError) as err:
+        _settings(tmp_path, {"x": {"token_env": "A", "privacy_profile": "lax"}})
+    assert "agents.x.privacy_profile: 'lax' is not a profile" in " ".join(err.value.problems)
 
 
 async def test_the_python_client_carries_an_agents_token_and_namespace(agents):
@@ -430,3 +435,25 @@ async def test_the_python_client_carries_an_agents_token_and_namespace(agents):
         with pytest.raises(NotFoundError):
             await reader.get(block.id)  # reader is of alpha only: shared is not its own
     assert await agents.count() == count
+
+
+async def test_an_agents_privacy_profile_judges_what_it_writes(agents):
+    """beta's profile rejects e-mail addresses: its add, edit and review reason with one
+    are 422 naming the rule, nothing stored; alpha (no profile) gets the placeholder."""
+    mail = "ann.example@example.org"
+    async with agents.client("alpha") as alpha, agents.client("beta") as beta:
+        stored = await _add(alpha, f"the owner is {mail}")
+        assert mail not in stored["content"]
+        assert "[email:" in stored["content"]
+        count = await agents.count()
+        refused = await beta.post("/v1/blocks", json={"content": f"the owner is {mail}"})
+        assert refused.status_code == 422, refused.text
+        assert "email" in refused.text
+        assert await agents.count() == count
+        own = await _add(beta, "the owner is on leave")
+        edited = await beta.patch(f"/v1/blocks/{own['id']}", json={"content": f"ask {mail}"})
+        assert edited.status_code == 422, edited.text
+        asked = await beta.post(f"/v1/blocks/{own['id']}/review", json={"reason": f"ask {mail}"})
+        assert asked.status_code == 422, asked.text
+        after = (await beta.get(f"/v1/blocks/{own['id']}")).json()
+        assert (after["content"], after["version"]) == ("the owner is on leave", own["version"])

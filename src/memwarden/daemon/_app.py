@@ -98,7 +98,7 @@ if TYPE_CHECKING:
         ValidationEvent,
     )
     from memwarden.memory._search import SearchMode
-    from memwarden.privacy import Source
+    from memwarden.privacy import Scope, Source
 
 __all__ = ["Daemon", "ReadThrough"]
 
@@ -772,7 +772,7 @@ class Daemon:
         *,
         actor: str = "agent",
         dedupe: bool = False,
-        source: Source = "agent",
+        source: Scope = "agent",
         namespaces: Sequence[str] | None = None,
     ) -> Block:
         """Validate (bindings included) and store a block; its sensors learn the binding.
@@ -807,7 +807,7 @@ class Daemon:
         *,
         actor: str,
         expected_version: int | None = None,
-        source: Source = "agent",
+        source: Scope = "agent",
     ) -> Block:
         """Edit a block (:meth:`Store.update`); its new title, content and tags pass the
         privacy policy first. When the edit moved its validity window (its own, or its
@@ -822,9 +822,11 @@ class Daemon:
             self._mark_bindings_dirty(sorted({b.sensor for b in block.bindings}))
         return block
 
-    async def request_review(self, block_id: str, *, reason: str) -> dict[str, Any]:
+    async def request_review(
+        self, block_id: str, *, reason: str, source: Scope = "agent"
+    ) -> dict[str, Any]:
         """Queue a block for a person's review; the reason passes the privacy policy."""
-        reason = await self.privacy.text(reason, "agent", "reason")
+        reason = await self.privacy.text(reason, source, "reason")
         return await self.store.request_review(block_id, reason=reason)
 
     async def decide_review(

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from memwarden.daemon._config import OPERATIONS
 from memwarden.daemon._token import MIN_TOKEN_CHARS, read_token
 from memwarden.errors import ConfigError
+from memwarden.privacy import profile_scope
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -116,12 +117,10 @@ def caller_of(name: str, policy: AgentPolicy | None) -> Caller:
 
 
 def privacy_profile_for(caller: Caller) -> str:
-    """The name of the privacy (redaction) profile this caller's writes go through.
-
-    The single hook the redaction policy calls; ``"default"`` unless the agent's
-    ``privacy_profile`` names another.
-    """
-    return caller.privacy_profile
+    """The privacy scope this caller's writes are judged in (the one place the redaction
+    policy asks): ``agent``, or ``profile:<name>`` when the agent's ``privacy_profile``
+    names a profile of ``[privacy.profiles]``."""
+    return profile_scope(caller.privacy_profile)
 
 
 class Callers:

@@ -609,6 +609,19 @@ class Settings(BaseSettings):
                 raise ValueError(f"agents.{name}: needs token_file or token_env")
         return value
 
+    @model_validator(mode="after")
+    def _profiles_exist(self) -> Settings:
+        """An agent's ``privacy_profile`` is ``default`` or one of ``[privacy.profiles]``."""
+        for name, policy in sorted(self.agents.items()):
+            profile = policy.privacy_profile
+            if profile != "default" and profile not in self.privacy.profiles:
+                known = ", ".join(sorted(self.privacy.profiles)) or "none defined"
+                raise ValueError(
+                    f"agents.{name}.privacy_profile: {profile!r} is not a profile of "
+                    f"[privacy.profiles] ({known})"
+                )
+        return self
+
     @field_validator("sensors")
     @classmethod
     def _sensor_names(cls, value: dict[str, SensorSettings]) -> dict[str, SensorSettings]:

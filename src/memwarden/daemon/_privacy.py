@@ -38,7 +38,7 @@ from memwarden.memory._files import private_dir, write_private
 from memwarden.privacy import (
     PrivacySettings,
     Redactor,
-    Source,
+    Scope,
     TooLongError,
     json_chars,
 )
@@ -135,7 +135,7 @@ class PrivacyDoors:
 
     # ------------------------------------------------------------------ blocks
 
-    async def new_block(self, block: NewBlock, source: Source) -> NewBlock:
+    async def new_block(self, block: NewBlock, source: Scope) -> NewBlock:
         if not self.redactor.active(source):
             return block
         size = len(block.content) + len(block.title) + sum(len(t) for t in block.tags)
@@ -147,7 +147,7 @@ class PrivacyDoors:
         # Checked again: a placeholder may be longer than the value it replaced.
         return validate_input(type(block), {**block.model_dump(), **update})
 
-    async def patch(self, patch: BlockPatch, source: Source) -> BlockPatch:
+    async def patch(self, patch: BlockPatch, source: Scope) -> BlockPatch:
         if not self.redactor.active(source):
             return patch
         size = len(patch.content or "") + len(patch.title or "") + len(patch.tags or ())
@@ -159,7 +159,7 @@ class PrivacyDoors:
         return validate_input(BlockPatch, {**patch.model_dump(exclude_unset=True), **update})
 
     def _block_fields(
-        self, title: str | None, content: str | None, tags: list[str] | None, source: Source
+        self, title: str | None, content: str | None, tags: list[str] | None, source: Scope
     ) -> dict[str, Any]:
         r = self.redactor
         update: dict[str, Any] = {}
@@ -177,7 +177,7 @@ class PrivacyDoors:
                 update["tags"] = new_tags
         return update
 
-    async def text(self, value: str, source: Source, field: str) -> str:
+    async def text(self, value: str, source: Scope, field: str) -> str:
         if not self.redactor.active(source):
             return value
         out: str = await _run(
@@ -187,7 +187,7 @@ class PrivacyDoors:
 
     # ------------------------------------------------------------------ events
 
-    def event(self, event: ValidationEvent, source: Source) -> ValidationEvent:
+    def event(self, event: ValidationEvent, source: Scope) -> ValidationEvent:
         """The event as it may be stored. Raises :class:`PrivacyRejectedError` for a
         rejected finding; a value too long to scan is withheld (the verdict is kept)."""
         r = self.redactor
@@ -216,7 +216,7 @@ class PrivacyDoors:
         return event.model_copy(update=update) if update else event
 
     def _screened(
-        self, event: ValidationEvent, source: Source
+        self, event: ValidationEvent, source: Scope
     ) -> ValidationEvent | ValidationInputError:
         try:
             return self.event(event, source)
@@ -224,7 +224,7 @@ class PrivacyDoors:
             return err
 
     async def screen_events(
-        self, events: Sequence[ValidationEvent], source: Source
+        self, events: Sequence[ValidationEvent], source: Scope
     ) -> list[ValidationEvent | ValidationInputError]:
         """Each event as it may be stored, or why it may not be (the bus's ``screen``).
 

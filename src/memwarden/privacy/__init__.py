@@ -15,8 +15,10 @@ from memwarden.privacy._policy import (
     Action,
     PrivacySettings,
     RuleTable,
+    Scope,
     Source,
     SourceRules,
+    profile_scope,
 )
 from memwarden.privacy._redact import (
     PLACEHOLDER_HEX,
@@ -41,9 +43,11 @@ __all__ = [
     "PrivacySettings",
     "Redactor",
     "RuleTable",
+    "Scope",
     "Source",
     "SourceRules",
     "Stats",
     "TooLongError",
     "json_chars",
+    "profile_scope",
 ]

@@ -16,17 +16,32 @@ from memwarden.privacy._detect import KINDS, NATIONAL_IDS, Kind
 
 __all__ = [
     "DEFAULT_NATIONAL_IDS",
+    "PROFILE_PREFIX",
     "SOURCES",
     "Action",
     "PrivacySettings",
     "RuleTable",
+    "Scope",
     "Source",
     "SourceRules",
+    "profile_scope",
 ]
 
 Action = Literal["redact", "reject", "allow"]
 Source = Literal["agent", "sensor", "review", "import"]
 SOURCES: Final[tuple[Source, ...]] = ("agent", "sensor", "review", "import")
+Scope = str
+"""What a text is judged as: a :data:`Source`, or ``profile:<name>`` (what an agent with
+that ``privacy_profile`` writes: the profile's rules over the ``agent`` source's)."""
+PROFILE_PREFIX: Final = "profile:"
+_PROFILE_NAME = r"^[a-z][a-z0-9_.-]{0,63}$"
+
+
+def profile_scope(name: str) -> Scope:
+    """The scope an agent's writes are judged in: its profile's, or ``agent``."""
+    return "agent" if name == "default" else PROFILE_PREFIX + name
+
+
 DEFAULT_NATIONAL_IDS: Final = (
     "us.ssn",
     "es.dni",
@@ -79,6 +94,12 @@ class PrivacySettings(BaseModel):
         default_factory=dict,
         description="Per source (agent, sensor, review, import): overrides of `rules`.",
     )
+    profiles: dict[Annotated[str, Field(pattern=_PROFILE_NAME)], SourceRules] = Field(
+        default_factory=dict,
+        max_length=100,
+        description="Named profiles for agents (`[agents.<name>] privacy_profile`): "
+        "overrides of the `agent` source's rules for what that agent writes.",
+    )
     phone_regions: list[Annotated[str, Field(min_length=2, max_length=3)]] = Field(
         default_factory=list,
         max_length=50,
@@ -125,13 +146,23 @@ class PrivacySettings(BaseModel):
             )
         return list(dict.fromkeys(value))
 
-    def action(self, kind: Kind, source: Source) -> Action:
-        """What happens to a finding of ``kind`` that came from ``source``."""
-        override = self.sources.get(source)
+    def scopes(self) -> tuple[Scope, ...]:
+        """Every scope a text can be judged in: the sources, then each profile's."""
+        return (*SOURCES, *(PROFILE_PREFIX + name for name in sorted(self.profiles)))
+
+    def action(self, kind: Kind, source: Scope) -> Action:
+        """What happens to a finding of ``kind`` that came from ``source`` (a source, or
+        a profile: its rule, else the ``agent`` source's; a profile that is not defined
+        is the ``agent`` source)."""
+        if source.startswith(PROFILE_PREFIX):
+            profile = self.profiles.get(source.removeprefix(PROFILE_PREFIX))
+            mine = getattr(profile, kind) if profile is not None else None
+            return mine if mine is not None else self.action(kind, "agent")
+        override = next((r for name, r in self.sources.items() if name == source), None)
         chosen = getattr(override, kind) if override is not None else None
         return chosen if chosen is not None else getattr(self.rules, kind)  # type: ignore[no-any-return]
 
-    def watched(self, source: Source) -> frozenset[Kind]:
+    def watched(self, source: Scope) -> frozenset[Kind]:
         """The kinds that are not simply allowed for ``source`` (what a scan looks for)."""
         if not self.enabled:
             return frozenset()

@@ -19,7 +19,7 @@ from memwarden.privacy._detect import Detectors, Finding, Kind, keyed_value_is_s
 from memwarden.privacy._detect import secret_key_name as _secret_key_name
 
 if TYPE_CHECKING:
-    from memwarden.privacy._policy import PrivacySettings, Source
+    from memwarden.privacy._policy import PrivacySettings, Scope
 
 __all__ = [
     "PLACEHOLDER_HEX",
@@ -111,7 +111,7 @@ class Redactor:
             ip_scope=policy.ip_scope,
             max_checks=policy.max_checks,
         )
-        self._watched = {s: policy.watched(s) for s in ("agent", "sensor", "review", "import")}
+        self._watched = {s: policy.watched(s) for s in policy.scopes()}
         # Texts found clean, per source: sensors report the same values again and again
         # (a config value, a URL, a message), and a clean text needs no second scan.
         self._clean: dict[str, set[str]] = {s: set() for s in self._watched}
@@ -124,15 +124,20 @@ class Redactor:
         mac = hmac.digest(self._key, f"{kind}\x00{normal}".encode(), "sha256")
         return f"[{kind}:{mac.hex()[:PLACEHOLDER_HEX]}]"
 
-    def active(self, source: Source) -> bool:
-        return bool(self._watched[source])
+    def _kinds(self, source: Scope) -> frozenset[Kind]:
+        """What ``source`` is scanned for (a profile no longer defined: as ``agent``)."""
+        kinds = self._watched.get(source)
+        return kinds if kinds is not None else self._watched["agent"]
+
+    def active(self, source: Scope) -> bool:
+        return bool(self._kinds(source))
 
     # ------------------------------------------------------------------ texts
 
-    def text(self, value: str, *, source: Source, field: str) -> str:
+    def text(self, value: str, *, source: Scope, field: str) -> str:
         """``value`` with every finding redacted; :class:`PrivacyRejectedError` if a
         finding's rule is ``reject``, :class:`TooLongError` past ``max_scan_chars``."""
-        kinds = self._watched[source]
+        kinds = self._kinds(source)
         if not kinds or len(value) < 6:
             return value
         if len(value) > self.policy.max_scan_chars:
@@ -152,9 +157,9 @@ class Redactor:
             findings = self.detectors.scan(value, kinds)
         return value
 
-    def _scan_once(self, value: str, kinds: frozenset[Kind], source: Source) -> list[Finding]:
+    def _scan_once(self, value: str, kinds: frozenset[Kind], source: Scope) -> list[Finding]:
         """The findings in ``value``; a clean short text is remembered as clean."""
-        clean = self._clean[source]
+        clean = self._clean.setdefault(source, set())
         if value in clean:
             return []
         findings = self.detectors.scan(value, kinds)
@@ -164,11 +169,11 @@ class Redactor:
             clean.add(value)
         return findings
 
-    def mask(self, value: str, *, source: Source) -> str:
+    def mask(self, value: str, *, source: Scope) -> str:
         """``value`` with every finding of a kind not allowed for ``source`` replaced by
         its placeholder, ``reject`` rules included (what a search query is looked up as);
         never raises, not counted. A value past ``max_scan_chars`` is returned as it is."""
-        kinds = self._watched[source]
+        kinds = self._kinds(source)
         if not kinds or len(value) < 6 or len(value) > self.policy.max_scan_chars:
             return value
         for _ in range(4):  # as in text(): until nothing is found
@@ -178,7 +183,7 @@ class Redactor:
             value = self._replace(value, findings, count=False)
         return value
 
-    def _apply(self, value: str, findings: list[Finding], *, source: Source, field: str) -> str:
+    def _apply(self, value: str, findings: list[Finding], *, source: Scope, field: str) -> str:
         for f in findings:
             if self.policy.action(f.kind, source) == "reject":
                 self.stats.rejected[f.kind] += 1
@@ -198,9 +203,9 @@ class Redactor:
         out.append(value[at:])
         return "".join(out)
 
-    def secret_value(self, key: str, value: str, *, source: Source, field: str) -> str:
+    def secret_value(self, key: str, value: str, *, source: Scope, field: str) -> str:
         """A JSON value under a secret-naming key (``"password": "hunter2"``)."""
-        if "secret" not in self._watched[source] or not keyed_value_is_secret(key, value):
+        if "secret" not in self._kinds(source) or not keyed_value_is_secret(key, value):
             return self.text(value, source=source, field=field)
         return self._apply(
             value, [Finding("secret", 0, len(value), value)], source=source, field=field
@@ -208,7 +213,7 @@ class Redactor:
 
     # ------------------------------------------------------------------ JSON
 
-    def json(self, value: Any, *, source: Source, field: str, depth: int = 0) -> Any:
+    def json(self, value: Any, *, source: Scope, field: str, depth: int = 0) -> Any:
         """A JSON value with every string in it redacted (object keys kept); a string
         under a secret-naming key is judged as a secret's value."""
         if isinstance(value, str):

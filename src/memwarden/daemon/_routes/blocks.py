@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from pydantic import BaseModel, Field
 
+from memwarden.daemon._callers import privacy_profile_for
 from memwarden.daemon._routes._deps import (
     BlockId,
     DaemonDep,
@@ -120,7 +121,13 @@ async def add_block(
         answer, binding = await _find_binding(daemon, body, mode)
         if binding is not None:
             new["bindings"] = [binding]
-    block = await daemon.add_block(new, actor=caller.actor, dedupe=dedupe, namespaces=[namespace])
+    block = await daemon.add_block(
+        new,
+        actor=caller.actor,
+        dedupe=dedupe,
+        namespaces=[namespace],
+        source=privacy_profile_for(caller),
+    )
     if block.duplicate_of is not None:
         response.status_code = status.HTTP_200_OK
     return AddedBlock.model_validate({**block.model_dump(), "bind": answer})
@@ -255,7 +262,11 @@ async def edit_block(
 ) -> Block:
     """Edit a block; the answer's ETag is its new version (use it as If-Match)."""
     block = await daemon.edit_block(
-        block_id, body, actor=caller.actor, expected_version=if_match_version(if_match)
+        block_id,
+        body,
+        actor=caller.actor,
+        expected_version=if_match_version(if_match),
+        source=privacy_profile_for(caller),
     )
     response.headers["ETag"] = f'"{block.version}"'
     return block

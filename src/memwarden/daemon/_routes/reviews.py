@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from memwarden.daemon._callers import Caller
+from memwarden.daemon._callers import Caller, privacy_profile_for
 from memwarden.daemon._routes._deps import Admin, BlockId, DaemonDep, Reader, Reviewer, Writer
 from memwarden.errors import NotFoundError
 from memwarden.memory._model import MAX_CONTENT_CHARS
@@ -51,10 +51,12 @@ async def review_link(body: ReviewLinkRequest, request: Request, _: Admin) -> di
 
 @router.post("/v1/blocks/{block_id}/review")
 async def ask_review(
-    block_id: BlockId, body: ReviewRequest, _: Writer, daemon: DaemonDep
+    block_id: BlockId, body: ReviewRequest, caller: Writer, daemon: DaemonDep
 ) -> dict[str, Any]:
     """Ask a human to confirm a block: it joins the review queue with the reason."""
-    return await daemon.request_review(block_id, reason=body.reason)
+    return await daemon.request_review(
+        block_id, reason=body.reason, source=privacy_profile_for(caller)
+    )
 
 
 @router.get("/v1/reviews")
