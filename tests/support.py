@@ -15,6 +15,7 @@ import inspect
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -315,3 +316,47 @@ def assert_responsive(
     shown = f"p95 {p95:.0f} ms, max {ordered[-1]:.0f} ms over {len(ordered)} answers"
     assert p95 < p95_ms, f"/healthz too slow: {shown}"
     assert ordered[-1] < worst_ms, f"/healthz stalled: {shown}"
+
+
+# ------------------------------------------------------------------ erasure checks
+
+
+def occurrences(directory: Path, marker: str) -> dict[str, int]:
+    """How often ``marker`` (as given and lowercased) is in each file under ``directory``."""
+    found: dict[str, int] = {}
+    needles = {marker.encode(), marker.lower().encode()}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            data = path.read_bytes()
+            count = sum(data.count(n) for n in needles)
+            if count:
+                found[str(path.relative_to(directory))] = count
+    return found
+
+
+def fts_terms_with(db: Path, marker: str) -> list[str]:
+    """Terms of every FTS5 index in the file that contain ``marker`` (lowercased)."""
+    conn = sqlite3.connect(db)
+    try:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%fts5(%'"
+            )
+        ]
+        assert tables, "no FTS5 table found"
+        terms: list[str] = []
+        for table in tables:
+            conn.execute(
+                f"CREATE VIRTUAL TABLE temp.v_{table} USING fts5vocab(main, {table}, instance)"
+            )
+            terms += [
+                r[0]
+                for r in conn.execute(
+                    f"SELECT DISTINCT term FROM temp.v_{table} WHERE instr(term, ?) > 0",
+                    (marker.lower(),),
+                )
+            ]
+        return terms
+    finally:
+        conn.close()

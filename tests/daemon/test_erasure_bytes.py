@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from tests.support import api_url, eventually, start_in_loop
+from tests.support import api_url, eventually, fts_terms_with, occurrences, start_in_loop
 
 from memwarden.daemon import Daemon, load_settings
 from memwarden.memory._scorelog import read as read_score_log
@@ -30,45 +29,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 MARKER = "QmUx83ErasureMarker"
-
-
-def occurrences(directory: Path, marker: str) -> dict[str, int]:
-    """How often ``marker`` (as written and lowercased) is in each file under ``directory``."""
-    found: dict[str, int] = {}
-    needles = {marker.encode(), marker.lower().encode()}
-    for path in sorted(directory.rglob("*")):
-        if path.is_file():
-            data = path.read_bytes()
-            count = sum(data.count(n) for n in needles)
-            if count:
-                found[str(path.relative_to(directory))] = count
-    return found
-
-
-def fts_terms_with(db: Path, marker: str) -> list[str]:
-    """Every term of every FTS5 index in ``db`` that contains ``marker`` (lowercased)."""
-    conn = sqlite3.connect(db)
-    try:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%fts5(%'"
-            )
-        ]
-        assert tables
-        terms: list[str] = []
-        for table in tables:
-            conn.execute(f"CREATE VIRTUAL TABLE temp.v_{table} USING fts5vocab(main, {table}, row)")
-            terms += [
-                r[0]
-                for r in conn.execute(
-                    f"SELECT term FROM temp.v_{table} WHERE instr(term, ?) > 0",
-                    (marker.lower(),),
-                )
-            ]
-        return terms
-    finally:
-        conn.close()
 
 
 async def test_forget_leaves_the_marker_nowhere(tmp_path):

@@ -8,14 +8,13 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from tests.support import fts_terms_with, occurrences
 
 from memwarden.errors import NotFoundError, StorageError, ValidationInputError
 from memwarden.memory import ValidationEvent, from_ts
 from memwarden.memory._schema import MIGRATIONS, split_statements
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from memwarden.memory import Store
 
 MARKER = "Zqxv7Marker"  # mixed case: FTS stores it lowercased
@@ -36,47 +35,6 @@ def event(store: Store, outcome: str, observed: Any, *, block_id: str | None = N
         message=f"saw {observed}",
         block_id=block_id,
     )
-
-
-def occurrences(directory: Path, marker: str) -> dict[str, int]:
-    """How often ``marker`` (as given and lowercased) is in each file under ``directory``."""
-    found: dict[str, int] = {}
-    needles = {marker.encode(), marker.lower().encode()}
-    for path in sorted(directory.rglob("*")):
-        if path.is_file():
-            data = path.read_bytes()
-            count = sum(data.count(n) for n in needles)
-            if count:
-                found[str(path.relative_to(directory))] = count
-    return found
-
-
-def fts_terms_with(db: Path, marker: str) -> list[str]:
-    """Terms of every FTS5 index in the file that contain ``marker`` (lowercased)."""
-    conn = sqlite3.connect(db)
-    try:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%fts5(%'"
-            )
-        ]
-        assert tables, "no FTS5 table found"
-        terms: list[str] = []
-        for table in tables:
-            conn.execute(
-                f"CREATE VIRTUAL TABLE temp.v_{table} USING fts5vocab(main, {table}, instance)"
-            )
-            terms += [
-                r[0]
-                for r in conn.execute(
-                    f"SELECT DISTINCT term FROM temp.v_{table} WHERE instr(term, ?) > 0",
-                    (marker.lower(),),
-                )
-            ]
-        return terms
-    finally:
-        conn.close()
 
 
 async def fill(store: Store, marker: str = MARKER) -> tuple[str, str]:

@@ -26,7 +26,6 @@ import asyncio
 import json
 import os
 import secrets
-import stat
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
@@ -34,7 +33,7 @@ import structlog
 from memwarden.errors import ConfigError, ValidationInputError
 from memwarden.memory import BlockPatch, validate_input
 from memwarden.memory._codec import content_key
-from memwarden.memory._files import private_dir, write_private
+from memwarden.memory._files import private_dir, read_private, write_private
 from memwarden.privacy import (
     PrivacySettings,
     Redactor,
@@ -77,22 +76,7 @@ def ensure_key(home: Path) -> bytes:
         )
         return ConfigError(message, problems=[message])
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as err:
-        raise refuse(f"cannot be read ({err.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise refuse("is not a regular file")
-        if info.st_uid != os.geteuid():
-            raise refuse(f"is owned by uid {info.st_uid}, not by the daemon's user")
-        mode = stat.S_IMODE(info.st_mode)
-        if mode & 0o077:
-            raise refuse(f"has mode {mode:04o}; it must be 0600 (chmod 600 {path})")
-        raw = os.read(fd, 256)
-    finally:
-        os.close(fd)
+    raw = read_private(path, 255, refuse)
     text = raw.decode("ascii", "replace").strip()
     try:
         key = bytes.fromhex(text)

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import os
 import secrets
-import stat
 from typing import TYPE_CHECKING
 
 from memwarden.errors import ConfigError
-from memwarden.memory._files import private_dir, write_private
+from memwarden.memory._files import private_dir, read_private, write_private
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -54,26 +53,7 @@ def read_token(path: Path) -> str:
         )
         return ConfigError(message, problems=[message])
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as err:
-        if path.is_symlink():
-            raise refuse("is a symbolic link; it must be a regular file") from None
-        raise refuse(f"cannot be read ({err.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise refuse("is not a regular file")
-        if info.st_uid != os.geteuid():
-            raise refuse(
-                f"is owned by uid {info.st_uid}, not by the daemon's user (uid {os.geteuid()})"
-            )
-        mode = stat.S_IMODE(info.st_mode)
-        if mode & 0o077:
-            raise refuse(f"has mode {mode:04o}; it must be 0600 (chmod 600 {path})")
-        raw = os.read(fd, MAX_TOKEN_BYTES + 1)
-    finally:
-        os.close(fd)
+    raw = read_private(path, MAX_TOKEN_BYTES, refuse)
     if len(raw) > MAX_TOKEN_BYTES:
         raise refuse(f"is larger than {MAX_TOKEN_BYTES} bytes")
     token = raw.strip()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "open_private",
     "prepare_database",
     "private_dir",
+    "read_private",
     "tighten_file",
     "write_private",
 ]
@@ -135,3 +137,29 @@ def write_private(path: Path, data: bytes, *, durable: bool = True, replace: boo
     if durable:
         fsync_dir(path.parent)
     return True
+
+
+def read_private(path: Path, limit: int, refuse: Callable[[str], Exception]) -> bytes:
+    """The first ``limit + 1`` bytes of a secret the daemon keeps (the API token, the
+    privacy key): a regular file, not a symbolic link, of the daemon's user, mode 0600.
+    Each problem is raised as ``refuse(problem)``; the caller judges the content."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as err:
+        if path.is_symlink():
+            raise refuse("is a symbolic link; it must be a regular file") from None
+        raise refuse(f"cannot be read ({err.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise refuse("is not a regular file")
+        if info.st_uid != os.geteuid():
+            raise refuse(
+                f"is owned by uid {info.st_uid}, not by the daemon's user (uid {os.geteuid()})"
+            )
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077:
+            raise refuse(f"has mode {mode:04o}; it must be 0600 (chmod 600 {path})")
+        return os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
