@@ -518,3 +518,11 @@ def test_sighup_reloads_the_policy(tmp_path):
         eventually_blocking(lambda: "reload_failed" in running.log(), what="the bad reload logged")
         assert "privacy.rules.email" in running.log()
         assert rule() == "reject"
+
+
+async def test_archive_reason_is_redacted(api):
+    """The reason kept with an archived block (and in its audit row) is screened too."""
+    block = await api.add({"content": "a fact to archive"})
+    answer = await api.client.delete(f"/v1/blocks/{block['id']}", params={"reason": f"per {EMAIL}"})
+    assert answer.status_code == 200, answer.text
+    assert EMAIL not in api.dump()

@@ -822,6 +822,14 @@ class Daemon:
             self._mark_bindings_dirty(sorted({b.sensor for b in block.bindings}))
         return block
 
+    async def archive_block(
+        self, block_id: str, *, reason: str, actor: str, source: Scope = "agent"
+    ) -> Block:
+        """Archive a block (out of search, restorable); the reason passes the privacy
+        policy first (it is kept with the block and in the audit trail)."""
+        reason = await self.privacy.text(reason, source, "reason")
+        return await self.store.archive(block_id, reason=reason, actor=actor)
+
     async def request_review(
         self, block_id: str, *, reason: str, source: Scope = "agent"
     ) -> dict[str, Any]:

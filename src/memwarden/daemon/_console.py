@@ -342,7 +342,9 @@ async def ask_review(
         return _problem(422, f"reason: say why, in 1 to {MAX_REASON_CHARS} characters", session)
     try:
         full = await _resolve(daemon, block_id)
-        await daemon.store.request_review(full, reason=f"{reason} (asked by {session.reviewer})")
+        await daemon.request_review(
+            full, reason=f"{reason} (asked by {session.reviewer})", source="review"
+        )
     except (NotFoundError, AmbiguousIdError, ValidationInputError) as err:
         return page("not_found.html", status=404, message=str(err), session=session)
     return _back(full, "Queued for review.")
@@ -373,6 +375,7 @@ async def edit(
             {"title": title.strip(), "content": content},
             actor=session.reviewer,
             expected_version=int(version),
+            source="review",
         )
     except (NotFoundError, AmbiguousIdError) as err:
         return page("not_found.html", status=404, message=str(err), session=session)
@@ -401,7 +404,7 @@ async def archive(
         return _problem(422, f"reason: at most {MAX_REASON_CHARS} characters", session)
     try:
         full = await _resolve(daemon, block_id)
-        await daemon.store.archive(full, reason=reason, actor=session.reviewer)
+        await daemon.archive_block(full, reason=reason, actor=session.reviewer, source="review")
     except (NotFoundError, AmbiguousIdError, ValidationInputError) as err:
         return page("not_found.html", status=404, message=str(err), session=session)
     return _back(full, "Archived.")

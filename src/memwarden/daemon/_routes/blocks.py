@@ -302,7 +302,9 @@ async def archive_block(
             namespaces=caller.scope(),
         )
         return ForgetAnswer.model_validate(answer)
-    return await daemon.store.archive(block_id, reason=reason, actor=caller.actor)
+    return await daemon.archive_block(
+        block_id, reason=reason, actor=caller.actor, source=privacy_profile_for(caller)
+    )
 
 
 @router.get("/v1/blocks/{block_id}/events")
