@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from memwarden.cli import app
 from tests.api.conftest import REMOTE_SENSOR
+from tests.cli.conftest import cli_for
 
 if TYPE_CHECKING:
     from tests.api.conftest import LiveDaemon
@@ -17,17 +18,7 @@ if TYPE_CHECKING:
 
 @pytest.fixture
 def cli(live_daemon: LiveDaemon, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("MEMWARDEN_HOME", str(live_daemon.home))
-    monkeypatch.delenv("MEMWARDEN_URL", raising=False)
-    monkeypatch.delenv("MEMWARDEN_TOKEN", raising=False)
-    runner = CliRunner()
-
-    def run(*args: str, code: int = 0) -> Any:
-        result = runner.invoke(app, list(args))
-        assert result.exit_code == code, result.output
-        return result
-
-    return run
+    return cli_for(live_daemon.home, monkeypatch)
 
 
 def _json(result: Any) -> Any:

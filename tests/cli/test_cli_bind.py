@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from typer.testing import CliRunner
 
-from memwarden.cli import app
 from memwarden.demo import build_workspace
+from tests.cli.conftest import cli_for
 from tests.support import daemon_env, memwarden_running
 
 if TYPE_CHECKING:
@@ -35,17 +34,7 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]
 
 @pytest.fixture
 def cli(indexed: DaemonProcess, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("MEMWARDEN_HOME", str(indexed.home))
-    monkeypatch.delenv("MEMWARDEN_URL", raising=False)
-    monkeypatch.delenv("MEMWARDEN_TOKEN", raising=False)
-    runner = CliRunner()
-
-    def run(*args: str, code: int = 0) -> Any:
-        result = runner.invoke(app, list(args))
-        assert result.exit_code == code, result.output
-        return result
-
-    return run
+    return cli_for(indexed.home, monkeypatch)
 
 
 def _bindings(daemon: DaemonProcess, block_id: str) -> list[dict[str, Any]]:
