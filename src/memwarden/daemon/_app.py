@@ -812,14 +812,27 @@ class Daemon:
         """Edit a block (:meth:`Store.update`); its new title, content and tags pass the
         privacy policy first. When the edit moved its validity window (its own, or its
         volatility's), its sensors are handed its bindings again with the new window,
-        local ones and remote agents alike: a polling sensor renews by it."""
+        local ones and remote agents alike: a polling sensor renews by it.
+
+        ``bindings`` replace the block's own, checked as an added block's are
+        (:meth:`check_bindings`: a refused one names ``bindings.N``, nothing changed);
+        the sensors of the old and the new ones learn the change."""
         checked = await self.privacy.patch(validate_input(BlockPatch, patch), source)
+        if checked.bindings is not None:
+            bindings = self.check_bindings(checked.bindings)
+            if bindings != checked.bindings:
+                checked = checked.model_copy(update={"bindings": bindings})
         before = await self.store.get(block_id)
         block = await self.store.update(
             block_id, checked, actor=actor, expected_version=expected_version
         )
+        sensors: set[str] = set()
         if block.validation.validity_window != before.validation.validity_window:
-            self._mark_bindings_dirty(sorted({b.sensor for b in block.bindings}))
+            sensors.update(b.sensor for b in block.bindings)
+        if checked.bindings is not None and block.bindings != before.bindings:
+            sensors.update(b.sensor for b in [*before.bindings, *block.bindings])
+        if sensors:
+            self._mark_bindings_dirty(sorted(sensors))
         return block
 
     async def request_review(
