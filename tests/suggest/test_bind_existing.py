@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.suggest.conftest import Api
@@ -167,3 +168,33 @@ async def test_bind_refuses_a_bad_body(api: Api):
         answer = await api.client.post(f"/v1/blocks/{block['id']}/bind", json=body)
         assert answer.status_code == 422, answer.text
     assert (await _block(api, block["id"]))["bindings"] == []
+
+
+async def test_a_binding_kept_as_it_was_is_not_checked_again(api: Api):
+    """A stored binding today's rules refuse (quarantined) does not stop auto from adding
+    one: it is kept as it is, quarantine and all; a new copy of it is refused."""
+    block = await api.post("/v1/blocks", {"content": "The API timeout is 30 s"}, status=201)
+    outside = {"path": "/etc/hostname", "exists": True}
+    now = api.daemon.store.clock.time()
+
+    async def insert(conn: Any) -> None:
+        await conn.execute(
+            "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at, quarantine,"
+            " quarantined_at) SELECT rid, 'fs', '/etc/hostname', ?, ?, 'outside the roots', ?"
+            " FROM blocks WHERE id = ?",
+            (json.dumps(outside), now, now, block["id"]),
+        )
+
+    await api.daemon.store.db.write(insert)
+    answer = await api.post(f"/v1/blocks/{block['id']}/bind", {"bind": "auto"})
+    assert [b.get("key") for b in answer["bindings"]] == [None, "/http/timeout"]
+    async with api.daemon.store.db.read() as conn:
+        rows = await conn.execute_fetchall(
+            "SELECT quarantine FROM bindings WHERE subject = '/etc/hostname'"
+        )
+    assert [r[0] for r in rows] == ["outside the roots"]
+    other = await api.post("/v1/blocks", {"content": "another fact"}, status=201)
+    refused = await api.client.patch(
+        f"/v1/blocks/{other['id']}", json={"bindings": [{"sensor": "fs", **outside}]}
+    )
+    assert refused.status_code == 422, refused.text

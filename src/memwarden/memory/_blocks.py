@@ -337,8 +337,10 @@ async def _replace_bindings(
     async with conn.execute(
         "SELECT id, sensor, subject, selector FROM bindings WHERE block_rid = ?", (rid,)
     ) as cur:
-        stored = {(str(r[1]), str(r[2]), str(r[3])): int(r[0]) for r in await cur.fetchall()}
-    wanted = {(b.sensor, b.subject, binding_selector_json(b)): b for b in bindings}
+        rows = await cur.fetchall()
+    # Compared as the selectors' JSON re-encoded alike: a row written another way matches.
+    stored = {(str(r[1]), str(r[2]), _selector_key(str(r[3]))): int(r[0]) for r in rows}
+    wanted = {(b.sensor, b.subject, _selector_key(binding_selector_json(b))): b for b in bindings}
     gone = [key for key in stored if key not in wanted]
     new = [key for key in wanted if key not in stored]
     if not gone and not new:
@@ -347,7 +349,10 @@ async def _replace_bindings(
     await conn.executemany(
         "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at)"
         " VALUES (?, ?, ?, ?, ?)",
-        [(rid, *key, now) for key in new],
+        [
+            (rid, s, subj, binding_selector_json(wanted[(s, subj, sel)]), now)
+            for s, subj, sel in new
+        ],
     )
     kept = {(s, subj) for s, subj, _ in wanted}
     closed = [(now, block_id, s, subj) for s, subj, _ in gone if (s, subj) not in kept]
@@ -363,6 +368,13 @@ async def _replace_bindings(
             (now, rid),
         )
     return True
+
+
+def _selector_key(text: str) -> str:
+    try:
+        return json.dumps(json.loads(text), sort_keys=True)
+    except ValueError:  # a row gone wrong never matches a binding given now
+        return text
 
 
 async def _insert_dependencies(
