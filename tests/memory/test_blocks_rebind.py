@@ -90,3 +90,11 @@ async def test_a_bad_binding_or_null_changes_nothing(store):
     after = await store.get(block.id)
     assert after.bindings == block.bindings
     assert after.importance == block.importance
+
+
+async def test_a_binding_stored_twice_is_kept_once(store):
+    block = await store.add({"content": "x", "bindings": [FS_APP, FS_APP]})
+    assert len(query(store, "SELECT id FROM bindings")) == 2
+    kept = await store.update(block.id, {"bindings": [FS_APP]})
+    assert len(query(store, "SELECT id FROM bindings")) == 1
+    assert [b.selector["key"] for b in kept.bindings] == ["/http/timeout"]

@@ -339,13 +339,17 @@ async def _replace_bindings(
     ) as cur:
         rows = await cur.fetchall()
     # Compared as the selectors' JSON re-encoded alike: a row written another way matches.
-    stored = {(str(r[1]), str(r[2]), _selector_key(str(r[3]))): int(r[0]) for r in rows}
+    stored: dict[tuple[str, str, str], list[int]] = {}
+    for r in rows:
+        stored.setdefault((str(r[1]), str(r[2]), _selector_key(str(r[3]))), []).append(int(r[0]))
     wanted = {(b.sensor, b.subject, _selector_key(binding_selector_json(b))): b for b in bindings}
     gone = [key for key in stored if key not in wanted]
     new = [key for key in wanted if key not in stored]
-    if not gone and not new:
+    # A binding stored twice (an old import) is kept once: its first row.
+    dropped = [i for key, ids in stored.items() for i in (ids if key in gone else ids[1:])]
+    if not dropped and not new:
         return False
-    await conn.executemany("DELETE FROM bindings WHERE id = ?", [(stored[k],) for k in gone])
+    await conn.executemany("DELETE FROM bindings WHERE id = ?", [(i,) for i in dropped])
     await conn.executemany(
         "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at)"
         " VALUES (?, ?, ?, ?, ?)",
