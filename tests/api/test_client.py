@@ -169,3 +169,33 @@ def test_the_answers_have_the_typed_shapes(live_daemon):
         plain = client.add_with_bind({"content": "Typed answers may not bind"}, None)
         assert plain["bind"] is None  # [suggest] bind = none: no bind answer
         _keys_fit(client.suggest_bindings("the timeout is 30 s"), SuggestAnswer)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_clients_bind_a_stored_block(live_daemon, kind):
+    """bind replaces a block's bindings ([] unbinds), a refused one raises naming
+    bindings.0; auto_bind answers what bind found (here: no index, left unbound)."""
+    edge = {"sensor": "edge-files", "path": "conf/app.yaml", "key": "/port", "equals": 80}
+    if kind == "sync":
+        with Client(live_daemon.url, live_daemon.token) as c:
+            block = c.add({"content": f"The {kind} port is 80"})
+            bound = c.bind(block.id, [edge])
+            with pytest.raises(ValidationInputError) as err:
+                c.bind(block.id, [{**edge, "sensor": "nope"}])
+            auto = c.auto_bind(block.id)
+            cleared = c.bind(block.id, [])
+    else:
+        async with AsyncClient(live_daemon.url, live_daemon.token) as ac:
+            block = await ac.add({"content": f"The {kind} port is 80"})
+            bound = await ac.bind(block.id, [edge])
+            with pytest.raises(ValidationInputError) as err:
+                await ac.bind(block.id, [{**edge, "sensor": "nope"}])
+            auto = await ac.auto_bind(block.id)
+            cleared = await ac.bind(block.id, [])
+    assert [(b.sensor, b.subject) for b in bound.bindings] == [("edge-files", "conf/app.yaml")]
+    assert err.value.errors[0][0] == "bindings.0.sensor"
+    assert auto["bind"] is not None
+    assert auto["bind"]["chosen"] is None
+    assert "left unbound" in auto["bind"]["why"]
+    assert len(auto["block"].bindings) == 1
+    assert cleared.bindings == []

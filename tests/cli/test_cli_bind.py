@@ -122,3 +122,39 @@ def test_review_proposals_reads_a_database_file(cli, tmp_path: Path):
     cli("add", "The API timeout is 30 s", "--db", str(db))
     assert "no proposals pending" in cli("review", "proposals", "--db", str(db)).output
     assert json.loads(cli("review", "proposals", "--db", str(db), "--json").stdout) == []
+
+
+def test_bind_auto_binds_a_stored_fact_and_says_why(cli, indexed):
+    """`memwarden bind ID --auto` binds an unbound fact to the binding that confirms it."""
+    block_id = cli("add", "The API timeout is 30 s", "--no-dedupe", "-q").output.strip()
+    assert _bindings(indexed, block_id) == []
+    out = cli("bind", block_id, "--auto").output
+    assert out.startswith(f"bound {block_id}: ")
+    assert '"key": "/http/timeout"' in out
+    assert "confidence" in out
+    assert TIMEOUT.items() <= _bindings(indexed, block_id)[0].items()
+
+
+def test_bind_binding_replaces_and_clear_unbinds(cli, indexed):
+    block_id = cli("add", "The web port is 8080", "--no-dedupe", "-q").output.strip()
+    port = {"sensor": "fs", "path": "config/app.yaml", "exists": True}
+    out = cli("bind", block_id, "--binding", json.dumps(port), "--json").output
+    assert json.loads(out)["bindings"][0]["path"] == "config/app.yaml"
+    assert _bindings(indexed, block_id)[0]["path"] == "config/app.yaml"
+    out = cli("bind", block_id, "--clear").output
+    assert "no bindings" in out
+    assert _bindings(indexed, block_id) == []
+
+
+def test_bind_refuses_a_bad_binding_naming_it_and_changes_nothing(cli, indexed):
+    block_id = cli("add", "The API timeout is 30 s", "--no-dedupe", "-q").output.strip()
+    out = cli("bind", block_id, "--binding", json.dumps({**TIMEOUT, "sensor": "nope"}), code=2)
+    assert "bindings.0.sensor" in out.output
+    outside = {"sensor": "fs", "path": "/etc/passwd", "exists": True}
+    out = cli("bind", block_id, "--binding", json.dumps(outside), code=2)
+    assert "bindings.0" in out.output
+    out = cli("bind", block_id, "--binding", "{not json", code=2)
+    assert "--binding 1: not JSON" in out.output
+    out = cli("bind", block_id, code=2)
+    assert "one of --auto, --binding or --clear" in out.output
+    assert _bindings(indexed, block_id) == []

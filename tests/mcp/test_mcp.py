@@ -29,6 +29,7 @@ TOOLS = {
     "memory_health",
     "memory_sensors",
     "memory_suggest_bindings",
+    "memory_bind",
     "memory_forget",
 }
 

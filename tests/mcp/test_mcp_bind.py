@@ -147,3 +147,50 @@ async def test_hostile_bind_and_suggest_inputs_are_refused_naming_the_field(
         text = await _error(session, "memory_suggest_bindings", {"content": ""})
         assert "content" in text
     assert await _count(demo_daemon) == before
+
+
+async def test_memory_bind_auto_binds_a_stored_fact(demo_daemon: Daemon):
+    """A fact stored unbound is bound later by memory_bind auto; the answer says why."""
+    async with mcp_session(demo_daemon) as session:
+        added = await call(session, "memory_add", {"content": "The API timeout is 30 s"})
+        assert added["bindings"] == []
+        bound = await call(session, "memory_bind", {"id": added["short_id"], "auto": True})
+    assert bound["id"] == added["id"]
+    assert bound["bind"]["chosen"] == TIMEOUT
+    assert bound["bind"]["why"].startswith("bound: ")
+    assert TIMEOUT.items() <= bound["bindings"][0].items()
+    stored = await demo_daemon.store.get(added["id"])
+    assert [b.selector["key"] for b in stored.bindings] == ["/http/timeout"]
+
+
+async def test_memory_bind_with_bindings_replaces_and_unbinds(demo_daemon: Daemon):
+    async with mcp_session(demo_daemon) as session:
+        added = await call(session, "memory_add", {"content": "The API timeout is 30 s"})
+        bound = await call(session, "memory_bind", {"id": added["id"], "bindings": [TIMEOUT]})
+        assert TIMEOUT.items() <= bound["bindings"][0].items()
+        assert "bind" not in bound
+        cleared = await call(session, "memory_bind", {"id": added["id"], "bindings": []})
+        assert cleared["bindings"] == []
+    assert (await demo_daemon.store.get(added["id"])).bindings == []
+
+
+async def test_hostile_memory_bind_is_refused_and_changes_nothing(demo_daemon: Daemon):
+    """An unknown sensor names bindings.0.sensor and points at memory_sensors; neither or
+    both of auto and bindings is refused; an unknown id is not found; nothing changed."""
+    async with mcp_session(demo_daemon) as session:
+        added = await call(session, "memory_add", {"content": "The API timeout is 30 s"})
+        fid = added["id"]
+        text = await _error(
+            session, "memory_bind", {"id": fid, "bindings": [{**TIMEOUT, "sensor": "nope"}]}
+        )
+        assert "bindings.0.sensor" in text
+        assert "memory_sensors" in text
+        text = await _error(session, "memory_bind", {"id": fid})
+        assert "auto=true or bindings" in text
+        text = await _error(session, "memory_bind", {"id": fid, "auto": True, "bindings": []})
+        assert "auto=true or bindings" in text
+        text = await _error(session, "memory_bind", {"id": "zzzzzzzz", "auto": True})
+        assert "memory_search" in text
+    stored = await demo_daemon.store.get(fid)
+    assert stored.bindings == []
+    assert stored.version == 1

@@ -131,6 +131,8 @@ async def test_agent_b_cannot_read_search_edit_forget_or_count_agent_a_facts(age
         _not_found(await beta.get(f"/v1/blocks/{fid}/events"))
         _not_found(await beta.get(f"/v1/blocks/{fid}/explain"))
         _not_found(await beta.patch(f"/v1/blocks/{fid}", json={"content": "hijacked"}))
+        _not_found(await beta.patch(f"/v1/blocks/{fid}", json={"bindings": []}))
+        _not_found(await beta.post(f"/v1/blocks/{fid}/bind", json={"bind": "auto"}))
         _not_found(await beta.delete(f"/v1/blocks/{fid}"))
         _not_found(await beta.delete(f"/v1/blocks/{fid}", params={"erase": "true"}))
         _not_found(await beta.post(f"/v1/blocks/{fid}/revalidate"))

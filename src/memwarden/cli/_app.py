@@ -916,8 +916,9 @@ def suggest(
     limit: Annotated[int, typer.Option(min=1, max=50, help="At most this many.")] = 5,
     json_out: JsonOpt = False,
 ) -> None:
-    """Bindings that could check a block, found in the fs sensors' files and dry-run now
-    (needs the daemon); add one with PATCH or `memwarden add --bind`."""
+    """Bindings that could check a block, found in the sensors' files and dry-run now
+    (needs the daemon); bind one with `memwarden bind ID --binding '{json}'`, or the best
+    one with `memwarden bind ID --auto`."""
 
     async def api(c: AsyncClient) -> Any:
         block = await c.get(block_id)
@@ -933,6 +934,77 @@ def suggest(
     _print_suggestions(data["suggestions"], data["contradicts"])
     if not data["suggestions"] and not data["contradicts"]:
         out.print("no binding found (docs/SUGGESTIONS.md says what is matched)")
+
+
+@app.command()
+def bind(
+    block_id: Annotated[str, typer.Argument(help="The block id.")],
+    auto: Annotated[
+        bool,
+        typer.Option(
+            "--auto",
+            help="Bind it to the best suggestion whose check confirms it now "
+            "([suggest] auto_min_confidence; docs/SUGGESTIONS.md).",
+        ),
+    ] = False,
+    binding: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--binding",
+            "-b",
+            help="Its bindings instead of the ones it has, as JSON (repeat): "
+            '\'{"sensor":"fs","path":"a.yaml","key":"/k","equals":1}\'',
+        ),
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove every binding.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Bind a stored block: --auto (memwarden finds the binding), --binding (replace its
+    bindings with these) or --clear. It is unverified until its sensor checks it."""
+    flags = (("--auto", auto), ("--binding", bool(binding)), ("--clear", clear))
+    given = [name for name, on in flags if on]
+    if len(given) != 1:
+        raise fail("give one of --auto, --binding or --clear", 2)
+    bindings: list[Any] = []
+    for i, text in enumerate(binding or []):
+        try:
+            bindings.append(json.loads(text))
+        except json.JSONDecodeError as e:
+            raise fail(f"--binding {i + 1}: not JSON: {e}", 2) from None
+
+    async def local(_: Store) -> Any:
+        raise MemwardenError("bind needs the running daemon: its sensors check the binding")
+
+    if auto:
+        added = call(None, api=lambda c: c.auto_bind(block_id), local=local)
+        block, found = added["block"], added["bind"]
+        if json_out:
+            print_json({**block.model_dump(mode="json"), "bind": found})
+            return
+        if found is not None and found["chosen"] is not None:
+            out.print(
+                f"bound {block.short_id or block.id}: "
+                f"{escape(json.dumps(found['chosen']['binding']))}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        if found is not None:
+            out.print(escape(found["why"]), highlight=False, soft_wrap=True)
+            if found["chosen"] is None:
+                _print_suggestions(found["suggestions"], found["contradicts"])
+        return
+    block = call(None, api=lambda c: c.bind(block_id, bindings), local=local)
+    if json_out:
+        print_json(block.model_dump(mode="json"))
+        return
+    shown = block.short_id or block.id
+    if not block.bindings:
+        out.print(f"{shown}: no bindings ({block.state.value})", highlight=False)
+    for b in block.bindings:
+        shown_binding = escape(json.dumps(b.model_dump(mode="json")))
+        out.print(f"bound {shown}: {shown_binding}", highlight=False, soft_wrap=True)
+    if block.bindings and block.state.value == "unverified":
+        out.print("unverified until its sensor checks it", highlight=False)
 
 
 def _print_suggestions(

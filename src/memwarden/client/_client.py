@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         SuggestAnswer,
         Tombstone,
     )
+    from memwarden.memory import Binding
 
 __all__ = [
     "AsyncClient",
@@ -280,6 +281,14 @@ class _Ops:
         return "PATCH", f"/v1/blocks/{block_id}", None, _body(patch)
 
     @staticmethod
+    def bind(block_id: str, bindings: Sequence[Any]) -> tuple[str, str, Any, Any]:
+        return "PATCH", f"/v1/blocks/{block_id}", None, {"bindings": [_body(b) for b in bindings]}
+
+    @staticmethod
+    def auto_bind(block_id: str) -> tuple[str, str, Any, Any]:
+        return "POST", f"/v1/blocks/{block_id}/bind", None, {"bind": "auto"}
+
+    @staticmethod
     def archive(block_id: str, reason: str) -> tuple[str, str, Any, Any]:
         return "DELETE", f"/v1/blocks/{block_id}", {"reason": reason}, None
 
@@ -459,6 +468,23 @@ class AsyncClient:
         """Edit a block. With ``if_version`` (the ``version`` you read), the edit applies
         only if nobody edited it since (else :class:`VersionConflictError`)."""
         return _block(await self._call(*_Ops.update(block_id, patch), _if_match(if_version)))
+
+    async def bind(
+        self,
+        block_id: str,
+        bindings: Sequence[Binding | Mapping[str, Any]],
+        *,
+        if_version: int | None = None,
+    ) -> Block:
+        """Replace a stored block's bindings (``[]`` unbinds it): checked as an added
+        block's are; the block is unverified until its sensors check the new ones."""
+        return _block(await self._call(*_Ops.bind(block_id, bindings), _if_match(if_version)))
+
+    async def auto_bind(self, block_id: str) -> AddedBlock:
+        """Look for a binding for a stored block now and add the best one whose dry run
+        confirms (if confident enough): ``{"block", "bind"}``, ``bind`` saying what was
+        chosen and why (docs/SUGGESTIONS.md)."""
+        return _added(await self._call(*_Ops.auto_bind(block_id)))
 
     async def archive(self, block_id: str, reason: str = "archived via client") -> Block:
         return _block(await self._call(*_Ops.archive(block_id, reason)))
@@ -746,6 +772,20 @@ class Client:
         self, block_id: str, patch: Mapping[str, Any], *, if_version: int | None = None
     ) -> Block:
         return _block(self._call(*_Ops.update(block_id, patch), _if_match(if_version)))
+
+    def bind(
+        self,
+        block_id: str,
+        bindings: Sequence[Binding | Mapping[str, Any]],
+        *,
+        if_version: int | None = None,
+    ) -> Block:
+        """Replace a stored block's bindings (see AsyncClient)."""
+        return _block(self._call(*_Ops.bind(block_id, bindings), _if_match(if_version)))
+
+    def auto_bind(self, block_id: str) -> AddedBlock:
+        """Bind a stored block to its best confirming suggestion (see AsyncClient)."""
+        return _added(self._call(*_Ops.auto_bind(block_id)))
 
     def archive(self, block_id: str, reason: str = "archived via client") -> Block:
         return _block(self._call(*_Ops.archive(block_id, reason)))

@@ -658,16 +658,23 @@ class Daemon:
         self._dirty_bindings.update(sensors)
         self._bindings_wake.set()
 
-    def check_bindings(self, bindings: Sequence[Binding]) -> list[Binding]:
+    def check_bindings(
+        self, bindings: Sequence[Binding], *, stored: Sequence[Binding] = ()
+    ) -> list[Binding]:
         """Refuse bindings that name no configured sensor or that its model rejects.
 
         Returns them with their subject filled in from the sensor's binding model
-        (``subject_of()``) where the raw binding named none.
+        (``subject_of()``) where the raw binding named none. One equal to a ``stored``
+        binding (the block has it already: an edit keeps it) passes as it is, checked
+        when it was added (and quarantined at start if today's rules refuse it).
         """
         errors: list[tuple[str, str]] = []
         out: list[Binding] = []
         remote = self.remote_sensors()
         for i, binding in enumerate(bindings):
+            if binding in stored:
+                out.append(binding)
+                continue
             runner = self.runners.get(binding.sensor)
             if runner is None and binding.sensor in remote:
                 # Its plugin runs on the agent's host: the selector is checked there.
@@ -812,14 +819,27 @@ class Daemon:
         """Edit a block (:meth:`Store.update`); its new title, content and tags pass the
         privacy policy first. When the edit moved its validity window (its own, or its
         volatility's), its sensors are handed its bindings again with the new window,
-        local ones and remote agents alike: a polling sensor renews by it."""
+        local ones and remote agents alike: a polling sensor renews by it.
+
+        ``bindings`` replace the block's own, the new ones checked as an added block's
+        are (:meth:`check_bindings`: a refused one names ``bindings.N``, nothing changed);
+        the sensors of the old and the new ones learn the change."""
         checked = await self.privacy.patch(validate_input(BlockPatch, patch), source)
         before = await self.store.get(block_id)
+        if checked.bindings is not None:
+            bindings = self.check_bindings(checked.bindings, stored=before.bindings)
+            if bindings != checked.bindings:
+                checked = checked.model_copy(update={"bindings": bindings})
         block = await self.store.update(
             block_id, checked, actor=actor, expected_version=expected_version
         )
+        sensors: set[str] = set()
         if block.validation.validity_window != before.validation.validity_window:
-            self._mark_bindings_dirty(sorted({b.sensor for b in block.bindings}))
+            sensors.update(b.sensor for b in block.bindings)
+        if checked.bindings is not None and block.bindings != before.bindings:
+            sensors.update(b.sensor for b in [*before.bindings, *block.bindings])
+        if sensors:
+            self._mark_bindings_dirty(sorted(sensors))
         return block
 
     async def archive_block(

@@ -25,7 +25,7 @@ from memwarden.client import AsyncClient
 from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Awaitable, Callable, Mapping
 
     from mcp.server.context import ServerRequestContext
     from mcp.server.session import ServerSession
@@ -148,6 +148,14 @@ suggestions: bindings whose check confirms the fact, best first, each with confi
 world refutes (the fact is already wrong: "the file says 45")."""
 
 
+BIND_DESCRIPTION = """\
+Bind a fact you stored earlier so a sensor checks it. auto=true: memwarden finds the binding
+itself (the best one whose check confirms the fact now, if confident enough) and says what it
+chose and why, or why none. Or give bindings (they replace the fact's own; [] removes them;
+memory_sensors shows what each sensor can check). The fact is unverified until its sensor
+checks the new binding."""
+
+
 def _suggestion(s: Mapping[str, Any]) -> dict[str, Any]:
     check = s["check"]
     return {
@@ -170,6 +178,34 @@ def _bind_summary(bind: Mapping[str, Any]) -> dict[str, Any]:
         "suggestions": [_suggestion(s) for s in bind.get("suggestions", [])],
         "contradicts": [_suggestion(s) for s in bind.get("contradicts", [])],
     }
+
+
+async def _bind(
+    call: Callable[[Callable[[AsyncClient], Any]], Awaitable[Any]],
+    block_id: str,
+    *,
+    auto: bool,
+    bindings: list[dict[str, Any]] | None,
+) -> dict[str, Any]:
+    """memory_bind: auto-bind a stored fact, or replace its bindings."""
+    if auto == (bindings is not None):
+        raise ToolError("give auto=true or bindings (a list, [] to unbind), one of them")
+    found = None
+    if auto:
+        added = await call(lambda c: c.auto_bind(block_id))
+        block, found = added["block"], added["bind"]
+    else:
+        given = bindings or []
+        block = await call(lambda c: c.bind(block_id, given))
+    answer: dict[str, Any] = {
+        "id": block.id,
+        "short_id": block.short_id,
+        "state": block.state.value,
+        "bindings": [b.model_dump(mode="json") for b in block.bindings],
+    }
+    if found is not None:
+        answer["bind"] = _bind_summary(found)
+    return answer
 
 
 def actionable(err: MemwardenError) -> str:
@@ -295,6 +331,19 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         if added["bind"] is not None:
             answer["bind"] = _bind_summary(added["bind"])
         return answer
+
+    @server.tool(description=BIND_DESCRIPTION)
+    async def memory_bind(
+        id: Annotated[str, Field(description="The fact's id (a short id works too).")],  # noqa: A002 - the tool's argument name
+        auto: Annotated[
+            bool, Field(description="Let memwarden find the binding (ignore bindings).")
+        ] = False,
+        bindings: Annotated[
+            list[dict[str, Any]] | None,
+            Field(description="The fact's bindings from now on ([] removes them)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        return await _bind(call, id, auto=auto, bindings=bindings)
 
     @server.tool(description=SUGGEST_DESCRIPTION)
     async def memory_suggest_bindings(

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
+    from memwarden.memory._model import Binding
     from memwarden.memory._record import BlockRecord
     from memwarden.memory.policy import PolicyConfig
 
@@ -148,7 +149,8 @@ class Blocks:
             raise ValidationInputError(
                 [(k, "cannot be null (leave the field out to keep its value)") for k in nulls]
             )
-        changes = p.model_dump(exclude_unset=True)
+        changes = p.model_dump(exclude_unset=True, exclude={"bindings"})
+        bindings = p.bindings
         now = self.clock.time()
         cfg = self.policy
 
@@ -157,7 +159,10 @@ class Blocks:
             if expected_version is not None and rec.version != expected_version:
                 raise VersionConflictError(rec.id, expected_version, rec.version)
             old = (rec.version, rec.title, rec.content, json.dumps(rec.tags))
-            if _apply_patch(rec, changes, now, cfg):
+            rebound = bindings is not None and await _replace_bindings(
+                conn, rec.rid, rec.id, bindings, now
+            )
+            if _apply_patch(rec, changes, now, cfg, rebound=rebound):
                 await conn.execute(
                     "INSERT INTO block_history (block_id, version, title, content, tags,"
                     " replaced_at, replaced_by) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -169,7 +174,11 @@ class Blocks:
                     "UPDATE blocks SET content_key = ? WHERE rid = ?",
                     (content_key(rec.content), rec.rid),
                 )
-            await self._audit(conn, actor, "update", rec.id, changes)
+            detail = dict(changes)
+            if bindings is not None:
+                # Sensor and subject only: an expected value may be a secret's.
+                detail["bindings"] = [{"sensor": b.sensor, "subject": b.subject} for b in bindings]
+            await self._audit(conn, actor, "update", rec.id, detail)
 
         await self.db.write(job)
 
@@ -267,21 +276,34 @@ class Blocks:
         )
 
 
-def _apply_patch(rec: BlockRecord, changes: dict[str, Any], now: float, cfg: PolicyConfig) -> bool:
+def _apply_patch(
+    rec: BlockRecord,
+    changes: dict[str, Any],
+    now: float,
+    cfg: PolicyConfig,
+    *,
+    rebound: bool = False,
+) -> bool:
     """Apply an edit to a record; True when the text changed (a new version).
 
     A new text was never checked: the block becomes unverified again, its window
-    restarts, and a core block is demoted (the core rule: an update demotes).
+    restarts, and a core block is demoted (the core rule: an update demotes). New
+    bindings (``rebound``) were never checked either: unverified again, the window
+    restarts; the text, version, tier and reliability stay.
     """
     text_changed = any(
         k in changes and changes[k] != getattr(rec, k) for k in ("title", "content", "tags")
     )
     if text_changed:
         rec.version += 1
-        if rec.state in (BlockState.FRESH, BlockState.STALE, BlockState.REFUTED):
-            rec.state = BlockState.UNVERIFIED.value
-            rec.stale_reasons = []
         demote_core(rec, cfg)
+    if (text_changed or rebound) and rec.state in (
+        BlockState.FRESH,
+        BlockState.STALE,
+        BlockState.REFUTED,
+    ):
+        rec.state = BlockState.UNVERIFIED.value
+        rec.stale_reasons = []
     for key in ("title", "content", "importance"):
         if key in changes:
             setattr(rec, key, changes[key])
@@ -298,9 +320,65 @@ def _apply_patch(rec: BlockRecord, changes: dict[str, Any], now: float, cfg: Pol
     if "signals" in changes:
         rec.signals = {**rec.signals, **changes["signals"]}
     base = rec.validated_at if rec.validated_at is not None else rec.created_at
-    rec.stale_at = (now if text_changed else base) + rec.validity_window_s
+    rec.stale_at = (now if text_changed or rebound else base) + rec.validity_window_s
     rec.updated_at = now
     return text_changed
+
+
+async def _replace_bindings(
+    conn: aiosqlite.Connection, rid: int, block_id: str, bindings: Sequence[Binding], now: float
+) -> bool:
+    """Make ``bindings`` the block's own; True when they differ from the stored ones.
+
+    A binding kept as it was keeps its row (and its quarantine, if any); open
+    revalidation requests of a removed one are closed (``expired``, outcome
+    ``unbound``); a new binding makes the block's pending binding proposals moot.
+    """
+    async with conn.execute(
+        "SELECT id, sensor, subject, selector FROM bindings WHERE block_rid = ?", (rid,)
+    ) as cur:
+        rows = await cur.fetchall()
+    # Compared as the selectors' JSON re-encoded alike: a row written another way matches.
+    stored: dict[tuple[str, str, str], list[int]] = {}
+    for r in rows:
+        stored.setdefault((str(r[1]), str(r[2]), _selector_key(str(r[3]))), []).append(int(r[0]))
+    wanted = {(b.sensor, b.subject, _selector_key(binding_selector_json(b))): b for b in bindings}
+    gone = [key for key in stored if key not in wanted]
+    new = [key for key in wanted if key not in stored]
+    # A binding stored twice (an old import) is kept once: its first row.
+    dropped = [i for key, ids in stored.items() for i in (ids if key in gone else ids[1:])]
+    if not dropped and not new:
+        return False
+    await conn.executemany("DELETE FROM bindings WHERE id = ?", [(i,) for i in dropped])
+    await conn.executemany(
+        "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at)"
+        " VALUES (?, ?, ?, ?, ?)",
+        [
+            (rid, s, subj, binding_selector_json(wanted[(s, subj, sel)]), now)
+            for s, subj, sel in new
+        ],
+    )
+    kept = {(s, subj) for s, subj, _ in wanted}
+    closed = [(now, block_id, s, subj) for s, subj, _ in gone if (s, subj) not in kept]
+    await conn.executemany(
+        "UPDATE revalidations SET status = 'expired', finished_at = ?, outcome = 'unbound'"
+        " WHERE block_id = ? AND sensor = ? AND subject = ? AND status IN ('pending', 'sent')",
+        closed,
+    )
+    if new:
+        await conn.execute(
+            "UPDATE proposals SET status = 'obsolete', decided_at = ? WHERE block_rid = ?"
+            " AND kind = 'binding' AND status = 'pending'",
+            (now, rid),
+        )
+    return True
+
+
+def _selector_key(text: str) -> str:
+    try:
+        return json.dumps(json.loads(text), sort_keys=True)
+    except ValueError:  # a row gone wrong never matches a binding given now
+        return text
 
 
 async def _insert_dependencies(

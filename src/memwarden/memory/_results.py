@@ -14,6 +14,7 @@ from memwarden.memory._clock import from_ts
 from memwarden.memory._codec import binding_from_row, record_to_block
 from memwarden.memory._durations import Duration
 from memwarden.memory._model import (
+    Binding,
     Block,
     BlockState,
     Category,
@@ -72,6 +73,12 @@ class BlockPatch(BaseModel):
     importance: float | None = Field(default=None, ge=0.0, le=1.0, strict=True)
     validity_window: Duration | None = None
     signals: dict[str, Signal] | None = None
+    bindings: list[Binding] | None = Field(
+        default=None,
+        max_length=32,
+        description="Replace the block's bindings ([] removes them): the block becomes "
+        "unverified and its sensors check the new ones (docs/RULES.md).",
+    )
 
 
 class BlockFilter(BaseModel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from memwarden.daemon._callers import privacy_profile_for
 from memwarden.daemon._routes._deps import (
@@ -26,6 +26,7 @@ from memwarden.daemon._routes.suggest import Suggestion
 from memwarden.daemon._suggest import suggest_bindings
 from memwarden.errors import ValidationInputError
 from memwarden.memory import (
+    Binding,
     Block,
     BlockPatch,
     BlockState,
@@ -38,7 +39,15 @@ from memwarden.memory import (
 if TYPE_CHECKING:
     from memwarden.daemon._app import Daemon
 
-__all__ = ["AddedBlock", "BindAnswer", "BlockPage", "NewBlockRequest", "RevalidateAnswer", "router"]
+__all__ = [
+    "AddedBlock",
+    "BindAnswer",
+    "BindRequest",
+    "BlockPage",
+    "NewBlockRequest",
+    "RevalidateAnswer",
+    "router",
+]
 
 router = APIRouter(tags=["blocks"])
 
@@ -140,6 +149,15 @@ async def _find_binding(
         why = "the block names its own bindings: none was looked for"
         return BindAnswer(mode=mode, chosen=None, why=why, suggestions=[], contradicts=[]), None
     text = f"{body.title}\n{body.content}" if body.title else body.content
+    return await _suggest_binding(daemon, text, mode, unbound="stored unbound")
+
+
+async def _suggest_binding(
+    daemon: Daemon, text: str, mode: Literal["auto", "suggest"], *, unbound: str
+) -> tuple[BindAnswer, dict[str, Any] | None]:
+    """The suggestions for ``text``, and with ``auto`` the best one whose dry run
+    confirms at ``[suggest] auto_min_confidence`` or more; ``why`` says which and why
+    (``unbound``: what happens to the block when none is chosen)."""
     found = await suggest_bindings(daemon.runners, text, limit=5)
     suggestions = [Suggestion.model_validate(s.as_dict()) for s in found.suggestions]
     contradicts = [Suggestion.model_validate(s.as_dict()) for s in found.contradicts]
@@ -147,20 +165,20 @@ async def _find_binding(
     threshold = daemon.settings.suggest.auto_min_confidence
     if not found.searched:
         why = (
-            "stored unbound: no running sensor offers binding suggestions (an fs sensor "
+            f"{unbound}: no running sensor offers binding suggestions (an fs sensor "
             "with its index on: [sensors.fs] index = true; code_test, runtime, http)"
         )
     elif mode == "suggest":
-        why = "stored unbound: pick a suggestion and add it as a binding"
+        why = f"{unbound}: pick a suggestion and add it as a binding"
     elif not suggestions:
         why = (
-            "no binding whose dry run confirms was found: stored unbound (values in files "
+            f"no binding whose dry run confirms was found: {unbound} (values in files "
             "are found only while [sensors.fs] index = true, the default)"
         )
     elif suggestions[0].confidence < threshold:
         why = (
             f"the best suggestion's confidence {suggestions[0].confidence} is below "
-            f"auto_min_confidence {threshold}: stored unbound"
+            f"auto_min_confidence {threshold}: {unbound}"
         )
     else:
         chosen = suggestions[0]
@@ -270,6 +288,42 @@ async def edit_block(
     )
     response.headers["ETag"] = f'"{block.version}"'
     return block
+
+
+class BindRequest(BaseModel):
+    """How to bind a stored block: ``auto`` (docs/SUGGESTIONS.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bind: Literal["auto"] = Field(
+        description="auto: bind the best suggestion for the block's text whose dry run "
+        "confirms, if at least [suggest] auto_min_confidence (added to its bindings)."
+    )
+
+
+@router.post("/v1/blocks/{block_id}/bind")
+async def bind_block(
+    block_id: BlockId, body: BindRequest, caller: Writer, daemon: DaemonDep
+) -> AddedBlock:
+    """Look for a binding for a stored block now, as ``POST /v1/blocks`` does with
+    ``bind``: the best confirming suggestion is added to its bindings (the block is
+    unverified until its sensor checks it); ``bind`` says what was chosen and why, or
+    why nothing was. To set bindings by hand, ``PATCH`` the block's ``bindings``."""
+    block = await daemon.store.get(block_id)
+    text = f"{block.title}\n{block.content}" if block.title else block.content
+    answer, binding = await _suggest_binding(daemon, text, body.bind, unbound="left unbound")
+    if binding is not None:
+        kept = [b.model_dump(mode="json") for b in block.bindings]
+        if Binding.model_validate(binding) in block.bindings:
+            answer.why = f"already bound so: {answer.why.removeprefix('bound: ')}"
+        else:
+            block = await daemon.edit_block(
+                block_id,
+                {"bindings": [*kept, binding]},
+                actor=caller.actor,
+                source=privacy_profile_for(caller),
+            )
+    return AddedBlock.model_validate({**block.model_dump(), "bind": answer})
 
 
 @router.delete("/v1/blocks/{block_id}")
