@@ -59,9 +59,14 @@ def test_redaction_is_idempotent_and_leaves_nothing_to_find(text):
 
 @settings(max_examples=300, deadline=None)
 @given(TEXTS)
+@example("token=")  # "token= <digest>": the value of a secret-naming key is a secret
 def test_digests_and_uuids_survive(text):
-    """A SHA-256 and a UUID standing between separators are never redacted."""
+    """A SHA-256 and a UUID on a line of their own are never redacted, whatever comes
+    before. (Written as the value of a secret-naming key, ``token= <digest>``, a digest
+    is taken for the secret it may well be: that is the keyed rule, tested apart.)"""
     digest = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     uuid = "0192f3a4-5b6c-7d8e-9f01-23456789abcd"
-    once = REDACTOR.text(f"{text} {digest} {uuid}", source="sensor", field="observed")
-    assert once.endswith(f" {digest} {uuid}")
+    once = REDACTOR.text(f"{text}\n{digest} {uuid}", source="sensor", field="observed")
+    assert once.endswith(f"\n{digest} {uuid}")
+    keyed = REDACTOR.text(f"token= {digest}", source="sensor", field="observed")
+    assert digest not in keyed
