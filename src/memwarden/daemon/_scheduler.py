@@ -24,8 +24,7 @@ import structlog
 
 from memwarden.daemon._freshness import CheckStats
 from memwarden.errors import MemwardenError
-from memwarden.memory import RetentionConfig, sleep_on
-from memwarden.memory._series import STEP_S as SERIES_STEP_S
+from memwarden.memory import SERIES_STEP_S, RetentionConfig, sleep_on
 from memwarden.memory.policy import plan_revalidations, put_back_in
 
 if TYPE_CHECKING:
