@@ -240,7 +240,8 @@ async def test_the_health_page_charts_the_series_over_time(daemon):
     html = page.text
     states = html[html.index('<svg class="states-over-time"') :]
     states = states[: states.index("</svg>")]
-    assert "<title" in states and "<desc" in states
+    assert "<title" in states
+    assert "<desc" in states
     assert "Blocks by state over the last 24 hours" in states
     # fresh: slots 7, 6 then a gap then 3, 2, 1 slots ago: two lines; stale: one point
     assert states.count('<polyline class="line" data-key="fresh"') == 2
