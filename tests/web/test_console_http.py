@@ -253,3 +253,25 @@ async def test_the_health_page_charts_the_series_over_time(daemon):
     table = table[: table.index("</table>")]
     assert "<th>fresh</th><th>stale</th>" in table
     assert "<td>11</td><td>4</td>" in table  # the last sample of its hour
+
+
+async def test_the_sensors_page_sums_the_last_day_from_the_series(daemon):
+    """Each sensor's events and errors over the last 24 hours are the time series'
+    5-minute counts added up (older ones and other sensors' not counted)."""
+    slot = slot_of(daemon.clock.time())
+    rows = [("events", "world", slot - i * SERIES_STEP_S, 3) for i in range(1, 5)]
+    rows += [("errors", "world", slot - SERIES_STEP_S, 2), ("events", "other", slot, 50)]
+    rows += [("events", "world", slot - 25 * 3600, 100)]  # more than a day ago
+
+    async def insert(conn: Any) -> None:
+        await conn.executemany(
+            "INSERT OR REPLACE INTO metric_series (metric, key, at, value) VALUES (?, ?, ?, ?)",
+            rows,
+        )
+
+    await daemon.store.db.write(insert)
+    async with signed_in(daemon) as client:
+        page = await client.get("/review/sensors")
+    assert page.status_code == 200
+    world = page.text[page.text.index('id="sensor-world"') :]
+    assert "Last 24 hours: 12 event(s), 2 error(s)." in world[: world.index("</section>")]
