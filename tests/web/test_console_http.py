@@ -274,4 +274,4 @@ async def test_the_sensors_page_sums_the_last_day_from_the_series(daemon):
         page = await client.get("/review/sensors")
     assert page.status_code == 200
     world = page.text[page.text.index('id="sensor-world"') :]
-    assert "Last 24 hours: 12 event(s), 2 error(s)." in world[: world.index("</section>")]
+    assert "Last 24 hours: 12 event(s), 2 error(s) (as of" in world[: world.index("</section>")]
