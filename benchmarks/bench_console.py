@@ -1,4 +1,5 @@
-"""``console_block_page``: the console's block page of a fact with 1 000 events.
+"""``console_block_page``: the console's block page of a fact with 1 000 events; and
+``console_health_page``: the Health page with the time series full (below).
 
 A daemon runs in this process on a throwaway home with one sensor. One block gets 1 000
 validation events, five minutes apart (about 3.5 days): mostly confirmations in runs,
@@ -30,11 +31,13 @@ import httpx
 
 from benchmarks._harness import Context, Result, benchmark, percentiles_ms
 from memwarden.daemon import Daemon, load_settings
-from memwarden.memory import ValidationEvent
+from memwarden.memory import SERIES_KEEP_S, SERIES_STEP_S, BlockState, Tier, ValidationEvent
 from memwarden.plugins import BaseBinding, BaseSensorConfig, Outcome, Registry
 
 TARGET_P95_MS = 50.0
 TARGET_BYTES = 100_000
+STATES = [s.value for s in BlockState]
+TIERS = [t.value for t in Tier]
 EVENTS = 1000
 
 
@@ -176,6 +179,99 @@ async def console_block_page(ctx: Context) -> list[Result]:
                 "page_bytes": size,
                 "worst_case_p95_ms": round(bad["p95"], 2),
                 "worst_case_page_bytes": worst_size,
+                "rounds": rounds,
+            },
+        )
+    ]
+
+
+HEALTH_TARGET_P95_MS = 50.0
+SERIES_SENSORS = ("fs", "git", "http", "tests")
+
+
+async def _fill_series(d: Daemon) -> int:
+    """14 days of the time series at steady state (its whole retention): every 5-minute
+    slot with 5 states, 3 tiers, the backlog and 4 sensors' events and errors."""
+    step, slots = SERIES_STEP_S, int(SERIES_KEEP_S / SERIES_STEP_S)
+    now = d.clock.time() // step * step
+    rows: list[tuple[str, str, float, int]] = []
+    for i in range(slots):
+        at = now - i * step
+        rows += [("state", s, at, 1000 + (i * 7 + n) % 50) for n, s in enumerate(STATES)]
+        rows += [("tier", t, at, 500 + (i * 3 + n) % 30) for n, t in enumerate(TIERS)]
+        rows.append(("backlog", "", at, i % 40))
+        for sensor in SERIES_SENSORS:
+            rows += [("events", sensor, at, i % 9), ("errors", sensor, at, i % 2)]
+
+    async def insert(conn: Any) -> None:
+        await conn.executemany(
+            "INSERT OR REPLACE INTO metric_series (metric, key, at, value) VALUES (?, ?, ?, ?)",
+            rows,
+        )
+
+    await d.store.db.write(insert, weight=len(rows))
+    return len(rows)
+
+
+@benchmark("console_health_page", position=33)
+async def console_health_page(ctx: Context) -> list[Result]:
+    """``GET /review/health`` with the time series full (14 days: its whole retention),
+    against ``GET /v1/health`` (the same report as JSON, no charts), interleaved."""
+    settings = load_settings(
+        None, env={}, home=ctx.workdir / "home-health", api={"port": 0}, sensors={"bench": {}}
+    )
+    d = Daemon(settings, registry=Registry.from_classes({"bench": _Sensor}))
+    task = asyncio.create_task(d.run(), name="bench.console.health")
+    page_ns: list[int] = []
+    base_ns: list[int] = []
+    size = 0
+    try:
+        await asyncio.wait_for(d.ready(), timeout=60)
+        rows = await _fill_series(d)
+        ctx.progress(f"{rows} series rows")
+        token = (d.settings.home / "token").read_text().strip()
+        base = d.api.bound_url()
+        async with (
+            httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}) as api,
+            httpx.AsyncClient(base_url=base) as client,
+        ):
+            link = (await api.post("/v1/review-links", json={"reviewer": "bench"})).json()["url"]
+            assert (await client.get(link)).status_code == 303
+            rounds = ctx.n(200, 20)
+            for i in range(rounds + 5):  # the first 5: warm-up
+                t = time.perf_counter_ns()
+                page = await client.get("/review/health")
+                took = time.perf_counter_ns() - t
+                assert page.status_code == 200, page.status_code
+                t = time.perf_counter_ns()
+                answer = await api.get("/v1/health")
+                base_took = time.perf_counter_ns() - t
+                assert answer.status_code == 200, answer.status_code
+                if i >= 5:
+                    page_ns.append(took)
+                    base_ns.append(base_took)
+                    size = len(page.content)
+            t = time.perf_counter_ns()
+            await d.store.record_series()
+            pass_ms = (time.perf_counter_ns() - t) / 1e6
+    finally:
+        d.request_stop()
+        await asyncio.wait_for(task, timeout=60)
+    ours, raw = percentiles_ms(page_ns), percentiles_ms(base_ns)
+    return [
+        Result(
+            name="console_health_page",
+            value=round(ours["p95"], 2),
+            unit="ms p95 per health page, 14 days of series",
+            baseline=round(raw["p95"], 2),
+            ratio=round(ours["p95"] / raw["p95"], 2) if raw["p95"] else 0.0,
+            target=f"p95 < {HEALTH_TARGET_P95_MS:g} ms, < {TARGET_BYTES // 1000} KB",
+            ok=ours["p95"] < HEALTH_TARGET_P95_MS and size < TARGET_BYTES,
+            extra={
+                "p50_ms": round(ours["p50"], 2),
+                "page_bytes": size,
+                "series_rows": rows,
+                "series_pass_ms": round(pass_ms, 2),
                 "rounds": rounds,
             },
         )

@@ -7,6 +7,11 @@ daemon in this process on a throwaway home, fills it with a few facts (one with 
 history of checks and an edit, one stale, one bound to a sensor that keeps failing, one
 waiting for review), signs in through a one-time link in headless Chromium and saves
 one PNG per page, plus the block page at phone width. tests/web runs it.
+
+The Health page's charts over time need a history the throwaway daemon has not lived:
+after each step of the filling, the time series is sampled as the series pass would
+have, every 5 minutes over an hour of the past (the first step five hours ago, the last
+one this past hour), so the charts show the store growing step by step.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import httpx
 from playwright.async_api import async_playwright
 
 from memwarden.daemon import Daemon, load_settings
-from memwarden.memory import ValidationEvent
+from memwarden.memory import SERIES_STEP_S, FakeClock, ValidationEvent
+from memwarden.memory._series import record
 from memwarden.plugins import BaseBinding, BaseSensorConfig, Outcome, Registry
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -104,6 +110,15 @@ def _events(block_id: str, sensor: str, subject: str, outcomes: list[str]) -> li
     ]
 
 
+async def _sampled(d: Daemon, hours_ago: int) -> None:
+    """Sample the time series every 5 minutes over the hour that ended ``hours_ago - 1``
+    hours ago, as the series pass would have (the store as it is now)."""
+    clock = FakeClock(d.clock.time() - hours_ago * 3600.0)
+    for _ in range(int(3600 / SERIES_STEP_S)):
+        await record(d.store.db, clock)
+        clock.advance(SERIES_STEP_S)
+
+
 async def _seed(d: Daemon) -> str:
     """Facts worth looking at; returns the id of the one with a history."""
     timeout = await d.add_block(
@@ -121,6 +136,7 @@ async def _seed(d: Daemon) -> str:
         timeout.id, {"content": "The HTTP client timeout is 30 seconds"}, actor="alice"
     )
     await d.revalidate(timeout.id, wait_s=2.0)
+    await _sampled(d, 5)
     await d.add_block(
         {
             "title": "retry policy",
@@ -129,6 +145,7 @@ async def _seed(d: Daemon) -> str:
             "depends_on": [timeout.id],
         }
     )
+    await _sampled(d, 4)
     db = await d.add_block(
         {
             "title": "database host",
@@ -138,6 +155,7 @@ async def _seed(d: Daemon) -> str:
     )
     await d.store.apply_events(_events(db.id, "config", "db.host", ["confirmed", "refuted"])[1:])
     await d.store.request_review(db.id, reason="a sensor refuted it: is it still true?")
+    await _sampled(d, 3)
     await d.add_block(
         {
             "title": "CI is green on main",
@@ -145,10 +163,13 @@ async def _seed(d: Daemon) -> str:
             "bindings": [{"sensor": "ci", "path": "main"}],
         }
     )
+    await _sampled(d, 2)
     review = await d.add_block(
         {"title": "deploy window", "content": "Deploys happen at 02:00 UTC on weekdays"}
     )
     await d.store.request_review(review.id, reason="no sensor can check this")
+    await _sampled(d, 1)
+    await d.store.record_series()  # this slot, as the series pass would sample it now
     return timeout.id
 
 

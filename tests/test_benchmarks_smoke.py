@@ -30,6 +30,7 @@ FIGURES = {
     "secure_delete",
     "redact",
     "console_block_page",
+    "console_health_page",
     "embed_throughput",
     "search_hybrid",
     "hybrid_rss",

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from memwarden.cli import app
+from memwarden.client import Endpoint
 
 if TYPE_CHECKING:
     from tests.api.conftest import LiveDaemon
@@ -55,3 +56,35 @@ def test_open_without_an_id_goes_to_search_and_an_unknown_id_is_refused(runner):
     assert unknown.exit_code != 0
     assert "/review/login" not in unknown.output
     assert "Traceback" not in unknown.output
+
+
+def test_get_and_search_print_the_console_url_of_a_block(runner, live_daemon):
+    """Human output of get and search names each block's console page (the address only:
+    it still needs a sign-in, which the printed `memwarden open ID` gives)."""
+    added = runner.invoke(app, ["add", "The console listens on loopback", "--json"])
+    block = json.loads(added.stdout)
+    page = f"/review/blocks/{block['id']}"
+    got = runner.invoke(app, ["get", block["id"]])
+    assert got.exit_code == 0, got.output
+    line = next(ln for ln in got.stdout.splitlines() if ln.startswith("console: "))
+    url = line.split()[1]
+    assert url.startswith("http://127.0.0.1:")
+    assert url.endswith(page)
+    assert f"memwarden open {block['id']}" in line
+    found = runner.invoke(app, ["search", "console loopback"])
+    assert found.exit_code == 0, found.output
+    assert url in found.stdout
+    with httpx.Client(follow_redirects=False) as web:
+        assert web.get(url).status_code == 401  # sign-in needed
+    as_json = json.loads(runner.invoke(app, ["get", block["id"], "--json"]).stdout)
+    assert "/review/blocks/" not in json.dumps(as_json)  # JSON output is unchanged
+
+
+def test_no_console_url_over_a_unix_socket_or_without_an_address():
+    """A browser cannot open a Unix socket or an empty address: no URL then; an id is
+    quoted into the path."""
+    assert Endpoint("http://127.0.0.1:1", "t", uds="/run/mw.sock").console_url("a") is None
+    assert Endpoint("", "t").console_url("a") is None
+    assert Endpoint("http://127.0.0.1:1/", "t").console_url("a/b") == (
+        "http://127.0.0.1:1/review/blocks/a%2Fb"
+    )

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -206,3 +207,18 @@ async def test_forget_lists_on_a_dry_run_then_erases(daemon):
     assert "no block" in str(unknown.content)
     assert [t["block_id"] for t in await daemon.store.erasures()] == [gone.id]
     assert (await daemon.store.get(kept.id)).content == "The build uses make"
+
+
+async def test_results_carry_the_console_url_of_their_block(daemon):
+    """memory_get and each memory_search result give the block's console page: just the
+    address (a browser there still has to sign in)."""
+    block = await daemon.add_block({"title": "cache ttl", "content": "The cache TTL is 300 s"})
+    async with mcp_session(daemon) as session:
+        got = await call(session, "memory_get", {"id": block.id})
+        found = await call(session, "memory_search", {"query": "cache TTL"})
+    page = f"/review/blocks/{block.id}"
+    assert got["console_url"].startswith("http://127.0.0.1:")
+    assert got["console_url"].endswith(page)
+    assert [r["console_url"] for r in found["results"]] == [got["console_url"]]
+    async with httpx.AsyncClient() as web:
+        assert (await web.get(got["console_url"])).status_code == 401  # sign-in needed

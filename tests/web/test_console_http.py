@@ -4,9 +4,12 @@ id is a 404 page, no traceback ever reaches the browser, and nothing changes."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import httpx
 
+from memwarden.memory import SERIES_STEP_S
+from memwarden.memory._series import slot_of
 from tests.web.console_support import CSRF, block_with_history, link, signed_in
 
 SCRIPT = '<script>alert("x")</script>'
@@ -214,3 +217,61 @@ async def test_the_review_queue_groups_evidence_and_names_the_bound_sensor(daemo
         f"confirmed {times}5 (unverified → fresh)",
     ]
     assert "checked by: world (<code>ttl</code>)" in page.text
+
+
+async def test_the_health_page_charts_the_series_over_time(daemon):
+    """Blocks by state and tier and the backlog over the last 24 hours, from the time
+    series: one line per key, broken where a slot has no sample, titled and described,
+    with the values (the last sample of each hour) in a table behind a disclosure."""
+    slot = slot_of(daemon.clock.time())
+    rows = [("state", "fresh", slot - i * SERIES_STEP_S, 10 + i) for i in (1, 2, 3, 6, 7)]
+    rows += [("state", "stale", slot - SERIES_STEP_S, 4), ("tier", "core", slot, 2)]
+    rows += [("backlog", "", slot - 25 * 3600, 99)]  # older than the window: not drawn
+
+    async def insert(conn: Any) -> None:
+        await conn.executemany(
+            "INSERT INTO metric_series (metric, key, at, value) VALUES (?, ?, ?, ?)", rows
+        )
+
+    await daemon.store.db.write(insert)
+    async with signed_in(daemon) as client:
+        page = await client.get("/review/health")
+    assert page.status_code == 200
+    html = page.text
+    states = html[html.index('<svg class="states-over-time"') :]
+    states = states[: states.index("</svg>")]
+    assert "<title" in states
+    assert "<desc" in states
+    assert "Blocks by state over the last 24 hours" in states
+    # fresh: slots 7, 6 then a gap then 3, 2, 1 slots ago: two lines; stale: one point
+    assert states.count('<polyline class="line" data-key="fresh"') == 2
+    assert states.count('<circle class="point" data-key="stale"') == 1
+    assert 'data-key="core"' in html[html.index('<svg class="tiers-over-time"') :]
+    backlog = html[html.index('<svg class="backlog-over-time"') :]
+    assert "<polyline" not in backlog[: backlog.index("</svg>")]
+    table = html[html.index('<table class="states-over-time-values">') :]
+    table = table[: table.index("</table>")]
+    assert "<th>fresh</th><th>stale</th>" in table
+    assert "<td>11</td><td>4</td>" in table  # the last sample of its hour
+
+
+async def test_the_sensors_page_sums_the_last_day_from_the_series(daemon):
+    """Each sensor's events and errors over the last 24 hours are the time series'
+    5-minute counts added up (older ones and other sensors' not counted)."""
+    slot = slot_of(daemon.clock.time())
+    rows = [("events", "world", slot - i * SERIES_STEP_S, 3) for i in range(1, 5)]
+    rows += [("errors", "world", slot - SERIES_STEP_S, 2), ("events", "other", slot, 50)]
+    rows += [("events", "world", slot - 25 * 3600, 100)]  # more than a day ago
+
+    async def insert(conn: Any) -> None:
+        await conn.executemany(
+            "INSERT OR REPLACE INTO metric_series (metric, key, at, value) VALUES (?, ?, ?, ?)",
+            rows,
+        )
+
+    await daemon.store.db.write(insert)
+    async with signed_in(daemon) as client:
+        page = await client.get("/review/sensors")
+    assert page.status_code == 200
+    world = page.text[page.text.index('id="sensor-world"') :]
+    assert "Last 24 hours: 12 event(s), 2 error(s) (as of" in world[: world.index("</section>")]

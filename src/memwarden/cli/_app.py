@@ -44,7 +44,7 @@ from memwarden.errors import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-    from memwarden.client import AsyncClient
+    from memwarden.client import AsyncClient, Endpoint
     from memwarden.memory import Block, Store
 
 app = typer.Typer(
@@ -579,10 +579,12 @@ def get(
         _believed(block_id, as_of, db=db, json_out=json_out)
         return
     receipt: dict[str, Any] = {}
+    reached: list[Endpoint] = []  # the daemon's address, for the block's console URL
 
     async def read(c: AsyncClient) -> Block:
         from memwarden.memory import Block  # noqa: PLC0415 - the CLI imports lazily
 
+        reached.append(c.endpoint)
         data = dict(await c.read(block_id, max_age=max_age, fresh=fresh))
         receipt.update(data.pop("receipt", None) or {})
         return Block.model_validate(data)
@@ -611,6 +613,13 @@ def get(
     )
     for b in block.bindings:
         out.print(f"  bound to {b.sensor}: {b.subject}", highlight=False)
+    page = reached[0].console_url(block.id) if reached else None
+    if page:
+        out.print(
+            f"console: {page}  (sign in: memwarden open {block.id})",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _believed(block_id: str, as_of: str, *, db: Path | None, json_out: bool) -> None:
@@ -703,9 +712,11 @@ def search(
             "timed_out": [],
         }
 
-    answer = call(
-        db,
-        api=lambda c: c.search(
+    reached: list[Endpoint] = []  # the daemon's address, for the console URLs
+
+    async def api(c: AsyncClient) -> Any:
+        reached.append(c.endpoint)
+        return await c.search(
             query,
             limit=limit,
             fresh=fresh,
@@ -713,9 +724,9 @@ def search(
             include_refuted=refuted,
             max_age=max_age,
             mode=mode.value if mode is not None else None,
-        ),
-        local=local,
-    )
+        )
+
+    answer = call(db, api=api, local=local)
     if json_out:
         print_json(answer)
         return
@@ -743,6 +754,15 @@ def search(
             "; ".join(h["warnings"]),
         )
     out.print(table)
+    pages = [
+        (b.get("short_id") or b["id"], reached[0].console_url(b["id"]) if reached else None)
+        for b in (h["block"] for h in answer["results"])
+    ]
+    if any(url for _, url in pages):
+        out.print("console (sign in: memwarden open ID):", highlight=False)
+        for shown, url in pages:
+            if url:
+                out.print(f"  {shown}  {url}", highlight=False, soft_wrap=True)
     if hidden:
         out.print(hidden_line, highlight=False)
     if answer["checked"] or answer["timed_out"]:

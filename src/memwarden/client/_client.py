@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
+from urllib.parse import quote
 
 import httpx
 
@@ -92,6 +93,14 @@ class Endpoint:
     def shown(self) -> str:
         """The address as a person would write it."""
         return f"unix:{self.uds}" if self.uds else self.url
+
+    def console_url(self, block_id: str) -> str | None:
+        """The memory console's page of a block (docs/CONSOLE.md): just the address, a
+        browser still needs a sign-in (``memwarden open ID`` prints a one-time link).
+        None over a Unix socket or with no daemon address (a browser cannot open those)."""
+        if self.uds or not self.url.startswith(("http://", "https://")):
+            return None
+        return f"{self.url.rstrip('/')}/review/blocks/{quote(block_id, safe='')}"
 
 
 def find_home(home: str | Path | None = None, *, cwd: str | Path | None = None) -> Home:

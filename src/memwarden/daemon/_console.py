@@ -15,7 +15,8 @@ needs a live session (the guard) and the session's CSRF token (here). No JavaScr
 - ``/review/stale``: what is stale, unreachable (its sensor is down) or flapping now,
   each named with why.
 - ``/review/sensors``: each sensor's status, error rate, bound facts, what a binding may
-  name, and a bar chart of its events over the last 6 hours (from the event log).
+  name, a bar chart of its events over the last 6 hours (from the event log) and its
+  events and errors over the last 24 hours (from the time series).
 """
 
 from __future__ import annotations
@@ -457,6 +458,9 @@ async def sensors_page(session: SignedIn, daemon: DaemonDep) -> Response:
     now = daemon.clock.time()
     since = now - ACTIVITY_BUCKET_S * ACTIVITY_BUCKETS
     counts = await daemon.store.event_counts(since=since, bucket_s=ACTIVITY_BUCKET_S)
+    day = now - 86400.0  # the last 24 hours, from the time series (5-minute counts)
+    day_events = await daemon.store.series("events", since=day)
+    day_errors = await daemon.store.series("errors", since=day)
     rows = []
     for s in daemon.sensor_status(describe=True):
         name = str(s.get("name", ""))
@@ -470,6 +474,8 @@ async def sensors_page(session: SignedIn, daemon: DaemonDep) -> Response:
                 "error_rate": errors / events if events else None,
                 "recent": recent,
                 "recent_errors": recent_errors,
+                "day_events": sum(v for _, v in day_events.get(name, [])),
+                "day_errors": sum(v for _, v in day_errors.get(name, [])),
                 "bound": len(await daemon.store.bindings_for_sensor(name)),
                 "chart": activity_chart(
                     buckets,

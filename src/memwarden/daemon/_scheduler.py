@@ -24,7 +24,7 @@ import structlog
 
 from memwarden.daemon._freshness import CheckStats
 from memwarden.errors import MemwardenError
-from memwarden.memory import RetentionConfig, sleep_on
+from memwarden.memory import SERIES_STEP_S, RetentionConfig, sleep_on
 from memwarden.memory.policy import plan_revalidations, put_back_in
 
 if TYPE_CHECKING:
@@ -226,6 +226,11 @@ class Scheduler:
             log.debug("retention_done", **report.as_dict())
         return report
 
+    async def series_once(self) -> int:
+        """Sample the console's time series (one row per 5 minutes per metric; rows
+        older than 14 days dropped); returns the rows written."""
+        return await self.store.record_series()
+
     async def heartbeat_once(self) -> None:
         """Remember that we are alive, so the next start knows how long we were down."""
         await self.store.set_meta(ALIVE_KEY, repr(self.store.clock.time()))
@@ -247,6 +252,7 @@ class Scheduler:
                 ("heuristics", s.heuristic_interval, self.store.heuristic_cycle),
                 ("consolidation", s.consolidation_interval, self.store.consolidate),
             ]
+            loops.append(("series", SERIES_STEP_S, self.series_once, True))
             if self.store.compaction.enabled:
                 passes.append(("compaction", s.compaction_interval, self.store.compact_events))
             passes.extend(self._passes)

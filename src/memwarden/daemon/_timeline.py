@@ -32,6 +32,8 @@ __all__ = [
     "activity_chart",
     "bar_chart",
     "group_events",
+    "series_chart",
+    "series_table",
     "timeline",
 ]
 
@@ -413,3 +415,109 @@ def bar_chart(bars: list[tuple[str, int, str]], *, title: str, css: str) -> Mark
         )
     out.append("</svg>")
     return Markup("".join(out))  # noqa: S704 - every value above is escaped or a number
+
+
+SERIES_WIDTH = 360
+SERIES_HEIGHT = 90
+SERIES_LEFT = 30
+SERIES_LEGEND = 14
+
+
+def series_chart(
+    series: dict[str, list[tuple[float, int]]],
+    *,
+    since: float,
+    now: float,
+    step: float,
+    colours: dict[str, str],
+    title: str,
+    desc: str,
+    css: str,
+) -> Markup:
+    """Lines over time, one per key of ``series`` ((slot start, value) oldest first),
+    from ``since`` to ``now``; a line breaks where a slot has no sample (the daemon was
+    down). Keys in ``colours`` come first, in its order; the highest value fills the
+    height. A title and a description for screen readers; the values go in a table
+    beside it (:func:`series_table`)."""
+    keys = [k for k in colours if k in series] + sorted(set(series) - set(colours))
+    top = max((v for k in keys for _, v in series[k]), default=0) or 1
+    plot_w = SERIES_WIDTH - SERIES_LEFT - 4
+    span = max(now - since, step)
+
+    def x(at: float) -> float:
+        return SERIES_LEFT + (at - since) / span * plot_w
+
+    def y(v: int) -> float:
+        return SERIES_LEGEND + 4 + (1 - v / top) * (SERIES_HEIGHT - 4)
+
+    base = SERIES_LEGEND + 4 + SERIES_HEIGHT - 4
+    out = [
+        (
+            f'<svg class="{escape(css)}" viewBox="0 0 {SERIES_WIDTH} {base + 14}" role="img"'
+            f' aria-labelledby="{escape(css)}-t {escape(css)}-d"'
+            f' xmlns="http://www.w3.org/2000/svg">'
+            f'<title id="{escape(css)}-t">{escape(title)}</title>'
+            f'<desc id="{escape(css)}-d">{escape(desc)}</desc>'
+        ),
+        (
+            f'<line x1="{SERIES_LEFT}" x2="{SERIES_WIDTH - 4}" y1="{_f(base)}" y2="{_f(base)}"'
+            ' stroke="#bbb"/>'
+        ),
+        (
+            f'<text x="{SERIES_LEFT - 3}" y="{SERIES_LEGEND + 12}" font-size="9"'
+            f' text-anchor="end">{top}</text>'
+            f'<text x="{SERIES_LEFT - 3}" y="{_f(base)}" font-size="9" text-anchor="end">0</text>'
+        ),
+    ]
+    legend_x = float(SERIES_LEFT)
+    for key in keys:
+        colour = colours.get(key, OTHER_COLOUR)
+        points = series[key]
+        label = key or "open"
+        out.append(
+            f'<rect x="{_f(legend_x)}" y="3" width="8" height="8" fill="{colour}"/>'
+            f'<text x="{_f(legend_x + 10)}" y="11" font-size="9">{escape(label)}</text>'
+        )
+        legend_x += 16 + 5.5 * len(label)
+        segment: list[tuple[float, int]] = []
+        segments = [segment]
+        for at, v in points:
+            if segment and at - segment[-1][0] > step * 1.5:
+                segment = []
+                segments.append(segment)
+            segment.append((at, v))
+        for seg in segments:
+            if not seg:
+                continue
+            latest = seg[-1]
+            if len(seg) == 1:
+                out.append(
+                    f'<circle class="point" data-key="{escape(key)}" cx="{_f(x(latest[0]))}"'
+                    f' cy="{_f(y(latest[1]))}" r="1.5" fill="{colour}"/>'
+                )
+                continue
+            path = " ".join(f"{_f(x(at))},{_f(y(v))}" for at, v in seg)
+            out.append(
+                f'<polyline class="line" data-key="{escape(key)}" points="{path}" fill="none"'
+                f' stroke="{colour}" stroke-width="1.5"><title>{escape(label)}: {latest[1]}'
+                f" at {_when(latest[0])}</title></polyline>"
+            )
+    out.append(
+        f'<text x="{SERIES_LEFT}" y="{_f(base + 12)}" font-size="9">{_when(since)}</text>'
+        f'<text x="{SERIES_WIDTH - 4}" y="{_f(base + 12)}" font-size="9" text-anchor="end">'
+        "now</text></svg>"
+    )
+    return Markup("".join(out))  # noqa: S704 - every value above is escaped or a number
+
+
+def series_table(
+    series: dict[str, list[tuple[float, int]]], *, every: float
+) -> tuple[list[str], list[tuple[str, list[int | None]]]]:
+    """The values of ``series`` as (keys, rows): one row per ``every`` seconds that has
+    a sample (the last sample in it), newest first; a key with no sample there is None."""
+    keys = sorted(series)
+    rows: dict[float, dict[str, int]] = {}
+    for key in keys:
+        for at, v in series[key]:
+            rows.setdefault((at // every) * every, {})[key] = v
+    return keys, [(_when(at), [rows[at].get(k) for k in keys]) for at in sorted(rows, reverse=True)]

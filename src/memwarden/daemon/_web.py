@@ -23,8 +23,9 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import cookie_parser
 
 from memwarden.daemon._routes._deps import DaemonDep
-from memwarden.daemon._timeline import bar_chart, group_events
+from memwarden.daemon._timeline import bar_chart, group_events, series_chart, series_table
 from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
+from memwarden.memory import SERIES_STEP_S
 
 if TYPE_CHECKING:
     from memwarden.daemon._app import Daemon
@@ -57,6 +58,8 @@ STATE_BARS = {
     "refuted": "#d32f2f",
     "archived": "#7a7ab8",
 }
+TIER_LINES = {"short_term": "#90a4ae", "long_term": "#1565c0", "core": "#6a1b9a"}
+HISTORY_S = 24 * 3600.0  # the health page's charts over time: the last 24 hours
 RETENTION_BARS = (
     "#c62828",
     "#d84315",
@@ -340,6 +343,34 @@ async def health(session: SignedIn, daemon: DaemonDep) -> Response:
         "states": bar_chart(states, title="Blocks by state now", css="by-state"),
         "retention": bar_chart(bins, title="Live blocks by retention", css="retention"),
     }
+    now = daemon.clock.time()
+    since = now - HISTORY_S
+    over_time = []
+    for metric, css, title, colours in (
+        ("state", "states-over-time", "Blocks by state", STATE_BARS),
+        ("tier", "tiers-over-time", "Blocks by tier", TIER_LINES),
+        ("backlog", "backlog-over-time", "Revalidation backlog", {"": "#3949ab"}),
+    ):
+        series = await daemon.store.series(metric, since=since)
+        samples = sum(len(v) for v in series.values())
+        keys, rows = series_table(series, every=3600.0)
+        desc = (
+            f"{title} every 5 minutes over the last {HISTORY_S / 3600:g} hours"
+            f" ({samples} samples); the values are in the table below the chart."
+        )
+        chart = series_chart(
+            series,
+            since=since,
+            now=now,
+            step=SERIES_STEP_S,
+            colours=colours,
+            title=f"{title} over the last {HISTORY_S / 3600:g} hours",
+            desc=desc,
+            css=css,
+        )
+        over_time.append(
+            {"title": title, "css": css, "chart": chart, "columns": keys, "rows": rows}
+        )
     return page(
         "health.html",
         report=report,
@@ -347,4 +378,5 @@ async def health(session: SignedIn, daemon: DaemonDep) -> Response:
         nav="health",
         charts=charts,
         retention=bins,
+        over_time=over_time,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 from urllib.parse import unquote
 
 from mcp.server.mcpserver import MCPServer
@@ -21,7 +21,7 @@ from mcp_types import EmptyResult, SubscribeRequestParams, UnsubscribeRequestPar
 from pydantic import Field
 
 from memwarden import __version__
-from memwarden.client import AsyncClient
+from memwarden.client import AsyncClient, Endpoint
 from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
 
 if TYPE_CHECKING:
@@ -97,11 +97,20 @@ def render_context(answer: dict[str, Any], now: datetime | None = None) -> str:
     return "\n".join(lines) if lines else "(no relevant memory)"
 
 
-def _compact(result: dict[str, Any], now: datetime) -> dict[str, Any]:
+T = TypeVar("T")
+
+
+async def _with_endpoint(client: AsyncClient, answer: Awaitable[T]) -> tuple[T, Endpoint]:
+    """An answer and where it came from (for the console URLs of its blocks)."""
+    return await answer, client.endpoint
+
+
+def _compact(result: dict[str, Any], now: datetime, endpoint: Endpoint) -> dict[str, Any]:
     block = result["block"]
     v = block["validation"]
     return {
         "id": block["id"],
+        "console_url": endpoint.console_url(block["id"]),
         "short_id": block.get("short_id"),
         "title": block["title"],
         "content": block["content"],
@@ -265,14 +274,17 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         ] = None,
     ) -> dict[str, Any]:
         max_age = f"{max_age_seconds}s" if max_age_seconds is not None else None
-        answer = await call(
-            lambda c: c.search(
-                query, limit=limit, fresh=fresh, session=session, max_age=max_age, mode=mode
+        answer, endpoint = await call(
+            lambda c: _with_endpoint(
+                c,
+                c.search(
+                    query, limit=limit, fresh=fresh, session=session, max_age=max_age, mode=mode
+                ),
             )
         )
         now = datetime.now(UTC)
         return {
-            "results": [_compact(r, now) for r in answer["results"]],
+            "results": [_compact(r, now, endpoint) for r in answer["results"]],
             "checked": answer.get("checked", []),
             "timed_out": answer.get("timed_out", []),
             "observations": answer.get("observations", {}),
@@ -408,10 +420,12 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         if as_of is not None:
             return await call(lambda c: c.believed_at(id, as_of))  # type: ignore[no-any-return]
         max_age = f"{max_age_seconds}s" if max_age_seconds is not None else None
-        data: dict[str, Any] = await call(
-            lambda c: c.read(id, max_age=max_age, fresh=fresh, session=session)
+        got, endpoint = await call(
+            lambda c: _with_endpoint(c, c.read(id, max_age=max_age, fresh=fresh, session=session))
         )
+        data: dict[str, Any] = dict(got)
         data["line"] = context_line({"block": data, "receipt": data.get("receipt")})
+        data["console_url"] = endpoint.console_url(data["id"])
         return data
 
     @server.tool(

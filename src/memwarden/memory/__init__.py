@@ -49,11 +49,15 @@ from memwarden.memory._results import (
 )
 from memwarden.memory._retention import RetentionConfig, RetentionReport, RetentionRule
 from memwarden.memory._scorelog import ScoreLog
+from memwarden.memory._series import KEEP_S as SERIES_KEEP_S
+from memwarden.memory._series import STEP_S as SERIES_STEP_S
 from memwarden.memory._store import Store
 from memwarden.memory._transfer import ImportReport
 
 __all__ = [
     "MAX_ERASE",
+    "SERIES_KEEP_S",
+    "SERIES_STEP_S",
     "UNREACHABLE",
     "ApplyResult",
     "Binding",

@@ -428,7 +428,36 @@ WHEN old.title IS NOT new.title OR old.content IS NOT new.content BEGIN
 END;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
+_V12 = """
+-- The console's charts over time (docs/CONSOLE.md, "The time series"): one row per
+-- 5 minutes per metric and key, written by the scheduler's series pass and pruned past
+-- its retention (14 days). metric: 'state' and 'tier' (blocks, key the state or tier),
+-- 'backlog' (open revalidations, key ''), 'events' and 'errors' (received in the slot,
+-- key the sensor). ``at`` is the slot's start (POSIX seconds, a multiple of 300).
+CREATE TABLE metric_series (
+    metric TEXT NOT NULL,
+    key TEXT NOT NULL,
+    at REAL NOT NULL,
+    value INTEGER NOT NULL,
+    PRIMARY KEY (metric, key, at)
+) WITHOUT ROWID;
+CREATE INDEX metric_series_at ON metric_series(at);
+"""
+
+MIGRATIONS: tuple[str, ...] = (
+    _V1,
+    _V2,
+    _V3,
+    _V4,
+    _V5,
+    _V6,
+    _V7,
+    _V8,
+    _V9,
+    _V10,
+    _V11,
+    _V12,
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

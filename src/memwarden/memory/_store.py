@@ -35,6 +35,7 @@ from memwarden.memory import (
     _quarantine,
     _retention,
     _reviews,
+    _series,
     _transfer,
 )
 from memwarden.memory._apply import EventLog
@@ -498,6 +499,16 @@ class Store:
         """Events received since ``since`` by sensor, time bucket and outcome (the newest
         ``scan`` events at most): what the console's sensor charts draw."""
         return await self._reads.event_counts(since=since, bucket_s=bucket_s, scan=scan)
+
+    async def record_series(self) -> int:
+        """Sample blocks by state and tier, the revalidation backlog and each sensor's
+        events and errors into the current 5-minute slot of the time series, dropping
+        rows past its 14-day retention (:mod:`~memwarden.memory._series`)."""
+        return await _series.record(self.db, self.clock)
+
+    async def series(self, metric: str, *, since: float) -> dict[str, list[tuple[float, int]]]:
+        """One metric of the time series since ``since``, by key: (slot start, value)."""
+        return await _series.read(self.db, metric, since=since)
 
     async def retention_histogram(self, *, bins: int = 10) -> list[int]:
         """Live blocks by retention, in ``bins`` equal ranges of 0-1 (the decay picture)."""

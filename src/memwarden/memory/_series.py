@@ -1,0 +1,112 @@
+"""The compact time series behind the console's charts over time.
+
+One row per 5-minute slot per metric and key (``metric_series``, schema 12): blocks by
+state and by tier, the revalidation backlog (open requests), and the events and errors
+each sensor's events brought in during the slot. The scheduler's series pass
+(:meth:`~memwarden.daemon._scheduler.Scheduler.series_once`, every 5 minutes on the
+daemon's clock) calls :func:`record`; a sample of a slot replaces an earlier one, so the
+pass may run more often than that, and a slot nobody sampled (the daemon was down) has
+no rows. Rows older than :data:`KEEP_S` (14 days) go in the same transaction: at most
+about 4 000 slots times a few dozen keys, a few hundred kilobytes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import aiosqlite
+
+    from memwarden.memory._clock import Clock
+    from memwarden.memory._database import Database
+
+__all__ = ["KEEP_S", "METRICS", "STEP_S", "read", "record", "slot_of"]
+
+STEP_S = 300.0  # one sample per 5 minutes
+KEEP_S = 14 * 86400.0  # the series' retention: 14 days
+SCAN = 50_000  # the newest events read to count a slot's events (bounded cost)
+METRICS = ("state", "tier", "backlog", "events", "errors")
+
+
+def slot_of(ts: float) -> float:
+    """The start of the 5-minute slot ``ts`` falls in."""
+    return (ts // STEP_S) * STEP_S
+
+
+async def _sample(conn: aiosqlite.Connection, now: float) -> list[tuple[str, str, float, int]]:
+    slot = slot_of(now)
+    rows: list[tuple[str, str, float, int]] = []
+    async with conn.execute(
+        "SELECT CASE WHEN state IN ('fresh','unverified') AND stale_at <= ?"
+        " THEN 'stale' ELSE state END AS s, tier, count(*) FROM blocks GROUP BY s, tier",
+        (now,),
+    ) as cur:
+        by_state: dict[str, int] = defaultdict(int)
+        by_tier: dict[str, int] = defaultdict(int)
+        for state, tier, n in await cur.fetchall():
+            by_state[str(state)] += int(n)
+            by_tier[str(tier)] += int(n)
+    rows += [("state", k, slot, v) for k, v in by_state.items()]
+    rows += [("tier", k, slot, v) for k, v in by_tier.items()]
+    async with conn.execute(
+        "SELECT count(*) FROM revalidations WHERE status IN ('pending', 'sent')"
+    ) as cur:
+        backlog = (await cur.fetchone() or (0,))[0]
+    rows.append(("backlog", "", slot, int(backlog)))
+    # This slot so far and the one before (complete now that it is over): both replace
+    # what an earlier pass wrote, so a pass every 5 minutes leaves every slot complete.
+    async with conn.execute(
+        "SELECT sensor, CAST((received_at - ?) / ? AS INTEGER) AS b, count(*),"
+        " sum(outcome = 'error') FROM (SELECT sensor, outcome, received_at FROM events"
+        " ORDER BY seq DESC LIMIT ?) WHERE received_at >= ? AND received_at < ?"
+        " GROUP BY sensor, b",
+        (slot - STEP_S, STEP_S, SCAN, slot - STEP_S, slot + STEP_S),
+    ) as cur:
+        counted = await cur.fetchall()
+    for sensor, bucket, n, errors in counted:
+        at = slot - STEP_S + int(bucket) * STEP_S
+        rows.append(("events", str(sensor), at, int(n)))
+        rows.append(("errors", str(sensor), at, int(errors or 0)))
+    return rows
+
+
+async def record(db: Database, clock: Clock) -> int:
+    """Sample the metrics into the current slot and drop rows past the retention, in
+    one transaction; returns how many rows were written."""
+    now = clock.time()
+
+    async def job(conn: aiosqlite.Connection) -> int:
+        rows = await _sample(conn, now)
+        await conn.execute("DELETE FROM metric_series WHERE at < ?", (now - KEEP_S,))
+        # A slot's sample replaces the slot's rows from an earlier pass (a count that
+        # went to zero must not linger).
+        await conn.execute(
+            "DELETE FROM metric_series WHERE at = ? AND metric IN ('state','tier','backlog')",
+            (slot_of(now),),
+        )
+        await conn.execute(
+            "DELETE FROM metric_series WHERE at IN (?, ?) AND metric IN ('events','errors')",
+            (slot_of(now) - STEP_S, slot_of(now)),
+        )
+        await conn.executemany(
+            "INSERT OR REPLACE INTO metric_series (metric, key, at, value) VALUES (?, ?, ?, ?)",
+            rows,
+        )
+        return len(rows)
+
+    return await db.write(job)
+
+
+async def read(db: Database, metric: str, *, since: float) -> dict[str, list[tuple[float, int]]]:
+    """One metric's series since ``since``: by key, (slot start, value) oldest first."""
+    async with db.read() as conn:
+        rows = await conn.execute_fetchall(
+            "SELECT key, at, value FROM metric_series WHERE metric = ? AND at >= ?"
+            " ORDER BY key, at",
+            (metric, since),
+        )
+    out: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for key, at, value in rows:
+        out[str(key)].append((float(at), int(value)))
+    return dict(out)
