@@ -247,6 +247,8 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         except MemwardenError as err:  # isError=true, with what to do about it
             raise ToolError(actionable(err)) from None
 
+    _binding_and_erasure_tools(server, call)
+
     @server.tool(
         description=(
             "Search memory. Returns the most relevant facts, ranked (rank 0-1) by relevance x "
@@ -343,31 +345,6 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         if added["bind"] is not None:
             answer["bind"] = _bind_summary(added["bind"])
         return answer
-
-    @server.tool(description=BIND_DESCRIPTION)
-    async def memory_bind(
-        id: Annotated[str, Field(description="The fact's id (a short id works too).")],  # noqa: A002 - the tool's argument name
-        auto: Annotated[
-            bool, Field(description="Let memwarden find the binding (ignore bindings).")
-        ] = False,
-        bindings: Annotated[
-            list[dict[str, Any]] | None,
-            Field(description="The fact's bindings from now on ([] removes them)."),
-        ] = None,
-    ) -> dict[str, Any]:
-        return await _bind(call, id, auto=auto, bindings=bindings)
-
-    @server.tool(description=SUGGEST_DESCRIPTION)
-    async def memory_suggest_bindings(
-        content: Annotated[str, Field(description="The fact, as you would store it.")],
-        title: Annotated[str, Field(description="Its short title, if any.")] = "",
-        limit: Annotated[int, Field(ge=1, le=50, description="At most this many.")] = 5,
-    ) -> dict[str, Any]:
-        found = await call(lambda c: c.suggest_bindings(content, title=title, limit=limit))
-        return {
-            "suggestions": [_suggestion(s) for s in found["suggestions"]],
-            "contradicts": [_suggestion(s) for s in found["contradicts"]],
-        }
 
     @server.tool(
         description=(
@@ -470,6 +447,63 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         return await call(lambda c: c.request_review(id, reason))  # type: ignore[no-any-return]
 
     @server.tool(
+        description="Memory health: a 0-100 score and warnings (stale share, failing "
+        "sensors), and coverage: the share of live facts a running sensor can check."
+    )
+    async def memory_health() -> dict[str, Any]:
+        data: dict[str, Any] = await call(lambda c: c.health())
+        keep = ("score", "status", "warnings", "counts", "coverage")
+        return {k: data[k] for k in keep if k in data}
+
+    @server.resource(
+        "memwarden://context/{query}",
+        name="context",
+        description="The most relevant facts for a query, one line each, marked when stale.",
+        mime_type="text/plain",
+    )
+    async def context(query: str) -> str:
+        text = unquote(query)
+        try:
+            answer = await call(lambda c: c.search(text, limit=10))
+        except ToolError as err:  # a resource has no error flag: say it in the text
+            return f"(memwarden unavailable: {err})"
+        return render_context(answer)
+
+    return server
+
+
+def _binding_and_erasure_tools(
+    server: MCPServer[Any], call: Callable[[Callable[[AsyncClient], Any]], Awaitable[Any]]
+) -> None:
+    """The tools that change what checks a fact or erase it: ``memory_bind``,
+    ``memory_suggest_bindings`` (a dry run), ``memory_forget``."""
+
+    @server.tool(description=BIND_DESCRIPTION)
+    async def memory_bind(
+        id: Annotated[str, Field(description="The fact's id (a short id works too).")],  # noqa: A002 - the tool's argument name
+        auto: Annotated[
+            bool, Field(description="Let memwarden find the binding (ignore bindings).")
+        ] = False,
+        bindings: Annotated[
+            list[dict[str, Any]] | None,
+            Field(description="The fact's bindings from now on ([] removes them)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        return await _bind(call, id, auto=auto, bindings=bindings)
+
+    @server.tool(description=SUGGEST_DESCRIPTION)
+    async def memory_suggest_bindings(
+        content: Annotated[str, Field(description="The fact, as you would store it.")],
+        title: Annotated[str, Field(description="Its short title, if any.")] = "",
+        limit: Annotated[int, Field(ge=1, le=50, description="At most this many.")] = 5,
+    ) -> dict[str, Any]:
+        found = await call(lambda c: c.suggest_bindings(content, title=title, limit=limit))
+        return {
+            "suggestions": [_suggestion(s) for s in found["suggestions"]],
+            "contradicts": [_suggestion(s) for s in found["contradicts"]],
+        }
+
+    @server.tool(
         description=(
             "Erase facts for good (the user asked to forget something, or it holds personal "
             "data that must go): their text, history, bindings, sensor observations, reviews "
@@ -497,31 +531,6 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         )
         keep = ("dry_run", "blocks", "erased", "removed", "unreachable")
         return {k: answer[k] for k in keep if k in answer}
-
-    @server.tool(
-        description="Memory health: a 0-100 score and warnings (stale share, failing "
-        "sensors), and coverage: the share of live facts a running sensor can check."
-    )
-    async def memory_health() -> dict[str, Any]:
-        data: dict[str, Any] = await call(lambda c: c.health())
-        keep = ("score", "status", "warnings", "counts", "coverage")
-        return {k: data[k] for k in keep if k in data}
-
-    @server.resource(
-        "memwarden://context/{query}",
-        name="context",
-        description="The most relevant facts for a query, one line each, marked when stale.",
-        mime_type="text/plain",
-    )
-    async def context(query: str) -> str:
-        text = unquote(query)
-        try:
-            answer = await call(lambda c: c.search(text, limit=10))
-        except ToolError as err:  # a resource has no error flag: say it in the text
-            return f"(memwarden unavailable: {err})"
-        return render_context(answer)
-
-    return server
 
 
 def _serve_session_context(
