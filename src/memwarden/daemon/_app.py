@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-    from memwarden.client import HealthAnswer
+    from memwarden.client import HealthAnswer, SearchHealth
     from memwarden.daemon._answers import (
         CoverageDict,
         SearchAnswerDict,
@@ -1325,7 +1325,20 @@ class Daemon:
         }
         if self.mqtt is not None:
             answer["mqtt"] = await self.mqtt.health()
+        answer["search"] = await self.search_health()
         return answer
+
+    async def search_health(self) -> SearchHealth:
+        """The embedder, the vectors held and the embedding backlog (every namespace's
+        blocks: a count only)."""
+        vectors = self.store.vectors
+        if vectors is None:
+            return {"embedder": None, "vectors": 0, "embedding_backlog": 0}
+        return {
+            "embedder": vectors.model,
+            "vectors": len(vectors),
+            "embedding_backlog": await vectors.pending(),
+        }
 
     async def propose_once(self) -> ProposeReport:
         """One pass of binding proposals for unbound facts (the scheduler's, every
