@@ -45,7 +45,10 @@ _INLINE_ROWS = 250_000
 # (one bit a dimension: 32 bytes a vector at 256) over every vector keeps the nearest
 # _SHORTLIST, re-scored exactly from the int8 rows. Below, the exact scan is as cheap.
 _TWO_STAGE_ROWS = 8_192
-_SHORTLIST = 512
+# WordLlama at 100 000 blocks: the exact top 10 found 0.64 of the time with 512 and
+# uncentred signs, 0.80 centred, 0.95 centred with 2 048, 0.98 with 4 096 (re-scored
+# in about 0.2 ms).
+_SHORTLIST = 4_096
 
 
 class EmbedderLike(Protocol):
@@ -111,6 +114,11 @@ class VectorIndex:
         # stored word-major (words x rows) so each pass over a word is contiguous.
         self._words = (self.dim + 63) // 64
         self._codes: Any = np.zeros((self._words, 0), dtype=np.uint64)
+        # The signs are taken around the held vectors' mean (a model's vectors share a
+        # direction: uncentred, most bits agree for every pair and say little), fixed
+        # when the codes were last made and re-made as the count doubles or halves.
+        self._centre: Any = np.zeros(self.dim, dtype=np.float32)
+        self._centred_at = 0
         self._popcount = _popcount(np)
         self.two_stage_rows = _TWO_STAGE_ROWS
         self.shortlist = _SHORTLIST
@@ -171,15 +179,31 @@ class VectorIndex:
         codes[:, : self._size] = self._codes[:, : self._size]
         self._matrix, self._rids, self._codes = matrix, rids, codes
 
-    def signs(self, rows: Any) -> Any:
-        """The sign bits of int8 ``rows`` (n x dim), packed into n x words uint64."""
+    def signs(self, rows: Any, centre: Any = None) -> Any:
+        """The sign bits of int8 ``rows`` (n x dim) around ``centre`` (the held vectors'
+        mean when the codes were made), packed into n x words uint64."""
         np = self.np
         rows = np.asarray(rows, dtype=np.int8).reshape(-1, self.dim)
-        packed = np.packbits(rows > 0, axis=1)
+        centre = self._centre if centre is None else centre
+        packed = np.packbits(rows.astype(np.float32) > centre, axis=1)
         pad = self._words * 8 - packed.shape[1]
         if pad:
             packed = np.pad(packed, ((0, 0), (0, pad)))
         return np.ascontiguousarray(packed).view(np.uint64)
+
+    def _recentre(self) -> None:
+        """New codes around the held vectors' mean, once their count doubled or halved
+        since the last (new arrays: a search in a thread keeps the ones it took)."""
+        np = self.np
+        n = self._size
+        if self._centred_at // 2 <= n <= 2 * self._centred_at and self._centred_at:
+            return
+        centre = (self._matrix[:n].sum(axis=0, dtype=np.int64) / max(n, 1)).astype(np.float32)
+        codes = np.zeros_like(self._codes)
+        for start in range(0, n, 8192):  # float32 copies of 8 192 rows at a time
+            stop = min(n, start + 8192)
+            codes[:, start:stop] = self.signs(self._matrix[start:stop], centre).T
+        self._centre, self._codes, self._centred_at = centre, codes, n
 
     def _row(self, rid: int) -> int | None:
         if rid < 0 or rid >= len(self._row_of):
@@ -209,6 +233,7 @@ class VectorIndex:
             self._rids[row] = rid
         self._matrix[row] = vec
         self._codes[:, row] = self.signs(vec)[0]
+        self._recentre()
 
     async def prune(self) -> int:
         """Drop from memory the vectors whose block is gone (erased: ``memwarden forget``);
@@ -238,6 +263,7 @@ class VectorIndex:
         self._grow_rows(max(rids))
         self._row_of[rids] = self.np.arange(start, start + n, dtype=self.np.int32)
         self._size += n
+        self._recentre()
 
     def _drop(self, rid: int) -> None:
         row = self._row(rid)
@@ -253,6 +279,7 @@ class VectorIndex:
             self._row_of[moved] = row
         self._rids[last] = -1
         self._size = last
+        self._recentre()
 
     def quantise(self, vectors: Any) -> Any:
         """Unit-length int8 rows of ``vectors`` (any 2-D array-like of floats)."""
@@ -277,21 +304,22 @@ class VectorIndex:
         # numpy lets go of the GIL while it multiplies. The matrix and the rids are
         # taken now: a vector stored meanwhile is seen or not, a row moved by a delete
         # cannot name the wrong block.
-        n, matrix, codes = self._size, self._matrix, self._codes
+        n, matrix, codes, centre = self._size, self._matrix, self._codes, self._centre
         rids = self._rids[:n].copy()
-        return await asyncio.to_thread(self._search, matrix, codes, rids, n, qvec, k)
+        return await asyncio.to_thread(self._search, matrix, (codes, centre), rids, n, qvec, k)
 
     def nearest(self, qvec: Any, k: int) -> list[tuple[int, float]]:
         """The best ``k`` held vectors by cosine with the int8 ``qvec``: exact up to
         ``two_stage_rows`` vectors, beyond that re-scored from a sign-bit shortlist."""
-        return self._search(self._matrix, self._codes, self._rids, self._size, qvec, k)
+        codes = (self._codes, self._centre)
+        return self._search(self._matrix, codes, self._rids, self._size, qvec, k)
 
     def nearest_exact(self, qvec: Any, k: int) -> list[tuple[int, float]]:
         """Exact cosine of the int8 ``qvec`` against every held vector; the best ``k``."""
         return self._scan(self._matrix, self._rids, self._size, qvec, k)
 
     def _search(  # noqa: PLR0917 - a snapshot's parts, as _scan takes them
-        self, matrix: Any, codes: Any, rids: Any, n: int, qvec: Any, k: int
+        self, matrix: Any, coded: tuple[Any, Any], rids: Any, n: int, qvec: Any, k: int
     ) -> list[tuple[int, float]]:
         short = max(self.shortlist, k)
         if n <= max(self.two_stage_rows, short) or k < 1:
@@ -299,7 +327,8 @@ class VectorIndex:
         np = self.np
         # First pass: Hamming distance of the sign bits to every vector (a few bytes
         # each), the nearest ``short`` kept; then their exact cosine from the int8 rows.
-        qcode = self.signs(qvec)[0]
+        codes, centre = coded
+        qcode = self.signs(qvec, centre)[0]
         dist = np.zeros(n, dtype=np.uint16)
         buf = np.empty(n, dtype=np.uint64)
         for w in range(self._words):
