@@ -240,7 +240,11 @@ class Daemon:
             stack.callback(self.notifier.close)
             # A configured embedder is loaded before the store opens: a missing model is
             # a ConfigError at start, never a download.
-            embedder = load_embedder(s.search.embedder) if s.search.embedder != "none" else None
+            embedder = (
+                load_embedder(s.search.embedder, s.search.embedders.get(s.search.embedder))
+                if s.search.embedder != "none"
+                else None
+            )
             store = Store(
                 s.db_path,
                 embedder=embedder,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from memwarden.errors import ConfigError
+from memwarden.errors import ConfigError, EmbedderUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -297,7 +297,15 @@ class VectorIndex:
             return []
         # One short query (the API caps it at 1 000 characters) embeds in tens of
         # microseconds with a static model: on the loop, cheaper than a thread hop.
-        [qvec] = self.quantise(self.embedder.embed([text]))
+        try:
+            if getattr(self.embedder, "remote", False):  # an HTTP round trip: off the loop
+                vecs = await asyncio.to_thread(self.embedder.embed, [text])
+            else:
+                vecs = self.embedder.embed([text])
+            [qvec] = self.quantise(vecs)
+        except Exception as err:  # noqa: BLE001 - the search goes on by words alone
+            log.warning("query_embedding_failed", error=f"{type(err).__name__}: {err}")
+            return []
         if self._size < _INLINE_ROWS:
             return self.nearest(qvec, k)
         # A large scan (milliseconds) runs in a thread so the loop keeps answering;
@@ -459,12 +467,16 @@ class VectorIndex:
             return []
         try:
             return list(self.quantise(self.embedder.embed(texts)))
+        except EmbedderUnavailableError:
+            raise  # the model, not a text: the batch stays queued for the next round
         except Exception as err:  # noqa: BLE001 - find the one that fails below
             log.info("embedding_batch_failed", texts=len(texts), error=type(err).__name__)
         out: list[Any] = []
         for rid, text in zip(rids, texts, strict=True):
             try:
                 out.append(self.quantise(self.embedder.embed([text]))[0])
+            except EmbedderUnavailableError:
+                raise
             except Exception as err:  # noqa: BLE001 - an embedder's failure, reported
                 log.warning(
                     "embedding_skipped", block_rid=rid, error=f"{type(err).__name__}: {err}"
