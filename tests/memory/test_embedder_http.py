@@ -9,7 +9,7 @@ import json
 import sqlite3
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import pytest
 from tests.support import eventually, start_in_loop
@@ -68,7 +68,7 @@ class FakeOllama:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/api/embed"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> FakeOllama:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
