@@ -289,3 +289,22 @@ async def test_the_two_stage_search_finds_what_the_exact_scan_finds(make_store):
     vectors.shortlist = 30
     vectors._popcount = _vectors._popcount(_OldNumpy())  # no bitwise_count: the byte table
     assert top(vectors.nearest(qvec, 5)) == top(exact)
+
+
+async def test_vectors_loaded_at_start_are_searched_in_two_stages_alike(make_store):
+    """Reopened, the store loads the vectors and makes their sign bits once: the
+    two-stage search finds what the exact scan finds, as before the restart."""
+    first = await make_store(embedder=StubEmbedder())
+    texts = [f"note {i} on {w}" for i, w in enumerate(["api", "timeouts", "zebras"] * 20)]
+    await first.add_many([{"content": t} for t in texts])
+    await _drain(first)
+    await first.close()
+    store = await make_store(first.path, embedder=StubEmbedder())
+    vectors = store.vectors
+    assert vectors is not None
+    assert len(vectors) == len(texts)
+    vectors.two_stage_rows = 0
+    vectors.shortlist = 5
+    for text in (texts[0], texts[31], texts[-1]):
+        [qvec] = vectors.quantise(StubEmbedder().embed([text]))
+        assert vectors.nearest(qvec, 1) == vectors.nearest_exact(qvec, 1)

@@ -119,6 +119,7 @@ class VectorIndex:
         # when the codes were last made and re-made as the count doubles or halves.
         self._centre: Any = np.zeros(self.dim, dtype=np.float32)
         self._centred_at = 0
+        self._loading = False  # load(): the codes are made once, at the end
         self._popcount = _popcount(np)
         self.two_stage_rows = _TWO_STAGE_ROWS
         self.shortlist = _SHORTLIST
@@ -144,15 +145,21 @@ class VectorIndex:
                 )
             )
             self._reserve(int(count))
-            async with conn.execute(
-                "SELECT block_rid, vector FROM block_vectors WHERE model = ? AND dim = ?",
-                (self.model, self.dim),
-            ) as cur:
-                while rows := await cur.fetchmany(8192):
-                    self._put_many(
-                        [int(rid) for rid, _ in rows],
-                        np.frombuffer(b"".join(blob for _, blob in rows), dtype=np.int8),
-                    )
+            self._loading = True
+            try:
+                async with conn.execute(
+                    "SELECT block_rid, vector FROM block_vectors WHERE model = ? AND dim = ?",
+                    (self.model, self.dim),
+                ) as cur:
+                    while rows := await cur.fetchmany(8192):
+                        self._put_many(
+                            [int(rid) for rid, _ in rows],
+                            np.frombuffer(b"".join(blob for _, blob in rows), dtype=np.int8),
+                        )
+            finally:
+                self._loading = False
+                self._centred_at = 0
+                self._recentre()
             [(other,)] = list(
                 await conn.execute_fetchall(
                     "SELECT count(*) FROM block_vectors WHERE model != ? OR dim != ?",
@@ -200,8 +207,8 @@ class VectorIndex:
             return
         centre = (self._matrix[:n].sum(axis=0, dtype=np.int64) / max(n, 1)).astype(np.float32)
         codes = np.zeros_like(self._codes)
-        for start in range(0, n, 8192):  # float32 copies of 8 192 rows at a time
-            stop = min(n, start + 8192)
+        for start in range(0, n, 1024):  # float32 copies of 1 024 rows (1 MB) at a time
+            stop = min(n, start + 1024)
             codes[:, start:stop] = self.signs(self._matrix[start:stop], centre).T
         self._centre, self._codes, self._centred_at = centre, codes, n
 
@@ -258,12 +265,14 @@ class VectorIndex:
         self._reserve(self._size + n)
         start = self._size
         self._matrix[start : start + n] = flat.reshape(n, self.dim)
-        self._codes[:, start : start + n] = self.signs(self._matrix[start : start + n]).T
+        if not self._loading:
+            self._codes[:, start : start + n] = self.signs(self._matrix[start : start + n]).T
         self._rids[start : start + n] = rids
         self._grow_rows(max(rids))
         self._row_of[rids] = self.np.arange(start, start + n, dtype=self.np.int32)
         self._size += n
-        self._recentre()
+        if not self._loading:
+            self._recentre()
 
     def _drop(self, rid: int) -> None:
         row = self._row(rid)
