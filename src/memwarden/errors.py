@@ -14,6 +14,7 @@ __all__ = [
     "AddressInUseError",
     "AmbiguousIdError",
     "ConfigError",
+    "EmbedderUnavailableError",
     "MemwardenError",
     "NotFoundError",
     "PluginError",
@@ -35,6 +36,12 @@ class ConfigError(MemwardenError):
     def __init__(self, message: str, *, problems: list[str] | None = None) -> None:
         super().__init__(message)
         self.problems: list[str] = problems if problems is not None else [message]
+
+
+class EmbedderUnavailableError(MemwardenError):
+    """An embedder's model could not be reached, or answered something that is not the
+    vectors asked for (``memwarden.embedders.HttpEmbedder``): the texts are not at fault,
+    so they stay queued and are embedded later."""
 
 
 class PluginError(MemwardenError):

@@ -34,10 +34,12 @@ def test_status_of_a_running_daemon(runner: CliRunner, live_daemon: LiveDaemon):
     assert info["url"] == live_daemon.url
     assert info["up"] is True
     assert info["version"]
+    assert info["search"] == {"embedder": None, "vectors": 0, "embedding_backlog": 0}
     text = runner.invoke(app, ["--home", str(live_daemon.home), "status"])
     assert text.exit_code == 0
     assert f"home     {live_daemon.home}" in text.stdout
     assert "daemon   up" in text.stdout
+    assert "search   keyword only (no embedder)" in text.stdout
 
 
 def test_status_of_a_stopped_daemon_exits_3_and_names_the_state_dir(

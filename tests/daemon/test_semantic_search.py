@@ -162,3 +162,44 @@ async def test_the_python_client_and_mcp_take_mode(semantic: Daemon):
         assert [r["id"] for r in found.structured_content["results"]] == [block.id]
         bad = await session.call_tool("memory_search", {"query": "x", "mode": "sideways"})
         assert bad.is_error
+
+
+async def test_the_embedding_backlog_shows_in_health_metrics_and_status(
+    semantic: Daemon, monkeypatch: pytest.MonkeyPatch
+):
+    """Blocks waiting for a vector are counted in GET /v1/health (``search``), in
+    /metrics (``memwarden_embedding_backlog``, ``memwarden_vectors``) and by
+    ``memwarden status``; once embedded, the backlog is 0."""
+    from typer.testing import CliRunner  # noqa: PLC0415 - the CLI, in a thread
+
+    from memwarden.cli import app  # noqa: PLC0415
+
+    d = semantic
+    vectors = d.store.vectors
+    assert vectors is not None
+    drain = vectors.drain_once
+
+    async def held() -> int:  # the task runs but embeds nothing: the queue stays
+        return 0
+
+    monkeypatch.setattr(vectors, "drain_once", held)
+    await d.add_block({"content": "The API timeout is 30 s"})
+    await d.add_block({"content": "The database lives in Frankfurt"})
+    async with _client(d) as api:
+        search = (await api.get("/v1/health")).json()["search"]
+        assert search == {"embedder": "stub-hash/64", "vectors": 0, "embedding_backlog": 2}
+        metrics = (await api.get("/metrics")).text
+        assert "memwarden_embedding_backlog 2.0" in metrics
+        assert "memwarden_vectors 0.0" in metrics
+        for name in ("MEMWARDEN_URL", "MEMWARDEN_TOKEN"):
+            monkeypatch.delenv(name, raising=False)
+        home = str(d.settings.home)
+        shown = await asyncio.to_thread(CliRunner().invoke, app, ["--home", home, "status"])
+        assert shown.exit_code == 0, shown.output
+        assert "search   stub-hash/64: 0 vectors, 2 blocks waiting for one" in shown.stdout
+        monkeypatch.setattr(vectors, "drain_once", drain)
+        vectors.notify()
+        await eventually(lambda: len(vectors) == 2, what="both facts embedded")
+        search = (await api.get("/v1/health")).json()["search"]
+        assert search == {"embedder": "stub-hash/64", "vectors": 2, "embedding_backlog": 0}
+        assert "memwarden_embedding_backlog 0.0" in (await api.get("/metrics")).text

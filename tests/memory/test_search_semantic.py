@@ -231,3 +231,80 @@ async def test_vector_and_hybrid_search_keep_to_the_callers_namespaces(make_stor
     assert [h.record.content for h in alpha] == ["The API timeout is 30 s"]
     both = await store.search("API timeout", mode=mode)
     assert len(both) == 2
+
+
+class _OldNumpy:
+    """numpy without ``bitwise_count`` (as before numpy 2)."""
+
+    def __getattr__(self, name: str) -> object:
+        import numpy as np  # noqa: PLC0415 - the semantic extra
+
+        if name == "bitwise_count":
+            raise AttributeError(name)
+        return getattr(np, name)
+
+
+def test_the_byte_table_popcount_counts_as_numpy_does():
+    """Without ``np.bitwise_count`` (numpy < 2) the sign-bit pass counts bits by a byte
+    table: the same counts, edge words included."""
+    import numpy as np  # noqa: PLC0415 - the semantic extra
+
+    from memwarden.memory import _vectors  # noqa: PLC0415 - the fallback under test
+
+    words = np.array([0, 1, 2**64 - 1, 2**63, 0x0F0F_0F0F_0F0F_0F0F, 12345], dtype=np.uint64)
+    table = _vectors._popcount(_OldNumpy())
+    assert table is not np.bitwise_count
+    assert table(words).tolist() == [0, 1, 64, 1, 32, 6]
+    assert table(words).tolist() == np.bitwise_count(words).tolist()
+
+
+async def test_the_two_stage_search_finds_what_the_exact_scan_finds(make_store):
+    """Forced on a small store, the sign-bit shortlist re-scored exactly gives the exact
+    scan's nearest blocks, before and after an erase moved a row (its sign bits move
+    with it), with the byte-table popcount too."""
+    from memwarden.memory import _vectors  # noqa: PLC0415 - the fallback under test
+
+    store = await make_store(embedder=StubEmbedder())
+    texts = [f"fact {i} about {w}" for i, w in enumerate(["api", "timeouts", "zebras"] * 20)]
+    added = await store.add_many([{"content": t} for t in texts])
+    await _drain(store)
+    vectors = store.vectors
+    assert vectors is not None
+    vectors.two_stage_rows = 0
+    vectors.shortlist = 30  # half of them: the first pass has to choose
+    [qvec] = vectors.quantise(StubEmbedder().embed(["timeouts"]))
+
+    def top(found: list[tuple[int, float]]) -> list[float]:
+        # similarities, not rids: facts differing by a digit tie, in either order
+        return [round(sim, 5) for _, sim in found]
+
+    exact = vectors.nearest_exact(qvec, 5)
+    assert top(vectors.nearest(qvec, 5)) == top(exact)
+    await store.erase([added[1]], actor="test")  # the last row moves into its place
+    exact = vectors.nearest_exact(qvec, 5)
+    assert top(vectors.nearest(qvec, 5)) == top(exact)
+    vectors.shortlist = 5  # the moved block, asked for by its own text, must be kept
+    [moved] = vectors.quantise(StubEmbedder().embed([texts[-1]]))
+    assert vectors.nearest(moved, 1) == vectors.nearest_exact(moved, 1)
+    vectors.shortlist = 30
+    vectors._popcount = _vectors._popcount(_OldNumpy())  # no bitwise_count: the byte table
+    assert top(vectors.nearest(qvec, 5)) == top(exact)
+
+
+async def test_vectors_loaded_at_start_are_searched_in_two_stages_alike(make_store):
+    """Reopened, the store loads the vectors and makes their sign bits once: the
+    two-stage search finds what the exact scan finds, as before the restart."""
+    first = await make_store(embedder=StubEmbedder())
+    texts = [f"note {i} on {w}" for i, w in enumerate(["api", "timeouts", "zebras"] * 20)]
+    await first.add_many([{"content": t} for t in texts])
+    await _drain(first)
+    await first.close()
+    store = await make_store(first.path, embedder=StubEmbedder())
+    vectors = store.vectors
+    assert vectors is not None
+    assert len(vectors) == len(texts)
+    vectors.two_stage_rows = 0
+    vectors.shortlist = 5
+    for text in (texts[0], texts[31], texts[-1]):
+        [qvec] = vectors.quantise(StubEmbedder().embed([text]))
+        assert vectors.nearest(qvec, 1) == vectors.nearest_exact(qvec, 1)

@@ -192,6 +192,7 @@ def status(json_out: JsonOpt = False) -> None:
         "up": False,
         "version": None,
         "sensors": None,
+        "search": None,
         "error": None,
     }
     code = 1
@@ -202,6 +203,7 @@ def status(json_out: JsonOpt = False) -> None:
                 {"name": s["name"], "status": s.get("status")} for s in client.sensors()
             ]
             info["version"] = client.healthz().get("version")
+            info["search"] = client.health().get("search")
             info["up"] = True
             code = 0
     except DaemonNotRunningError as e:
@@ -224,6 +226,16 @@ def status(json_out: JsonOpt = False) -> None:
             highlight=False,
             soft_wrap=True,
         )
+        search = info["search"]
+        if search and search.get("embedder"):
+            out.print(
+                f"search   {search['embedder']}: {search['vectors']} vectors, "
+                f"{search['embedding_backlog']} blocks waiting for one",
+                highlight=False,
+                soft_wrap=True,
+            )
+        elif search:
+            out.print("search   keyword only (no embedder)", highlight=False, soft_wrap=True)
     else:
         out.print(f"daemon   down: {info['error']}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)

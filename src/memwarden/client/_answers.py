@@ -29,6 +29,7 @@ __all__ = [
     "HealthAnswer",
     "Liveness",
     "RevalidateAnswer",
+    "SearchHealth",
     "SuggestAnswer",
     "Suggestion",
     "Tombstone",
@@ -46,6 +47,16 @@ Coverage = CoverageDict  # the share of live facts a running sensor can check
 CoverageShare = CoverageShareDict
 
 
+class SearchHealth(TypedDict):
+    """Search by meaning in ``GET /v1/health`` (docs/SEARCH.md): the embedder's model id
+    (``None`` without one: keyword search only), the vectors held, and the blocks waiting
+    for one (the embedding backlog: found by their words alone until embedded)."""
+
+    embedder: str | None
+    vectors: int
+    embedding_backlog: int
+
+
 class HealthAnswer(HealthReportDict):
     """``GET /v1/health``: the 0-100 score, its status and warnings (worst first), and what
     is behind them, and the coverage (the share of live facts with a binding whose
@@ -57,6 +68,7 @@ class HealthAnswer(HealthReportDict):
     dead_letters: int
     coverage: Coverage  # the share of live facts a running sensor can check
     mqtt: NotRequired[dict[str, Any]]
+    search: NotRequired[SearchHealth]
 
 
 class DryRun(TypedDict):

@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-    from memwarden.client import HealthAnswer
+    from memwarden.client import HealthAnswer, SearchHealth
     from memwarden.daemon._answers import (
         CoverageDict,
         SearchAnswerDict,
@@ -240,7 +240,11 @@ class Daemon:
             stack.callback(self.notifier.close)
             # A configured embedder is loaded before the store opens: a missing model is
             # a ConfigError at start, never a download.
-            embedder = load_embedder(s.search.embedder) if s.search.embedder != "none" else None
+            embedder = (
+                load_embedder(s.search.embedder, s.search.embedders.get(s.search.embedder))
+                if s.search.embedder != "none"
+                else None
+            )
             store = Store(
                 s.db_path,
                 embedder=embedder,
@@ -1353,7 +1357,20 @@ class Daemon:
         }
         if self.mqtt is not None:
             answer["mqtt"] = await self.mqtt.health()
+        answer["search"] = await self.search_health()
         return answer
+
+    async def search_health(self) -> SearchHealth:
+        """The embedder, the vectors held and the embedding backlog (every namespace's
+        blocks: a count only)."""
+        vectors = self.store.vectors
+        if vectors is None:
+            return {"embedder": None, "vectors": 0, "embedding_backlog": 0}
+        return {
+            "embedder": vectors.model,
+            "vectors": len(vectors),
+            "embedding_backlog": await vectors.pending(),
+        }
 
     async def propose_once(self) -> ProposeReport:
         """One pass of binding proposals for unbound facts (the scheduler's, every

@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    StringConstraints,
     ValidationError,
     field_validator,
     model_validator,
@@ -254,6 +255,15 @@ class SearchSettings(BaseModel):
     )
     embed_batch: Annotated[int, Field(ge=1, le=4096)] = Field(
         default=256, description="Blocks embedded per batch by the background task."
+    )
+    embedders: dict[
+        Annotated[str, StringConstraints(max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")],
+        dict[str, Any],
+    ] = Field(
+        default_factory=dict,
+        description="Per-embedder options, [search.embedders.<name>], passed to the embedder "
+        "named by `embedder` (e.g. http: url, model, dim, allowed_hosts, timeout, "
+        "max_answer_bytes; docs/SEARCH.md).",
     )
 
 

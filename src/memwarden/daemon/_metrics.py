@@ -166,6 +166,18 @@ class _DaemonCollector(Collector):
             "Revalidation requests pending or sent.",
             value=float(self.counts.get("revalidation_backlog", 0)),  # type: ignore[arg-type]
         )
+        search = self.counts.get("search", {})
+        assert isinstance(search, dict)  # noqa: S101 - built by Daemon.search_health
+        yield GaugeMetricFamily(
+            "memwarden_vectors",
+            "Block vectors held for search by meaning (0 without an embedder).",
+            value=float(search.get("vectors", 0)),
+        )
+        yield GaugeMetricFamily(
+            "memwarden_embedding_backlog",
+            "Blocks waiting for a vector (found by their words alone meanwhile).",
+            value=float(search.get("embedding_backlog", 0)),
+        )
         yield GaugeMetricFamily(
             "memwarden_reviews_pending",
             "Blocks waiting for a human review.",
@@ -211,6 +223,7 @@ async def render(daemon: Daemon) -> tuple[bytes, str]:
     """The exposition text and its content type."""
     counts = await daemon.store.counts()
     coverage = await daemon.coverage()
+    counts["search"] = await daemon.search_health()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_DaemonCollector(daemon, counts, coverage))
     body = generate_latest(registry) + generate_latest(daemon.metrics.registry)
