@@ -31,7 +31,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from memwarden.daemon._routes._deps import DaemonDep
 from memwarden.daemon._timeline import activity_chart, timeline
-from memwarden.daemon._web import SignedIn, csrf_ok, forged, page, signed_out
+from memwarden.daemon._web import SignedIn, form_ok, page, refused, signed_out
 from memwarden.errors import (
     AmbiguousIdError,
     NotFoundError,
@@ -308,10 +308,8 @@ async def revalidate(
     session: SignedIn, daemon: DaemonDep, block_id: str, csrf: Annotated[str, Form()] = ""
 ) -> Response:
     """Ask the block's sensors to check it now (waits up to 2 s for their answers)."""
-    if session is None:
-        return signed_out()
-    if not csrf_ok(session, csrf):
-        return forged()
+    if not form_ok(session, csrf):
+        return refused(session)
     try:
         full = await _resolve(daemon, block_id)
         answer = await daemon.revalidate(full, wait_s=2.0)
@@ -334,10 +332,8 @@ async def ask_review(
     reason: Annotated[str, Form()] = "",
 ) -> Response:
     """Put the block in the review queue with the reason given."""
-    if session is None:
-        return signed_out()
-    if not csrf_ok(session, csrf):
-        return forged()
+    if not form_ok(session, csrf):
+        return refused(session)
     reason = reason.strip()
     if not reason or len(reason) > MAX_REASON_CHARS:
         return _problem(422, f"reason: say why, in 1 to {MAX_REASON_CHARS} characters", session)
@@ -363,10 +359,8 @@ async def edit(
 ) -> Response:
     """A new text (a new version; the old one is kept), applied only to the version the
     form was made from; the reviewer is recorded as who edited it."""
-    if session is None:
-        return signed_out()
-    if not csrf_ok(session, csrf):
-        return forged()
+    if not form_ok(session, csrf):
+        return refused(session)
     if not version.isdigit() or len(version) > 9:
         return _problem(422, "version: reload the page (the form names no version)", session)
     try:
@@ -396,10 +390,8 @@ async def archive(
     reason: Annotated[str, Form()] = "",
 ) -> Response:
     """Archive the block (out of search; restorable), recording who and why."""
-    if session is None:
-        return signed_out()
-    if not csrf_ok(session, csrf):
-        return forged()
+    if not form_ok(session, csrf):
+        return refused(session)
     reason = reason.strip() or "archived from the console"
     if len(reason) > MAX_REASON_CHARS:
         return _problem(422, f"reason: at most {MAX_REASON_CHARS} characters", session)

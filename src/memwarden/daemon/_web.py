@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeGuard
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, Request
@@ -192,6 +192,16 @@ def csrf_ok(session: _Session, given: str) -> bool:
     return bool(given) and hmac.compare_digest(given.encode(), session.csrf.encode())
 
 
+def form_ok(session: _Session | None, csrf: str) -> TypeGuard[_Session]:
+    """A form post may act: a live session, and its CSRF token in the form."""
+    return session is not None and csrf_ok(session, csrf)
+
+
+def refused(session: _Session | None) -> HTMLResponse:
+    """What a form post that may not act gets: 401 signed out, else 403 forged."""
+    return signed_out() if session is None else forged()
+
+
 def forged() -> HTMLResponse:
     """The 403 page for a form without the session's CSRF token."""
     return page(
@@ -279,10 +289,8 @@ async def decide(
     comment: Annotated[str, Form()] = "",
     content: Annotated[str, Form()] = "",
 ) -> Response:
-    if session is None:
-        return signed_out()
-    if not csrf_ok(session, csrf):
-        return forged()
+    if not form_ok(session, csrf):
+        return refused(session)
     try:
         result = await daemon.decide_review(
             review_id,
@@ -307,10 +315,8 @@ async def decide_proposal(
     csrf: Annotated[str, Form()] = "",
 ) -> Response:
     """Accept (bind the fact, or record its dependency) or reject a proposal."""
-    if session is None:
-        return signed_out()
-    if not csrf_ok(session, csrf):
-        return forged()
+    if not form_ok(session, csrf):
+        return refused(session)
     if action not in ("accept", "reject"):
         return page("error.html", status=422, message="action: use accept or reject")
     try:
