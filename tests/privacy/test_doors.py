@@ -28,7 +28,13 @@ from memwarden.daemon import Daemon, load_settings
 from memwarden.errors import ConfigError
 from memwarden.plugins import Registry
 from memwarden.sensors import FsSensor, ReviewSensor
-from tests.support import eventually, eventually_blocking, memwarden_running, start_in_loop
+from tests.support import (
+    assert_responsive,
+    eventually,
+    eventually_blocking,
+    memwarden_running,
+    start_in_loop,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -62,12 +68,19 @@ class Api:
         assert response.status_code == status, response.text
         return response.json()  # type: ignore[no-any-return]
 
-    async def healthz_fast(self) -> None:
-        began = time.perf_counter()
-        response = await self.client.get("/healthz")
-        elapsed = time.perf_counter() - began
-        assert response.status_code == 200
-        assert elapsed < HEALTHZ_BUDGET_S, f"/healthz took {elapsed * 1000:.0f} ms"
+    async def healthz_while(self, task: asyncio.Task[httpx.Response]) -> httpx.Response:
+        """Probe /healthz until ``task`` is done (and at least 20 times), then judge the
+        answers together with tests/support.assert_responsive: one answer alone can wait
+        for a CPU on a loaded machine; a scan that held the loop shows in every answer."""
+        latencies_ms: list[float] = []
+        while not task.done() or len(latencies_ms) < 20:
+            began = time.perf_counter()
+            response = await self.client.get("/healthz")
+            latencies_ms.append((time.perf_counter() - began) * 1000.0)
+            assert response.status_code == 200
+            await asyncio.wait({task}, timeout=0.02)
+        assert_responsive(latencies_ms, p95_ms=HEALTHZ_BUDGET_S * 1000)
+        return task.result()
 
 
 async def _start(tmp_path: Path, **privacy: Any) -> tuple[Daemon, asyncio.Task[None]]:
@@ -458,10 +471,7 @@ async def test_hostile_megabyte_does_not_stall(api):
     noise = "4111 1111 1111 1112, +1 202 555 01, a@b, 999.1.1.1, "
     content = (noise * (200_000 // len(noise)))[:200_000]
     add = asyncio.create_task(api.client.post("/v1/blocks", json={"content": content}))
-    while not add.done():
-        await api.healthz_fast()
-        await asyncio.wait({add}, timeout=0.05)
-    response = add.result()
+    response = await api.healthz_while(add)
     assert response.status_code == 201, response.text[:500]
     event = {
         "sensor": REMOTE,
@@ -471,10 +481,8 @@ async def test_hostile_megabyte_does_not_stall(api):
         "observed": (noise * (900_000 // len(noise)))[:900_000],
     }
     post = asyncio.create_task(api.client.post("/v1/events", json=[event]))
-    while not post.done():
-        await api.healthz_fast()
-        await asyncio.wait({post}, timeout=0.05)
-    assert post.result().status_code == 200, post.result().text[:500]
+    posted = await api.healthz_while(post)
+    assert posted.status_code == 200, posted.text[:500]
 
 
 @policy(max_scan_chars=4096)
