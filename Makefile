@@ -20,7 +20,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml $(EXAMPLE)/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-	@$(PY) -m pip install --quiet -e '.[dev,semantic]' 2>&1 | grep -v "^WARNING: Location" || true
+	@$(PY) -m pip install --quiet -e '.[dev,semantic,postgres]' 2>&1 | grep -v "^WARNING: Location" || true
 	@# The example third-party sensor: the suite proves the daemon discovers and runs it.
 	@$(PY) -m pip install --quiet -e $(EXAMPLE) 2>&1 | grep -v "^WARNING: Location" || true
 	@$(PY) -c "import memwarden, pytest, aiosqlite, memwarden_sensor_example" || { echo "install failed" >&2; exit 1; }

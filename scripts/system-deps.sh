@@ -17,6 +17,11 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 # The code_test sensor runs the tests under check inside bubblewrap (tests/security).
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+# The PostgreSQL store's tests start their own server (initdb + pg_ctl in a temp dir, on a
+# free loopback port; tests/pgserver.py), never the machine's service.
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null 2>&1 \
+  || need+=(postgresql)
+command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "${CI:-}" = "true" ] && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
