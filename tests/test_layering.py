@@ -25,6 +25,8 @@ ALLOWED: dict[str, set[str]] = {
     "agent": {"daemon", "hosting", "mqtt", "plugins", "memory"},
     "client": {"memory"},
     "mcp": {"client", "memory"},
+    # several daemons on one PostgreSQL database: the clock and sleep_on, the backoff
+    "cluster": {"memory", "plugins"},
 }
 # Open to all: errors, the top level, and neutral modules that import nothing of memwarden
 # (jsonpointer: RFC 6901 pointers and JSON equality, for sensors and binding suggestions).

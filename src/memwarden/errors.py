@@ -15,6 +15,7 @@ __all__ = [
     "AmbiguousIdError",
     "ConfigError",
     "EmbedderUnavailableError",
+    "LeadershipLostError",
     "MemwardenError",
     "NotFoundError",
     "PluginError",
@@ -58,6 +59,17 @@ class PluginLoadError(PluginError):
 
 class StorageError(MemwardenError):
     """The store could not do what was asked (I/O, corruption, closed store)."""
+
+
+class LeadershipLostError(StorageError):
+    """A node's lease on a singleton job is no longer its own (``memwarden.cluster``): it
+    expired, another node took it, or the database could not confirm it in time.
+    ``name`` is the lease, ``epoch`` the term that ended."""
+
+    def __init__(self, message: str, *, name: str, epoch: int | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.epoch = epoch
 
 
 class NotFoundError(StorageError):

@@ -1,0 +1,54 @@
+"""Several daemons on one PostgreSQL database: the primitives (docs/SCALE.md).
+
+Needs the ``postgres`` extra (asyncpg). Each part works on its own ``cluster_*`` tables,
+created by :func:`ensure_tables`:
+
+- :class:`Leader`: a lease row with heartbeats; one node runs the singleton jobs and
+  another takes over within seconds of its death (``_leader``);
+- :func:`claim_revalidations`: a node's revalidation requests, claimed with ``FOR UPDATE
+  SKIP LOCKED`` (``_claims``);
+- :class:`Notifier` and :func:`notify`: ``LISTEN``/``NOTIFY`` with reconnect and the
+  ``missed`` signal (``_notify``).
+"""
+
+from memwarden.cluster._claims import (
+    ClaimedRevalidation,
+    NewRevalidation,
+    claim_revalidations,
+    enqueue_revalidations,
+    finish_revalidations,
+    requeue_claims,
+)
+from memwarden.cluster._ddl import DDL, connect, ensure_tables
+from memwarden.cluster._leader import Leader, LeaseTimes, MonotonicClock, Term, check_name
+from memwarden.cluster._notify import (
+    MAX_PAYLOAD_BYTES,
+    Notice,
+    Notifier,
+    Subscription,
+    check_channel,
+    notify,
+)
+
+__all__ = [
+    "DDL",
+    "MAX_PAYLOAD_BYTES",
+    "ClaimedRevalidation",
+    "Leader",
+    "LeaseTimes",
+    "MonotonicClock",
+    "NewRevalidation",
+    "Notice",
+    "Notifier",
+    "Subscription",
+    "Term",
+    "check_channel",
+    "check_name",
+    "claim_revalidations",
+    "connect",
+    "enqueue_revalidations",
+    "ensure_tables",
+    "finish_revalidations",
+    "notify",
+    "requeue_claims",
+]

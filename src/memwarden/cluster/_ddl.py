@@ -1,0 +1,152 @@
+"""The cluster's own tables, created idempotently, and the one way to reach PostgreSQL.
+
+Every primitive in this package works on ``cluster_*`` tables that :func:`ensure_tables`
+creates if they are missing (``CREATE … IF NOT EXISTS`` under a transaction-level
+advisory lock, so two nodes starting at once do not race on the catalog). The store's
+own schema can adopt them as they are: nothing here depends on the store's tables.
+
+- ``cluster_leases``: one row per lease (``_leader``). Times are the **database's**
+  (``timestamptz``, ``clock_timestamp()``): every node judges expiry by one clock.
+- ``cluster_revalidations``: revalidation requests addressed to a node (``_claims``).
+  Times are POSIX seconds from the caller's injected clock, as in the SQLite store.
+
+asyncpg's errors are translated here into :class:`~memwarden.errors.StorageError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Protocol
+
+import asyncpg
+
+from memwarden.errors import StorageError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = [
+    "CONNECTION_ERRORS",
+    "DATABASE_ERRORS",
+    "DDL",
+    "SESSION_ERRORS",
+    "Executor",
+    "connect",
+    "ensure_tables",
+    "translated",
+]
+
+DDL = """
+CREATE TABLE IF NOT EXISTS cluster_leases (
+    name text PRIMARY KEY,
+    holder text NOT NULL,
+    epoch bigint NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    renewed_at timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS cluster_revalidations (
+    id text PRIMARY KEY,
+    node text NOT NULL,
+    block_id text NOT NULL,
+    sensor text NOT NULL,
+    subject text NOT NULL,
+    reason text NOT NULL,
+    status text NOT NULL DEFAULT 'pending'
+        CHECK (status IN ('pending', 'claimed', 'done', 'failed', 'expired')),
+    created_at double precision NOT NULL,
+    send_at double precision NOT NULL,
+    deadline_s double precision NOT NULL,
+    attempts integer NOT NULL DEFAULT 0,
+    claimed_by text,
+    claimed_at double precision,
+    finished_at double precision,
+    outcome text
+);
+-- A node's claim: an index range scan over its own pending requests, oldest first.
+CREATE INDEX IF NOT EXISTS cluster_revalidations_due
+    ON cluster_revalidations (node, send_at) WHERE status = 'pending';
+-- At most one open request per binding (concurrent sweeps and reads share one check).
+CREATE UNIQUE INDEX IF NOT EXISTS cluster_revalidations_open
+    ON cluster_revalidations (block_id, sensor, subject) WHERE status IN ('pending', 'claimed');
+-- Requeueing a dead node's claims.
+CREATE INDEX IF NOT EXISTS cluster_revalidations_claimed
+    ON cluster_revalidations (claimed_by, claimed_at) WHERE status = 'claimed';
+"""
+
+# Any constant shared by every node: the key of the transaction-level advisory lock that
+# serialises the DDL (two CREATE TABLE IF NOT EXISTS at once can still collide).
+_DDL_LOCK = 0x6D656D77_61726431  # "memward1"
+
+# What a broken or unreachable connection raises (beside PostgreSQL's own errors).
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+)
+# ... and anything PostgreSQL may answer instead of a result.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (asyncpg.PostgresError, *CONNECTION_ERRORS)
+# ... and the same translated (what a session of the leader or the listener may end with).
+SESSION_ERRORS: tuple[type[Exception], ...] = (StorageError, *DATABASE_ERRORS)
+
+
+class Executor(Protocol):
+    """What the primitives need of a connection: an asyncpg ``Connection`` or ``Pool``
+    (``timeout`` is asyncpg's own parameter, so ASYNC109 is silenced here)."""
+
+    async def execute(self, query: str, *args: object, timeout: float | None = ...) -> str: ...  # noqa: ASYNC109
+
+    async def fetch(self, query: str, *args: object, timeout: float | None = ...) -> list[Any]: ...  # noqa: ASYNC109
+
+    async def fetchval(
+        self,
+        query: str,
+        *args: object,
+        column: int = ...,
+        timeout: float | None = ...,  # noqa: ASYNC109
+    ) -> Any: ...
+
+
+@contextlib.contextmanager
+def translated(what: str) -> Iterator[None]:
+    """asyncpg's and the socket's errors as :class:`StorageError` (``what`` failed: …)."""
+    try:
+        yield
+    except DATABASE_ERRORS as err:
+        raise StorageError(f"{what}: {type(err).__name__}: {err}") from err
+
+
+async def connect(
+    dsn: str, *, timeout_s: float = 5.0, application_name: str = "memwarden"
+) -> asyncpg.Connection[Any]:
+    """One dedicated connection (the leader's, the listener's): never from a pool, so
+    that its life is the primitive's to manage. No statement cache: a transaction-pooling
+    proxy may hand each statement to another server connection (docs/SCALE.md).
+    ``application_name`` is what ``pg_stat_activity`` shows (at most 63 characters)."""
+    with translated(f"cannot connect to {_safe(dsn)}"):
+        return await asyncpg.connect(
+            dsn,
+            timeout=timeout_s,
+            statement_cache_size=0,
+            server_settings={"application_name": application_name[:63]},
+        )
+
+
+def _safe(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    scheme, sep, rest = dsn.partition("://")
+    if not sep or "@" not in rest:
+        return dsn
+    creds, _, host = rest.rpartition("@")
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}@{host}"
+
+
+async def ensure_tables(conn: asyncpg.Connection[Any]) -> None:
+    """Create the ``cluster_*`` tables and indexes that are missing (idempotent, safe to
+    run from several nodes at once)."""
+    with translated("cannot create the cluster tables"):
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _DDL_LOCK)
+            await conn.execute(DDL)
