@@ -35,6 +35,8 @@ FIGURES = {
     "search_hybrid",
     "hybrid_rss",
     "hybrid_startup",
+    "pg_driver_ingest",
+    "pg_driver_read",
 }
 
 
