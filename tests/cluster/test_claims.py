@@ -212,3 +212,18 @@ async def test_hostile_values_are_data(conn):
         await finish_revalidations(conn, ["odd"], "pending", now=NOW)
     with pytest.raises(ValidationInputError):
         await requeue_claims(conn, now=NOW)
+
+
+async def test_tables_created_by_many_nodes_at_once(dsn):
+    """Four connections creating the cluster tables at the same moment: no error, one
+    set of tables."""
+    conns = [await connect(dsn) for _ in range(4)]
+    try:
+        await asyncio.gather(*(ensure_tables(c) for c in conns))
+        names = await conns[0].fetch(
+            "SELECT tablename FROM pg_tables WHERE tablename LIKE 'cluster_%' ORDER BY 1"
+        )
+        assert [r[0] for r in names] == ["cluster_leases", "cluster_revalidations"]
+    finally:
+        for c in conns:
+            await c.close()

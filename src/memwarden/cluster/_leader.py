@@ -323,6 +323,8 @@ class Leader:
                 if epoch is None:
                     await sleep_on(self.clock, t.poll_s)
                     continue
+                if self.clock.time() >= sent + t.ttl_s - t.safety_s:
+                    continue  # taken, but answered too late to be sure of it: again
                 self._elect(Term(self.name, self.holder, int(epoch)), sent)
             else:
                 epoch = await conn.fetchval(
