@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 import pytest
+from structlog.testing import capture_logs
 
 from memwarden.cluster import Leader, LeaseTimes, Term, check_name, ensure_tables
 from memwarden.errors import ConfigError, LeadershipLostError
@@ -209,6 +210,60 @@ async def test_silent_database_deposes_by_the_nodes_own_clock(dsn, proxy: TcpPro
         assert leader.term.epoch == term.epoch + 1
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
+
+
+@pytest.mark.timeout(60)
+async def test_renewals_keep_the_term_until_another_holds_the_lease(dsn):
+    """Each renewal moves the deadline on; a lease another holder took is not renewed:
+    deposed, and not taken back while the other's lease is valid. A job that fails is
+    logged and not run again in the same term."""
+    clock = FakeClock(1000.0)
+    times = LeaseTimes(ttl_s=6.0, renew_s=2.0, poll_s=1.0, safety_s=0.5)
+    deposed: list[str] = []
+    runs: list[int] = []
+
+    async def failing(term: Term) -> None:
+        runs.append(term.epoch)
+        raise RuntimeError("the pass broke")
+
+    conn = await asyncpg.connect(dsn)
+    leader = Leader(
+        dsn, node="renewer", times=times, clock=clock, on_deposed=lambda t, why: deposed.append(why)
+    )
+    async with leader:
+        with capture_logs() as logs:
+            runner = asyncio.create_task(leader.run_while_leader(failing, name="failing"))
+            term = await asyncio.wait_for(leader.elected(), 30)
+            await eventually(lambda: runs, what="the job ran")
+            await eventually(
+                lambda: any(e["event"] == "leader_job_failed" for e in logs), what="logged"
+            )
+        for n in (1, 2, 3):
+            await eventually(lambda: clock.sleepers >= 2, what="waiting for the next renewal")
+            clock.advance(2.0)
+            await eventually(lambda n=n: leader.renewals == n, what=f"renewal {n}")
+        assert clock.time() == 1006.0  # past the first deadline (1005.5): renewed
+        assert leader.holds(term)
+        assert runs == [term.epoch]  # failed once, not run again in this term
+
+        await conn.execute(
+            "UPDATE cluster_leases SET holder = 'other/1', epoch = epoch + 1,"
+            " expires_at = clock_timestamp() + interval '1 hour'"
+        )
+        await eventually(lambda: clock.sleepers >= 2, what="waiting for the next renewal")
+        clock.advance(2.0)
+        await eventually(lambda: leader.term is None, what="deposed")
+        assert deposed == ["lease taken over or expired"]
+        tried = leader.attempts
+        for _ in range(3):
+            await eventually(lambda: clock.sleepers >= 1, what="polling")
+            clock.advance(1.0)
+            await eventually(lambda t=tried: leader.attempts > t, what="tried again")
+            tried = leader.attempts
+        assert leader.term is None
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+    await conn.close()
 
 
 @pytest.mark.timeout(60)

@@ -84,6 +84,9 @@ class NewRevalidation:
     deadline_s: float
 
 
+_NEW_FIELDS = tuple(NewRevalidation.__dataclass_fields__)  # the INSERT's column order
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimedRevalidation:
     """A request this node claimed; ``attempts`` counts this claim."""
@@ -106,12 +109,10 @@ async def enqueue_revalidations(conn: Executor, requests: Sequence[NewRevalidati
         check_name(r.node, "node")
     if not requests:
         return []
-    columns = list(zip(*((
-        r.id, r.node, r.block_id, r.sensor, r.subject, r.reason,
-        r.created_at, r.send_at, r.deadline_s,
-    ) for r in requests), strict=True))  # fmt: skip
+    # One array per column: one statement, whatever the number of requests.
+    columns = [[getattr(r, name) for r in requests] for name in _NEW_FIELDS]
     with translated("cannot queue revalidation requests"):
-        rows = await conn.fetch(_INSERT, *(list(c) for c in columns))
+        rows = await conn.fetch(_INSERT, *columns)
     return [str(row[0]) for row in rows]
 
 

@@ -191,6 +191,8 @@ class Leader:
         self._task: asyncio.Task[None] | None = None
         self.elections = 0  # terms begun since start
         self.depositions = 0  # terms ended since start
+        self.renewals = 0  # renewals that held the lease
+        self.attempts = 0  # acquisitions tried (taken or not)
 
     # ------------------------------------------------------------------ state
 
@@ -320,6 +322,7 @@ class Leader:
                 epoch = await conn.fetchval(
                     _ACQUIRE, self.name, self.holder, t.ttl_s, timeout=t.ttl_s
                 )
+                self.attempts += 1
                 if epoch is None:
                     await sleep_on(self.clock, t.poll_s)
                     continue
@@ -338,6 +341,7 @@ class Leader:
                     self._depose("lease taken over or expired")
                     continue
                 self._sure_until = sent + t.ttl_s - t.safety_s
+                self.renewals += 1
             await sleep_on(self.clock, t.renew_s)
 
     async def _watchdog(self) -> None:
