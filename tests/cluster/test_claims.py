@@ -4,6 +4,7 @@ two claimers at once never take one request twice and lose none."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from memwarden.cluster import (
     finish_revalidations,
     requeue_claims,
 )
-from memwarden.errors import ConfigError, ValidationInputError
+from memwarden.errors import ConfigError, StorageError, ValidationInputError
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_767_225_600.0
@@ -227,3 +228,14 @@ async def test_tables_created_by_many_nodes_at_once(dsn):
     finally:
         for c in conns:
             await c.close()
+
+
+async def test_an_unreachable_database_is_a_storage_error_without_the_password():
+    """Connecting to nothing is a StorageError naming the server but not the password."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, never listening: connections are refused
+        with pytest.raises(StorageError) as caught:
+            await connect(f"postgresql://bob:s3cret-pw@127.0.0.1:{port}/db", timeout_s=2)
+    assert f"postgresql://bob@127.0.0.1:{port}/db" in str(caught.value)
+    assert "s3cret" not in str(caught.value)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
-from memwarden.cluster import Leader, LeaseTimes, Term, check_name, ensure_tables
+from memwarden.cluster import Leader, LeaseTimes, Notifier, Term, check_name, ensure_tables
 from memwarden.errors import ConfigError, LeadershipLostError
 from memwarden.plugins import Backoff
 from memwarden.plugins.testing import FakeClock
@@ -292,6 +293,30 @@ async def test_lost_connection_deposes_and_fences(dsn, pg_server):
         async with conn.transaction():
             await new.fence(conn)
     await conn.close()
+
+
+async def test_no_database_no_leader_and_a_prompt_stop():
+    """A leader and a notifier whose database refuses connections keep trying, never
+    lead or listen, log why, and stop at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dsn = f"postgresql://x@127.0.0.1:{sock.getsockname()[1]}/db"
+        times = LeaseTimes(ttl_s=1.0, renew_s=0.2, poll_s=0.05, safety_s=0.1)
+        with capture_logs() as logs:
+            leader = Leader(dsn, node="alone", times=times)
+            notifier = Notifier(dsn, channels=["memwarden_events"], backoff=Backoff(0.01, 0.02))
+            async with leader, notifier:
+                await eventually(
+                    lambda: (
+                        sum(e["event"] == "leader_connection_lost" for e in logs) >= 2
+                        and sum(e["event"] == "notifier_disconnected" for e in logs) >= 2
+                    ),
+                    what="both retried",
+                )
+                assert leader.term is None
+                assert not notifier.is_connected
+                assert leader.attempts == 0
+            assert leader.elections == 0
 
 
 @pytest.mark.parametrize(
