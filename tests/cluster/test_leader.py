@@ -342,3 +342,38 @@ def test_lease_times_that_could_not_work_are_refused(ttl, renew, poll, safety):
     """A renewal interval that could miss the lease's end, or a zero time, is refused."""
     with pytest.raises(ConfigError):
         LeaseTimes(ttl_s=ttl, renew_s=renew, poll_s=poll, safety_s=safety)
+
+
+async def test_an_unexpected_error_is_logged_and_tried_again(dsn, monkeypatch):
+    """A bug in a session (here: the first table check raising RuntimeError) is logged
+    with its traceback and the leader and the notifier try again, not stop for good."""
+    import memwarden.cluster._leader as leader_module  # noqa: PLC0415
+    import memwarden.cluster._notify as notify_module  # noqa: PLC0415
+
+    real_tables, real_connect = leader_module.ensure_tables, notify_module.connect
+    broken = {"leader": 1, "notifier": 1}
+
+    async def tables_once_broken(conn):
+        if broken["leader"]:
+            broken["leader"] -= 1
+            raise RuntimeError("a bug")
+        await real_tables(conn)
+
+    async def connect_once_broken(*args, **kwargs):
+        if broken["notifier"]:
+            broken["notifier"] -= 1
+            raise RuntimeError("another bug")
+        return await real_connect(*args, **kwargs)
+
+    monkeypatch.setattr(leader_module, "ensure_tables", tables_once_broken)
+    monkeypatch.setattr(notify_module, "connect", connect_once_broken)
+    times = LeaseTimes(ttl_s=6.0, renew_s=1.0, poll_s=0.05, safety_s=0.5)
+    with capture_logs() as logs:
+        leader = Leader(dsn, node="buggy", times=times, backoff=Backoff(0.01, 0.02))
+        notifier = Notifier(dsn, channels=["memwarden_events"], backoff=Backoff(0.01, 0.02))
+        async with leader, notifier:
+            await asyncio.wait_for(leader.elected(), 30)
+            await asyncio.wait_for(notifier.connected(), 30)
+    failed = {e["event"]: e for e in logs if e["log_level"] == "error"}
+    assert failed["leader_session_failed"]["error"] == "RuntimeError: a bug"
+    assert failed["notifier_session_failed"]["error"] == "RuntimeError: another bug"

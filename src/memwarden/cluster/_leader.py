@@ -307,6 +307,14 @@ class Leader:
                     holder=self.holder,
                     error=f"{type(err).__name__}: {err}",
                 )
+            except Exception as err:  # a bug here must not end the contention for good
+                log.error(
+                    "leader_session_failed",
+                    lease=self.name,
+                    holder=self.holder,
+                    error=f"{type(err).__name__}: {err}",
+                    exc_info=err,
+                )
             finally:
                 self._depose("connection lost")
                 self._drop_connection()

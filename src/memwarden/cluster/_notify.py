@@ -227,6 +227,10 @@ class Notifier:
                 await self._session()
             except SESSION_ERRORS as err:
                 log.warning("notifier_disconnected", error=f"{type(err).__name__}: {err}")
+            except Exception as err:  # a bug here must not end the listening for good
+                log.error(
+                    "notifier_session_failed", error=f"{type(err).__name__}: {err}", exc_info=err
+                )
             finally:
                 self._connected.clear()
                 conn, self._conn = self._conn, None
