@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from memwarden.memory import (
     _compaction,
+    _decayline,
     _erasure,
     _explain,
     _maintenance,
@@ -510,6 +511,11 @@ class Store:
         """One metric of the time series since ``since``, by key: (slot start, value)."""
         return await _series.read(self.db, metric, since=since)
 
+    async def retention_points(self, block_id: str) -> list[_decayline.RetentionPoint]:
+        """The block's retention history: the decay formula's inputs at each change,
+        oldest first (:mod:`~memwarden.memory._decayline`); none for an unknown id."""
+        return await _decayline.read_points(self.db, block_id)
+
     async def retention_histogram(self, *, bins: int = 10) -> list[int]:
         """Live blocks by retention, in ``bins`` equal ranges of 0-1 (the decay picture)."""
         return await self._reads.retention_histogram(bins=bins)
@@ -604,7 +610,9 @@ class Store:
 
     async def heuristic_cycle(self, *, chunk_rows: int | None = None) -> dict[str, Any]:
         """The self-tuning rules' self-tuning pass over the blocks read since the previous one."""
-        return await _maintenance.heuristic_cycle(self.db, self.policy, chunk_rows=chunk_rows)
+        return await _maintenance.heuristic_cycle(
+            self.db, self.policy, chunk_rows=chunk_rows, now=self.clock.time()
+        )
 
     async def consolidate(self, *, limit: int | None = None) -> _promotion.ConsolidationReport:
         """The consolidation pass: score short_term blocks, promote the ones that pass."""
