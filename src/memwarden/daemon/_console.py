@@ -193,6 +193,7 @@ async def block_page(
     receipt = (await daemon.receipts([block]))[block.id]
     events = await daemon.store.events_for(block.id, limit=EVENTS_LOADED)
     versions = await daemon.store.versions(block.id)
+    points = await daemon.store.retention_points(block.id)
     now = daemon.clock.time()
     chart = timeline(
         events,
@@ -205,6 +206,8 @@ async def block_page(
             (datetime.fromisoformat(v["replaced_at"]).timestamp(), v["version"] + 1)
             for v in versions
         ],
+        retention=points,
+        policy=daemon.store.policy,
     )
     return page(
         "block.html",

@@ -3,9 +3,12 @@
 """The evidence timeline of a block: server-side SVG, no JavaScript.
 
 Reliability over time is drawn from the block's events and their effects (each effect
-records the reliability before and after). Each *group* of repeated identical events
-(same sensor, same outcome; a state change starts a new group) is one mark, on its lane,
-coloured and shaped by outcome; spans of time in each state are shaded behind the line.
+records the reliability before and after); retention over time from the block's
+retention points (the decay formula's inputs at each change, ``memory._decayline``):
+between two points the formula itself gives the value, so the curve is exact. Each
+*group* of repeated identical events (same sensor, same outcome; a state change starts a
+new group) is one mark, on its lane, coloured and shaped by outcome; spans of time in
+each state are shaded behind the lines.
 The same values are given as a table (behind a ``<details>`` on the page), and the SVG
 carries a title and a description, so the chart is not the only way to read them.
 
@@ -21,13 +24,17 @@ from typing import TYPE_CHECKING
 
 from markupsafe import Markup, escape
 
+from memwarden.memory import retention_line
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from memwarden.memory import EventRecord
+    from memwarden.memory import EventRecord, RetentionPoint
+    from memwarden.memory.policy import PolicyConfig
 
 __all__ = [
     "EventGroup",
+    "RetentionRow",
     "Timeline",
     "activity_chart",
     "bar_chart",
@@ -40,7 +47,7 @@ __all__ = [
 WIDTH = 720
 PLOT_LEFT = 44
 PLOT_RIGHT = 12
-PLOT_TOP = 10
+PLOT_TOP = 22  # room for the legend above the plot
 PLOT_HEIGHT = 150
 LANE_HEIGHT = 22
 AXIS_HEIGHT = 22
@@ -61,6 +68,9 @@ OUTCOME_COLOUR = {
     "unreachable": "#b35900",
 }
 OTHER_COLOUR = "#555555"
+RELIABILITY_COLOUR = "#1f4e9c"
+RETENTION_COLOUR = "#8a3ffc"
+RETENTION_TABLED = 100  # the newest retention points in the values table
 
 
 @dataclass(slots=True)
@@ -110,6 +120,28 @@ class Timeline:
     groups: list[EventGroup] = field(default_factory=list)
     groups_total: int = 0  # before the cut to MAX_MARKS
     bands: list[tuple[float, float, str]] = field(default_factory=list)
+    retention: list[RetentionRow] = field(default_factory=list)  # newest first
+    retention_since: float | None = None  # no history before this (None: none at all)
+    retention_gap: bool = False  # the chart starts before the first point
+    retention_now: float | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class RetentionRow:
+    """One stored retention point as the values table lists it."""
+
+    at: float
+    after: float | None  # retention right after the change (None: archived)
+    until: float  # when the next point (or now) takes over
+    before_next: float | None  # retention just before that
+    importance: float
+    half_life_s: float
+    state: str
+    tier: str
+
+    @property
+    def when(self) -> str:
+        return datetime.fromtimestamp(self.at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _hm(ts: float) -> str:
@@ -207,10 +239,13 @@ def timeline(
     reliability_now: float,
     title: str,
     edits: Sequence[tuple[float, int]] = (),
+    retention: Sequence[RetentionPoint] = (),
+    policy: PolicyConfig | None = None,
 ) -> Timeline:
     """The timeline of ``events`` (newest first, as the store gives them) from ``start``
     (the block's creation, or the oldest event shown) to ``now``; ``edits`` are
-    (when, new version) pairs, drawn as dashed lines."""
+    (when, new version) pairs, drawn as dashed lines; ``retention`` the block's
+    retention points (oldest first), drawn as a curve with ``policy``'s decay settings."""
     ordered = sorted(events, key=lambda e: (e.observed_at, e.seq))
     groups = group_events(ordered)
     groups_total = len(groups)
@@ -239,6 +274,15 @@ def timeline(
     line = " ".join(
         f"{_f(x(ts))},{_f(y(rel))}" for ts, rel in _steps(ordered, start, end, reliability_now)
     )
+    points = list(retention)
+    segments = retention_line(points, start=start, end=end, cfg=policy) if policy and points else []
+    since = points[0].at if points else None
+    gap = since is None or since > start + 1.0
+    retention_now = segments[-1][-1][1] if segments and segments[-1][-1][0] >= end else None
+    curve = "".join(
+        "M" + "L".join(_thin([(_f(x(t)), _f(y(v))) for t, v in seg])) for seg in segments
+    )
+    rows = _retention_rows(points, end, policy) if policy else []
 
     out: list[str] = [
         (
@@ -248,7 +292,8 @@ def timeline(
         f'<title id="tl-title">Evidence timeline: {escape(title)}</title>',
         (
             f'<desc id="tl-desc">Reliability from {_when(start)} to {_when(end)}, now'
-            f" {reliability_now:.2f}; {sum(g.count for g in groups)} events in"
+            f" {reliability_now:.2f}; {_retention_desc(since, gap=gap, now_value=retention_now)};"
+            f" {sum(g.count for g in groups)} events in"
             f" {len(groups)} groups from {len(sensors)} sensor(s);"
             f" {sum(1 for g in groups if g.state_change)} state change(s)."
             " The values are in the table below the chart.</desc>"
@@ -277,9 +322,24 @@ def timeline(
                 f"<title>edited: version {version} from {_when(at)}</title></line>"
             )
     out.append(
-        f'<polyline class="reliability" fill="none" stroke="#1f4e9c" stroke-width="2"'
-        f' points="{line}"/>'
+        f'<polyline class="reliability" fill="none" stroke="{RELIABILITY_COLOUR}"'
+        f' stroke-width="2" points="{line}"><title>reliability, now {reliability_now:.2f}'
+        "</title></polyline>"
     )
+    if curve:
+        out.append(
+            f'<path class="retention-line" fill="none" stroke="{RETENTION_COLOUR}"'
+            f' stroke-width="2" stroke-dasharray="7 2" d="{curve}"><title>retention'
+            + (f", now {retention_now:.2f}" if retention_now is not None else "")
+            + "</title></path>"
+        )
+    if gap:
+        note = f"no retention history before {_when(since)}" if since else "no retention history"
+        out.append(
+            f'<text class="no-history" x="{_f(PLOT_LEFT + 4)}" y="{PLOT_TOP + PLOT_HEIGHT - 5}"'
+            f' font-size="11" fill="{RETENTION_COLOUR}">{note}</text>'
+        )
+    out.append(_legend())
     for i, sensor in enumerate(sensors):
         lane_y = lanes_top + i * LANE_HEIGHT + LANE_HEIGHT / 2
         out.append(
@@ -298,7 +358,72 @@ def timeline(
         f'<text x="{WIDTH - PLOT_RIGHT}" y="{axis_y}" font-size="11" text-anchor="end">'
         f"{_when(end)}</text></svg>"
     )
-    return Timeline(svg=Markup("".join(out)), groups=groups, bands=bands, groups_total=groups_total)  # noqa: S704 - every value above is escaped or a number
+    return Timeline(
+        svg=Markup("".join(out)),  # noqa: S704 - every value above is escaped or a number
+        groups=groups,
+        bands=bands,
+        groups_total=groups_total,
+        retention=rows,
+        retention_since=since,
+        retention_gap=gap,
+        retention_now=retention_now,
+    )
+
+
+def _thin(coords: list[tuple[str, str]]) -> list[str]:
+    """``x y`` pairs without the middle ones of a level stretch (same drawn height)."""
+    out: list[str] = []
+    for i, (cx, cy) in enumerate(coords):
+        level = 0 < i < len(coords) - 1 and coords[i - 1][1] == cy == coords[i + 1][1]
+        if not level:
+            out.append(f"{cx} {cy}")
+    return out
+
+
+def _retention_desc(since: float | None, *, gap: bool, now_value: float | None) -> str:
+    if since is None:
+        return "no retention history"
+    text = "retention" + (f" now {now_value:.2f}" if now_value is not None else "")
+    if gap:
+        text += f", no retention history before {_when(since)}"
+    return text
+
+
+def _retention_rows(
+    points: Sequence[RetentionPoint], end: float, policy: PolicyConfig
+) -> list[RetentionRow]:
+    """The values table's rows: each point with retention right after it and just
+    before the next one takes over, newest first (the newest RETENTION_TABLED)."""
+    rows: list[RetentionRow] = []
+    for i, p in enumerate(points):
+        until = points[i + 1].at if i + 1 < len(points) else max(end, p.at)
+        rows.append(
+            RetentionRow(
+                at=p.at,
+                after=p.retention(p.at, policy),
+                until=until,
+                before_next=p.retention(until, policy),
+                importance=p.importance,
+                half_life_s=p.half_life_s,
+                state=p.state,
+                tier=p.tier,
+            )
+        )
+    return list(reversed(rows))[:RETENTION_TABLED]
+
+
+def _legend() -> str:
+    """What the two lines are (shape as well as colour: retention is dashed)."""
+    y = PLOT_TOP - 8
+    x0 = PLOT_LEFT
+    return (
+        f'<g class="legend" font-size="11"><line x1="{x0}" x2="{x0 + 18}" y1="{y - 4}"'
+        f' y2="{y - 4}" stroke="{RELIABILITY_COLOUR}" stroke-width="2"/>'
+        f'<text x="{x0 + 22}" y="{y}">reliability</text>'
+        f'<line x1="{x0 + 90}" x2="{x0 + 108}" y1="{y - 4}" y2="{y - 4}"'
+        f' stroke="{RETENTION_COLOUR}" stroke-width="2" stroke-dasharray="7 2"/>'
+        f'<text x="{x0 + 112}" y="{y}">retention</text></g>'
+    )
 
 
 def _mark(g: EventGroup, x0: float, x1: float, cy: float) -> str:
