@@ -74,6 +74,11 @@ def test_get_and_search_print_the_console_url_of_a_block(runner, live_daemon):
     found = runner.invoke(app, ["search", "console loopback"])
     assert found.exit_code == 0, found.output
     assert url in found.stdout
+    then = runner.invoke(app, ["get", block["id"], "--as-of", block["created_at"]])
+    assert then.exit_code == 0, then.output
+    assert f"console: {url}  (sign in: memwarden open {block['id']})" in then.stdout
+    then_json = runner.invoke(app, ["get", block["id"], "--as-of", block["created_at"], "--json"])
+    assert "/review/blocks/" not in then_json.stdout  # JSON output is unchanged
     with httpx.Client(follow_redirects=False) as web:
         assert web.get(url).status_code == 401  # sign-in needed
     as_json = json.loads(runner.invoke(app, ["get", block["id"], "--json"]).stdout)
