@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from memwarden.memory import SERIES_STEP_S
+from memwarden.memory import SERIES_STEP_S, ValidationEvent, from_ts
 from memwarden.memory._series import slot_of
 from tests.web.console_support import CSRF, block_with_history, link, signed_in
 
@@ -275,3 +275,40 @@ async def test_the_sensors_page_sums_the_last_day_from_the_series(daemon):
     assert page.status_code == 200
     world = page.text[page.text.index('id="sensor-world"') :]
     assert "Last 24 hours: 12 event(s), 2 error(s) (as of" in world[: world.index("</section>")]
+
+
+async def test_the_sensors_page_bars_come_from_the_series_and_the_last_minutes(daemon):
+    """The 6-hour bars by outcome add up the series' outcome counts of completed slots
+    (an hour ago: 4 confirmed, 1 error; nothing of it in the event log) and the event
+    log's events of the last minutes (2 refuted, not yet in the series)."""
+    now = daemon.clock.time()
+    hour_ago = slot_of(now - 3600)
+    rows = [
+        ("outcome", "world confirmed", hour_ago, 4),
+        ("outcome", "world error", hour_ago, 1),
+        ("outcome", "world confirmed", hour_ago - 7 * 3600, 100),  # older than 6 hours
+    ]
+
+    async def insert(conn: Any) -> None:
+        await conn.executemany(
+            "INSERT OR REPLACE INTO metric_series (metric, key, at, value) VALUES (?, ?, ?, ?)",
+            rows,
+        )
+
+    await daemon.store.db.write(insert)
+    await daemon.store.apply_events(
+        [
+            ValidationEvent(
+                sensor="world", subject="ttl", outcome="refuted", observed_at=from_ts(now)
+            )
+            for _ in range(2)
+        ]
+    )
+    async with signed_in(daemon) as client:
+        page = await client.get("/review/sensors")
+    assert page.status_code == 200
+    world = page.text[page.text.index('id="sensor-world"') :]
+    world = world[: world.index("</section>")]
+    assert "Last 6 hours: 7 event(s), 1 error(s)." in world
+    bars = re.findall(r'class="bar" data-outcome="(\w+)" data-count="(\d+)"', world)
+    assert sorted(bars) == [("confirmed", "4"), ("error", "1"), ("refuted", "2")]
