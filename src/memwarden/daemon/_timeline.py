@@ -461,8 +461,10 @@ def _mark(g: EventGroup, x0: float, x1: float, cy: float) -> str:
         parts.append(
             f'<rect x="{_f(cx - 4)}" y="{_f(cy - 4)}" width="8" height="8" fill="{colour}"/>'
         )
-    if g.count > 1:
-        parts.append(f'<text x="{_f(cx + 7)}" y="{_f(cy - 5)}" font-size="10">×{g.count}</text>')
+    if g.count > 1:  # the count beside the mark; left of it near the right edge
+        right = cx + 7 + 6 * len(str(g.count)) + 8 <= WIDTH
+        where = f'x="{_f(cx + 7)}"' if right else f'x="{_f(cx - 7)}" text-anchor="end"'
+        parts.append(f'<text {where} y="{_f(cy - 5)}" font-size="10">×{g.count}</text>')
     parts.append("</g>")
     return "".join(parts)
 
@@ -488,6 +490,9 @@ def activity_chart(
             f' aria-label="{escape(name)}: {total} events, {errors} errors in the last'
             f' {hours:g} hours" xmlns="http://www.w3.org/2000/svg">'
             f"<title>{escape(name)}: events per {bucket_s / 60:g} minutes</title>"
+            f"<desc>{n} bars of {bucket_s / 60:g} minutes from {_when(since)}, each"
+            " stacked by outcome (confirmed, changed, refuted, error); the values are in"
+            " the table below the chart.</desc>"
         ),
         f'<line x1="0" x2="{BAR_WIDTH}" y1="{BAR_HEIGHT}" y2="{BAR_HEIGHT}" stroke="#bbb"/>',
     ]
