@@ -152,7 +152,8 @@ async def test_stale_and_failing_names_what_is_stale_with_why(daemon):
 
 
 async def test_every_page_fits_a_phone_without_horizontal_scroll(daemon):
-    """At 375 px wide, no console page scrolls sideways (the chart scales, long ids wrap)."""
+    """At 375 px wide, no console page scrolls sideways (long ids wrap, the timeline
+    scrolls inside its own box, from the keyboard too)."""
     WorldSensor.world.clear()
     block_id, _ = await block_with_history(daemon, title="x" * 120)
     async with async_playwright() as pw:
@@ -166,6 +167,17 @@ async def test_every_page_fits_a_phone_without_horizontal_scroll(daemon):
                 "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
             )
             assert widths[0] <= widths[1], (path, widths)
+        # The timeline keeps a readable size in its own box, which scrolls sideways
+        # from the keyboard: focus it and press the right arrow.
+        await page.goto(f"{base}/review/blocks/{block_id}")
+        box = page.locator("div.chart-scroll")
+        size = await page.locator("svg.timeline").bounding_box()
+        assert size is not None
+        assert size["width"] > 375  # not shrunk to unreadable text
+        await box.focus()
+        await page.keyboard.press("ArrowRight")
+        handle = await box.element_handle()
+        await page.wait_for_function("el => el.scrollLeft > 0", arg=handle, timeout=5000)
         await browser.close()
 
 
