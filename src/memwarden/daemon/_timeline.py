@@ -279,9 +279,7 @@ def timeline(
     since = points[0].at if points else None
     gap = since is None or since > start + 1.0
     retention_now = segments[-1][-1][1] if segments and segments[-1][-1][0] >= end else None
-    curve = "".join(
-        "M" + "L".join(_thin([(_f(x(t)), _f(y(v))) for t, v in seg])) for seg in segments
-    )
+    curve = "".join("M" + "L".join(_thin([(x(t), y(v)) for t, v in seg])) for seg in segments)
     rows = _retention_rows(points, end, policy) if policy else []
 
     out: list[str] = [
@@ -370,14 +368,20 @@ def timeline(
     )
 
 
-def _thin(coords: list[tuple[str, str]]) -> list[str]:
-    """``x y`` pairs without the middle ones of a level stretch (same drawn height)."""
-    out: list[str] = []
-    for i, (cx, cy) in enumerate(coords):
-        level = 0 < i < len(coords) - 1 and coords[i - 1][1] == cy == coords[i + 1][1]
-        if not level:
-            out.append(f"{cx} {cy}")
-    return out
+def _thin(coords: list[tuple[float, float]]) -> list[str]:
+    """``x y`` pairs at a tenth of a unit, without repeats and without the middle ones
+    of a level stretch (the same drawn height): a long history of small steps is a few
+    hundred points, not one per sample."""
+    pairs: list[tuple[float, float]] = []
+    for cx, cy in coords:
+        pair = (round(cx, 1), round(cy, 1))
+        if pairs and pair == pairs[-1]:
+            continue
+        if len(pairs) >= 2 and pairs[-2][1] == pairs[-1][1] == pair[1]:
+            pairs[-1] = pair  # the level stretch goes on: move its end
+            continue
+        pairs.append(pair)
+    return ["%g %g" % pair for pair in pairs]  # noqa: UP031 - %g drops a ".0"
 
 
 def _retention_desc(since: float | None, *, gap: bool, now_value: float | None) -> str:
@@ -395,7 +399,8 @@ def _retention_rows(
     """The values table's rows: each point with retention right after it and just
     before the next one takes over, newest first (the newest RETENTION_TABLED)."""
     rows: list[RetentionRow] = []
-    for i, p in enumerate(points):
+    first = max(0, len(points) - RETENTION_TABLED)  # only the newest are tabled
+    for i, p in enumerate(points[first:], start=first):
         until = points[i + 1].at if i + 1 < len(points) else max(end, p.at)
         rows.append(
             RetentionRow(
@@ -409,7 +414,7 @@ def _retention_rows(
                 tier=p.tier,
             )
         )
-    return list(reversed(rows))[:RETENTION_TABLED]
+    return list(reversed(rows))
 
 
 def _legend() -> str:

@@ -55,14 +55,19 @@ def retention_at(p: RetentionPoint, t: float, cfg: PolicyConfig) -> float | None
     if p.state == "archived":
         return None
     decay = cfg.decay
-    floor = decay.core_floor if p.tier == "core" else decay.floor
+    return _value(
+        p, t, decay.core_floor if p.tier == "core" else decay.floor, decay.stale_half_life_factor
+    )
+
+
+def _value(p: RetentionPoint, t: float, floor: float, stale_factor: float) -> float:
     age = t - p.touched_at
     if age <= 0.0:
         return max(floor, p.importance)
     stale = p.state == "stale" or (
         p.state in _FRESHNESS_STATES and p.stale_at is not None and p.stale_at <= t
     )
-    half_life = p.half_life_s * decay.stale_half_life_factor if stale else p.half_life_s
+    half_life = p.half_life_s * stale_factor if stale else p.half_life_s
     if half_life <= 0.0:
         return floor
     return max(floor, p.importance * math.pow(2.0, -age / half_life))
@@ -78,30 +83,37 @@ def retention_line(
 ) -> list[list[tuple[float, float]]]:
     """The retention line from ``start`` to ``end`` as segments of (time, value), oldest
     first: a segment breaks where the block was archived. Each stretch between points
-    is sampled about every ``(end - start) / samples`` seconds, at its own ends, and on
-    both sides of the moment it turns stale (where the half-life changes, the line
-    jumps). Before the first point there is no line."""
+    has its two ends, the times of a grid of ``samples`` steps over the whole span that
+    fall inside it, and both sides of the moment it turns stale (where the half-life
+    changes, the line jumps). Before the first point there is no line."""
     if not points or end <= start:
         return []
     step = (end - start) / max(1, samples)
+    decay = cfg.decay
+    factor = decay.stale_half_life_factor
     segments: list[list[tuple[float, float]]] = [[]]
+    last = len(points) - 1
     for i, p in enumerate(points):
         lo = max(start, p.at)
-        hi = min(end, points[i + 1].at if i + 1 < len(points) else end)
-        if hi < lo or (hi == lo and i + 1 < len(points)):
+        hi = min(end, points[i + 1].at) if i < last else end
+        if hi < lo or (hi == lo and i < last):
             continue
         if p.state == "archived":
             if segments[-1]:
                 segments.append([])
             continue
-        times = [lo + k * step for k in range(int((hi - lo) / step) + 1)] if step > 0 else []
-        times += [lo, hi]
+        floor = decay.core_floor if p.tier == "core" else decay.floor
+        times = [lo]
+        k = math.floor((lo - start) / step) + 1
+        while (t := start + k * step) < hi:
+            times.append(t)
+            k += 1
         if p.stale_at is not None and p.state in _FRESHNESS_STATES and lo < p.stale_at < hi:
             times += [math.nextafter(p.stale_at, -math.inf), p.stale_at]
-        for t in sorted(set(times)):
-            value = retention_at(p, t, cfg)
-            if value is not None:
-                segments[-1].append((t, value))
+            times.sort()
+        if hi > lo:
+            times.append(hi)
+        segments[-1].extend((t, _value(p, t, floor, factor)) for t in times)
     return [s for s in segments if s]
 
 
