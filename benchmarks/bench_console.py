@@ -159,9 +159,7 @@ async def console_block_page(ctx: Context) -> list[Result]:
     settings = load_settings(
         None, env={}, home=ctx.workdir / "home", api={"port": 0}, sensors={"bench": {}}
     )
-    d = Daemon(
-        settings, registry=Registry.from_classes({"bench": _Sensor}), clock=_ShiftedClock()
-    )
+    d = Daemon(settings, registry=Registry.from_classes({"bench": _Sensor}), clock=_ShiftedClock())
     task = asyncio.create_task(d.run(), name="bench.console.daemon")
     try:
         await asyncio.wait_for(d.ready(), timeout=60)

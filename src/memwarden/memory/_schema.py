@@ -449,9 +449,10 @@ _V13 = """
 -- decay formula (docs/RULES.md) each time one of them changed, so the block page can
 -- draw retention at any moment from the formula itself. A trigger writes a row when a
 -- block is added or one of importance, half-life, tier, state, stale_at, validated_at or
--- last_accessed_at changes; ``at`` is when: the latest of updated_at, last_accessed_at,
--- validated_at (all from the daemon's clock or the observation) and the block's previous
--- point (never before it); ``touched_at`` the last touch (creation, validation or read).
+-- last_accessed_at changes; ``at`` is when: the latest of updated_at, last_accessed_at
+-- and validated_at (the daemon's clock or the observation; each only moves forward, so
+-- a block's points come in order); ``touched_at`` the last touch (creation, validation
+-- or read).
 -- Bounded: at most 500 rows per block (the newest), trimmed at each insert.
 CREATE TABLE retention_points (
     block_rid INTEGER NOT NULL,
@@ -467,8 +468,7 @@ CREATE TABLE retention_points (
 CREATE TRIGGER retention_points_insert AFTER INSERT ON blocks BEGIN
     INSERT OR REPLACE INTO retention_points
     VALUES (new.rid, max(new.updated_at, coalesce(new.last_accessed_at, 0),
-            coalesce(new.validated_at, 0),
-            coalesce((SELECT max(at) FROM retention_points WHERE block_rid = new.rid), 0)),
+            coalesce(new.validated_at, 0)),
         new.importance,
         max(new.created_at, coalesce(new.validated_at, new.created_at),
             coalesce(new.last_accessed_at, new.created_at)),
@@ -482,8 +482,7 @@ WHEN old.importance IS NOT new.importance OR old.half_life_s IS NOT new.half_lif
     OR old.last_accessed_at IS NOT new.last_accessed_at BEGIN
     INSERT OR REPLACE INTO retention_points
     VALUES (new.rid, max(new.updated_at, coalesce(new.last_accessed_at, 0),
-            coalesce(new.validated_at, 0),
-            coalesce((SELECT max(at) FROM retention_points WHERE block_rid = new.rid), 0)),
+            coalesce(new.validated_at, 0)),
         new.importance,
         max(new.created_at, coalesce(new.validated_at, new.created_at),
             coalesce(new.last_accessed_at, new.created_at)),
