@@ -70,7 +70,7 @@ OUTCOME_COLOUR = {
 OTHER_COLOUR = "#555555"
 RELIABILITY_COLOUR = "#1f4e9c"
 RETENTION_COLOUR = "#8a3ffc"
-RETENTION_TABLED = 100  # the newest retention points in the values table
+RETENTION_TABLED = 50  # the newest retention points in the values table
 
 
 @dataclass(slots=True)
@@ -124,6 +124,7 @@ class Timeline:
     retention_since: float | None = None  # no history before this (None: none at all)
     retention_gap: bool = False  # the chart starts before the first point
     retention_now: float | None = None
+    retention_total: int = 0  # the points stored (the table lists the newest)
 
 
 @dataclass(slots=True, frozen=True)
@@ -365,6 +366,7 @@ def timeline(
         retention_since=since,
         retention_gap=gap,
         retention_now=retention_now,
+        retention_total=len(points),
     )
 
 
