@@ -493,7 +493,7 @@ def activity_chart(
     hours = n * bucket_s / 3600
     out = [
         (
-            f'<svg class="activity" viewBox="0 0 {BAR_WIDTH} {BAR_HEIGHT + 14}" role="img"'
+            f'<svg class="activity" viewBox="0 0 {BAR_WIDTH} {BAR_HEIGHT + 17}" role="img"'
             f' aria-label="{escape(name)}: {total} events, {errors} errors in the last'
             f' {hours:g} hours" xmlns="http://www.w3.org/2000/svg">'
             f"<title>{escape(name)}: events per {bucket_s / 60:g} minutes</title>"
@@ -520,8 +520,8 @@ def activity_chart(
                 f" {k} {escape(outcome)}</title></rect>"
             )
     out.append(
-        f'<text x="0" y="{BAR_HEIGHT + 12}" font-size="9">{_hm(since)} UTC</text>'
-        f'<text x="{BAR_WIDTH}" y="{BAR_HEIGHT + 12}" font-size="9" text-anchor="end">'
+        f'<text x="0" y="{BAR_HEIGHT + 13}" font-size="11">{_hm(since)} UTC</text>'
+        f'<text x="{BAR_WIDTH}" y="{BAR_HEIGHT + 13}" font-size="11" text-anchor="end">'
         f"now</text></svg>"
     )
     return Markup("".join(out))  # noqa: S704 - every value above is escaped or a number
@@ -590,7 +590,7 @@ def series_chart(
     base = SERIES_LEGEND + 4 + SERIES_HEIGHT - 4
     out = [
         (
-            f'<svg class="{escape(css)}" viewBox="0 0 {SERIES_WIDTH} {base + 14}" role="img"'
+            f'<svg class="{escape(css)}" viewBox="0 0 {SERIES_WIDTH} {base + 17}" role="img"'
             f' aria-labelledby="{escape(css)}-t {escape(css)}-d"'
             f' xmlns="http://www.w3.org/2000/svg">'
             f'<title id="{escape(css)}-t">{escape(title)}</title>'
@@ -601,9 +601,9 @@ def series_chart(
             ' stroke="#bbb"/>'
         ),
         (
-            f'<text x="{SERIES_LEFT - 3}" y="{SERIES_LEGEND + 12}" font-size="9"'
+            f'<text x="{SERIES_LEFT - 3}" y="{SERIES_LEGEND + 12}" font-size="11"'
             f' text-anchor="end">{top}</text>'
-            f'<text x="{SERIES_LEFT - 3}" y="{_f(base)}" font-size="9" text-anchor="end">0</text>'
+            f'<text x="{SERIES_LEFT - 3}" y="{_f(base)}" font-size="11" text-anchor="end">0</text>'
         ),
     ]
     legend_x = float(SERIES_LEFT)
@@ -613,9 +613,9 @@ def series_chart(
         label = key or "open"
         out.append(
             f'<rect x="{_f(legend_x)}" y="3" width="8" height="8" fill="{colour}"/>'
-            f'<text x="{_f(legend_x + 10)}" y="11" font-size="9">{escape(label)}</text>'
+            f'<text x="{_f(legend_x + 10)}" y="11" font-size="11">{escape(label)}</text>'
         )
-        legend_x += 16 + 5.5 * len(label)
+        legend_x += 18 + 6.5 * len(label)
         segment: list[tuple[float, int]] = []
         segments = [segment]
         for at, v in points:
@@ -640,8 +640,8 @@ def series_chart(
                 f" at {_when(latest[0])}</title></polyline>"
             )
     out.append(
-        f'<text x="{SERIES_LEFT}" y="{_f(base + 12)}" font-size="9">{_when(since)}</text>'
-        f'<text x="{SERIES_WIDTH - 4}" y="{_f(base + 12)}" font-size="9" text-anchor="end">'
+        f'<text x="{SERIES_LEFT}" y="{_f(base + 13)}" font-size="11">{_when(since)}</text>'
+        f'<text x="{SERIES_WIDTH - 4}" y="{_f(base + 13)}" font-size="11" text-anchor="end">'
         "now</text></svg>"
     )
     return Markup("".join(out))  # noqa: S704 - every value above is escaped or a number
