@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -216,9 +217,8 @@ async def test_results_carry_the_console_url_of_their_block(daemon):
     async with mcp_session(daemon) as session:
         got = await call(session, "memory_get", {"id": block.id})
         found = await call(session, "memory_search", {"query": "cache TTL"})
-        then = await call(
-            session, "memory_get", {"id": block.short_id, "as_of": block.created_at.isoformat()}
-        )
+        now = datetime.now(UTC).isoformat()  # after it was added (created_at is rounded)
+        then = await call(session, "memory_get", {"id": block.short_id, "as_of": now})
     page = f"/review/blocks/{block.id}"
     assert got["console_url"].startswith("http://127.0.0.1:")
     assert got["console_url"].endswith(page)
