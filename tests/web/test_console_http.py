@@ -4,6 +4,7 @@ id is a 404 page, no traceback ever reaches the browser, and nothing changes."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -312,3 +313,42 @@ async def test_the_sensors_page_bars_come_from_the_series_and_the_last_minutes(d
     assert "Last 6 hours: 7 event(s), 1 error(s)." in world
     bars = re.findall(r'class="bar" data-outcome="(\w+)" data-count="(\d+)"', world)
     assert sorted(bars) == [("confirmed", "4"), ("error", "1"), ("refuted", "2")]
+
+
+async def test_a_block_with_a_shorter_retention_history_says_from_when(shifted_daemon):
+    """A block whose retention history starts after it was created (one from before
+    schema 13, or one trimmed to its newest points) still gets its chart: the retention
+    line from its first point and "no retention history before" that point's time; one
+    with no point at all says it has none."""
+    daemon = shifted_daemon  # it lives through the 20 minutes of evidence
+    block_id, _ = await block_with_history(daemon)
+    created = (await daemon.store.get(block_id)).created_at.timestamp()
+    later = created + 4.5 * 60.0  # the events came a minute apart for 10 minutes
+
+    async def keep_one_later(conn: Any) -> None:
+        await conn.execute(
+            "DELETE FROM retention_points WHERE at < ? AND block_rid ="
+            " (SELECT rid FROM blocks WHERE id = ?)",
+            (later, block_id),
+        )
+
+    await daemon.store.db.write(keep_one_later)
+    first = (await daemon.store.retention_points(block_id))[0].at
+    async with signed_in(daemon) as client:
+        page = await client.get(f"/review/blocks/{block_id}")
+    assert page.status_code == 200
+    since = datetime.fromtimestamp(first, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    assert f"no retention history before {since}" in page.text  # in the chart
+    assert "No retention history before" in page.text  # and under it
+    assert 'class="retention-line"' in page.text
+
+    async def drop_all(conn: Any) -> None:
+        await conn.execute("DELETE FROM retention_points")
+
+    await daemon.store.db.write(drop_all)
+    async with signed_in(daemon) as client:
+        page = await client.get(f"/review/blocks/{block_id}")
+    assert page.status_code == 200
+    assert "No retention history is stored for this fact." in page.text
+    assert 'class="retention-line"' not in page.text
+    assert 'class="mark"' in page.text  # the evidence is still drawn
