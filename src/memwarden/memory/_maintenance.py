@@ -164,8 +164,8 @@ async def heuristic_cycle(
     db: Database,
     policy: PolicyConfig,
     *,
+    now: float,
     chunk_rows: int | None = None,
-    now: float | None = None,
 ) -> dict[str, Any]:
     """The self-tuning rules' self-tuning pass, set-based (the twin of ``policy.heuristic_cycle``).
 
@@ -187,7 +187,7 @@ async def heuristic_cycle(
         "factor": d.extend_factor,
         "cap_episodic": d.max_half_life_episodic.total_seconds(),
         "cap_other": d.max_half_life_semantic.total_seconds(),
-        "now": time.time() if now is None else now,
+        "now": now,
     }
     bump = (
         "CASE WHEN recent_access_count >= :high_n THEN :high"
