@@ -109,3 +109,19 @@ async def test_events_by_outcome_and_a_pass_after_a_gap_completes_the_slots(tmp_
         assert await store.series("errors", since=0) == {"fs": [(first, 0), (now_slot, 1)]}
         await store.record_series()  # again in the same slot: nothing counted twice
         assert await store.series("outcome", since=0) == outcomes
+
+
+async def test_recent_event_counts_match_the_full_scan(tmp_path):
+    """The binary search for the first recent event gives the same counts as scanning
+    the log, for a since before everything, between any two events, and after all."""
+    clock = FakeClock()
+    async with Store(tmp_path / "m.db", clock=clock) as store:
+        assert await store.recent_event_counts(since=0, bucket_s=STEP_S) == {}
+        start = clock.time()
+        for i in range(37):
+            clock.advance(17.0)
+            outcome = ("confirmed", "refuted", "error")[i % 3]
+            await store.apply_events([_event(clock, f"s{i}", outcome, sensor=("fs", "git")[i % 2])])
+        for since in [start - 1, *(start + 17 * k + 8 for k in range(38)), clock.time() + 1]:
+            full = await store.event_counts(since=since, bucket_s=STEP_S)
+            assert await store.recent_event_counts(since=since, bucket_s=STEP_S) == full, since

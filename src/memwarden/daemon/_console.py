@@ -454,7 +454,8 @@ async def _activity(
     quarter hour, the last one is the current quarter) and outcome: from the time
     series (``outcome`` metric) for the 5-minute slots its pass has completed, from the
     event log for the current slot and the one before (which the pass may not have
-    rewritten since it ended): a bounded scan of at most 10 minutes of events."""
+    rewritten since it ended): only those events are read (at most 10 minutes' worth,
+    found by a binary search on the log), whatever the log's size."""
     since = (now // ACTIVITY_BUCKET_S + 1 - ACTIVITY_BUCKETS) * ACTIVITY_BUCKET_S
     live_from = series_slot(now) - SERIES_STEP_S
     out: dict[str, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
@@ -470,7 +471,7 @@ async def _activity(
         for at, n in points:
             if at < live_from:
                 add(sensor, at, outcome, n)
-    live = await daemon.store.event_counts(since=live_from, bucket_s=SERIES_STEP_S)
+    live = await daemon.store.recent_event_counts(since=live_from, bucket_s=SERIES_STEP_S)
     for sensor, slots in live.items():
         for i, outcomes in slots.items():
             for outcome, n in outcomes.items():

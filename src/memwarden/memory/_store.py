@@ -501,6 +501,13 @@ class Store:
         ``scan`` events at most): what the console's sensor charts draw."""
         return await self._reads.event_counts(since=since, bucket_s=bucket_s, scan=scan)
 
+    async def recent_event_counts(
+        self, *, since: float, bucket_s: float
+    ) -> dict[str, dict[int, dict[str, int]]]:
+        """Events received since a recent ``since``, by sensor, bucket and outcome, reading
+        only those events (found by a binary search on the log's order)."""
+        return await self._reads.recent_event_counts(since=since, bucket_s=bucket_s)
+
     async def record_series(self) -> int:
         """Sample blocks by state and tier, the revalidation backlog and each sensor's
         events and errors into the current 5-minute slot of the time series, dropping
