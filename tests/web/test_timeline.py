@@ -15,6 +15,8 @@ from memwarden.daemon._timeline import (
     PLOT_RIGHT,
     PLOT_TOP,
     WIDTH,
+    activity_chart,
+    bar_chart,
     group_events,
     timeline,
 )
@@ -192,3 +194,18 @@ def test_without_retention_points_the_chart_says_there_is_no_history():
     assert 'class="retention-line"' not in str(chart.svg)
     assert "no retention history" in str(chart.svg)
     assert chart.retention_since is None
+
+
+def test_every_chart_has_a_title_and_a_description():
+    """The bar and activity charts, like the timeline, carry a title and a description
+    (the bar chart's lists each value); markup in a label is text."""
+    bars = bar_chart([("fresh", 3, "#0f0"), ("<b>", 1, "#f00")], title="By state", css="s")
+    root = ET.fromstring(str(bars))  # noqa: S314 - our own output
+    assert root.find(f"{SVG}title").text == "By state"
+    assert root.find(f"{SVG}desc").text == "fresh: 3; <b>: 1"
+    activity = activity_chart(
+        {0: {"confirmed": 2}}, n=24, since=1_000_000.0, bucket_s=900.0, name="fs"
+    )
+    root = ET.fromstring(str(activity))  # noqa: S314 - our own output
+    assert root.find(f"{SVG}title").text == "fs: events per 15 minutes"
+    assert "stacked by outcome" in root.find(f"{SVG}desc").text

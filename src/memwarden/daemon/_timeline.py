@@ -529,14 +529,16 @@ def activity_chart(
 
 def bar_chart(bars: list[tuple[str, int, str]], *, title: str, css: str) -> Markup:
     """Horizontal bars, one per (label, value, colour), labelled with their values; the
-    longest fills the width."""
+    longest fills the width. The description lists every value (for screen readers)."""
     width, row, label_w = 360, 18, 90
     longest = max((v for _, v, _ in bars), default=0) or 1
     out = [
         (
             f'<svg class="{escape(css)}" viewBox="0 0 {width} {row * len(bars) + 4}"'
             f' role="img" aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">'
-            f"<title>{escape(title)}</title>"
+            f"<title>{escape(title)}</title><desc>"
+            + str(escape("; ".join(f"{label}: {value}" for label, value, _ in bars)))
+            + "</desc>"
         )
     ]
     for i, (label, value, colour) in enumerate(bars):
