@@ -29,6 +29,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
     bench_read_through,
     bench_redact,
     bench_regex,
+    bench_retention,
     bench_search_hybrid,
     bench_sensors,
     bench_suggest,

@@ -6,6 +6,9 @@ validation events, five minutes apart (about 3.5 days): mostly confirmations in 
 an error pair every 40 events and a refutation pair every 150 (so its timeline has state
 changes and about 70 groups of identical events). A second block gets the worst case for
 the timeline: 1 000 events alternating confirmed and error (1 000 groups, one mark each).
+The daemon's clock is shifted so each event is applied when it was observed: each block
+has the retention history it would have (a point per confirmation, the newest 500
+kept), and its page draws the retention line from them.
 
 Measured over loopback HTTP with a signed-in session, interleaved, per request:
 
@@ -87,7 +90,22 @@ def alternating(i: int) -> str:
     return "confirmed" if i % 2 == 0 else "error"
 
 
+class _ShiftedClock:
+    """The real clock moved by ``offset_s``: the daemon lives through each block's
+    past (each event applied when it was observed), so the block's retention history
+    is as long as it would be (one point per confirmation, 500 kept)."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset_s
+
+
 async def _fill(d: Daemon, title: str, outcome_of: Any) -> str:
+    clock = d.clock
+    assert isinstance(clock, _ShiftedClock)
+    clock.offset_s = -(5 * EVENTS + 6) * 60.0
     block = await d.add_block(
         {
             "title": title,
@@ -108,8 +126,10 @@ async def _fill(d: Daemon, title: str, outcome_of: Any) -> str:
         )
         for i in range(EVENTS)
     ]
-    for event in batch:  # one effect each, as they would arrive
+    for event in batch:  # one effect each, as they would arrive, when they would
+        clock.offset_s = event.observed_at.timestamp() - time.time()
         await d.store.apply_events([event])
+    clock.offset_s = 0.0
     return block.id
 
 
@@ -139,7 +159,7 @@ async def console_block_page(ctx: Context) -> list[Result]:
     settings = load_settings(
         None, env={}, home=ctx.workdir / "home", api={"port": 0}, sensors={"bench": {}}
     )
-    d = Daemon(settings, registry=Registry.from_classes({"bench": _Sensor}))
+    d = Daemon(settings, registry=Registry.from_classes({"bench": _Sensor}), clock=_ShiftedClock())
     task = asyncio.create_task(d.run(), name="bench.console.daemon")
     try:
         await asyncio.wait_for(d.ready(), timeout=60)

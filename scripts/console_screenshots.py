@@ -20,6 +20,7 @@ import asyncio
 import shutil
 import sys
 import tempfile
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -94,8 +95,23 @@ class CiSensor(ConfigSensor):
         raise RuntimeError(message)
 
 
+class ShiftedClock:
+    """The real clock moved by ``offset_s``: the daemon lives through the past hours
+    of the history block (added then, each event applied when it was observed), so
+    its retention has a history to draw."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset_s
+
+
+HISTORY_START = timedelta(hours=3)  # the history block's events: from 3 hours ago
+
+
 def _events(block_id: str, sensor: str, subject: str, outcomes: list[str]) -> list[Any]:
-    start = datetime.now(UTC) - timedelta(hours=3)
+    start = datetime.now(UTC) - HISTORY_START
     return [
         ValidationEvent(
             event_id=f"{block_id[-8:]}-{i}",
@@ -121,17 +137,24 @@ async def _sampled(d: Daemon, hours_ago: int) -> None:
 
 async def _seed(d: Daemon) -> str:
     """Facts worth looking at; returns the id of the one with a history."""
+    clock = d.clock
+    assert isinstance(clock, ShiftedClock)  # noqa: S101 - take() made it so
+    clock.offset_s = -HISTORY_START.total_seconds() - 60
     timeout = await d.add_block(
         {
             "title": "HTTP timeout",
             "content": "The HTTP client timeout is 45 seconds",
             "tags": ["http", "config"],
+            "volatility": "high",  # a 12-hour half-life: its retention visibly decays
+            "importance": 0.8,
             "bindings": [{"sensor": "config", "path": "http.timeout", "equals": 30}],
         }
     )
     history = ["confirmed"] * 8 + ["refuted"] * 2 + ["error"] + ["confirmed"] * 6
     for event in _events(timeout.id, "config", "http.timeout", history):
+        clock.offset_s = event.observed_at.timestamp() - time.time()
         await d.store.apply_events([event])
+    clock.offset_s = 0.0
     await d.edit_block(
         timeout.id, {"content": "The HTTP client timeout is 30 seconds"}, actor="alice"
     )
@@ -185,7 +208,7 @@ async def take(out_dir: Path) -> list[Path]:
             sensors={"config": {}, "ci": {}},
         )
         registry = Registry.from_classes({"config": ConfigSensor, "ci": CiSensor})
-        d = Daemon(settings, registry=registry)
+        d = Daemon(settings, registry=registry, clock=ShiftedClock())
         task = asyncio.create_task(d.run(), name="screenshots.daemon")
         try:
             await asyncio.wait_for(d.ready(), timeout=30)
@@ -211,7 +234,7 @@ async def _shoot(d: Daemon, out_dir: Path, block_id: str) -> list[Path]:
         for name, path in PAGES.items():
             await page.goto(base + path.format(block=block_id))
             if name == "console-block":
-                await page.locator("details", has_text="The values").evaluate(
+                await page.locator("details", has_text="The values (").evaluate(
                     "el => el.open = true"
                 )
             target = out_dir / f"{name}.png"

@@ -31,6 +31,7 @@ FIGURES = {
     "redact",
     "console_block_page",
     "console_health_page",
+    "retention_history",
     "embed_throughput",
     "search_hybrid",
     "hybrid_rss",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import httpx
@@ -74,6 +75,12 @@ def test_get_and_search_print_the_console_url_of_a_block(runner, live_daemon):
     found = runner.invoke(app, ["search", "console loopback"])
     assert found.exit_code == 0, found.output
     assert url in found.stdout
+    now = datetime.now(UTC).isoformat()  # after it was added (its created_at is rounded)
+    then = runner.invoke(app, ["get", block["id"], "--as-of", now])
+    assert then.exit_code == 0, then.output
+    assert f"console: {url}  (sign in: memwarden open {block['id']})" in then.stdout
+    then_json = runner.invoke(app, ["get", block["id"], "--as-of", now, "--json"])
+    assert "/review/blocks/" not in then_json.stdout  # JSON output is unchanged
     with httpx.Client(follow_redirects=False) as web:
         assert web.get(url).status_code == 401  # sign-in needed
     as_json = json.loads(runner.invoke(app, ["get", block["id"], "--json"]).stdout)

@@ -82,3 +82,46 @@ async def test_the_daemon_samples_the_series_on_its_clock(
     clock.advance(STEP_S)
     await eventually(lambda: len(slots()) == 2)
     assert slots()[1] - slots()[0] == STEP_S
+
+
+async def test_events_by_outcome_and_a_pass_after_a_gap_completes_the_slots(tmp_path):
+    """The outcome metric counts each sensor's events by outcome; events received after
+    a pass and before a long gap (the daemon stopped) are counted by the next pass, in
+    their own slot, and a slot is never counted twice."""
+    clock = FakeClock()
+    async with Store(tmp_path / "m.db", clock=clock) as store:
+        await store.add({"content": "a", "bindings": [{"sensor": "fs", "path": "a"}]})
+        await store.record_series()
+        first = slot_of(clock.time())
+        clock.advance(1)
+        await store.apply_events([_event(clock, "a", "confirmed"), _event(clock, "a", "refuted")])
+        clock.advance(30 * 60.0)  # no pass for half an hour
+        await store.apply_events([_event(clock, "a", "error")])
+        await store.record_series()
+        now_slot = slot_of(clock.time())
+        outcomes = await store.series("outcome", since=0)
+        assert outcomes == {
+            "fs confirmed": [(first, 1)],
+            "fs refuted": [(first, 1)],
+            "fs error": [(now_slot, 1)],
+        }
+        assert await store.series("events", since=0) == {"fs": [(first, 2), (now_slot, 1)]}
+        assert await store.series("errors", since=0) == {"fs": [(first, 0), (now_slot, 1)]}
+        await store.record_series()  # again in the same slot: nothing counted twice
+        assert await store.series("outcome", since=0) == outcomes
+
+
+async def test_recent_event_counts_match_the_full_scan(tmp_path):
+    """The binary search for the first recent event gives the same counts as scanning
+    the log, for a since before everything, between any two events, and after all."""
+    clock = FakeClock()
+    async with Store(tmp_path / "m.db", clock=clock) as store:
+        assert await store.recent_event_counts(since=0, bucket_s=STEP_S) == {}
+        start = clock.time()
+        for i in range(37):
+            clock.advance(17.0)
+            outcome = ("confirmed", "refuted", "error")[i % 3]
+            await store.apply_events([_event(clock, f"s{i}", outcome, sensor=("fs", "git")[i % 2])])
+        for since in [start - 1, *(start + 17 * k + 8 for k in range(38)), clock.time() + 1]:
+            full = await store.event_counts(since=since, bucket_s=STEP_S)
+            assert await store.recent_event_counts(since=since, bucket_s=STEP_S) == full, since

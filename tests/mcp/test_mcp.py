@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -216,9 +217,13 @@ async def test_results_carry_the_console_url_of_their_block(daemon):
     async with mcp_session(daemon) as session:
         got = await call(session, "memory_get", {"id": block.id})
         found = await call(session, "memory_search", {"query": "cache TTL"})
+        now = datetime.now(UTC).isoformat()  # after it was added (created_at is rounded)
+        then = await call(session, "memory_get", {"id": block.short_id, "as_of": now})
     page = f"/review/blocks/{block.id}"
     assert got["console_url"].startswith("http://127.0.0.1:")
     assert got["console_url"].endswith(page)
     assert [r["console_url"] for r in found["results"]] == [got["console_url"]]
+    assert then["content"] == "The cache TTL is 300 s"
+    assert then["console_url"] == got["console_url"]  # as_of too (the full id's page)
     async with httpx.AsyncClient() as web:
         assert (await web.get(got["console_url"])).status_code == 401  # sign-in needed

@@ -167,3 +167,19 @@ async def test_not_a_database_is_a_storage_error(make_store, tmp_path):
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StorageError, match=r"garbage\.db"):
         await make_store(path)
+
+
+async def test_v13_gives_old_blocks_a_retention_point_from_their_last_change(
+    make_store, tmp_path, clock
+):
+    """Upgrading a version-12 file with a block in it gives the block one retention point
+    (its inputs as they stand, from its last change), and later changes add points."""
+    path = tmp_path / "v12.db"
+    _build(path, 12)
+    store = await make_store(path)
+    [point] = await store.retention_points("old-block")
+    assert (point.at, point.touched_at, point.importance) == (T0, T0, 0.5)
+    assert (point.state, point.tier, point.stale_at) == ("unverified", "long_term", T0 + 604800)
+    clock.set(T0 + 3600)
+    await store.record_access(["old-block"])
+    assert [p.at for p in await store.retention_points("old-block")] == [T0, T0 + 3600]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,17 @@ if TYPE_CHECKING:
     from memwarden.daemon import Daemon
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+class ShiftedClock:
+    """The real clock moved by ``offset_s``: a running daemon can be made to live
+    through a past stretch (set a negative offset, act, move it on, back to 0)."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset_s
 
 
 def api(daemon: Daemon) -> httpx.AsyncClient:
@@ -44,8 +56,14 @@ async def signed_in(daemon: Daemon) -> AsyncIterator[httpx.AsyncClient]:
 
 async def block_with_history(daemon: Daemon, title: str = "cache ttl") -> tuple[str, list[str]]:
     """A bound block with 5 confirmations, then 2 refutations, then 3 confirmations
-    (one minute apart, ending 10 minutes ago): three groups of identical events."""
+    (one minute apart, ending 10 minutes ago): three groups of identical events. With a
+    :class:`ShiftedClock` the daemon lives through it: the block is added 20 minutes
+    ago and each event applied when it was observed (so retention has a history)."""
     WorldSensor.world["ttl"] = 60
+    start = datetime.now(UTC) - timedelta(minutes=20)
+    shifted = daemon.clock if isinstance(daemon.clock, ShiftedClock) else None
+    if shifted is not None:  # added with (just after) the first event
+        shifted.offset_s = start.timestamp() - time.time()
     block = await daemon.add_block(
         {
             "title": title,
@@ -54,7 +72,6 @@ async def block_with_history(daemon: Daemon, title: str = "cache ttl") -> tuple[
             "bindings": [{"sensor": "world", "path": "ttl", "equals": 60}],
         }
     )
-    start = datetime.now(UTC) - timedelta(minutes=20)
     outcomes = ["confirmed"] * 5 + ["refuted"] * 2 + ["confirmed"] * 3
     events: list[Any] = [
         ValidationEvent(
@@ -69,5 +86,9 @@ async def block_with_history(daemon: Daemon, title: str = "cache ttl") -> tuple[
         for i, outcome in enumerate(outcomes)
     ]
     for event in events:  # one at a time: each is its own effect
+        if shifted is not None:
+            shifted.offset_s = event.observed_at.timestamp() - time.time()
         await daemon.store.apply_events([event])
+    if shifted is not None:
+        shifted.offset_s = 0.0
     return block.id, outcomes

@@ -4,11 +4,12 @@ id is a 404 page, no traceback ever reaches the browser, and nothing changes."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
-from memwarden.memory import SERIES_STEP_S
+from memwarden.memory import SERIES_STEP_S, ValidationEvent, from_ts
 from memwarden.memory._series import slot_of
 from tests.web.console_support import CSRF, block_with_history, link, signed_in
 
@@ -275,3 +276,79 @@ async def test_the_sensors_page_sums_the_last_day_from_the_series(daemon):
     assert page.status_code == 200
     world = page.text[page.text.index('id="sensor-world"') :]
     assert "Last 24 hours: 12 event(s), 2 error(s) (as of" in world[: world.index("</section>")]
+
+
+async def test_the_sensors_page_bars_come_from_the_series_and_the_last_minutes(daemon):
+    """The 6-hour bars by outcome add up the series' outcome counts of completed slots
+    (an hour ago: 4 confirmed, 1 error; nothing of it in the event log) and the event
+    log's events of the last minutes (2 refuted, not yet in the series)."""
+    now = daemon.clock.time()
+    hour_ago = slot_of(now - 3600)
+    rows = [
+        ("outcome", "world confirmed", hour_ago, 4),
+        ("outcome", "world error", hour_ago, 1),
+        ("outcome", "world confirmed", hour_ago - 7 * 3600, 100),  # older than 6 hours
+    ]
+
+    async def insert(conn: Any) -> None:
+        await conn.executemany(
+            "INSERT OR REPLACE INTO metric_series (metric, key, at, value) VALUES (?, ?, ?, ?)",
+            rows,
+        )
+
+    await daemon.store.db.write(insert)
+    await daemon.store.apply_events(
+        [
+            ValidationEvent(
+                sensor="world", subject="ttl", outcome="refuted", observed_at=from_ts(now)
+            )
+            for _ in range(2)
+        ]
+    )
+    async with signed_in(daemon) as client:
+        page = await client.get("/review/sensors")
+    assert page.status_code == 200
+    world = page.text[page.text.index('id="sensor-world"') :]
+    world = world[: world.index("</section>")]
+    assert "Last 6 hours: 7 event(s), 1 error(s)." in world
+    bars = re.findall(r'class="bar" data-outcome="(\w+)" data-count="(\d+)"', world)
+    assert sorted(bars) == [("confirmed", "4"), ("error", "1"), ("refuted", "2")]
+
+
+async def test_a_block_with_a_shorter_retention_history_says_from_when(shifted_daemon):
+    """A block whose retention history starts after it was created (one from before
+    schema 13, or one trimmed to its newest points) still gets its chart: the retention
+    line from its first point and "no retention history before" that point's time; one
+    with no point at all says it has none."""
+    daemon = shifted_daemon  # it lives through the 20 minutes of evidence
+    block_id, _ = await block_with_history(daemon)
+    created = (await daemon.store.get(block_id)).created_at.timestamp()
+    later = created + 4.5 * 60.0  # the events came a minute apart for 10 minutes
+
+    async def keep_one_later(conn: Any) -> None:
+        await conn.execute(
+            "DELETE FROM retention_points WHERE at < ? AND block_rid ="
+            " (SELECT rid FROM blocks WHERE id = ?)",
+            (later, block_id),
+        )
+
+    await daemon.store.db.write(keep_one_later)
+    first = (await daemon.store.retention_points(block_id))[0].at
+    async with signed_in(daemon) as client:
+        page = await client.get(f"/review/blocks/{block_id}")
+    assert page.status_code == 200
+    since = datetime.fromtimestamp(first, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    assert f"no retention history before {since}" in page.text  # in the chart
+    assert "No retention history before" in page.text  # and under it
+    assert 'class="retention-line"' in page.text
+
+    async def drop_all(conn: Any) -> None:
+        await conn.execute("DELETE FROM retention_points")
+
+    await daemon.store.db.write(drop_all)
+    async with signed_in(daemon) as client:
+        page = await client.get(f"/review/blocks/{block_id}")
+    assert page.status_code == 200
+    assert "No retention history is stored for this fact." in page.text
+    assert 'class="retention-line"' not in page.text
+    assert 'class="mark"' in page.text  # the evidence is still drawn

@@ -16,10 +16,12 @@ from tests.web.test_review_page import ARGS, CHROMIUM
 PAGES = ("/review/search", "/review/stale", "/review/sensors", "/review", "/review/health")
 
 
-async def test_search_open_a_block_read_its_timeline_and_revalidate(daemon):
+async def test_search_open_a_block_read_its_timeline_and_revalidate(shifted_daemon):
     """Search finds the fact; its page draws one mark per group of identical events
-    (confirmed x5, refuted x2, confirmed x3) over shaded state bands; revalidating from
-    the page adds the sensor's new event to the timeline."""
+    (confirmed x5, refuted x2, confirmed x3) over shaded state bands, the reliability
+    line and the retention line (from when the block was added, 20 minutes ago);
+    revalidating from the page adds the sensor's new event to the timeline."""
+    daemon = shifted_daemon
     block_id, _ = await block_with_history(daemon)
     await daemon.add_block({"title": "unrelated", "content": "The sky is blue"})
     async with async_playwright() as pw:
@@ -47,6 +49,19 @@ async def test_search_open_a_block_read_its_timeline_and_revalidate(daemon):
         ]
         bands = [await b.get_attribute("data-state") for b in await svg.locator("rect.band").all()]
         assert bands == ["fresh", "stale", "fresh"]
+        retention = svg.locator("path.retention-line")  # level here: a 14-day half-life
+        assert await retention.count() == 1
+        box = await retention.bounding_box()
+        plot = await svg.bounding_box()
+        assert box is not None
+        assert plot is not None
+        assert box["width"] > plot["width"] / 2  # drawn across the 20 minutes, not a dot
+        assert await svg.locator("text.no-history").count() == 0  # history from the start
+        points = await daemon.store.retention_points(block_id)
+        rows = page.locator("table.retention-values tbody tr")
+        assert await rows.count() == len(points) > 1
+        newest = points[-1].retention(points[-1].at, daemon.store.policy)
+        assert await rows.first.locator("td").nth(1).text_content() == f"{newest:.3f}"
         table = page.locator("table.evidence tbody tr")
         assert await table.count() == await marks.count()  # the values behind the chart
         assert await page.get_by_text("(3 group(s) of 10 event(s))").count() == 1
@@ -137,7 +152,8 @@ async def test_stale_and_failing_names_what_is_stale_with_why(daemon):
 
 
 async def test_every_page_fits_a_phone_without_horizontal_scroll(daemon):
-    """At 375 px wide, no console page scrolls sideways (the chart scales, long ids wrap)."""
+    """At 375 px wide, no console page scrolls sideways (long ids wrap, the timeline
+    scrolls inside its own box, from the keyboard too)."""
     WorldSensor.world.clear()
     block_id, _ = await block_with_history(daemon, title="x" * 120)
     async with async_playwright() as pw:
@@ -151,6 +167,17 @@ async def test_every_page_fits_a_phone_without_horizontal_scroll(daemon):
                 "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
             )
             assert widths[0] <= widths[1], (path, widths)
+        # The timeline keeps a readable size in its own box, which scrolls sideways
+        # from the keyboard: focus it and press the right arrow.
+        await page.goto(f"{base}/review/blocks/{block_id}")
+        box = page.locator("div.chart-scroll")
+        size = await page.locator("svg.timeline").bounding_box()
+        assert size is not None
+        assert size["width"] > 375  # not shrunk to unreadable text
+        await box.focus()
+        await page.keyboard.press("ArrowRight")
+        handle = await box.element_handle()
+        await page.wait_for_function("el => el.scrollLeft > 0", arg=handle, timeout=5000)
         await browser.close()
 
 

@@ -3,10 +3,25 @@ groups, and escaping of what sensors and facts say."""
 
 from __future__ import annotations
 
+import re
 from xml.etree import ElementTree as ET
 
-from memwarden.daemon._timeline import MAX_MARKS, group_events, timeline
-from memwarden.memory import EventRecord
+import pytest
+
+from memwarden.daemon._timeline import (
+    MAX_MARKS,
+    PLOT_HEIGHT,
+    PLOT_LEFT,
+    PLOT_RIGHT,
+    PLOT_TOP,
+    WIDTH,
+    activity_chart,
+    bar_chart,
+    group_events,
+    timeline,
+)
+from memwarden.memory import EventRecord, RetentionPoint
+from memwarden.memory.policy import PolicyConfig
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -108,3 +123,89 @@ def test_past_the_mark_limit_only_the_newest_groups_are_drawn():
     assert len(chart.groups) == MAX_MARKS
     assert str(chart.svg).count('class="mark"') == MAX_MARKS
     assert chart.groups[-1].first_at == events[-1].observed_at
+
+
+def _point(at: float, *, touched: float | None = None, state: str = "fresh") -> RetentionPoint:
+    return RetentionPoint(
+        at=at,
+        importance=0.8,
+        touched_at=at if touched is None else touched,
+        half_life_s=600.0,
+        tier="short_term",
+        state=state,
+        stale_at=None,
+    )
+
+
+def test_the_retention_path_draws_the_stored_points_values():
+    """The dashed retention path starts at each stored point with the retention the
+    formula gives there (read back from the SVG's coordinates), decays between points,
+    and the values table lists the same numbers; before the first point it says so."""
+    cfg = PolicyConfig()
+    start, now = 1_000_000.0, 1_000_000.0 + 3600
+    points = [_point(start + 600), _point(start + 1800, touched=start + 1500)]
+    chart = timeline(
+        [_event(20, "confirmed")],
+        start=start,
+        now=now,
+        state_now="fresh",
+        reliability_now=0.9,
+        title="t",
+        retention=points,
+        policy=cfg,
+    )
+    root = ET.fromstring(str(chart.svg))  # noqa: S314 - our own output
+    [path] = [p for p in root.iter(f"{SVG}path") if p.get("class") == "retention-line"]
+    coords = [
+        (float(a), float(b)) for a, b in re.findall(r"([\d.]+) ([\d.]+)", path.get("d") or "")
+    ]
+    plot_w = WIDTH - PLOT_LEFT - PLOT_RIGHT
+
+    def value_at(ts: float) -> float:
+        px = PLOT_LEFT + (ts - start) / (now - start) * plot_w
+        [(_, y)] = [c for c in coords if abs(c[0] - px) < 0.06][-1:]
+        return 1 - (y - PLOT_TOP) / PLOT_HEIGHT
+
+    assert value_at(start + 600) == pytest.approx(0.8, abs=1e-3)  # just added: importance
+    assert value_at(start + 1800) == pytest.approx(points[1].retention(start + 1800, cfg), abs=1e-3)
+    assert value_at(now) == pytest.approx(0.8 * 2 ** (-2100 / 600), abs=1e-3)
+    assert chart.retention_now == pytest.approx(0.8 * 2 ** (-2100 / 600))
+    assert coords[0][0] == pytest.approx(PLOT_LEFT + 600 / 3600 * plot_w, abs=0.06)
+    newest, oldest = chart.retention
+    assert (oldest.at, oldest.after, oldest.until) == (start + 600, 0.8, start + 1800)
+    assert oldest.before_next == pytest.approx(0.8 * 2 ** (-2.0))
+    assert newest.before_next == pytest.approx(chart.retention_now)
+    assert chart.retention_gap
+    assert "no retention history before 1970-01-12 13:56 UTC" in str(chart.svg)
+
+
+def test_without_retention_points_the_chart_says_there_is_no_history():
+    """An old block with no stored point still renders, and says it has no history."""
+    chart = timeline(
+        [_event(0, "confirmed")],
+        start=1_000_000.0,
+        now=1_000_600.0,
+        state_now="fresh",
+        reliability_now=0.9,
+        title="t",
+        retention=[],
+        policy=PolicyConfig(),
+    )
+    assert 'class="retention-line"' not in str(chart.svg)
+    assert "no retention history" in str(chart.svg)
+    assert chart.retention_since is None
+
+
+def test_every_chart_has_a_title_and_a_description():
+    """The bar and activity charts, like the timeline, carry a title and a description
+    (the bar chart's lists each value); markup in a label is text."""
+    bars = bar_chart([("fresh", 3, "#0f0"), ("<b>", 1, "#f00")], title="By state", css="s")
+    root = ET.fromstring(str(bars))  # noqa: S314 - our own output
+    assert root.find(f"{SVG}title").text == "By state"
+    assert root.find(f"{SVG}desc").text == "fresh: 3; <b>: 1"
+    activity = activity_chart(
+        {0: {"confirmed": 2}}, n=24, since=1_000_000.0, bucket_s=900.0, name="fs"
+    )
+    root = ET.fromstring(str(activity))  # noqa: S314 - our own output
+    assert root.find(f"{SVG}title").text == "fs: events per 15 minutes"
+    assert "stacked by outcome" in root.find(f"{SVG}desc").text

@@ -635,7 +635,10 @@ def get(
 
 
 def _believed(block_id: str, as_of: str, *, db: Path | None, json_out: bool) -> None:
+    reached: list[Endpoint] = []  # the daemon's address, for the block's console URL
+
     async def api(c: AsyncClient) -> Mapping[str, Any]:
+        reached.append(c.endpoint)
         return await c.believed_at(block_id, as_of)
 
     async def local(s: Store) -> dict[str, Any]:
@@ -669,6 +672,13 @@ def _believed(block_id: str, as_of: str, *, db: Path | None, json_out: bool) -> 
             f"last evidence: {ev['outcome']} by {ev['sensor']}, observed {ev['observed_at']},"
             f" committed {ev['committed_at']}",
             highlight=False,
+        )
+    page = reached[0].console_url(then["block_id"]) if reached else None
+    if page:
+        out.print(
+            f"console: {page}  (sign in: memwarden open {then['block_id']})",
+            highlight=False,
+            soft_wrap=True,
         )
 
 

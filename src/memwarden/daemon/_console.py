@@ -15,13 +15,15 @@ needs a live session (the guard) and the session's CSRF token (here). No JavaScr
 - ``/review/stale``: what is stale, unreachable (its sensor is down) or flapping now,
   each named with why.
 - ``/review/sensors``: each sensor's status, error rate, bound facts, what a binding may
-  name, a bar chart of its events over the last 6 hours (from the event log) and its
-  events and errors over the last 24 hours (from the time series).
+  name, a bar chart of its events over the last 6 hours by outcome and its events and
+  errors over the last 24 hours (both from the time series; the last minutes, which
+  the series pass may not have counted yet, from the event log).
 """
 
 from __future__ import annotations
 
 import difflib
+from collections import defaultdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote, urlencode
@@ -38,7 +40,8 @@ from memwarden.errors import (
     ValidationInputError,
     VersionConflictError,
 )
-from memwarden.memory import BlockState, Tier
+from memwarden.memory import SERIES_STEP_S, BlockState, Tier
+from memwarden.memory._series import slot_of as series_slot
 
 if TYPE_CHECKING:
     from memwarden.daemon._app import Daemon
@@ -193,6 +196,7 @@ async def block_page(
     receipt = (await daemon.receipts([block]))[block.id]
     events = await daemon.store.events_for(block.id, limit=EVENTS_LOADED)
     versions = await daemon.store.versions(block.id)
+    points = await daemon.store.retention_points(block.id)
     now = daemon.clock.time()
     chart = timeline(
         events,
@@ -205,6 +209,8 @@ async def block_page(
             (datetime.fromisoformat(v["replaced_at"]).timestamp(), v["version"] + 1)
             for v in versions
         ],
+        retention=points,
+        policy=daemon.store.policy,
     )
     return page(
         "block.html",
@@ -441,15 +447,47 @@ async def stale_page(session: SignedIn, daemon: DaemonDep) -> Response:
     )
 
 
+async def _activity(
+    daemon: Daemon, now: float
+) -> tuple[float, dict[str, dict[int, dict[str, int]]]]:
+    """Each sensor's events over the last 6 hours by 15-minute bar (aligned to the
+    quarter hour, the last one is the current quarter) and outcome: from the time
+    series (``outcome`` metric) for the 5-minute slots its pass has completed, from the
+    event log for the current slot and the one before (which the pass may not have
+    rewritten since it ended): only those events are read (at most 10 minutes' worth,
+    found by a binary search on the log), whatever the log's size."""
+    since = (now // ACTIVITY_BUCKET_S + 1 - ACTIVITY_BUCKETS) * ACTIVITY_BUCKET_S
+    live_from = series_slot(now) - SERIES_STEP_S
+    out: dict[str, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
+
+    def add(sensor: str, at: float, outcome: str, n: int) -> None:
+        bar = int((at - since) // ACTIVITY_BUCKET_S)
+        if 0 <= bar < ACTIVITY_BUCKETS and n:
+            counts = out[sensor][bar]
+            counts[outcome] = counts.get(outcome, 0) + n
+
+    for key, points in (await daemon.store.series("outcome", since=since)).items():
+        sensor, _, outcome = key.partition(" ")
+        for at, n in points:
+            if at < live_from:
+                add(sensor, at, outcome, n)
+    live = await daemon.store.recent_event_counts(since=live_from, bucket_s=SERIES_STEP_S)
+    for sensor, slots in live.items():
+        for i, outcomes in slots.items():
+            for outcome, n in outcomes.items():
+                add(sensor, live_from + i * SERIES_STEP_S, outcome, n)
+    return since, {k: dict(v) for k, v in out.items()}
+
+
 @console.get("/sensors")
 async def sensors_page(session: SignedIn, daemon: DaemonDep) -> Response:
     """Each sensor: status, last check, error rate, a chart of its events over the last
-    6 hours (from the event log), what a binding to it may name, and its bound facts."""
+    6 hours (from the time series, the last minutes from the event log), what a binding
+    to it may name, and its bound facts."""
     if session is None:
         return signed_out()
     now = daemon.clock.time()
-    since = now - ACTIVITY_BUCKET_S * ACTIVITY_BUCKETS
-    counts = await daemon.store.event_counts(since=since, bucket_s=ACTIVITY_BUCKET_S)
+    since, counts = await _activity(daemon, now)
     day = now - 86400.0  # the last 24 hours, from the time series (5-minute counts)
     day_events = await daemon.store.series("events", since=day)
     day_errors = await daemon.store.series("errors", since=day)

@@ -3,9 +3,12 @@
 """The evidence timeline of a block: server-side SVG, no JavaScript.
 
 Reliability over time is drawn from the block's events and their effects (each effect
-records the reliability before and after). Each *group* of repeated identical events
-(same sensor, same outcome; a state change starts a new group) is one mark, on its lane,
-coloured and shaped by outcome; spans of time in each state are shaded behind the line.
+records the reliability before and after); retention over time from the block's
+retention points (the decay formula's inputs at each change, ``memory._decayline``):
+between two points the formula itself gives the value, so the curve is exact. Each
+*group* of repeated identical events (same sensor, same outcome; a state change starts a
+new group) is one mark, on its lane, coloured and shaped by outcome; spans of time in
+each state are shaded behind the lines.
 The same values are given as a table (behind a ``<details>`` on the page), and the SVG
 carries a title and a description, so the chart is not the only way to read them.
 
@@ -21,13 +24,17 @@ from typing import TYPE_CHECKING
 
 from markupsafe import Markup, escape
 
+from memwarden.memory import retention_line
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from memwarden.memory import EventRecord
+    from memwarden.memory import EventRecord, RetentionPoint
+    from memwarden.memory.policy import PolicyConfig
 
 __all__ = [
     "EventGroup",
+    "RetentionRow",
     "Timeline",
     "activity_chart",
     "bar_chart",
@@ -40,7 +47,7 @@ __all__ = [
 WIDTH = 720
 PLOT_LEFT = 44
 PLOT_RIGHT = 12
-PLOT_TOP = 10
+PLOT_TOP = 22  # room for the legend above the plot
 PLOT_HEIGHT = 150
 LANE_HEIGHT = 22
 AXIS_HEIGHT = 22
@@ -61,6 +68,9 @@ OUTCOME_COLOUR = {
     "unreachable": "#b35900",
 }
 OTHER_COLOUR = "#555555"
+RELIABILITY_COLOUR = "#1f4e9c"
+RETENTION_COLOUR = "#8a3ffc"
+RETENTION_TABLED = 50  # the newest retention points in the values table
 
 
 @dataclass(slots=True)
@@ -110,6 +120,29 @@ class Timeline:
     groups: list[EventGroup] = field(default_factory=list)
     groups_total: int = 0  # before the cut to MAX_MARKS
     bands: list[tuple[float, float, str]] = field(default_factory=list)
+    retention: list[RetentionRow] = field(default_factory=list)  # newest first
+    retention_since: float | None = None  # no history before this (None: none at all)
+    retention_gap: bool = False  # the chart starts before the first point
+    retention_now: float | None = None
+    retention_total: int = 0  # the points stored (the table lists the newest)
+
+
+@dataclass(slots=True, frozen=True)
+class RetentionRow:
+    """One stored retention point as the values table lists it."""
+
+    at: float
+    after: float | None  # retention right after the change (None: archived)
+    until: float  # when the next point (or now) takes over
+    before_next: float | None  # retention just before that
+    importance: float
+    half_life_s: float
+    state: str
+    tier: str
+
+    @property
+    def when(self) -> str:
+        return datetime.fromtimestamp(self.at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _hm(ts: float) -> str:
@@ -207,10 +240,13 @@ def timeline(
     reliability_now: float,
     title: str,
     edits: Sequence[tuple[float, int]] = (),
+    retention: Sequence[RetentionPoint] = (),
+    policy: PolicyConfig | None = None,
 ) -> Timeline:
     """The timeline of ``events`` (newest first, as the store gives them) from ``start``
     (the block's creation, or the oldest event shown) to ``now``; ``edits`` are
-    (when, new version) pairs, drawn as dashed lines."""
+    (when, new version) pairs, drawn as dashed lines; ``retention`` the block's
+    retention points (oldest first), drawn as a curve with ``policy``'s decay settings."""
     ordered = sorted(events, key=lambda e: (e.observed_at, e.seq))
     groups = group_events(ordered)
     groups_total = len(groups)
@@ -239,6 +275,13 @@ def timeline(
     line = " ".join(
         f"{_f(x(ts))},{_f(y(rel))}" for ts, rel in _steps(ordered, start, end, reliability_now)
     )
+    points = list(retention)
+    segments = retention_line(points, start=start, end=end, cfg=policy) if policy and points else []
+    since = points[0].at if points else None
+    gap = since is None or since > start + 1.0
+    retention_now = segments[-1][-1][1] if segments and segments[-1][-1][0] >= end else None
+    curve = "".join("M" + "L".join(_thin([(x(t), y(v)) for t, v in seg])) for seg in segments)
+    rows = _retention_rows(points, end, policy) if policy else []
 
     out: list[str] = [
         (
@@ -248,7 +291,8 @@ def timeline(
         f'<title id="tl-title">Evidence timeline: {escape(title)}</title>',
         (
             f'<desc id="tl-desc">Reliability from {_when(start)} to {_when(end)}, now'
-            f" {reliability_now:.2f}; {sum(g.count for g in groups)} events in"
+            f" {reliability_now:.2f}; {_retention_desc(since, gap=gap, now_value=retention_now)};"
+            f" {sum(g.count for g in groups)} events in"
             f" {len(groups)} groups from {len(sensors)} sensor(s);"
             f" {sum(1 for g in groups if g.state_change)} state change(s)."
             " The values are in the table below the chart.</desc>"
@@ -277,9 +321,24 @@ def timeline(
                 f"<title>edited: version {version} from {_when(at)}</title></line>"
             )
     out.append(
-        f'<polyline class="reliability" fill="none" stroke="#1f4e9c" stroke-width="2"'
-        f' points="{line}"/>'
+        f'<polyline class="reliability" fill="none" stroke="{RELIABILITY_COLOUR}"'
+        f' stroke-width="2" points="{line}"><title>reliability, now {reliability_now:.2f}'
+        "</title></polyline>"
     )
+    if curve:
+        out.append(
+            f'<path class="retention-line" fill="none" stroke="{RETENTION_COLOUR}"'
+            f' stroke-width="2" stroke-dasharray="7 2" d="{curve}"><title>retention'
+            + (f", now {retention_now:.2f}" if retention_now is not None else "")
+            + "</title></path>"
+        )
+    if gap:
+        note = f"no retention history before {_when(since)}" if since else "no retention history"
+        out.append(
+            f'<text class="no-history" x="{_f(PLOT_LEFT + 4)}" y="{PLOT_TOP + PLOT_HEIGHT - 5}"'
+            f' font-size="11" fill="{RETENTION_COLOUR}">{note}</text>'
+        )
+    out.append(_legend())
     for i, sensor in enumerate(sensors):
         lane_y = lanes_top + i * LANE_HEIGHT + LANE_HEIGHT / 2
         out.append(
@@ -298,7 +357,80 @@ def timeline(
         f'<text x="{WIDTH - PLOT_RIGHT}" y="{axis_y}" font-size="11" text-anchor="end">'
         f"{_when(end)}</text></svg>"
     )
-    return Timeline(svg=Markup("".join(out)), groups=groups, bands=bands, groups_total=groups_total)  # noqa: S704 - every value above is escaped or a number
+    return Timeline(
+        svg=Markup("".join(out)),  # noqa: S704 - every value above is escaped or a number
+        groups=groups,
+        bands=bands,
+        groups_total=groups_total,
+        retention=rows,
+        retention_since=since,
+        retention_gap=gap,
+        retention_now=retention_now,
+        retention_total=len(points),
+    )
+
+
+def _thin(coords: list[tuple[float, float]]) -> list[str]:
+    """``x y`` pairs at a tenth of a unit, without repeats and without the middle ones
+    of a level stretch (the same drawn height): a long history of small steps is a few
+    hundred points, not one per sample."""
+    pairs: list[tuple[float, float]] = []
+    for cx, cy in coords:
+        pair = (round(cx, 1), round(cy, 1))
+        if pairs and pair == pairs[-1]:
+            continue
+        if len(pairs) >= 2 and pairs[-2][1] == pairs[-1][1] == pair[1]:
+            pairs[-1] = pair  # the level stretch goes on: move its end
+            continue
+        pairs.append(pair)
+    return ["%g %g" % pair for pair in pairs]  # noqa: UP031 - %g drops a ".0"
+
+
+def _retention_desc(since: float | None, *, gap: bool, now_value: float | None) -> str:
+    if since is None:
+        return "no retention history"
+    text = "retention" + (f" now {now_value:.2f}" if now_value is not None else "")
+    if gap:
+        text += f", no retention history before {_when(since)}"
+    return text
+
+
+def _retention_rows(
+    points: Sequence[RetentionPoint], end: float, policy: PolicyConfig
+) -> list[RetentionRow]:
+    """The values table's rows: each point with retention right after it and just
+    before the next one takes over, newest first (the newest RETENTION_TABLED)."""
+    rows: list[RetentionRow] = []
+    first = max(0, len(points) - RETENTION_TABLED)  # only the newest are tabled
+    for i, p in enumerate(points[first:], start=first):
+        until = points[i + 1].at if i + 1 < len(points) else max(end, p.at)
+        rows.append(
+            RetentionRow(
+                at=p.at,
+                after=p.retention(p.at, policy),
+                until=until,
+                before_next=p.retention(until, policy),
+                importance=p.importance,
+                half_life_s=p.half_life_s,
+                state=p.state,
+                tier=p.tier,
+            )
+        )
+    return list(reversed(rows))
+
+
+def _legend() -> str:
+    """What the two lines are (shape as well as colour: retention is dashed)."""
+    y = PLOT_TOP - 8
+    x0 = PLOT_LEFT
+    return (
+        f'<g class="legend" font-size="11"><line x1="{x0}" x2="{x0 + 18}" y1="{y - 4}"'
+        f' y2="{y - 4}" stroke="{RELIABILITY_COLOUR}" stroke-width="2"/>'
+        f'<text x="{x0 + 22}" y="{y}">reliability</text>'
+        f'<line x1="{x0 + 90}" x2="{x0 + 108}" y1="{y - 4}" y2="{y - 4}"'
+        f' stroke="{RETENTION_COLOUR}" stroke-width="2" stroke-dasharray="7 2"/>'
+        f'<text x="{x0 + 112}" y="{y}">retention</text></g>'
+    )
 
 
 def _mark(g: EventGroup, x0: float, x1: float, cy: float) -> str:
@@ -336,8 +468,10 @@ def _mark(g: EventGroup, x0: float, x1: float, cy: float) -> str:
         parts.append(
             f'<rect x="{_f(cx - 4)}" y="{_f(cy - 4)}" width="8" height="8" fill="{colour}"/>'
         )
-    if g.count > 1:
-        parts.append(f'<text x="{_f(cx + 7)}" y="{_f(cy - 5)}" font-size="10">×{g.count}</text>')
+    if g.count > 1:  # the count beside the mark; left of it near the right edge
+        right = cx + 7 + 6 * len(str(g.count)) + 8 <= WIDTH
+        where = f'x="{_f(cx + 7)}"' if right else f'x="{_f(cx - 7)}" text-anchor="end"'
+        parts.append(f'<text {where} y="{_f(cy - 5)}" font-size="10">×{g.count}</text>')
     parts.append("</g>")
     return "".join(parts)
 
@@ -359,10 +493,13 @@ def activity_chart(
     hours = n * bucket_s / 3600
     out = [
         (
-            f'<svg class="activity" viewBox="0 0 {BAR_WIDTH} {BAR_HEIGHT + 14}" role="img"'
+            f'<svg class="activity" viewBox="0 0 {BAR_WIDTH} {BAR_HEIGHT + 17}" role="img"'
             f' aria-label="{escape(name)}: {total} events, {errors} errors in the last'
             f' {hours:g} hours" xmlns="http://www.w3.org/2000/svg">'
             f"<title>{escape(name)}: events per {bucket_s / 60:g} minutes</title>"
+            f"<desc>{n} bars of {bucket_s / 60:g} minutes from {_when(since)}, each"
+            " stacked by outcome (confirmed, changed, refuted, error); the values are in"
+            " the table below the chart.</desc>"
         ),
         f'<line x1="0" x2="{BAR_WIDTH}" y1="{BAR_HEIGHT}" y2="{BAR_HEIGHT}" stroke="#bbb"/>',
     ]
@@ -383,8 +520,8 @@ def activity_chart(
                 f" {k} {escape(outcome)}</title></rect>"
             )
     out.append(
-        f'<text x="0" y="{BAR_HEIGHT + 12}" font-size="9">{_hm(since)} UTC</text>'
-        f'<text x="{BAR_WIDTH}" y="{BAR_HEIGHT + 12}" font-size="9" text-anchor="end">'
+        f'<text x="0" y="{BAR_HEIGHT + 13}" font-size="11">{_hm(since)} UTC</text>'
+        f'<text x="{BAR_WIDTH}" y="{BAR_HEIGHT + 13}" font-size="11" text-anchor="end">'
         f"now</text></svg>"
     )
     return Markup("".join(out))  # noqa: S704 - every value above is escaped or a number
@@ -392,14 +529,16 @@ def activity_chart(
 
 def bar_chart(bars: list[tuple[str, int, str]], *, title: str, css: str) -> Markup:
     """Horizontal bars, one per (label, value, colour), labelled with their values; the
-    longest fills the width."""
+    longest fills the width. The description lists every value (for screen readers)."""
     width, row, label_w = 360, 18, 90
     longest = max((v for _, v, _ in bars), default=0) or 1
     out = [
         (
             f'<svg class="{escape(css)}" viewBox="0 0 {width} {row * len(bars) + 4}"'
             f' role="img" aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">'
-            f"<title>{escape(title)}</title>"
+            f"<title>{escape(title)}</title><desc>"
+            + str(escape("; ".join(f"{label}: {value}" for label, value, _ in bars)))
+            + "</desc>"
         )
     ]
     for i, (label, value, colour) in enumerate(bars):
@@ -453,7 +592,7 @@ def series_chart(
     base = SERIES_LEGEND + 4 + SERIES_HEIGHT - 4
     out = [
         (
-            f'<svg class="{escape(css)}" viewBox="0 0 {SERIES_WIDTH} {base + 14}" role="img"'
+            f'<svg class="{escape(css)}" viewBox="0 0 {SERIES_WIDTH} {base + 17}" role="img"'
             f' aria-labelledby="{escape(css)}-t {escape(css)}-d"'
             f' xmlns="http://www.w3.org/2000/svg">'
             f'<title id="{escape(css)}-t">{escape(title)}</title>'
@@ -464,9 +603,9 @@ def series_chart(
             ' stroke="#bbb"/>'
         ),
         (
-            f'<text x="{SERIES_LEFT - 3}" y="{SERIES_LEGEND + 12}" font-size="9"'
+            f'<text x="{SERIES_LEFT - 3}" y="{SERIES_LEGEND + 12}" font-size="11"'
             f' text-anchor="end">{top}</text>'
-            f'<text x="{SERIES_LEFT - 3}" y="{_f(base)}" font-size="9" text-anchor="end">0</text>'
+            f'<text x="{SERIES_LEFT - 3}" y="{_f(base)}" font-size="11" text-anchor="end">0</text>'
         ),
     ]
     legend_x = float(SERIES_LEFT)
@@ -476,9 +615,9 @@ def series_chart(
         label = key or "open"
         out.append(
             f'<rect x="{_f(legend_x)}" y="3" width="8" height="8" fill="{colour}"/>'
-            f'<text x="{_f(legend_x + 10)}" y="11" font-size="9">{escape(label)}</text>'
+            f'<text x="{_f(legend_x + 10)}" y="11" font-size="11">{escape(label)}</text>'
         )
-        legend_x += 16 + 5.5 * len(label)
+        legend_x += 18 + 6.5 * len(label)
         segment: list[tuple[float, int]] = []
         segments = [segment]
         for at, v in points:
@@ -503,8 +642,8 @@ def series_chart(
                 f" at {_when(latest[0])}</title></polyline>"
             )
     out.append(
-        f'<text x="{SERIES_LEFT}" y="{_f(base + 12)}" font-size="9">{_when(since)}</text>'
-        f'<text x="{SERIES_WIDTH - 4}" y="{_f(base + 12)}" font-size="9" text-anchor="end">'
+        f'<text x="{SERIES_LEFT}" y="{_f(base + 13)}" font-size="11">{_when(since)}</text>'
+        f'<text x="{SERIES_WIDTH - 4}" y="{_f(base + 13)}" font-size="11" text-anchor="end">'
         "now</text></svg>"
     )
     return Markup("".join(out))  # noqa: S704 - every value above is escaped or a number

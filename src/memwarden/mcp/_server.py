@@ -395,7 +395,10 @@ def build_server(client_factory: Callable[[], AsyncClient] = AsyncClient) -> MCP
         ] = None,
     ) -> dict[str, Any]:
         if as_of is not None:
-            return await call(lambda c: c.believed_at(id, as_of))  # type: ignore[no-any-return]
+            then, where = await call(lambda c: _with_endpoint(c, c.believed_at(id, as_of)))
+            believed: dict[str, Any] = dict(then)
+            believed["console_url"] = where.console_url(believed["block_id"])
+            return believed
         max_age = f"{max_age_seconds}s" if max_age_seconds is not None else None
         got, endpoint = await call(
             lambda c: _with_endpoint(c, c.read(id, max_age=max_age, fresh=fresh, session=session))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from memwarden.memory._clock import Clock, FakeClock, SystemClock, from_ts, sleep_on, to_ts
 from memwarden.memory._compaction import CompactionConfig, CompactionReport
 from memwarden.memory._database import Database
+from memwarden.memory._decayline import RetentionPoint, retention_line
 from memwarden.memory._durations import Duration, format_duration, parse_duration
 from memwarden.memory._erasure import MAX_ERASE, UNREACHABLE, ErasureReport, ErasureTarget
 from memwarden.memory._ids import new_id
@@ -90,6 +91,7 @@ __all__ = [
     "Outcome",
     "Proposal",
     "RetentionConfig",
+    "RetentionPoint",
     "RetentionReport",
     "RetentionRule",
     "RevalidationReason",
@@ -110,6 +112,7 @@ __all__ = [
     "from_ts",
     "new_id",
     "parse_duration",
+    "retention_line",
     "sleep_on",
     "to_ts",
     "validate_input",

@@ -161,14 +161,20 @@ async def decay_cycle(
 
 
 async def heuristic_cycle(
-    db: Database, policy: PolicyConfig, *, chunk_rows: int | None = None
+    db: Database,
+    policy: PolicyConfig,
+    *,
+    now: float,
+    chunk_rows: int | None = None,
 ) -> dict[str, Any]:
     """The self-tuning rules' self-tuning pass, set-based (the twin of ``policy.heuristic_cycle``).
 
     Over the blocks read since the previous cycle: >= 10 reads raise importance by 0.15,
     >= 5 by 0.05 (capped at 1.0); >= ``extend_min_accesses`` stretch the half-life x 1.3
     toward the cap (90 d episodic, 180 d otherwise; a ``< cap`` guard; never for
-    ephemeral blocks); then the recent count is reset. Returns counts.
+    ephemeral blocks); then the recent count is reset. A block whose importance or
+    half-life changed gets ``updated_at = now`` (when its retention inputs changed, for
+    the retention history). Returns counts.
     """
     d = policy.decay
     started = time.perf_counter()
@@ -181,6 +187,7 @@ async def heuristic_cycle(
         "factor": d.extend_factor,
         "cap_episodic": d.max_half_life_episodic.total_seconds(),
         "cap_other": d.max_half_life_semantic.total_seconds(),
+        "now": now,
     }
     bump = (
         "CASE WHEN recent_access_count >= :high_n THEN :high"
@@ -201,6 +208,7 @@ async def heuristic_cycle(
         f" importance = CASE WHEN {raises} THEN min(1.0, importance + {bump}) ELSE importance END,"
         f" half_life_s = CASE WHEN {extends} THEN min({cap}, half_life_s * :factor)"
         f" ELSE half_life_s END,"
+        f" updated_at = CASE WHEN ({raises}) OR ({extends}) THEN :now ELSE updated_at END,"
         f" recent_access_count = 0 WHERE {where}"
     )
     totals = {"blocks": 0, "importance_raised": 0, "half_life_extended": 0, "chunks": 0}

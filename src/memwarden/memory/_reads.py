@@ -374,6 +374,28 @@ class Reads:
             out[str(sensor)][int(bucket)][str(outcome)] = int(n)
         return {k: dict(v) for k, v in out.items()}
 
+    async def recent_event_counts(
+        self, *, since: float, bucket_s: float
+    ) -> dict[str, dict[int, dict[str, int]]]:
+        """Like :meth:`event_counts`, for a recent ``since``: reads only the events
+        received since then, found by a binary search on ``seq`` (the log is in commit
+        order, so ``received_at`` grows with ``seq``): a few primary-key lookups, then
+        those events, whatever the log's size."""
+        async with self.db.read() as conn:
+            first = await _first_seq_since(conn, since)
+            if first is None:
+                return {}
+            rows = await conn.execute_fetchall(
+                "SELECT sensor, outcome, CAST((received_at - ?) / ? AS INTEGER) AS b, count(*)"
+                " FROM events WHERE seq >= ? AND received_at >= ?"
+                " GROUP BY sensor, outcome, b",
+                (since, bucket_s, first, since),
+            )
+        out: dict[str, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
+        for sensor, outcome, bucket, n in rows:
+            out[str(sensor)][int(bucket)][str(outcome)] = int(n)
+        return {k: dict(v) for k, v in out.items()}
+
     async def retention_histogram(self, *, bins: int = 10) -> list[int]:
         """How many live (not archived) blocks have a retention in each of ``bins`` equal
         ranges of 0-1, lowest first (retention as the last decay cycle left it)."""
@@ -509,3 +531,31 @@ async def short_ids(conn: aiosqlite.Connection, block_ids: Sequence[str]) -> dic
             )
             out[block_id] = _shortid.short_form(block_id, shared + 1)
     return out
+
+
+async def _first_seq_since(conn: aiosqlite.Connection, since: float) -> int | None:
+    """The ``seq`` of the first event received at or after ``since`` (None: none was),
+    by binary search over the primary key (gaps from deleted events are skipped)."""
+    async with conn.execute("SELECT min(seq), max(seq) FROM events") as cur:
+        bounds = await cur.fetchone()
+    if bounds is None or bounds[1] is None:
+        return None
+    lo, hi = int(bounds[0]), int(bounds[1])
+
+    async def at_or_after(seq: int) -> tuple[int, float]:
+        async with conn.execute(
+            "SELECT seq, received_at FROM events WHERE seq >= ? ORDER BY seq LIMIT 1", (seq,)
+        ) as cur:
+            row = await cur.fetchone()
+        assert row is not None  # noqa: S101 - seq <= max(seq): there is one
+        return int(row[0]), float(row[1])
+
+    if (await at_or_after(hi))[1] < since:
+        return None
+    while lo < hi:  # the smallest position whose first event at or after it is recent
+        mid = (lo + hi) // 2
+        if (await at_or_after(mid))[1] >= since:
+            hi = mid
+        else:
+            lo = mid + 1
+    return (await at_or_after(lo))[0]

@@ -444,6 +444,64 @@ CREATE TABLE metric_series (
 CREATE INDEX metric_series_at ON metric_series(at);
 """
 
+_V13 = """
+-- Retention over time (docs/CONSOLE.md, "Retention over time"): the inputs of the
+-- decay formula (docs/RULES.md) each time one of them changed, so the block page can
+-- draw retention at any moment from the formula itself. A trigger writes a row when a
+-- block is added or one of importance, half-life, tier, state, stale_at, validated_at or
+-- last_accessed_at changes; ``at`` is when: the latest of updated_at, last_accessed_at
+-- and validated_at (the daemon's clock or the observation; each only moves forward, so
+-- a block's points come in order); ``touched_at`` the last touch (creation, validation
+-- or read).
+-- Bounded: at most 500 rows per block (the newest), trimmed at each insert.
+CREATE TABLE retention_points (
+    block_rid INTEGER NOT NULL,
+    at REAL NOT NULL,
+    importance REAL NOT NULL,
+    touched_at REAL NOT NULL,
+    half_life_s REAL NOT NULL,
+    tier TEXT NOT NULL,
+    state TEXT NOT NULL,
+    stale_at REAL,
+    PRIMARY KEY (block_rid, at)
+) WITHOUT ROWID;
+CREATE TRIGGER retention_points_insert AFTER INSERT ON blocks BEGIN
+    INSERT OR REPLACE INTO retention_points
+    VALUES (new.rid, max(new.updated_at, coalesce(new.last_accessed_at, 0),
+            coalesce(new.validated_at, 0)),
+        new.importance,
+        max(new.created_at, coalesce(new.validated_at, new.created_at),
+            coalesce(new.last_accessed_at, new.created_at)),
+        new.half_life_s, new.tier, new.state, new.stale_at);
+END;
+CREATE TRIGGER retention_points_update AFTER UPDATE OF importance, half_life_s, tier, state,
+    stale_at, validated_at, last_accessed_at ON blocks
+WHEN old.importance IS NOT new.importance OR old.half_life_s IS NOT new.half_life_s
+    OR old.tier IS NOT new.tier OR old.state IS NOT new.state
+    OR old.stale_at IS NOT new.stale_at OR old.validated_at IS NOT new.validated_at
+    OR old.last_accessed_at IS NOT new.last_accessed_at BEGIN
+    INSERT OR REPLACE INTO retention_points
+    VALUES (new.rid, max(new.updated_at, coalesce(new.last_accessed_at, 0),
+            coalesce(new.validated_at, 0)),
+        new.importance,
+        max(new.created_at, coalesce(new.validated_at, new.created_at),
+            coalesce(new.last_accessed_at, new.created_at)),
+        new.half_life_s, new.tier, new.state, new.stale_at);
+    DELETE FROM retention_points WHERE block_rid = new.rid AND at < (
+        SELECT at FROM retention_points WHERE block_rid = new.rid
+        ORDER BY at DESC LIMIT 1 OFFSET 499);
+END;
+CREATE TRIGGER retention_points_delete AFTER DELETE ON blocks BEGIN
+    DELETE FROM retention_points WHERE block_rid = old.rid;
+END;
+-- Blocks from before this version: their inputs as they stand, from their last change
+-- (the page says there is no retention history before that).
+INSERT INTO retention_points
+SELECT rid, max(updated_at, coalesce(last_accessed_at, updated_at)), importance,
+    max(created_at, coalesce(validated_at, created_at), coalesce(last_accessed_at, created_at)),
+    half_life_s, tier, state, stale_at FROM blocks;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _V1,
     _V2,
@@ -457,6 +515,7 @@ MIGRATIONS: tuple[str, ...] = (
     _V10,
     _V11,
     _V12,
+    _V13,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -2,11 +2,14 @@
 
 One row per 5-minute slot per metric and key (``metric_series``, schema 12): blocks by
 state and by tier, the revalidation backlog (open requests), and the events and errors
-each sensor's events brought in during the slot. The scheduler's series pass
-(:meth:`~memwarden.daemon._scheduler.Scheduler.series_once`, every 5 minutes on the
-daemon's clock) calls :func:`record`; a sample of a slot replaces an earlier one, so the
-pass may run more often than that, and a slot nobody sampled (the daemon was down) has
-no rows. Rows older than :data:`KEEP_S` (14 days) go in the same transaction: at most
+each sensor's events brought in during the slot, and those events by outcome (metric
+``outcome``, key ``"<sensor> <outcome>"``: what the Sensors page's bars draw). The
+scheduler's series pass (:meth:`~memwarden.daemon._scheduler.Scheduler.series_once`,
+every 5 minutes on the daemon's clock) calls :func:`record`; a sample of a slot replaces
+an earlier one, so the pass may run more often than that, and a slot nobody sampled (the
+daemon was down) has no rows; the event counts are rewritten from the previous pass's
+slot on, so a slot is complete once a pass ran after it, even across a restart. Rows
+older than :data:`KEEP_S` (14 days) go in the same transaction: at most
 about 4 000 slots times a few dozen keys, a few hundred kilobytes.
 """
 
@@ -21,12 +24,12 @@ if TYPE_CHECKING:
     from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
 
-__all__ = ["KEEP_S", "METRICS", "STEP_S", "read", "record", "slot_of"]
+__all__ = ["KEEP_S", "METRICS", "STEP_S", "outcome_key", "read", "record", "slot_of"]
 
 STEP_S = 300.0  # one sample per 5 minutes
 KEEP_S = 14 * 86400.0  # the series' retention: 14 days
 SCAN = 50_000  # the newest events read to count a slot's events (bounded cost)
-METRICS = ("state", "tier", "backlog", "events", "errors")
+METRICS = ("state", "tier", "backlog", "events", "errors", "outcome")
 
 
 def slot_of(ts: float) -> float:
@@ -34,7 +37,22 @@ def slot_of(ts: float) -> float:
     return (ts // STEP_S) * STEP_S
 
 
-async def _sample(conn: aiosqlite.Connection, now: float) -> list[tuple[str, str, float, int]]:
+async def _counted_from(conn: aiosqlite.Connection, now: float) -> float:
+    """Where this pass's event counts start: the slot before this one, or the slot of
+    the previous pass if that is older (the daemon was down or a pass was late: the
+    counts since are rewritten whole), never past the retention."""
+    slot = slot_of(now)
+    async with conn.execute(
+        "SELECT max(at) FROM metric_series WHERE metric = 'backlog' AND at < ?", (slot,)
+    ) as cur:
+        row = await cur.fetchone()
+    last = row[0] if row and row[0] is not None else slot - STEP_S
+    return max(min(float(last), slot - STEP_S), slot_of(now - KEEP_S))
+
+
+async def _sample(
+    conn: aiosqlite.Connection, now: float, counted_from: float
+) -> list[tuple[str, str, float, int]]:
     slot = slot_of(now)
     rows: list[tuple[str, str, float, int]] = []
     async with conn.execute(
@@ -54,21 +72,32 @@ async def _sample(conn: aiosqlite.Connection, now: float) -> list[tuple[str, str
     ) as cur:
         backlog = (await cur.fetchone() or (0,))[0]
     rows.append(("backlog", "", slot, int(backlog)))
-    # This slot so far and the one before (complete now that it is over): both replace
-    # what an earlier pass wrote, so a pass every 5 minutes leaves every slot complete.
+    # This slot so far and the ones since the previous pass (at least the one before,
+    # complete now that it is over): they replace what an earlier pass wrote, so every
+    # slot is complete once a pass ran after it.
     async with conn.execute(
-        "SELECT sensor, CAST((received_at - ?) / ? AS INTEGER) AS b, count(*),"
-        " sum(outcome = 'error') FROM (SELECT sensor, outcome, received_at FROM events"
+        "SELECT sensor, outcome, CAST((received_at - ?) / ? AS INTEGER) AS b, count(*)"
+        " FROM (SELECT sensor, outcome, received_at FROM events"
         " ORDER BY seq DESC LIMIT ?) WHERE received_at >= ? AND received_at < ?"
-        " GROUP BY sensor, b",
-        (slot - STEP_S, STEP_S, SCAN, slot - STEP_S, slot + STEP_S),
+        " GROUP BY sensor, outcome, b",
+        (counted_from, STEP_S, SCAN, counted_from, slot + STEP_S),
     ) as cur:
         counted = await cur.fetchall()
-    for sensor, bucket, n, errors in counted:
-        at = slot - STEP_S + int(bucket) * STEP_S
-        rows.append(("events", str(sensor), at, int(n)))
-        rows.append(("errors", str(sensor), at, int(errors or 0)))
+    events: dict[tuple[str, float], int] = defaultdict(int)
+    errors: dict[tuple[str, float], int] = defaultdict(int)
+    for sensor, outcome, bucket, n in counted:
+        at = counted_from + int(bucket) * STEP_S
+        events[(str(sensor), at)] += int(n)
+        errors[(str(sensor), at)] += int(n) if outcome == "error" else 0
+        rows.append(("outcome", outcome_key(str(sensor), str(outcome)), at, int(n)))
+    rows += [("events", sensor, at, n) for (sensor, at), n in events.items()]
+    rows += [("errors", sensor, at, errors[(sensor, at)]) for (sensor, at) in events]
     return rows
+
+
+def outcome_key(sensor: str, outcome: str) -> str:
+    """The ``outcome`` metric's key: ``"<sensor> <outcome>"`` (a sensor name has no space)."""
+    return f"{sensor} {outcome}"
 
 
 async def record(db: Database, clock: Clock) -> int:
@@ -77,7 +106,8 @@ async def record(db: Database, clock: Clock) -> int:
     now = clock.time()
 
     async def job(conn: aiosqlite.Connection) -> int:
-        rows = await _sample(conn, now)
+        counted_from = await _counted_from(conn, now)
+        rows = await _sample(conn, now, counted_from)
         await conn.execute("DELETE FROM metric_series WHERE at < ?", (now - KEEP_S,))
         # A slot's sample replaces the slot's rows from an earlier pass (a count that
         # went to zero must not linger).
@@ -86,8 +116,8 @@ async def record(db: Database, clock: Clock) -> int:
             (slot_of(now),),
         )
         await conn.execute(
-            "DELETE FROM metric_series WHERE at IN (?, ?) AND metric IN ('events','errors')",
-            (slot_of(now) - STEP_S, slot_of(now)),
+            "DELETE FROM metric_series WHERE at >= ? AND metric IN ('events','errors','outcome')",
+            (counted_from,),
         )
         await conn.executemany(
             "INSERT OR REPLACE INTO metric_series (metric, key, at, value) VALUES (?, ?, ?, ?)",

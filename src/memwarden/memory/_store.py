@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from memwarden.memory import (
     _compaction,
+    _decayline,
     _erasure,
     _explain,
     _maintenance,
@@ -500,6 +501,13 @@ class Store:
         ``scan`` events at most): what the console's sensor charts draw."""
         return await self._reads.event_counts(since=since, bucket_s=bucket_s, scan=scan)
 
+    async def recent_event_counts(
+        self, *, since: float, bucket_s: float
+    ) -> dict[str, dict[int, dict[str, int]]]:
+        """Events received since a recent ``since``, by sensor, bucket and outcome, reading
+        only those events (found by a binary search on the log's order)."""
+        return await self._reads.recent_event_counts(since=since, bucket_s=bucket_s)
+
     async def record_series(self) -> int:
         """Sample blocks by state and tier, the revalidation backlog and each sensor's
         events and errors into the current 5-minute slot of the time series, dropping
@@ -509,6 +517,11 @@ class Store:
     async def series(self, metric: str, *, since: float) -> dict[str, list[tuple[float, int]]]:
         """One metric of the time series since ``since``, by key: (slot start, value)."""
         return await _series.read(self.db, metric, since=since)
+
+    async def retention_points(self, block_id: str) -> list[_decayline.RetentionPoint]:
+        """The block's retention history: the decay formula's inputs at each change,
+        oldest first (:mod:`~memwarden.memory._decayline`); none for an unknown id."""
+        return await _decayline.read_points(self.db, block_id)
 
     async def retention_histogram(self, *, bins: int = 10) -> list[int]:
         """Live blocks by retention, in ``bins`` equal ranges of 0-1 (the decay picture)."""
@@ -604,7 +617,9 @@ class Store:
 
     async def heuristic_cycle(self, *, chunk_rows: int | None = None) -> dict[str, Any]:
         """The self-tuning rules' self-tuning pass over the blocks read since the previous one."""
-        return await _maintenance.heuristic_cycle(self.db, self.policy, chunk_rows=chunk_rows)
+        return await _maintenance.heuristic_cycle(
+            self.db, self.policy, chunk_rows=chunk_rows, now=self.clock.time()
+        )
 
     async def consolidate(self, *, limit: int | None = None) -> _promotion.ConsolidationReport:
         """The consolidation pass: score short_term blocks, promote the ones that pass."""
