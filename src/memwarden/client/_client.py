@@ -683,8 +683,14 @@ class AsyncClient:
         return answer
 
     async def set_privacy(self, policy: dict[str, Any]) -> dict[str, Any]:
-        """Replace the privacy policy (whole; until the next restart or SIGHUP)."""
+        """Replace the privacy policy (whole). The daemon keeps it in its state dir: it
+        stays in force across restarts and SIGHUP until :meth:`reset_privacy`."""
         answer: dict[str, Any] = await self._call("PUT", "/v1/privacy", body=policy)
+        return answer
+
+    async def reset_privacy(self) -> dict[str, Any]:
+        """Forget the policy :meth:`set_privacy` kept: the configuration's applies again."""
+        answer: dict[str, Any] = await self._call("DELETE", "/v1/privacy")
         return answer
 
 
@@ -964,6 +970,12 @@ class Client:
         return answer
 
     def set_privacy(self, policy: dict[str, Any]) -> dict[str, Any]:
-        """Replace the privacy policy (whole; until the next restart or SIGHUP)."""
+        """Replace the privacy policy (whole). The daemon keeps it in its state dir: it
+        stays in force across restarts and SIGHUP until :meth:`reset_privacy`."""
         answer: dict[str, Any] = self._call("PUT", "/v1/privacy", body=policy)
+        return answer
+
+    def reset_privacy(self) -> dict[str, Any]:
+        """Forget the policy :meth:`set_privacy` kept: the configuration's applies again."""
+        answer: dict[str, Any] = self._call("DELETE", "/v1/privacy")
         return answer

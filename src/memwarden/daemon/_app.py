@@ -32,7 +32,7 @@ from memwarden.daemon._ingest import EventGate
 from memwarden.daemon._metrics import DaemonMetrics
 from memwarden.daemon._mqtt import MqttBridge
 from memwarden.daemon._notify import Notifier
-from memwarden.daemon._privacy import PrivacyDoors, ensure_key
+from memwarden.daemon._privacy import PrivacyDoors, ensure_key, read_policy_file
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
 from memwarden.daemon._sessions import SessionWatch
 from memwarden.embedders import load_embedder
@@ -233,7 +233,13 @@ class Daemon:
             raise ConfigError(f"home: cannot make the state dir {s.home} private: {err}") from None
         # Checked before anything else is opened: an unfit token file changes nothing.
         token = ensure_token(s.home) if s.api.enabled else ""
-        self._privacy = PrivacyDoors(s.privacy, ensure_key(s.home))
+        self._privacy = PrivacyDoors(
+            s.privacy,
+            ensure_key(s.home),
+            stored=read_policy_file(s.home),  # a PUT's policy, kept: it overrides [privacy]
+            home=s.home,
+            config_file=str(self.config_file or ""),
+        )
         callers = load_callers(s, token) if s.api.enabled else None
         self.notifier.status("starting")
         async with contextlib.AsyncExitStack() as stack:
@@ -533,6 +539,7 @@ class Daemon:
                 if old.sensors.get(n) != new.sensors.get(n)
             }
             fresh = self._make_runners({n: c for n, c in new.sensors.items() if n in changed})
+            stored = read_policy_file(old.home)  # read again: the operator may have removed it
         except MemwardenError as err:
             problems = err.problems if isinstance(err, ConfigError) else [str(err)]
             log.error("reload_failed", error=str(err), problems=problems)
@@ -543,7 +550,7 @@ class Daemon:
             await self._stop_sensor(name)
         self.settings = old.model_copy(update={"sensors": new.sensors, "privacy": new.privacy})
         if self._privacy is not None:
-            self._privacy.set_policy(new.privacy, by="config")
+            self._privacy.configure(new.privacy, stored)
         for failure in await self._start_runners(fresh):
             log.error("reload_sensor_failed", sensor=failure.plugin, error=str(failure))
         ignored = [
