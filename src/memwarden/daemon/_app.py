@@ -62,7 +62,6 @@ from memwarden.memory import (
 )
 from memwarden.memory._codec import binding_from_row
 from memwarden.memory._files import private_dir
-from memwarden.memory._transfer import is_export_row
 from memwarden.plugins import (
     BoundSubject,
     Describes,
@@ -75,7 +74,6 @@ from memwarden.plugins import (
     check_binding,
 )
 from memwarden.plugins._review_queue import StoreReviewQueue
-from memwarden.privacy import PrivacyRejectedError, TooLongError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -724,23 +722,8 @@ class Daemon:
         not configured here, a selector today's rules reject) is stored quarantined: nothing
         is checked or run for it.
         """
-        exported = [
-            self._unvouched(await self.privacy.export_row(r, i))
-            for i, r in enumerate(rows)
-            if is_export_row(r)
-        ]
-        plain: list[NewBlock | Mapping[str, Any]] = []
-        for i, row in enumerate(rows):  # all screened before anything is stored
-            if is_export_row(row):
-                continue
-            try:
-                plain.append(await self.privacy.new_block(validate_input(NewBlock, row), "import"))
-            except PrivacyRejectedError as err:
-                raise PrivacyRejectedError(f"{i}.{err.field}", err.rule, err.source) from None
-            except TooLongError as err:
-                raise TooLongError(f"{i}.{err.field}", err.size, err.limit) from None
-            except ValidationInputError:
-                plain.append(row)  # add_block names the problem as before
+        screened, plain = await self.privacy.import_rows(rows)  # all before anything is stored
+        exported = [self._unvouched(r) for r in screened]
         quarantine: dict[tuple[int, int], str] = {}
         for i, row in enumerate(exported):
             for j, raw in enumerate(row.get("bindings") or []):
@@ -879,9 +862,7 @@ class Daemon:
     ) -> dict[str, Any]:
         """Decide a review item (``_reviews.decide_review``) with its comment and new
         content passed through the privacy policy (source ``review``) first."""
-        comment = await self.privacy.text(comment, "review", "comment")
-        if new_content is not None:
-            new_content = await self.privacy.text(new_content, "review", "content")
+        comment, new_content = await self.privacy.review(comment, new_content)
         sensor = next((n for n, r in sorted(self.runners.items()) if r.kind == "review"), "review")
         return await _reviews.decide_review(
             self.store,

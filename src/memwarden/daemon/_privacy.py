@@ -40,10 +40,12 @@ import structlog
 from pydantic import ValidationError
 
 from memwarden.errors import ConfigError, StorageError, ValidationInputError
-from memwarden.memory import BlockPatch, from_ts, validate_input
+from memwarden.memory import BlockPatch, NewBlock, from_ts, validate_input
 from memwarden.memory._codec import content_key
 from memwarden.memory._files import fsync_dir, private_dir, read_private, write_private
+from memwarden.memory._transfer import is_export_row
 from memwarden.privacy import (
+    PrivacyRejectedError,
     PrivacySettings,
     Redactor,
     Scope,
@@ -55,7 +57,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
-    from memwarden.memory import NewBlock, ValidationEvent
+    from memwarden.daemon._config import Settings
+    from memwarden.memory import ValidationEvent
 
 __all__ = [
     "KEY_FILE",
@@ -63,6 +66,7 @@ __all__ = [
     "PrivacyDoors",
     "StoredPolicy",
     "ensure_key",
+    "privacy_for_database",
     "read_policy_file",
     "remove_policy_file",
     "write_policy_file",
@@ -179,6 +183,19 @@ def remove_policy_file(home: Path) -> bool:
     return True
 
 
+def privacy_for_database(db: Path, settings: Settings) -> PrivacyDoors:
+    """The doors the CLI's writes with ``--db FILE`` pass (no daemon): the policy the
+    daemon of that database applies — ``[privacy]`` of ``settings``, overridden by the
+    policy a PUT kept in its state dir — with its HMAC key, so placeholders equal the
+    daemon's. Its state dir is ``settings.home`` when ``db`` is the database those
+    settings name, else the directory holding ``db`` (where a daemon keeps its key and
+    policy beside ``memwarden.db``); a key is made there when there is none. An unfit
+    kept policy or key is a :class:`ConfigError`, never a write without the policy."""
+    same = settings.db_path.absolute().resolve() == db.absolute().resolve()
+    home = settings.home if same else db.absolute().parent
+    return PrivacyDoors(settings.privacy, ensure_key(home), stored=read_policy_file(home))
+
+
 class PrivacyDoors:
     """The running policy and what it is applied to; swapped whole on reload and PUT.
 
@@ -277,6 +294,36 @@ class PrivacyDoors:
             "rejected": dict(sorted(stats.rejected.items())),
             "unchecked": stats.unchecked,
         }
+
+    # ------------------------------------------------------------------ whole inputs
+
+    async def import_rows(
+        self, rows: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[NewBlock | Mapping[str, Any]]]:
+        """An import's rows screened (source ``import``), all before anything is stored:
+        the export objects, and the plain new blocks (a row that is not a valid block is
+        passed on as it is: the store names its problem). A refusal names the row."""
+        exported = [await self.export_row(r, i) for i, r in enumerate(rows) if is_export_row(r)]
+        plain: list[NewBlock | Mapping[str, Any]] = []
+        for i, row in enumerate(rows):
+            if is_export_row(row):
+                continue
+            try:
+                plain.append(await self.new_block(validate_input(NewBlock, row), "import"))
+            except PrivacyRejectedError as err:
+                raise PrivacyRejectedError(f"{i}.{err.field}", err.rule, err.source) from None
+            except TooLongError as err:
+                raise TooLongError(f"{i}.{err.field}", err.size, err.limit) from None
+            except ValidationInputError:
+                plain.append(row)
+        return exported, plain
+
+    async def review(self, comment: str, new_content: str | None) -> tuple[str, str | None]:
+        """A review decision's comment and new content (source ``review``)."""
+        comment = await self.text(comment, "review", "comment")
+        if new_content is not None:
+            new_content = await self.text(new_content, "review", "content")
+        return comment, new_content
 
     # ------------------------------------------------------------------ blocks
 
