@@ -514,7 +514,9 @@ class PrivacyDoors:
                 except ValueError:
                     tags = None
                 if isinstance(tags, list):
-                    out[name] = json.dumps(r.json(tags, source="import", field=field))
+                    screened = r.json(tags, source="import", field=field)
+                    if screened != tags:  # else the stored text stays byte for byte
+                        out[name] = json.dumps(screened, ensure_ascii=False)
                     continue
             if isinstance(value, (str, list)):
                 out[name] = r.json(value, source="import", field=field)

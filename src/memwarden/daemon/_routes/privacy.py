@@ -13,7 +13,7 @@ from typing import Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from memwarden.daemon._routes._deps import Auth, DaemonDep
+from memwarden.daemon._routes._deps import Admin, Auth, DaemonDep
 from memwarden.privacy import PrivacySettings
 
 __all__ = ["PrivacyAnswer", "PrivacyPolicy", "router"]
@@ -63,18 +63,20 @@ async def get_privacy(_: Auth, daemon: DaemonDep) -> PrivacyAnswer:
 
 
 @router.put("/v1/privacy")
-async def put_privacy(body: PrivacyPolicy, caller: Auth, daemon: DaemonDep) -> PrivacyAnswer:
+async def put_privacy(body: PrivacyPolicy, caller: Admin, daemon: DaemonDep) -> PrivacyAnswer:
     """Replace the policy (whole); it applies to what arrives from now on. It is kept in
     the state dir first (503 if it cannot be, and nothing changes), so it stays in force
-    across restarts and SIGHUP, over [privacy] of the configuration, until DELETE."""
+    across restarts and SIGHUP, over [privacy] of the configuration, until DELETE. The
+    policy spans every agent: the token's agent needs the ``admin`` operation."""
     policy = PrivacySettings.model_validate(body.model_dump())
     await daemon.privacy.put(policy, by=caller.name, at=daemon.clock.time())
     return PrivacyAnswer.model_validate(daemon.privacy.describe())
 
 
 @router.delete("/v1/privacy")
-async def reset_privacy(_: Auth, daemon: DaemonDep) -> PrivacyAnswer:
+async def reset_privacy(_: Admin, daemon: DaemonDep) -> PrivacyAnswer:
     """Forget the policy PUT kept: [privacy] of the configuration applies again (at
-    once, and after a restart or SIGHUP). Without a kept policy, nothing changes."""
+    once, and after a restart or SIGHUP). Without a kept policy, nothing changes. Needs
+    the ``admin`` operation, as PUT does."""
     await daemon.privacy.reset()
     return PrivacyAnswer.model_validate(daemon.privacy.describe())
