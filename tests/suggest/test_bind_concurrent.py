@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from memwarden.client import AsyncClient
 from memwarden.daemon._suggest import Suggested, Suggestions
+from memwarden.errors import AmbiguousIdError, VersionConflictError
 
 if TYPE_CHECKING:
     from tests.suggest.conftest import Api
@@ -111,3 +113,21 @@ async def test_a_change_of_bindings_is_a_new_version_if_match_sees(api: Api):
     assert [(v["version"], v["content"]) for v in versions] == [
         (block["version"], block["content"])
     ]
+
+
+async def test_the_python_client_says_version_conflict_not_ambiguous_id(api: Api, held: Any):
+    """The 409 of a bind whose block was edited meanwhile reaches a client as
+    VersionConflictError with the block's version; an ambiguous short id stays
+    AmbiguousIdError."""
+    block = await api.post("/v1/blocks", {"content": "The API timeout is 30 s"}, status=201)
+    gate = held([TIMEOUT], expected=1)
+    token = (api.daemon.settings.home / "token").read_text().strip()
+    async with AsyncClient(str(api.client.base_url), token) as client:
+        bind = asyncio.create_task(client.auto_bind(block["id"]))
+        await asyncio.wait_for(gate.all_in.wait(), WAIT_S)
+        await client.update(block["id"], {"content": "The API timeout is 45 s"})
+        gate.release.set()
+        with pytest.raises(VersionConflictError) as caught:
+            await bind
+        assert caught.value.current == block["version"] + 1
+        assert not isinstance(caught.value, AmbiguousIdError)

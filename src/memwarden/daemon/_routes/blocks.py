@@ -339,6 +339,7 @@ async def bind_block(
                 status.HTTP_409_CONFLICT,
                 f"block {block.id} was edited while its binding was looked for (now "
                 f"version {block.version}): nothing was bound; ask again for its new text",
+                headers={"ETag": f'"{block.version}"'},
             )
         if wanted in block.bindings:
             answer.why = f"already bound so: {answer.why.removeprefix('bound: ')}"
@@ -360,6 +361,7 @@ async def bind_block(
             status.HTTP_409_CONFLICT,
             f"block {block.id}'s bindings changed {BIND_ATTEMPTS} times while this binding "
             "was added: nothing was bound; ask again",
+            headers={"ETag": f'"{block.version}"'},
         )
     return AddedBlock.model_validate({**block.model_dump(), "bind": answer})
 
