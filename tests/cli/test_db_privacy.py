@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import stat
 from typing import TYPE_CHECKING, Any
 
@@ -160,3 +161,19 @@ def test_review_decisions_with_db_redact_the_comment_and_new_content(cli, tmp_pa
     shown = json.loads(cli("review", "show", review_id, "--db", str(db), "--json").stdout)
     assert shown["review"]["comment"].startswith("per [email:")
     assert shown["block"]["content"].startswith("The cache TTL is 90 s (ask [email:")
+
+
+def test_forget_with_db_keeps_no_address_in_the_tombstone(cli, tmp_path):
+    """The reason of an erasure stays in the erasure log: it passes the policy first,
+    so "at the request of <address>" keeps a placeholder, never the address."""
+    db = tmp_path / "memwarden.db"
+    block = json.loads(cli("add", "a fact to erase", "--db", str(db), "--json").stdout)
+    reason = f"at the request of {EMAIL}"
+    cli("forget", block["id"], "--yes", "--reason", reason, "--db", str(db))
+    data = raw_bytes(db)
+    assert EMAIL.encode() not in data
+    assert EMAIL.lower().encode() not in data
+    email = placeholder(db.parent, "email", EMAIL.lower())
+    with sqlite3.connect(db) as conn:
+        [(kept,)] = conn.execute("SELECT reason FROM erasures").fetchall()
+    assert kept == f"at the request of {email}"

@@ -926,15 +926,19 @@ class Daemon:
         dry_run: bool = False,
         vacuum: bool = False,
         namespaces: Sequence[str] | None = None,
+        source: Scope = "agent",
     ) -> dict[str, Any]:
         """Erase blocks (by ids, short ids accepted; a tag; or the words of a query)
         among ``namespaces`` when given (an agent's: another's blocks are not found):
         their content leaves every table, the search index, the WAL and the score log,
         and a tombstone stays (``Store.erase``). With ``dry_run``, only what would go.
+        The reason kept in the tombstone passes the privacy policy first (an erasure
+        "at the request of <e-mail>" must not keep the address it erases).
 
         The sensors that watched them are told (their bindings are gone). The answer
         also lists what the daemon cannot reach (``unreachable``).
         """
+        reason = await self.privacy.text(reason, source, "reason")
         full = [await self.store.resolve_id(ref, namespaces=namespaces) for ref in ids]
         targets = await self.store.erasure_targets(
             ids=full, tag=tag, query=query, namespaces=namespaces

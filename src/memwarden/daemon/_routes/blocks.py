@@ -399,6 +399,7 @@ async def archive_block(
             reason="" if reason == "archived via API" else reason,
             vacuum=vacuum,
             namespaces=caller.scope(),
+            source=privacy_profile_for(caller),
         )
         return ForgetAnswer.model_validate(answer)
     return await daemon.archive_block(
