@@ -6,6 +6,9 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+from pydantic import ValidationError
+
 from memwarden.memory import Binding, RevalidationRequest
 from memwarden.mqtt import (
     AGENT_ACCEPTS,
@@ -128,3 +131,22 @@ def test_an_agent_status_says_what_it_accepts_only_when_it_does():
     assert "accepts" not in json.loads(agent_status("online", version="1", **kw))
     body = json.loads(agent_status("online", version="1", accepts=AGENT_ACCEPTS, **kw))
     assert body["accepts"] == ["queued_at"]
+
+
+def test_the_strict_reading_earlier_agents_used_refuses_a_field_it_does_not_know():
+    """Why queued_at is negotiated: earlier agents read a request with the model alone
+    (extra fields forbidden), which refuses any field it does not know; an agent before
+    queued_at knew only the nine first fields."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    request = RevalidationRequest(
+        block_id="B1",
+        sensor="files",
+        subject="a.txt",
+        binding=Binding(sensor="files", subject="a.txt"),
+        reason="expired",
+        created_at=now,
+        deadline=now + timedelta(seconds=30),
+    )
+    body = json.loads(revalidation_request(request))
+    with pytest.raises(ValidationError, match="added_later"):
+        RevalidationRequest.model_validate_json(json.dumps({**body, "added_later": 1}))
