@@ -130,6 +130,22 @@ def _not_met(what: str | None, predicate: Any, timeout_s: float) -> str:
     return f"{what or predicate}: not within {timeout_s:g}s"
 
 
+def _refuse_awaitable(value: Any, what: str | None, predicate: Any) -> None:
+    """Fail at once on an awaitable where a value was expected: it is truthy, so the
+    condition would seem to hold without ever being checked. A coroutine is closed first
+    (no "never awaited" warning), a Task cancelled."""
+    if not inspect.isawaitable(value):
+        return
+    if inspect.iscoroutine(value):
+        value.close()
+    elif isinstance(value, asyncio.Future):
+        value.cancel()
+    pytest.fail(
+        f"{what or predicate}: returned an awaitable ({type(value).__name__}), not a value: "
+        "await it inside the condition (async def), or use `eventually` in an async test"
+    )
+
+
 def _check_alive(process: subprocess.Popen[bytes] | None, what: str | None, predicate: Any) -> None:
     if process is not None and process.poll() is not None:
         pytest.fail(f"{what or predicate}: the process exited with {process.returncode}")
@@ -149,13 +165,26 @@ async def eventually(
     Fails the test at the deadline (``what`` names the condition), or at once when
     ``process`` (a child the condition depends on) has exited. The deadline only bounds a
     failure: a condition that holds is seen within ``interval_s``.
+
+    An awaitable the predicate returns (a coroutine, a Task, a Future) is awaited within
+    what is left of the deadline: one that never finishes fails the test at the deadline
+    instead of hanging it. One whose result is awaitable again fails at once: a truthy
+    Task or coroutine object is not a condition that holds.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
         value = predicate()
         if inspect.isawaitable(value):
-            value = await value
+            try:
+                # At least a moment even at the deadline: a quick async check still runs.
+                value = await asyncio.wait_for(value, timeout=max(0.1, deadline - loop.time()))
+            except TimeoutError:
+                pytest.fail(
+                    f"{what or predicate}: the awaitable it returned did not finish within "
+                    f"{timeout_s:g}s (does it wait for something that never happens?)"
+                )
+            _refuse_awaitable(value, what, predicate)
         if value:
             return value
         _check_alive(process, what, predicate)
@@ -176,6 +205,7 @@ def eventually_blocking(
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
+        _refuse_awaitable(value, what, predicate)
         if value:
             return value
         _check_alive(process, what, predicate)

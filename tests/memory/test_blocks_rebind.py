@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from memwarden.errors import ValidationInputError
+from memwarden.errors import ValidationInputError, VersionConflictError
 from memwarden.memory import BlockState, ValidationEvent, from_ts
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ async def test_rebinding_a_fresh_block_makes_it_unverified_and_keeps_its_text(st
     clock.advance(60)
     rebound = await store.update(block.id, {"bindings": [FS_PORT]}, actor="tester")
     assert rebound.state == BlockState.UNVERIFIED
-    assert rebound.version == fresh.version
+    assert rebound.version == fresh.version + 1  # new bindings are a new version
     assert rebound.content == fresh.content
     assert rebound.validation.reliability == fresh.validation.reliability
     assert rebound.stale_at == from_ts(clock.time()) + timedelta(days=7)
@@ -98,3 +98,18 @@ async def test_a_binding_stored_twice_is_kept_once(store):
     kept = await store.update(block.id, {"bindings": [FS_APP]})
     assert len(query(store, "SELECT id FROM bindings")) == 1
     assert [b.selector["key"] for b in kept.bindings] == ["/http/timeout"]
+
+
+async def test_a_change_of_bindings_is_a_new_version_an_old_edit_cannot_undo(store):
+    """The version is the compare-and-set token: an edit based on the version read before
+    the bindings changed is refused, and the history keeps that version (its same text)."""
+    block = await store.add({"content": "The API timeout is 30 s"})
+    rebound = await store.update(block.id, {"bindings": [FS_APP]}, actor="binder")
+    assert rebound.version == block.version + 1
+    with pytest.raises(VersionConflictError):
+        await store.update(block.id, {"bindings": []}, expected_version=block.version)
+    assert [b.sensor for b in (await store.get(block.id)).bindings] == ["fs"]
+    [old] = await store.versions(block.id)
+    assert (old["version"], old["content"], old["replaced_by"]) == (1, block.content, "binder")
+    same = await store.update(block.id, {"bindings": [FS_APP]}, expected_version=2)
+    assert same.version == 2  # the same bindings are no change: no new version

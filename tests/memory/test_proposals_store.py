@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from memwarden.errors import NotFoundError, ValidationInputError
-from memwarden.memory import NewProposal
+from memwarden.errors import NotFoundError, ValidationInputError, VersionConflictError
+from memwarden.memory import Binding, NewProposal
 
 if TYPE_CHECKING:
     from memwarden.memory import Store
@@ -88,3 +88,21 @@ async def test_erasing_a_fact_erases_its_proposals_and_those_naming_it(store: St
     await store.erase([erased.id], actor="test", reason="asked")
     [left] = await store.list_proposals(status="all")
     assert (left.block_id, left.kind) == (other.id, "binding")
+
+
+async def test_accepting_a_binding_is_a_new_version(store: Store):
+    """An accepted binding changes the block's bindings: a new version (history keeps the
+    old one), so an If-Match edit based on the version before it is refused."""
+    fact = await store.add({"content": "The API timeout is 30 s"})
+    raw = {"sensor": "fs", "path": "config/app.yaml", "key": "/http/timeout", "equals": 30}
+    await store.add_proposals([NewProposal(fact.id, "binding", raw, 0.9, "the key matches")])
+    [proposal] = await store.list_proposals()
+    await store.decide_proposal(
+        proposal.id, accept=True, actor="ann", binding=Binding.model_validate(raw)
+    )
+    bound = await store.get(fact.id)
+    assert (bound.version, len(bound.bindings)) == (fact.version + 1, 1)
+    [old] = await store.versions(fact.id)
+    assert (old["version"], old["content"], old["replaced_by"]) == (1, fact.content, "ann")
+    with pytest.raises(VersionConflictError):
+        await store.update(fact.id, {"bindings": []}, expected_version=fact.version)

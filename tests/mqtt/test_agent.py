@@ -6,15 +6,19 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
-from tests.mqtt.conftest import run_tool
+from tests.mqtt.conftest import agent_settings, run_tool
+from tests.support import eventually, start_in_loop
 
 from memwarden.agent import Agent
 from memwarden.daemon import load_settings
 from memwarden.errors import ConfigError
+from memwarden.memory import RevalidationRequest
 from memwarden.plugins import Registry
 from memwarden.sensors import FsSensor
 
@@ -150,3 +154,91 @@ async def test_an_agent_with_a_bad_sensor_table_fails_to_start_naming_it(tmp_pat
     problems = "; ".join(err.value.problems)
     assert "sensors.a.kind" in problems
     assert "sensors.b.roots" in problems
+
+
+class BehindClock:
+    """The agent host's clock, an hour behind the daemon's (the test's real clock)."""
+
+    SKEW_S = 3600.0
+
+    def time(self) -> float:
+        return time.time() - self.SKEW_S
+
+
+async def test_queued_at_reaches_the_sensor_on_the_agents_clock(mosquitto_broker, tmp_path, world):
+    """A request's ``queued_at`` (the daemon's clock) is handed to the sensor as the time
+    of receipt on the agent's clock minus how long the request waited, so an hour of skew
+    does not shift it; fields this release does not know are ignored; a queued_at after
+    created_at is no wait; a queued_at that is not a time makes the request invalid."""
+    broker = mosquitto_broker()
+    clock = BehindClock()
+    agent = Agent(
+        agent_settings(broker, tmp_path / "agent", world),
+        registry=Registry.from_classes({"fs": FsSensor}),
+        clock=clock,
+    )
+    task = await start_in_loop(agent, name="agent")
+    try:
+        await agent.connected()
+        runner = agent.runners["files"]
+        seen: list[tuple[RevalidationRequest, float]] = []
+        answer = runner.revalidate
+
+        async def recording(request: RevalidationRequest) -> Any:
+            seen.append((request, clock.time()))
+            return await answer(request)
+
+        runner.revalidate = recording  # type: ignore[method-assign]
+        now = datetime.now(UTC)
+        request = {
+            "block_id": "b1",
+            "sensor": "files",
+            "subject": "app.json",
+            "binding": {"sensor": "files", "path": "app.json"},
+            "reason": "expired",
+            "created_at": now.isoformat(),
+            "deadline": (now + timedelta(seconds=30)).isoformat(),
+        }
+        five_min_ago, in_2h = now - timedelta(minutes=5), now + timedelta(hours=2)
+        waited = {**request, "id": "r-waited", "queued_at": five_min_ago.isoformat()}
+        later = {**request, "id": "r-later", "queued_at": in_2h.isoformat()}
+        bad = {**request, "id": "r-bad", "queued_at": "five minutes ago"}
+        unknown = {**request, "id": "r-unknown", "added_by_a_later_daemon": {"x": 1}}
+        old = {**request, "id": "r-old"}
+        host = ["-h", "127.0.0.1", "-p", str(broker.port), "-q", "1"]
+        topic = "memwarden/v1/revalidate/files"
+        with capture_logs() as logs:
+            for body in (waited, later, bad, unknown, old):
+                await run_tool("mosquitto_pub", *host, "-t", topic, "-m", json.dumps(body))
+            await eventually(lambda: len(seen) == 4, timeout_s=10)
+        got = {r.id: (r.queued_at, at) for r, at in seen}
+        assert sorted(got) == ["r-later", "r-old", "r-unknown", "r-waited"]
+        queued, at = got["r-waited"]
+        assert queued is not None
+        # Receipt on the agent's clock minus the 5 minutes it waited (not now - 5 min on
+        # the daemon's clock, an hour later): within the time the message took to arrive.
+        assert at - 300 - 5 <= queued.timestamp() <= at - 300
+        queued, at = got["r-later"]
+        assert queued is not None
+        assert at - 5 <= queued.timestamp() <= at  # queued after it was sent: no wait
+        assert got["r-old"][0] is None  # a daemon before queued_at: as before
+        assert got["r-unknown"][0] is None
+        invalid = [e for e in logs if e["event"] == "revalidation_request_invalid"]
+        assert len(invalid) == 1
+        assert "queued_at" in invalid[0]["error"]
+    finally:
+        agent.request_stop()
+        await asyncio.wait_for(task, timeout=20)
+
+
+async def test_the_agent_announces_the_wire_additions_it_reads(mosquitto_broker, start_agent):
+    broker = mosquitto_broker()
+    a = await start_agent(broker)
+    await a.obj.connected()
+    host = ["-h", "127.0.0.1", "-p", str(broker.port)]
+    out = await run_tool(
+        "mosquitto_sub", *host, "-t", "memwarden/v1/agents/edge1/status", "-C", "1", "-W", "10"
+    )
+    status = json.loads(out)
+    assert status["status"] == "online"
+    assert status["accepts"] == ["queued_at"]

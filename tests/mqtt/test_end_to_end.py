@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
+from typing import Any
 
 from structlog.testing import capture_logs
 from tests.mqtt.conftest import event_json, run_tool, wait_accepted, wait_state
 from tests.support import eventually
 
 from memwarden.daemon._metrics import render
+from memwarden.memory import RevalidationRequest
 
 FS_BINDING = {"sensor": "files", "path": "app.json", "key": "/timeout", "equals": 30}
 
@@ -132,3 +135,47 @@ async def test_a_remote_sensors_bindings_carry_their_blocks_window(
             == [(block.id, timedelta(hours=2))]
         )
     )
+
+
+async def test_queued_at_goes_only_to_sensors_whose_agents_all_read_it(
+    mosquitto_broker, start_daemon, start_agent, world
+):
+    """The daemon adds ``queued_at`` to a remote request only when every agent that
+    announced the sensor says it reads it: one agent of an earlier release (no
+    ``accepts``), or a status whose ``accepts`` is not a short list of strings, and the
+    request goes out as before, which that agent accepts."""
+    broker = mosquitto_broker()
+    (world / "app.json").write_text('{"timeout": 30}')
+    d = await start_daemon(broker)
+    block = await d.obj.add_block({"content": "timeout 30", "bindings": [FS_BINDING]})
+    a = await start_agent(broker)
+    await wait_state(d.obj, block.id, "fresh")
+    bridge = d.obj.mqtt
+    assert bridge.all_accept("files", "queued_at")
+    assert not bridge.all_accept("other", "queued_at")  # nobody announced it
+    runner = a.obj.runners["files"]
+    seen: list[RevalidationRequest] = []
+    answer = runner.revalidate
+
+    async def recording(request: RevalidationRequest) -> Any:
+        seen.append(request)
+        return await answer(request)
+
+    runner.revalidate = recording
+    await d.obj.revalidate(block.id, wait_s=10)
+    assert [r.queued_at is not None for r in seen] == [True]
+
+    pub = ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(broker.port), "-q", "1", "-r"]
+    status = {"status": "online", "agent": "old1/r", "sensors": ["files"]}
+    hostile = ["queued_at", ["queued_at"] * 33, [1, None, "x" * 65], {"queued_at": True}]
+    for i, accepts in enumerate([None, *hostile]):
+        body = status if accepts is None else {**status, "accepts": accepts}
+        await run_tool(*pub, "-t", f"memwarden/v1/agents/old{i}/status", "-m", json.dumps(body))
+        await eventually(lambda i=i: f"old{i}" in bridge.agents, timeout_s=10)
+        assert not bridge.all_accept("files", "queued_at"), accepts
+        await run_tool(*pub, "-t", f"memwarden/v1/agents/old{i}/status", "-n")  # cleared
+        await eventually(lambda i=i: f"old{i}" not in bridge.agents, timeout_s=10)
+    await run_tool(*pub, "-t", "memwarden/v1/agents/old0/status", "-m", json.dumps(status))
+    await eventually(lambda: not bridge.all_accept("files", "queued_at"), timeout_s=10)
+    await d.obj.revalidate(block.id, wait_s=10)
+    assert [r.queued_at is not None for r in seen] == [True, False]

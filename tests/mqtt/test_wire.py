@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
 
 from memwarden.memory import Binding, RevalidationRequest
 from memwarden.mqtt import (
+    AGENT_ACCEPTS,
     DAEMON_OFFLINE,
     DAEMON_ONLINE,
+    QUEUED_AT,
     agent_status,
     bindings_message,
     block_state,
     heartbeat,
     is_agent_id,
     resend_request,
+    revalidation_request,
 )
 
 
@@ -86,9 +93,10 @@ def test_agent_ids_are_one_safe_topic_level():
         assert not is_agent_id(bad), bad
 
 
-def test_a_revalidation_request_goes_out_with_the_documented_fields_only():
-    """queued_at (when the check was asked for) stays in the daemon: an agent of an older
-    version reads requests with extra fields forbidden, and would refuse the request."""
+def test_a_revalidation_request_carries_queued_at_only_when_asked():
+    """Without ``queued_at=True`` the request has the nine first fields (an agent of an
+    earlier release reads them with extra fields forbidden, and would refuse more); with
+    it, ``queued_at`` too, on the daemon's clock, in the format of ``created_at``."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
     request = RevalidationRequest(
         block_id="B1",
@@ -100,9 +108,45 @@ def test_a_revalidation_request_goes_out_with_the_documented_fields_only():
         deadline=now + timedelta(seconds=30),
         queued_at=now - timedelta(minutes=5),
     )
-    body = json.loads(request.model_dump_json())
-    assert set(body) == {
+    first = {
         "id", "block_id", "sensor", "subject", "binding", "reason", "created_at", "deadline",
         "attempts",
     }  # fmt: skip
+    body = json.loads(revalidation_request(request))
+    assert set(body) == first
     assert RevalidationRequest.model_validate(body).queued_at is None
+    assert json.loads(request.model_dump_json()) == body  # the model alone never adds it
+    later = json.loads(revalidation_request(request, queued_at=True))
+    assert set(later) == first | {QUEUED_AT}
+    assert later["queued_at"] == "2025-12-31T23:55:00Z"
+    assert later["created_at"] == "2026-01-01T00:00:00Z"
+    assert RevalidationRequest.model_validate(later).queued_at == request.queued_at
+    # A request that has no queued_at (made before it existed) goes out without one.
+    bare = request.model_copy(update={"queued_at": None})
+    assert set(json.loads(revalidation_request(bare, queued_at=True))) == first
+
+
+def test_an_agent_status_says_what_it_accepts_only_when_it_does():
+    kw: dict[str, Any] = {"agent_id": "e", "agent": "e/r", "sensors": [], "heartbeat_s": 1.0}
+    assert "accepts" not in json.loads(agent_status("online", version="1", **kw))
+    body = json.loads(agent_status("online", version="1", accepts=AGENT_ACCEPTS, **kw))
+    assert body["accepts"] == ["queued_at"]
+
+
+def test_the_strict_reading_earlier_agents_used_refuses_a_field_it_does_not_know():
+    """Why queued_at is negotiated: earlier agents read a request with the model alone
+    (extra fields forbidden), which refuses any field it does not know; an agent before
+    queued_at knew only the nine first fields."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    request = RevalidationRequest(
+        block_id="B1",
+        sensor="files",
+        subject="a.txt",
+        binding=Binding(sensor="files", subject="a.txt"),
+        reason="expired",
+        created_at=now,
+        deadline=now + timedelta(seconds=30),
+    )
+    body = json.loads(revalidation_request(request))
+    with pytest.raises(ValidationError, match="added_later"):
+        RevalidationRequest.model_validate_json(json.dumps({**body, "added_later": 1}))

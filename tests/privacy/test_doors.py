@@ -534,3 +534,34 @@ async def test_archive_reason_is_redacted(api):
     answer = await api.client.delete(f"/v1/blocks/{block['id']}", params={"reason": f"per {EMAIL}"})
     assert answer.status_code == 200, answer.text
     assert EMAIL not in api.dump()
+
+
+async def test_erasure_reason_is_redacted_in_the_tombstone(api):
+    """Both erasure doors (POST /v1/forget, DELETE ?erase=true) screen the reason the
+    erasure log keeps; a reject rule refuses the erasure and erases nothing."""
+    first = await api.add({"content": "a fact to forget"})
+    second = await api.add({"content": "another fact to forget"})
+    answer = await api.client.post(
+        "/v1/forget", json={"ids": [first["id"]], "reason": f"request of {EMAIL}"}
+    )
+    assert answer.status_code == 200, answer.text
+    answer = await api.client.delete(
+        f"/v1/blocks/{second['id']}", params={"erase": "true", "reason": f"per {EMAIL}"}
+    )
+    assert answer.status_code == 200, answer.text
+    email = await api.placeholder("email", EMAIL.lower())
+    tombstones = (await api.client.get("/v1/erasures")).json()
+    assert sorted(t["reason"] for t in tombstones) == [f"per {email}", f"request of {email}"]
+    dump = api.dump()
+    assert EMAIL not in dump
+    assert EMAIL.lower() not in dump
+
+
+@policy(rules={"email": "reject"})
+async def test_a_reject_rule_refuses_an_erasure_whose_reason_holds_an_address(api):
+    block = await api.add({"content": "a fact to keep"})
+    answer = await api.client.post(
+        "/v1/forget", json={"ids": [block["id"]], "reason": f"request of {EMAIL}"}
+    )
+    assert answer.status_code == 422, answer.text
+    assert (await api.daemon.store.get(block["id"])).content == "a fact to keep"

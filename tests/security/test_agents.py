@@ -459,3 +459,26 @@ async def test_an_agents_privacy_profile_judges_what_it_writes(agents):
         assert asked.status_code == 422, asked.text
         after = (await beta.get(f"/v1/blocks/{own['id']}")).json()
         assert (after["content"], after["version"]) == ("the owner is on leave", own["version"])
+
+
+async def test_only_an_admin_agent_changes_the_privacy_policy(agents):
+    """The policy applies to every agent and a PUT is kept across restarts: a reader or a
+    writer without ``admin`` is refused (403 naming it), nothing changes and nothing is
+    kept; the owner's token (every operation) may."""
+    home = agents.daemon.settings.home
+    async with agents.client("keeper") as keeper, agents.client("reader") as reader:
+        before = (await reader.get("/v1/privacy")).json()
+        loose = {**before["policy"], "enabled": False}
+        for client in (keeper, reader):
+            for answer in (
+                await client.put("/v1/privacy", json=loose),
+                await client.delete("/v1/privacy"),
+            ):
+                assert answer.status_code == 403, answer.text
+                assert "may not admin" in answer.json()["detail"]
+    assert agents.daemon.privacy.policy.enabled is True
+    assert not (home / "privacy.policy.json").exists()
+    async with agents.client("default") as owner:
+        answer = await owner.put("/v1/privacy", json=loose)
+    assert answer.status_code == 200, answer.text
+    assert (home / "privacy.policy.json").exists()

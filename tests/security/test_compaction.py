@@ -387,3 +387,60 @@ async def test_the_newest_event_is_never_compacted_so_no_seq_is_reused(store, cl
         ]
     )
     assert query(store, "SELECT max(seq) FROM events") == [(last + 1,)]
+
+
+def _requests(store: Store) -> dict[str, tuple[str, float | None, float]]:
+    rows = query(store, "SELECT id, status, finished_at, created_at FROM revalidations")
+    return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+
+def _kept_by_rule(
+    rows: dict[str, tuple[str, float | None, float]], now: float, max_age_s: float
+) -> set[str]:
+    """The retention, stated on its own: an open request stays; one that is over stays
+    until it ended (its creation, if it has no end) longer than max_age ago."""
+    return {
+        rid
+        for rid, (status, finished, created) in rows.items()
+        if status in ("pending", "sent")
+        or (finished if finished is not None else created) >= now - max_age_s
+    }
+
+
+async def test_requests_that_are_over_are_deleted_after_their_retention(tmp_path, clock):
+    """Done, failed and expired requests go revalidations_max_age after they ended, open
+    ones never, in jobs of window_rows; the same rows as the rule says, on a fake clock."""
+    cfg = CompactionConfig(window_rows=16, revalidations_max_age=timedelta(days=7))
+    async with Store(tmp_path / "r.db", clock=clock, compaction=cfg) as store:
+        blocks = [await store.add({"content": f"f{i}", "bindings": [BINDING]}) for i in range(3)]
+        [done] = await store.request_revalidation(blocks[0].id)
+        await store.set_revalidation_status([done], "done", outcome="confirmed")
+        [still_open] = await store.request_revalidation(blocks[1].id)  # old, never answered
+        t0 = clock.time()
+        with raw(store) as conn:
+            rows = [
+                (f"x{i}", blocks[2].id, "expired", t0, t0, t0 + (i - 30) * 3600) for i in range(40)
+            ]
+            rows.append(("odd", blocks[2].id, "failed", t0, t0, None))  # over, no end
+            conn.executemany(
+                "INSERT INTO revalidations (id, block_id, sensor, subject, reason, status,"
+                " created_at, send_at, deadline_s, finished_at) VALUES"
+                " (?, ?, 'fs', 'config/app.yaml', 'manual', ?, ?, ?, 5, ?)",
+                rows,
+            )
+        clock.advance(timedelta(days=7, seconds=1))
+        before = _requests(store)
+        expected = _kept_by_rule(before, clock.time(), 7 * D)
+        report = await store.compact_events()
+        after = _requests(store)
+    assert set(after) == expected
+    assert still_open in after
+    assert done not in after
+    assert "odd" not in after
+    assert report.revalidations_deleted == len(before) - len(expected)
+    assert report.revalidations_deleted > 16  # more than one job's worth
+
+
+def test_a_bad_retention_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match="revalidations_max_age"):
+        CompactionConfig.model_validate({"revalidations_max_age": "a while"})

@@ -44,7 +44,7 @@ async def test_patch_binds_a_stored_fact_and_its_sensor_checks_it(api: Api):
     bound = answer.json()
     assert bound["bindings"] == [{**TIMEOUT, "subject": "config/app.yaml"}]
     assert bound["state"] == "unverified"
-    assert bound["version"] == block["version"]  # the text did not change
+    assert bound["version"] == block["version"] + 1  # new bindings: a new version
     audit = await _audit_updates(api, block["id"])
     assert '"sensor": "fs"' in audit[-1]
     assert "config/app.yaml" in audit[-1]

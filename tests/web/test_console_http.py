@@ -152,6 +152,25 @@ async def test_edit_from_the_page_makes_a_version_with_a_diff(daemon):
     )
 
 
+async def test_a_change_of_bindings_is_a_version_the_page_names(daemon):
+    """Unbinding a block is a new version with the same text: the page says so, and a
+    form made from the version before is refused (409) instead of undoing it."""
+    block_id, _ = await block_with_history(daemon)
+    await daemon.edit_block(block_id, {"bindings": []}, actor="bob")
+    async with signed_in(daemon) as client:
+        page = await client.get(f"/review/blocks/{block_id}")
+        token = CSRF.search(page.text)
+        assert token is not None
+        form = {"csrf": token.group(1), "title": "cache ttl", "version": "1"}
+        stale_form = await client.post(
+            f"/review/blocks/{block_id}/edit", data={**form, "content": "The cache TTL is 1 s"}
+        )
+    assert stale_form.status_code == 409
+    assert "(the same text: its bindings changed)" in page.text
+    block = await daemon.store.get(block_id)
+    assert (block.version, block.content, block.bindings) == (2, "The cache TTL is 60 s", [])
+
+
 async def test_hostile_edits_are_refused_or_escaped(daemon):
     """Content with markup is stored and shown as text; empty or oversized content and a
     bad version are refused naming the field, and change nothing."""

@@ -34,8 +34,16 @@ from memwarden.agent._queue import AgentQueue
 from memwarden.errors import ConfigError, MemwardenError
 from memwarden.errors import ValidationInputError as InputError
 from memwarden.hosting import build_runner
-from memwarden.memory import Binding, RevalidationRequest, SystemClock, new_id, parse_duration
+from memwarden.memory import (
+    Binding,
+    RevalidationRequest,
+    SystemClock,
+    from_ts,
+    new_id,
+    parse_duration,
+)
 from memwarden.mqtt import (
+    AGENT_ACCEPTS,
     Topics,
     agent_status,
     heartbeat,
@@ -319,8 +327,8 @@ class Agent:
         if runner is None:
             return
         try:
-            request = RevalidationRequest.model_validate_json(payload)
-        except ValidationError as err:
+            request = self._read_request(payload)
+        except (ValidationError, ValueError, TypeError) as err:
             log.warning("revalidation_request_invalid", sensor=name, error=str(err)[:500])
             return
         if request.sensor != name:
@@ -338,6 +346,26 @@ class Agent:
                 "revalidation_answer_lost", sensor=name, request_id=request.id, error=str(err)
             )
 
+    def _read_request(self, payload: bytes) -> RevalidationRequest:
+        """A ``revalidate/<sensor>`` body as the request the sensor is handed.
+
+        Fields this release does not know are ignored (a later daemon may add some; this
+        agent's status says which additions it reads, ``accepts``). ``queued_at`` comes on
+        the daemon's clock; the sensor gets it on this host's clock, the time of receipt
+        minus how long the request waited (``created_at - queued_at``, one clock): a
+        sensor compares it with its own looks (a poll taken after it answers the request),
+        and a skew between the hosts must not make an older look count."""
+        data = json.loads(payload)
+        if not isinstance(data, dict):
+            raise TypeError(f"a request is a JSON object, not {type(data).__name__}")
+        known = {k: v for k, v in data.items() if k in RevalidationRequest.model_fields}
+        request = RevalidationRequest.model_validate(known)
+        if request.queued_at is None:
+            return request
+        waited = max(0.0, (request.created_at - request.queued_at).total_seconds())
+        here = max(0.0, self.clock.time() - waited)
+        return request.model_copy(update={"queued_at": from_ts(here)})
+
     # ------------------------------------------------------------------ MQTT
 
     def _status(self, status: str, reason: str = "") -> bytes:
@@ -349,6 +377,7 @@ class Agent:
             heartbeat_s=self.settings.agent.heartbeat_interval.total_seconds(),
             version=__version__,
             reason=reason,
+            accepts=AGENT_ACCEPTS,
         )
 
     async def _session(self, tls: Any) -> None:

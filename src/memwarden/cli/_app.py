@@ -30,6 +30,7 @@ from memwarden.cli._common import (
     id_table,
     out,
     print_json,
+    privacy_for,
     target,
 )
 from memwarden.cli._forget import forget
@@ -494,10 +495,19 @@ def add(
     if mode is not None:
         _add_and_bind(payload, mode, dedupe=dedupe, quiet=quiet, json_out=json_out)
         return
+
+    async def local(s: Store) -> Block:
+        from memwarden.memory import NewBlock, validate_input  # noqa: PLC0415 - lazily
+
+        assert db is not None  # noqa: S101 - call() runs local only with --db
+        # The door the API's add passes (source agent), with the daemon's policy and key.
+        block = await privacy_for(db).new_block(validate_input(NewBlock, payload), "agent")
+        return await s.add(block, actor="cli", dedupe=dedupe)
+
     block = call(
         db,
         api=lambda c: c.add(payload, dedupe=dedupe),
-        local=lambda s: s.add(payload, actor="cli", dedupe=dedupe),
+        local=local,
         create=True,  # the first fact may start a database file
     )
     if json_out:
@@ -1280,19 +1290,18 @@ def import_blocks(
     left unchanged), or new blocks, one JSON object per line."""
     from rich.progress import track  # noqa: PLC0415
 
-    from memwarden.memory._transfer import is_export_row  # noqa: PLC0415
-
     rows = _read_jsonl(file)
     batches = _batches(rows)
     totals = {"added": 0, "existing": 0, "created": 0, "quarantined": 0}
 
     async def local(s: Store) -> Any:
+        assert db is not None  # noqa: S101 - call() runs local only with --db
+        doors = privacy_for(db)  # the import door of the daemon, its policy and key
         for batch in track(batches, description="importing", console=err, transient=True):
-            exported = [r for r in batch if is_export_row(r)]
+            exported, plain = await doors.import_rows(batch)
             report = await s.import_blocks(exported)
             totals["added"] += len(report.added)
             totals["existing"] += len(report.existing)
-            plain = [r for r in batch if not is_export_row(r)]
             if plain:
                 totals["created"] += len(await s.add_many(plain, actor="import"))
 

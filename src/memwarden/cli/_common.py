@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from memwarden.client import AsyncClient
+    from memwarden.daemon import PrivacyDoors
     from memwarden.memory import Store
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "id_table",
     "out",
     "print_json",
+    "privacy_for",
     "target",
 ]
 
@@ -47,7 +49,8 @@ DbOpt = Annotated[
     Path | None,
     typer.Option(
         "--db",
-        help="Work on this database file directly instead of the running daemon.",
+        help="Work on this database file directly instead of the running daemon (writes "
+        "pass the privacy policy of ./memwarden.toml and the file's state dir).",
         envvar="MEMWARDEN_DB",
     ),
 ]
@@ -112,6 +115,29 @@ def call(
         raise typer.Exit(2) from None
     except MemwardenError as e:
         raise fail(str(e)) from None
+
+
+def privacy_for(db: Path) -> PrivacyDoors:
+    """The privacy doors a write with ``--db`` passes, as the daemon's would: the policy of
+    ./memwarden.toml (or the defaults and ``MEMWARDEN_`` variables), overridden by one a
+    ``PUT /v1/privacy`` kept in the database's state dir, and that dir's key
+    (:func:`memwarden.daemon.privacy_for_database`). A configuration that does not load
+    is an error: nothing is written without the policy."""
+    from memwarden.daemon import load_settings, privacy_for_database  # noqa: PLC0415
+
+    file = Path("memwarden.toml")  # what `memwarden run` reads here (cli._init.CONFIG_NAME)
+    config = file if file.is_file() else None
+    overrides: dict[str, Any] = {"home": Path(target["home"]).absolute()} if target["home"] else {}
+    settings = load_settings(config, **overrides)
+    if config is not None:  # relative paths in the file are relative to it, as for `run`
+        base = config.absolute().parent
+        update: dict[str, Any] = {}
+        if not settings.home.is_absolute():
+            update["home"] = base / settings.home
+        if settings.store.path is not None and not settings.store.path.is_absolute():
+            update["store"] = settings.store.model_copy(update={"path": base / settings.store.path})
+        settings = settings.model_copy(update=update) if update else settings
+    return privacy_for_database(db, settings)
 
 
 def id_table(ids: list[str], *columns: str) -> Table:

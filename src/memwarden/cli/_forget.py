@@ -15,7 +15,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from memwarden.cli._common import DbOpt, JsonOpt, call, err, fail, id_table, out, print_json
+from memwarden.cli._common import (
+    DbOpt,
+    JsonOpt,
+    call,
+    err,
+    fail,
+    id_table,
+    out,
+    print_json,
+    privacy_for,
+)
 
 if TYPE_CHECKING:
     from memwarden.client import AsyncClient
@@ -122,7 +132,9 @@ def _run(
         }
         if dry_run or not targets:
             return answer
-        report = await s.erase([t.id for t in targets], actor="cli", reason=reason, vacuum=vacuum)
+        assert db is not None  # noqa: S101 - call() runs local only with --db
+        said = await privacy_for(db).text(reason, "agent", "reason")  # as the API's door
+        report = await s.erase([t.id for t in targets], actor="cli", reason=said, vacuum=vacuum)
         score_log = Path(s.path).parent / _SCORE_LOG
         if score_log.exists():
             with ScoreLog(score_log) as log:

@@ -15,7 +15,16 @@ from urllib.parse import urlencode
 import typer
 from rich.table import Table
 
-from memwarden.cli._common import DbOpt, JsonOpt, call, fail, id_table, out, print_json
+from memwarden.cli._common import (
+    DbOpt,
+    JsonOpt,
+    call,
+    fail,
+    id_table,
+    out,
+    print_json,
+    privacy_for,
+)
 from memwarden.errors import MemwardenError
 
 if TYPE_CHECKING:
@@ -222,8 +231,10 @@ def _decide(
         )
 
     async def local(s: Store) -> Any:
+        assert db is not None  # noqa: S101 - call() runs local only with --db
+        said, new_content = await privacy_for(db).review(comment, content)  # the review door
         return await s.decide_review(
-            review_id, decision, reviewer=reviewer, comment=comment, new_content=content
+            review_id, decision, reviewer=reviewer, comment=said, new_content=new_content
         )
 
     data = call(db, api=api, local=local)

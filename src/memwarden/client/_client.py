@@ -180,8 +180,11 @@ def _raise_for(response: httpx.Response) -> None:
         current = int(response.json().get("version") or 0)
         raise VersionConflictError("", 0, current, message=detail)
     if response.status_code == 409 and isinstance(detail, str):
-        candidates = response.json().get("candidates") or []
-        raise AmbiguousIdError("", [str(c) for c in candidates], message=detail)
+        body = response.json()
+        if "candidates" not in body:  # the block changed under a bind: ETag is its version
+            etag = response.headers.get("ETag", "").strip('"')
+            raise VersionConflictError("", 0, int(etag) if etag.isdigit() else 0, message=detail)
+        raise AmbiguousIdError("", [str(c) for c in body["candidates"] or []], message=detail)
     if response.status_code == 422 and isinstance(detail, list):
         raise ValidationInputError(
             [
@@ -492,7 +495,8 @@ class AsyncClient:
     async def auto_bind(self, block_id: str) -> AddedBlock:
         """Look for a binding for a stored block now and add the best one whose dry run
         confirms (if confident enough): ``{"block", "bind"}``, ``bind`` saying what was
-        chosen and why (docs/SUGGESTIONS.md)."""
+        chosen and why (docs/SUGGESTIONS.md). :class:`VersionConflictError` when the
+        block's text was edited meanwhile (nothing bound: ask again)."""
         return _added(await self._call(*_Ops.auto_bind(block_id)))
 
     async def archive(self, block_id: str, reason: str = "archived via client") -> Block:
@@ -683,8 +687,14 @@ class AsyncClient:
         return answer
 
     async def set_privacy(self, policy: dict[str, Any]) -> dict[str, Any]:
-        """Replace the privacy policy (whole; until the next restart or SIGHUP)."""
+        """Replace the privacy policy (whole). The daemon keeps it in its state dir: it
+        stays in force across restarts and SIGHUP until :meth:`reset_privacy`."""
         answer: dict[str, Any] = await self._call("PUT", "/v1/privacy", body=policy)
+        return answer
+
+    async def reset_privacy(self) -> dict[str, Any]:
+        """Forget the policy :meth:`set_privacy` kept: the configuration's applies again."""
+        answer: dict[str, Any] = await self._call("DELETE", "/v1/privacy")
         return answer
 
 
@@ -964,6 +974,12 @@ class Client:
         return answer
 
     def set_privacy(self, policy: dict[str, Any]) -> dict[str, Any]:
-        """Replace the privacy policy (whole; until the next restart or SIGHUP)."""
+        """Replace the privacy policy (whole). The daemon keeps it in its state dir: it
+        stays in force across restarts and SIGHUP until :meth:`reset_privacy`."""
         answer: dict[str, Any] = self._call("PUT", "/v1/privacy", body=policy)
+        return answer
+
+    def reset_privacy(self) -> dict[str, Any]:
+        """Forget the policy :meth:`set_privacy` kept: the configuration's applies again."""
+        answer: dict[str, Any] = self._call("DELETE", "/v1/privacy")
         return answer

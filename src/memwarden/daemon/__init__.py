@@ -14,6 +14,7 @@ from memwarden.daemon._config import (
 )
 from memwarden.daemon._logging import configure_logging
 from memwarden.daemon._notify import Notifier
+from memwarden.daemon._privacy import PrivacyDoors, privacy_for_database
 from memwarden.daemon._scheduler import Scheduler
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "Daemon",
     "MqttSettings",
     "Notifier",
+    "PrivacyDoors",
     "Scheduler",
     "SensorSettings",
     "Settings",
@@ -28,4 +30,5 @@ __all__ = [
     "configure_logging",
     "default_home",
     "load_settings",
+    "privacy_for_database",
 ]

@@ -32,7 +32,7 @@ from memwarden.daemon._ingest import EventGate
 from memwarden.daemon._metrics import DaemonMetrics
 from memwarden.daemon._mqtt import MqttBridge
 from memwarden.daemon._notify import Notifier
-from memwarden.daemon._privacy import PrivacyDoors, ensure_key
+from memwarden.daemon._privacy import PrivacyDoors, ensure_key, read_policy_file
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
 from memwarden.daemon._sessions import SessionWatch
 from memwarden.embedders import load_embedder
@@ -62,7 +62,6 @@ from memwarden.memory import (
 )
 from memwarden.memory._codec import binding_from_row
 from memwarden.memory._files import private_dir
-from memwarden.memory._transfer import is_export_row
 from memwarden.plugins import (
     BoundSubject,
     Describes,
@@ -75,7 +74,6 @@ from memwarden.plugins import (
     check_binding,
 )
 from memwarden.plugins._review_queue import StoreReviewQueue
-from memwarden.privacy import PrivacyRejectedError, TooLongError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -233,7 +231,13 @@ class Daemon:
             raise ConfigError(f"home: cannot make the state dir {s.home} private: {err}") from None
         # Checked before anything else is opened: an unfit token file changes nothing.
         token = ensure_token(s.home) if s.api.enabled else ""
-        self._privacy = PrivacyDoors(s.privacy, ensure_key(s.home))
+        self._privacy = PrivacyDoors(
+            s.privacy,
+            ensure_key(s.home),
+            stored=read_policy_file(s.home),  # a PUT's policy, kept: it overrides [privacy]
+            home=s.home,
+            config_file=str(self.config_file or ""),
+        )
         callers = load_callers(s, token) if s.api.enabled else None
         self.notifier.status("starting")
         async with contextlib.AsyncExitStack() as stack:
@@ -533,6 +537,7 @@ class Daemon:
                 if old.sensors.get(n) != new.sensors.get(n)
             }
             fresh = self._make_runners({n: c for n, c in new.sensors.items() if n in changed})
+            stored = read_policy_file(old.home)  # read again: the operator may have removed it
         except MemwardenError as err:
             problems = err.problems if isinstance(err, ConfigError) else [str(err)]
             log.error("reload_failed", error=str(err), problems=problems)
@@ -543,7 +548,7 @@ class Daemon:
             await self._stop_sensor(name)
         self.settings = old.model_copy(update={"sensors": new.sensors, "privacy": new.privacy})
         if self._privacy is not None:
-            self._privacy.set_policy(new.privacy, by="config")
+            self._privacy.configure(new.privacy, stored)
         for failure in await self._start_runners(fresh):
             log.error("reload_sensor_failed", sensor=failure.plugin, error=str(failure))
         ignored = [
@@ -717,23 +722,8 @@ class Daemon:
         not configured here, a selector today's rules reject) is stored quarantined: nothing
         is checked or run for it.
         """
-        exported = [
-            self._unvouched(await self.privacy.export_row(r, i))
-            for i, r in enumerate(rows)
-            if is_export_row(r)
-        ]
-        plain: list[NewBlock | Mapping[str, Any]] = []
-        for i, row in enumerate(rows):  # all screened before anything is stored
-            if is_export_row(row):
-                continue
-            try:
-                plain.append(await self.privacy.new_block(validate_input(NewBlock, row), "import"))
-            except PrivacyRejectedError as err:
-                raise PrivacyRejectedError(f"{i}.{err.field}", err.rule, err.source) from None
-            except TooLongError as err:
-                raise TooLongError(f"{i}.{err.field}", err.size, err.limit) from None
-            except ValidationInputError:
-                plain.append(row)  # add_block names the problem as before
+        screened, plain = await self.privacy.import_rows(rows)  # all before anything is stored
+        exported = [self._unvouched(r) for r in screened]
         quarantine: dict[tuple[int, int], str] = {}
         for i, row in enumerate(exported):
             for j, raw in enumerate(row.get("bindings") or []):
@@ -872,9 +862,7 @@ class Daemon:
     ) -> dict[str, Any]:
         """Decide a review item (``_reviews.decide_review``) with its comment and new
         content passed through the privacy policy (source ``review``) first."""
-        comment = await self.privacy.text(comment, "review", "comment")
-        if new_content is not None:
-            new_content = await self.privacy.text(new_content, "review", "content")
+        comment, new_content = await self.privacy.review(comment, new_content)
         sensor = next((n for n, r in sorted(self.runners.items()) if r.kind == "review"), "review")
         return await _reviews.decide_review(
             self.store,
@@ -938,15 +926,19 @@ class Daemon:
         dry_run: bool = False,
         vacuum: bool = False,
         namespaces: Sequence[str] | None = None,
+        source: Scope = "agent",
     ) -> dict[str, Any]:
         """Erase blocks (by ids, short ids accepted; a tag; or the words of a query)
         among ``namespaces`` when given (an agent's: another's blocks are not found):
         their content leaves every table, the search index, the WAL and the score log,
         and a tombstone stays (``Store.erase``). With ``dry_run``, only what would go.
+        The reason kept in the tombstone passes the privacy policy first (an erasure
+        "at the request of <e-mail>" must not keep the address it erases).
 
         The sensors that watched them are told (their bindings are gone). The answer
         also lists what the daemon cannot reach (``unreachable``).
         """
+        reason = await self.privacy.text(reason, source, "reason")
         full = [await self.store.resolve_id(ref, namespaces=namespaces) for ref in ids]
         targets = await self.store.erasure_targets(
             ids=full, tag=tag, query=query, namespaces=namespaces

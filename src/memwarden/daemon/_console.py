@@ -282,6 +282,9 @@ def _with_diffs(versions: list[dict[str, Any]], block: Block) -> list[dict[str, 
     for before, after in zip([None, *texts[:-1]], texts, strict=True):
         entry = dict(after)
         entry["diff"] = _word_diff(before["content"], after["content"]) if before else None
+        text = ("title", "content", "tags")
+        # The same text as the version before: its bindings changed (a new version too).
+        entry["rebound"] = before is not None and all(before[k] == after[k] for k in text)
         entry["current"] = after["version"] == block.version
         out.append(entry)
     return list(reversed(out))

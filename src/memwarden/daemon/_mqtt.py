@@ -58,6 +58,7 @@ from memwarden.memory import Outcome, ValidationEvent, from_ts, to_ts
 from memwarden.mqtt import (
     DAEMON_OFFLINE,
     DAEMON_ONLINE,
+    QUEUED_AT,
     AgentGaps,
     GapTracker,
     Topics,
@@ -69,6 +70,7 @@ from memwarden.mqtt import (
     make_client,
     manual_acks,
     resend_request,
+    revalidation_request,
     split_agent,
     tls_context,
 )
@@ -125,6 +127,7 @@ class _Agent:
     since: float = 0.0
     last_heartbeat: float | None = None
     reason: str = ""
+    accepts: frozenset[str] = frozenset()  # later additions to the wire it reads
     heard: float = 0.0  # last message from it (status or heartbeat), for eviction
     # Clock skew: our receive time minus its heartbeat's "at", last few; the smallest is
     # the offset plus the smallest delivery delay (NTP's minimum-delay filter).
@@ -552,6 +555,7 @@ class MqttBridge:
         if isinstance(beat, int | float) and beat > 0:
             info.heartbeat_s = float(beat)
         info.reason = str(data.get("reason") or "")
+        info.accepts = _accepts(data.get("accepts"))
         if status == "online":
             info.last_heartbeat = now
         (log.info if status == "online" else log.warning)(
@@ -729,9 +733,16 @@ class MqttBridge:
         )
         self._awaiting[request.id] = (deadline, request)
         self._deadline_wake.set()
-        await self.publish(
-            self.topics.revalidate(request.sensor), request.model_dump_json().encode()
-        )
+        body = revalidation_request(request, queued_at=self.all_accept(request.sensor, QUEUED_AT))
+        await self.publish(self.topics.revalidate(request.sensor), body)
+
+    def all_accept(self, sensor: str, addition: str) -> bool:
+        """Whether every agent that announced ``sensor`` (online or not: the topic keeps
+        what it missed in its session) reads ``addition`` to the wire, and there is one.
+        A request goes to all of them on one topic, and an agent of an earlier release
+        refuses a request with a field it does not know."""
+        announced = [a for a in self.agents.values() if sensor in a.sensors]
+        return bool(announced) and all(addition in a.accepts for a in announced)
 
     async def publish_bindings(self, sensor: str) -> None:
         """Publish (retained) the bindings a remote sensor owns, for its agent."""
@@ -919,3 +930,14 @@ class MqttBridge:
             "Messages dropped from a full outbox (oldest first).",
             value=self.outbox_dropped,
         )
+
+
+_MAX_ACCEPTS = 32  # an agent's status names a few additions to the wire, never thousands
+
+
+def _accepts(raw: Any) -> frozenset[str]:
+    """The ``accepts`` of an agent's status: short strings in a list, anything else none
+    (the status is untrusted: whoever may publish it could send anything)."""
+    if not isinstance(raw, list) or len(raw) > _MAX_ACCEPTS:
+        return frozenset()
+    return frozenset(a for a in raw if isinstance(a, str) and 0 < len(a) <= 64)

@@ -18,6 +18,13 @@ stored ``observed`` never changes a verdict: an fs ``sha256`` binding still conf
 The HMAC key is ``privacy.key`` in the state dir: 32 random bytes, made once (0600,
 durably) and checked at each start like the API token. Losing it changes every future
 placeholder (facts written before and after no longer compare equal), nothing else.
+
+**A policy set through the API is kept** in ``privacy.policy.json`` in the state dir
+(0600, written atomically and durably before it applies), as PostgreSQL's ``ALTER
+SYSTEM`` keeps ``postgresql.auto.conf``: it overrides ``[privacy]`` of the configuration
+at every start and SIGHUP until ``DELETE /v1/privacy`` removes it. A file that is there
+but unfit stops the start (never a silent fall back to a laxer policy) and fails a
+reload (the running policy stays). ``GET /v1/privacy`` says which one is in force.
 """
 
 from __future__ import annotations
@@ -26,15 +33,19 @@ import asyncio
 import json
 import os
 import secrets
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
+from pydantic import ValidationError
 
-from memwarden.errors import ConfigError, ValidationInputError
-from memwarden.memory import BlockPatch, validate_input
+from memwarden.errors import ConfigError, StorageError, ValidationInputError
+from memwarden.memory import BlockPatch, NewBlock, from_ts, validate_input
 from memwarden.memory._codec import content_key
-from memwarden.memory._files import private_dir, read_private, write_private
+from memwarden.memory._files import fsync_dir, private_dir, read_private, write_private
+from memwarden.memory._transfer import is_export_row
 from memwarden.privacy import (
+    PrivacyRejectedError,
     PrivacySettings,
     Redactor,
     Scope,
@@ -46,9 +57,20 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
-    from memwarden.memory import NewBlock, ValidationEvent
+    from memwarden.daemon._config import Settings
+    from memwarden.memory import ValidationEvent
 
-__all__ = ["KEY_FILE", "PrivacyDoors", "ensure_key"]
+__all__ = [
+    "KEY_FILE",
+    "POLICY_FILE",
+    "PrivacyDoors",
+    "StoredPolicy",
+    "ensure_key",
+    "privacy_for_database",
+    "read_policy_file",
+    "remove_policy_file",
+    "write_policy_file",
+]
 
 log = structlog.get_logger("memwarden.privacy")
 
@@ -87,35 +109,221 @@ def ensure_key(home: Path) -> bytes:
     return key
 
 
-class PrivacyDoors:
-    """The running policy and what it is applied to; swapped whole on reload and PUT."""
+POLICY_FILE = "privacy.policy.json"
+_POLICY_FORMAT = "memwarden.privacy-policy/1"
+_POLICY_MAX_BYTES = 256 * 1024  # a policy is a few KiB; more is not one we wrote
 
-    def __init__(self, policy: PrivacySettings, key: bytes) -> None:
-        self.redactor = Redactor(policy, key)
-        self.changed_by: Literal["config", "api"] = "config"
+
+@dataclass(frozen=True, slots=True)
+class StoredPolicy:
+    """A policy set through the API, as kept in the state dir."""
+
+    policy: PrivacySettings
+    set_at: float
+    set_by: str  # the agent whose token set it
+
+
+def read_policy_file(home: Path) -> StoredPolicy | None:
+    """The policy kept in ``home/privacy.policy.json``; None when there is none. A file
+    that is there but unfit (not ours, looser than 0600, not the format, a policy that
+    does not validate) is a :class:`ConfigError` naming it: never ignored, since the
+    configuration's policy may be laxer than the one the operator set."""
+    path = home / POLICY_FILE
+    if not os.path.lexists(path):
+        return None
+
+    def refuse(problem: str) -> ConfigError:
+        message = (
+            f"privacy policy file {path}: {problem}. Fix it, or delete it to apply [privacy] "
+            "of the configuration (it holds the policy last set by PUT /v1/privacy)"
+        )
+        return ConfigError(message, problems=[message])
+
+    raw = read_private(path, _POLICY_MAX_BYTES, refuse)
+    if len(raw) > _POLICY_MAX_BYTES:
+        raise refuse(f"is larger than {_POLICY_MAX_BYTES} bytes")
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise refuse("is not JSON") from None
+    if not isinstance(data, dict) or data.get("format") != _POLICY_FORMAT:
+        raise refuse(f'is not a {_POLICY_FORMAT} file ("format")')
+    try:
+        policy = PrivacySettings.model_validate(data.get("policy"))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "policy"
+        raise refuse(f"policy.{where}: {first['msg']}") from None
+    at, by = data.get("set_at"), data.get("set_by")
+    if not isinstance(at, int | float) or isinstance(at, bool) or not isinstance(by, str):
+        raise refuse('needs "set_at" (epoch seconds) and "set_by" (text)')
+    return StoredPolicy(policy, float(at), by[:128])
+
+
+def write_policy_file(home: Path, stored: StoredPolicy) -> None:
+    """Keep ``stored`` as ``home/privacy.policy.json``: atomically, 0600, durably."""
+    body = {
+        "format": _POLICY_FORMAT,
+        "set_at": stored.set_at,
+        "set_by": stored.set_by,
+        "policy": stored.policy.model_dump(mode="json"),
+    }
+    private_dir(home)
+    write_private(home / POLICY_FILE, (json.dumps(body, indent=2) + "\n").encode())
+
+
+def remove_policy_file(home: Path) -> bool:
+    """Remove the kept policy (durably); whether there was one."""
+    path = home / POLICY_FILE
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    fsync_dir(home)
+    return True
+
+
+def privacy_for_database(db: Path, settings: Settings) -> PrivacyDoors:
+    """The doors the CLI's writes with ``--db FILE`` pass (no daemon): the policy the
+    daemon of that database applies — ``[privacy]`` of ``settings``, overridden by the
+    policy a PUT kept in its state dir — with its HMAC key, so placeholders equal the
+    daemon's. Its state dir is ``settings.home`` when ``db`` is the database those
+    settings name, else the directory holding ``db`` (where a daemon keeps its key and
+    policy beside ``memwarden.db``); a key is made there when there is none. An unfit
+    kept policy or key is a :class:`ConfigError`, never a write without the policy."""
+    same = settings.db_path.absolute().resolve() == db.absolute().resolve()
+    home = settings.home if same else db.absolute().parent
+    return PrivacyDoors(settings.privacy, ensure_key(home), stored=read_policy_file(home))
+
+
+class PrivacyDoors:
+    """The running policy and what it is applied to; swapped whole on reload and PUT.
+
+    The policy in force is the one kept from the API (``stored``) when there is one,
+    else the configuration's; both are known, so a reload can say which it applied."""
+
+    def __init__(
+        self,
+        policy: PrivacySettings,
+        key: bytes,
+        *,
+        stored: StoredPolicy | None = None,
+        home: Path | None = None,
+        config_file: str = "",
+    ) -> None:
+        self.config_policy = policy
+        self.stored = stored
+        self.home = home  # where a PUT keeps its policy (None: it is not kept)
+        self.config_file = config_file
+        self.redactor = Redactor(stored.policy if stored else policy, key)
+        self._lock = asyncio.Lock()  # one change at a time: the file and memory agree
 
     @property
     def policy(self) -> PrivacySettings:
         return self.redactor.policy
 
-    def set_policy(self, policy: PrivacySettings, *, by: Literal["config", "api"]) -> bool:
-        """Apply ``policy`` (already validated in full); whether it differs."""
+    @property
+    def changed_by(self) -> Literal["config", "api"]:
+        return "api" if self.stored is not None else "config"
+
+    def _apply(self, policy: PrivacySettings, by: str) -> bool:
         changed = policy != self.redactor.policy
         if changed:
             self.redactor = self.redactor.with_policy(policy)
             log.info("privacy_policy_applied", by=by)
-        self.changed_by = by
         return changed
+
+    def configure(self, config_policy: PrivacySettings, stored: StoredPolicy | None) -> bool:
+        """A start or reload's outcome: the configuration's policy and the kept one (both
+        read and validated in full by the caller); whether the policy in force changed."""
+        self.config_policy, self.stored = config_policy, stored
+        if stored is not None and stored.policy != config_policy:
+            log.warning(
+                "privacy_config_overridden",
+                file=str(self.home / POLICY_FILE) if self.home else POLICY_FILE,
+                hint="the policy set by PUT /v1/privacy stays in force; "
+                "DELETE /v1/privacy goes back to [privacy] of the configuration",
+            )
+        return self._apply(stored.policy if stored else config_policy, "config")
+
+    async def put(self, policy: PrivacySettings, *, by: str, at: float) -> None:
+        """Keep ``policy`` (validated in full) and apply it: kept first, so a policy in
+        force is one a restart applies again; a file that cannot be written is a
+        :class:`StorageError` and nothing changes."""
+        async with self._lock:
+            stored = StoredPolicy(policy, at, by)
+            if self.home is not None:
+                try:
+                    await asyncio.to_thread(write_policy_file, self.home, stored)
+                except OSError as err:
+                    raise StorageError(
+                        f"cannot keep the privacy policy in {self.home / POLICY_FILE}: "
+                        f"{err.strerror or err}; the policy in force did not change"
+                    ) from None
+            self.stored = stored
+            self._apply(policy, "api")
+
+    async def reset(self) -> None:
+        """Forget the kept policy: the configuration's applies again."""
+        async with self._lock:
+            if self.home is not None:
+                try:
+                    await asyncio.to_thread(remove_policy_file, self.home)
+                except OSError as err:
+                    raise StorageError(
+                        f"cannot remove {self.home / POLICY_FILE}: {err.strerror or err}"
+                    ) from None
+            self.stored = None
+            self._apply(self.config_policy, "config")
 
     def describe(self) -> dict[str, Any]:
         stats = self.redactor.stats
+        stored = self.stored
+        if stored is not None:
+            source = str(self.home / POLICY_FILE) if self.home else POLICY_FILE
+        else:
+            source = self.config_file
         return {
             "policy": self.policy.model_dump(mode="json"),
             "set_by": self.changed_by,
+            "source": source,
+            "set_at": from_ts(stored.set_at).isoformat() if stored else None,
+            "set_by_agent": stored.set_by if stored else None,
+            "config_differs": stored is not None and stored.policy != self.config_policy,
             "redacted": dict(sorted(stats.redacted.items())),
             "rejected": dict(sorted(stats.rejected.items())),
             "unchecked": stats.unchecked,
         }
+
+    # ------------------------------------------------------------------ whole inputs
+
+    async def import_rows(
+        self, rows: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[NewBlock | Mapping[str, Any]]]:
+        """An import's rows screened (source ``import``), all before anything is stored:
+        the export objects, and the plain new blocks (a row that is not a valid block is
+        passed on as it is: the store names its problem). A refusal names the row."""
+        exported = [await self.export_row(r, i) for i, r in enumerate(rows) if is_export_row(r)]
+        plain: list[NewBlock | Mapping[str, Any]] = []
+        for i, row in enumerate(rows):
+            if is_export_row(row):
+                continue
+            try:
+                plain.append(await self.new_block(validate_input(NewBlock, row), "import"))
+            except PrivacyRejectedError as err:
+                raise PrivacyRejectedError(f"{i}.{err.field}", err.rule, err.source) from None
+            except TooLongError as err:
+                raise TooLongError(f"{i}.{err.field}", err.size, err.limit) from None
+            except ValidationInputError:
+                plain.append(row)
+        return exported, plain
+
+    async def review(self, comment: str, new_content: str | None) -> tuple[str, str | None]:
+        """A review decision's comment and new content (source ``review``)."""
+        comment = await self.text(comment, "review", "comment")
+        if new_content is not None:
+            new_content = await self.text(new_content, "review", "content")
+        return comment, new_content
 
     # ------------------------------------------------------------------ blocks
 
@@ -306,7 +514,9 @@ class PrivacyDoors:
                 except ValueError:
                     tags = None
                 if isinstance(tags, list):
-                    out[name] = json.dumps(r.json(tags, source="import", field=field))
+                    screened = r.json(tags, source="import", field=field)
+                    if screened != tags:  # else the stored text stays byte for byte
+                        out[name] = json.dumps(screened, ensure_ascii=False)
                     continue
             if isinstance(value, (str, list)):
                 out[name] = r.json(value, source="import", field=field)

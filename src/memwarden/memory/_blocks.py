@@ -139,10 +139,13 @@ class Blocks:
         actor: str = "agent",
         expected_version: int | None = None,
     ) -> None:
-        """Edit a block. A new text (title, content, tags) is a new ``version``: the old
-        one is kept in history, the block is unverified again and demoted from core.
-        With ``expected_version`` the edit applies only to that version (else
-        :class:`VersionConflictError`, nothing changed)."""
+        """Edit a block. A new text (title, content, tags) or new bindings make a new
+        ``version``: the old one is kept in history (its text; after a change of bindings
+        only, the same text as the new one), the block is unverified again, and a new text
+        demotes it from core. With ``expected_version`` the edit applies only to that
+        version (else :class:`VersionConflictError`, nothing changed): the version is the
+        block's compare-and-set token, so an edit based on what it read never undoes a
+        change of bindings it did not see."""
         p = validate_input(BlockPatch, patch)
         nulls = [k for k in sorted(p.model_fields_set) if getattr(p, k) is None]
         if nulls:  # None means "absent" only when left out; an explicit null is an error
@@ -162,7 +165,7 @@ class Blocks:
             rebound = bindings is not None and await _replace_bindings(
                 conn, rec.rid, rec.id, bindings, now
             )
-            if _apply_patch(rec, changes, now, cfg, rebound=rebound):
+            if _apply_patch(rec, changes, now, cfg, rebound=rebound):  # a new version
                 await conn.execute(
                     "INSERT INTO block_history (block_id, version, title, content, tags,"
                     " replaced_at, replaced_by) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -284,18 +287,21 @@ def _apply_patch(
     *,
     rebound: bool = False,
 ) -> bool:
-    """Apply an edit to a record; True when the text changed (a new version).
+    """Apply an edit to a record; True when it is a new version (the text or the
+    bindings changed).
 
     A new text was never checked: the block becomes unverified again, its window
     restarts, and a core block is demoted (the core rule: an update demotes). New
     bindings (``rebound``) were never checked either: unverified again, the window
-    restarts; the text, version, tier and reliability stay.
+    restarts, a new version (what a compare-and-set on the version must see); the text,
+    tier and reliability stay.
     """
     text_changed = any(
         k in changes and changes[k] != getattr(rec, k) for k in ("title", "content", "tags")
     )
-    if text_changed:
+    if text_changed or rebound:
         rec.version += 1
+    if text_changed:
         demote_core(rec, cfg)
     if (text_changed or rebound) and rec.state in (
         BlockState.FRESH,
@@ -322,7 +328,7 @@ def _apply_patch(
     base = rec.validated_at if rec.validated_at is not None else rec.created_at
     rec.stale_at = (now if text_changed or rebound else base) + rec.validity_window_s
     rec.updated_at = now
-    return text_changed
+    return text_changed or rebound
 
 
 async def _replace_bindings(

@@ -14,7 +14,9 @@ holds it any more. Every event and effect that changed a block is kept.
 Events that reached no block (nothing was bound to their sensor and subject) are no
 block's record: older than ``compaction.after`` they are deleted and counted per sensor,
 outcome and UTC day in ``unmatched_counts``. ``dead_letters`` are pruned by age and by
-count.
+count. Revalidation requests that are over (``done``, ``failed``, ``expired``) are deleted
+once they ended longer than ``revalidations_max_age`` ago: the event that answered one
+stays in the log (its ``request_id``); an open one is never touched.
 
 The append-only triggers refuse every other ``DELETE``: they let one through only while
 the ``compaction_guard`` row exists, which each compaction job inserts and removes
@@ -69,6 +71,11 @@ class CompactionConfig(BaseModel):
     )
     dead_letters_max_age: Duration = timedelta(days=30)
     dead_letters_max_rows: Annotated[int, Field(ge=0)] = 10_000
+    revalidations_max_age: Duration = Field(
+        default=timedelta(days=7),
+        description="Revalidation requests that are over (done, failed, expired) are "
+        "deleted this long after they ended; open ones are kept.",
+    )
 
 
 @dataclass(slots=True)
@@ -80,6 +87,7 @@ class CompactionReport:
     effects_deleted: int = 0
     events_deleted: int = 0
     dead_letters_deleted: int = 0
+    revalidations_deleted: int = 0  # requests over for longer than revalidations_max_age
     unmatched_deleted: int = 0  # events that reached no block (counted in unmatched_counts)
     jobs: int = 0  # writer jobs
     max_job_s: float = 0.0  # the longest a job held the writer
@@ -93,6 +101,7 @@ class CompactionReport:
             "effects_deleted": self.effects_deleted,
             "events_deleted": self.events_deleted,
             "dead_letters_deleted": self.dead_letters_deleted,
+            "revalidations_deleted": self.revalidations_deleted,
             "unmatched_deleted": self.unmatched_deleted,
             "jobs": self.jobs,
             "max_job_s": round(self.max_job_s, 4),
@@ -365,8 +374,23 @@ async def _prune_dead_letters(
     return deleted
 
 
+async def _prune_revalidations(
+    conn: aiosqlite.Connection, cfg: CompactionConfig, now: float, limit: int
+) -> int:
+    """One bounded step: requests over for longer than ``revalidations_max_age``."""
+    oldest = now - cfg.revalidations_max_age.total_seconds()
+    async with conn.execute(
+        "DELETE FROM revalidations WHERE id IN (SELECT id FROM revalidations"
+        " WHERE status NOT IN ('pending', 'sent') AND coalesce(finished_at, created_at) < ?"
+        " LIMIT ?)",
+        (oldest, limit),
+    ) as cur:
+        return max(0, cur.rowcount)
+
+
 async def compact(db: Database, clock: Clock, cfg: CompactionConfig) -> CompactionReport:
-    """One compaction pass over the whole event log, then the dead letters."""
+    """One compaction pass over the whole event log, then the dead letters and the
+    revalidation requests that are over."""
     submit, read = db.write, db.read
     report = CompactionReport()
 
@@ -425,6 +449,16 @@ async def compact(db: Database, clock: Clock, cfg: CompactionConfig) -> Compacti
         report.jobs += 1
         report.dead_letters_deleted += deleted
         if deleted == 0:
+            break
+
+    async def finished(conn: aiosqlite.Connection) -> int:
+        return await _prune_revalidations(conn, cfg, now, limit)
+
+    while True:
+        deleted = await write(finished, weight=limit)
+        report.jobs += 1
+        report.revalidations_deleted += deleted
+        if deleted < limit:
             break
     report.duration_s = time.perf_counter() - started
     log.info("compaction_done", **report.as_dict())

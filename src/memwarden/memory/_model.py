@@ -408,9 +408,12 @@ class RevalidationRequest(BaseModel):
         default=None,
         exclude=True,
         description="When the check was asked for (``created_at`` is when it was sent; a "
-        "retry or a check spread after downtime waits in between). A look at the binding "
-        "taken after it answers the request. In-process only: never serialised, so a "
-        "request sent over MQTT is what older agents accept.",
+        "retry or a check spread after downtime waits in between), on the clock of the "
+        "host the sensor runs on. A look at the binding taken after it answers the "
+        "request. Left out of the model's own serialisation: over MQTT the daemon adds it "
+        "(on its clock) only for agents that announce they read it, since older agents "
+        "refuse a request with a field they do not know; the agent puts it on its own "
+        "clock (docs/MQTT.md).",
     )
 
     @property

@@ -202,7 +202,7 @@ async def decide(
         action = "proposal_rejected"
         if accept:
             action = "proposal_accepted"
-            await _apply(conn, rid, kind, json.loads(raw), binding, proposal_id, now)
+            await _apply(conn, rid, kind, json.loads(raw), binding, proposal_id, now, actor)
         await conn.execute(
             "UPDATE proposals SET status = ?, decided_at = ?, decided_by = ? WHERE id = ?",
             ("accepted" if accept else "rejected", now, actor[:128], proposal_id),
@@ -224,6 +224,7 @@ async def _apply(  # noqa: PLR0917 - one step of decide's transaction
     binding: Binding | None,
     proposal_id: str,
     now: float,
+    actor: str,
 ) -> None:
     if kind == "binding":
         if binding is None:
@@ -232,6 +233,17 @@ async def _apply(  # noqa: PLR0917 - one step of decide's transaction
             "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at)"
             " VALUES (?, ?, ?, ?, ?)",
             (rid, binding.sensor, binding.subject, binding_selector_json(binding), now),
+        )
+        # New bindings are a new version, as an edit's are (Store.update): an edit based
+        # on the version read before this one is refused instead of dropping the binding.
+        await conn.execute(
+            "INSERT INTO block_history (block_id, version, title, content, tags,"
+            " replaced_at, replaced_by) SELECT id, version, title, content, tags, ?, ?"
+            " FROM blocks WHERE rid = ?",
+            (now, actor[:128], rid),
+        )
+        await conn.execute(
+            "UPDATE blocks SET version = version + 1, updated_at = ? WHERE rid = ?", (now, rid)
         )
         # The block is bound now: its other binding proposals are moot.
         await conn.execute(

@@ -234,10 +234,10 @@ class Store:
         actor: str = "agent",
         expected_version: int | None = None,
     ) -> Block:
-        """Edit a block. A new text (title, content, tags) is a new ``version``: the old
-        one is kept in history, the block is unverified again and demoted from core.
-        With ``expected_version`` the edit applies only to that version (else
-        :class:`VersionConflictError`, nothing changed)."""
+        """Edit a block. A new text (title, content, tags) or new bindings are a new
+        ``version``: the old one is kept in history, the block is unverified again, and a
+        new text demotes it from core. With ``expected_version`` the edit applies only to
+        that version (else :class:`VersionConflictError`, nothing changed)."""
         await self._blocks.update(block_id, patch, actor=actor, expected_version=expected_version)
         self._queued()
         return await self.get(block_id)

@@ -26,20 +26,25 @@ from __future__ import annotations
 from memwarden.mqtt._client import ConnectionSettings, make_client, manual_acks, tls_context
 from memwarden.mqtt._gaps import AgentGaps, GapTracker
 from memwarden.mqtt._messages import (
+    AGENT_ACCEPTS,
     DAEMON_OFFLINE,
     DAEMON_ONLINE,
+    QUEUED_AT,
     agent_status,
     bindings_message,
     block_state,
     heartbeat,
     resend_request,
+    revalidation_request,
 )
 from memwarden.mqtt._reconnect import describe_error, keep_connected
 from memwarden.mqtt._topics import Topics, is_agent_id, split_agent
 
 __all__ = [
+    "AGENT_ACCEPTS",
     "DAEMON_OFFLINE",
     "DAEMON_ONLINE",
+    "QUEUED_AT",
     "AgentGaps",
     "ConnectionSettings",
     "GapTracker",
@@ -54,6 +59,7 @@ __all__ = [
     "make_client",
     "manual_acks",
     "resend_request",
+    "revalidation_request",
     "split_agent",
     "tls_context",
 ]

@@ -9,26 +9,39 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from pydantic import AwareDatetime, TypeAdapter
+
 from memwarden.memory import format_duration, from_ts
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from datetime import timedelta
 
-    from memwarden.memory import Binding
+    from memwarden.memory import Binding, RevalidationRequest
 
 __all__ = [
+    "AGENT_ACCEPTS",
     "DAEMON_OFFLINE",
     "DAEMON_ONLINE",
+    "QUEUED_AT",
     "agent_status",
     "bindings_message",
     "block_state",
     "heartbeat",
     "resend_request",
+    "revalidation_request",
 ]
 
 DAEMON_ONLINE = b"online"  # <prefix>/status, retained: the daemon's birth message
 DAEMON_OFFLINE = b"offline"  # and its last will (also said on a clean stop)
+
+# What an agent reads beyond the first wire format, announced in its status ("accepts"):
+# the daemon sends a revalidation request's ``queued_at`` only to agents that said so,
+# since agents before it refuse a request with a field they do not know.
+QUEUED_AT = "queued_at"
+AGENT_ACCEPTS = (QUEUED_AT,)
+
+_INSTANT: TypeAdapter[AwareDatetime] = TypeAdapter(AwareDatetime)
 
 
 def _dumps(body: Any) -> bytes:
@@ -38,6 +51,16 @@ def _dumps(body: Any) -> bytes:
 def resend_request(agent: str, from_seq: int, to_seq: int) -> bytes:
     """``agents/<id>/resend``: re-send the run's events ``from_seq``..``to_seq``."""
     return _dumps({"agent": agent, "from_seq": from_seq, "to_seq": to_seq})
+
+
+def revalidation_request(request: RevalidationRequest, *, queued_at: bool = False) -> bytes:
+    """``revalidate/<sensor>``: the request, and with ``queued_at`` (for agents that
+    accept it) when the check was asked for, on the daemon's clock like ``created_at``
+    (``created_at - queued_at`` is how long it waited in the daemon's queue)."""
+    body = json.loads(request.model_dump_json())
+    if queued_at and request.queued_at is not None:
+        body[QUEUED_AT] = _INSTANT.dump_python(request.queued_at, mode="json")
+    return _dumps(body)
 
 
 def bindings_message(
@@ -91,8 +114,10 @@ def agent_status(
     heartbeat_s: float,
     version: str,
     reason: str = "",
+    accepts: Sequence[str] = (),
 ) -> bytes:
-    """``agents/<id>/status`` (retained): an agent's birth, last will or goodbye."""
+    """``agents/<id>/status`` (retained): an agent's birth, last will or goodbye;
+    ``accepts``: the later additions to the wire it reads (:data:`AGENT_ACCEPTS`)."""
     body: dict[str, Any] = {
         "status": status,
         "agent_id": agent_id,
@@ -103,6 +128,8 @@ def agent_status(
     }
     if reason:
         body["reason"] = reason
+    if accepts:
+        body["accepts"] = list(accepts)
     return _dumps(body)
 
 

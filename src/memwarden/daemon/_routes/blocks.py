@@ -24,7 +24,7 @@ from memwarden.daemon._routes.erasure import ForgetAnswer
 from memwarden.daemon._routes.search import BelievedAt, BlockRead
 from memwarden.daemon._routes.suggest import Suggestion
 from memwarden.daemon._suggest import suggest_bindings
-from memwarden.errors import ValidationInputError
+from memwarden.errors import ValidationInputError, VersionConflictError
 from memwarden.memory import (
     Binding,
     Block,
@@ -301,29 +301,74 @@ class BindRequest(BaseModel):
     )
 
 
-@router.post("/v1/blocks/{block_id}/bind")
+BIND_ATTEMPTS = 5  # compare-and-set rounds against concurrent changes of bindings
+
+
+@router.post(
+    "/v1/blocks/{block_id}/bind",
+    responses={
+        409: {
+            "model": ErrorMessage,
+            "description": "A short id that matches several blocks; or the block's text "
+            "was edited while its binding was looked for (the suggestion was for the old "
+            "text), or its bindings kept changing: nothing bound, ask again.",
+        }
+    },
+)
 async def bind_block(
     block_id: BlockId, body: BindRequest, caller: Writer, daemon: DaemonDep
 ) -> AddedBlock:
     """Look for a binding for a stored block now, as ``POST /v1/blocks`` does with
     ``bind``: the best confirming suggestion is added to its bindings (the block is
-    unverified until its sensor checks it); ``bind`` says what was chosen and why, or
-    why nothing was. To set bindings by hand, ``PATCH`` the block's ``bindings``."""
+    unverified until its sensor checks it, and its ``version`` goes up); ``bind`` says
+    what was chosen and why, or why nothing was. To set bindings by hand, ``PATCH`` the
+    block's ``bindings``.
+
+    The binding is added by compare-and-set on the block's version: a binding another
+    request added meanwhile is kept (both land); an edit of the text meanwhile answers
+    409 and changes nothing."""
     block = await daemon.store.get(block_id)
-    text = f"{block.title}\n{block.content}" if block.title else block.content
+    text = _text_of(block)
     answer, binding = await _suggest_binding(daemon, text, body.bind, unbound="left unbound")
-    if binding is not None:
-        kept = [b.model_dump(mode="json") for b in block.bindings]
-        if Binding.model_validate(binding) in block.bindings:
+    if binding is None:
+        return AddedBlock.model_validate({**block.model_dump(), "bind": answer})
+    wanted = Binding.model_validate(binding)
+    for _ in range(BIND_ATTEMPTS):
+        if _text_of(block) != text:
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                f"block {block.id} was edited while its binding was looked for (now "
+                f"version {block.version}): nothing was bound; ask again for its new text",
+                headers={"ETag": f'"{block.version}"'},
+            )
+        if wanted in block.bindings:
             answer.why = f"already bound so: {answer.why.removeprefix('bound: ')}"
-        else:
+            break
+        kept = [b.model_dump(mode="json") for b in block.bindings]
+        try:
             block = await daemon.edit_block(
                 block_id,
                 {"bindings": [*kept, binding]},
                 actor=caller.actor,
+                expected_version=block.version,
                 source=privacy_profile_for(caller),
             )
+            break
+        except VersionConflictError:  # changed since it was read: read it again, merge
+            block = await daemon.store.get(block_id)
+    else:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"block {block.id}'s bindings changed {BIND_ATTEMPTS} times while this binding "
+            "was added: nothing was bound; ask again",
+            headers={"ETag": f'"{block.version}"'},
+        )
     return AddedBlock.model_validate({**block.model_dump(), "bind": answer})
+
+
+def _text_of(block: Block) -> str:
+    """What a suggestion is looked for in: the title, then the content."""
+    return f"{block.title}\n{block.content}" if block.title else block.content
 
 
 @router.delete("/v1/blocks/{block_id}")
@@ -354,6 +399,7 @@ async def archive_block(
             reason="" if reason == "archived via API" else reason,
             vacuum=vacuum,
             namespaces=caller.scope(),
+            source=privacy_profile_for(caller),
         )
         return ForgetAnswer.model_validate(answer)
     return await daemon.archive_block(

@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
+from memwarden.daemon._callers import privacy_profile_for
 from memwarden.daemon._routes._deps import Admin, DaemonDep, Forgetter
 from memwarden.memory import MAX_ERASE, from_ts
 
@@ -103,6 +104,7 @@ async def forget(body: ForgetRequest, caller: Forgetter, daemon: DaemonDep) -> F
         dry_run=body.dry_run,
         vacuum=body.vacuum,
         namespaces=caller.scope(),
+        source=privacy_profile_for(caller),
     )
     return ForgetAnswer.model_validate(answer)
 
