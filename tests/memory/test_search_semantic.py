@@ -233,6 +233,46 @@ async def test_vector_and_hybrid_search_keep_to_the_callers_namespaces(make_stor
     assert len(both) == 2
 
 
+async def test_a_namespaces_weak_keyword_match_survives_the_candidate_cut(make_store):
+    """Only the best 50 fused candidates go on to the ranking statement; when those are
+    all another namespace's (the nearest vectors are everyone's), every candidate is
+    ranked again, so the caller's own weak keyword match still comes back."""
+    store = await make_store(embedder=StubEmbedder())
+    for i in range(60):  # nearer the query than anything of beta's, all in alpha
+        await store.add({"content": f"apple zebra note {i}", "namespace": "alpha"})
+    await store.add({"content": "zebra crossing", "namespace": "beta"})
+    await _drain(store)
+    # beta has no block with both words: its keyword list falls back to any word (weight
+    # 0.2), below the 50 nearest alpha vectors' 1 / (60 + rank).
+    hits = await store.search("apple zebra", mode="hybrid", namespaces=["beta"])
+    assert [h.record.content for h in hits] == ["zebra crossing"]
+    assert hits[0].parts["keyword_rank"] == 1.0
+
+
+def test_the_sampled_shortlist_keeps_about_as_many_rows_as_asked():
+    """Past 65 536 vectors the shortlist's cut is estimated on every 8th distance: it
+    keeps every row at or below the cut, no fewer than half and no more than twice the
+    rows asked for, and those are the nearest (no row beyond the cut is kept while a
+    nearer one is left out)."""
+    import numpy as np  # noqa: PLC0415 - the semantic extra
+
+    from memwarden.memory._vectors import VectorIndex  # noqa: PLC0415 - the unit under test
+
+    index = VectorIndex.__new__(VectorIndex)
+    index.np, index.dim = np, 256
+    rng = np.random.default_rng(7)
+    for dist in (
+        rng.binomial(256, 0.5, 100_000).astype(np.uint8),  # a model's spread
+        np.full(100_000, 90, dtype=np.uint8),  # every distance equal: the fallback
+        np.r_[np.zeros(10, np.uint8), np.full(99_990, 200, np.uint8)],  # a few very near
+    ):
+        cand = index._shortlist(dist, 2048)
+        assert len(cand) >= 1024 or len(cand) == len(dist)
+        assert len(cand) <= 4096
+        assert np.all(np.diff(cand) > 0)  # row order, no duplicates
+        assert dist[cand].max() <= np.delete(dist, cand).min()
+
+
 class _OldNumpy:
     """numpy without ``bitwise_count`` (as before numpy 2)."""
 
