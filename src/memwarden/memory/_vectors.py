@@ -16,17 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
 from memwarden.errors import ConfigError, EmbedderUnavailableError
+from memwarden.memory._clock import SystemClock, sleep_on
+from memwarden.memory._sql import namespace_clause
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import aiosqlite
 
+    from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
 
 __all__ = ["EmbedderLike", "VectorIndex", "queue_all"]
@@ -49,6 +53,8 @@ _TWO_STAGE_ROWS = 8_192
 # uncentred signs, 0.80 centred, 0.90 with 1 024, 0.96 with 2 048 (about 2 250 kept with
 # the sampled cut), 0.98 with 3 072 and 4 096. Re-scoring costs about 0.07 ms per 1 000.
 _SHORTLIST = 2_560
+# The longest the embedding task waits after failed rounds (see VectorIndex.run).
+_BACKOFF_MAX_S = 300.0
 # From this many vectors the shortlist's cut is estimated on every 8th distance.
 _SAMPLED_ROWS = 65_536
 
@@ -102,9 +108,18 @@ def _popcount(np: Any) -> Any:
 class VectorIndex:
     """The blocks' vectors for one embedder: stored, queued, held and searched."""
 
-    def __init__(self, db: Database, embedder: EmbedderLike, *, batch: int = 256) -> None:
+    def __init__(
+        self,
+        db: Database,
+        embedder: EmbedderLike,
+        *,
+        batch: int = 256,
+        clock: Clock | None = None,
+    ) -> None:
         self.np = _numpy()
         self.db = db
+        self.clock: Clock = clock or SystemClock()  # what the embedding task waits on
+        self.failures = 0  # embedding rounds failed in a row (the task backs off)
         self.embedder = embedder
         self.model = embedder.model_id
         self.dim = int(embedder.dim)
@@ -430,28 +445,71 @@ class VectorIndex:
     # ------------------------------------------------------------------ embedding
 
     def notify(self) -> None:
-        """Something was queued: wake the embedding task."""
+        """Something was queued: wake the embedding task (not while it backs off)."""
         self._wake.set()
 
-    async def run(self, *, poll_s: float = 2.0) -> None:
+    async def run(
+        self,
+        *,
+        poll_s: float = 2.0,
+        backoff_max_s: float = _BACKOFF_MAX_S,
+        rng: random.Random | None = None,
+    ) -> None:
         """Drain the queue for as long as the daemon runs (woken by :meth:`notify`, and
-        every ``poll_s`` for writes that did not call it)."""
+        every ``poll_s`` for writes that did not call it).
+
+        When a round fails (the embedder is down: an HTTP server not answering), the
+        task backs off on the store's clock: after the n-th failure in a row it waits
+        between half and all of ``min(backoff_max_s, poll_s x 2^(n-1))`` (jittered, so
+        daemons sharing a server do not retry in step), and writes meanwhile do not wake
+        it: a busy daemon never hammers a failing server once per write. The first
+        round that embeds something resets it."""
+        rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
         while True:
             try:
                 while await self.drain_once():
-                    pass
+                    self.failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # noqa: BLE001 - the task goes on; the queue stays
-                log.error("embedding_failed", error=f"{type(err).__name__}: {err}")
+                self.failures += 1
+                ceiling = min(backoff_max_s, poll_s * 2 ** min(self.failures - 1, 32))
+                delay = rng.uniform(ceiling / 2, ceiling)
+                log.error(
+                    "embedding_failed",
+                    error=f"{type(err).__name__}: {err}",
+                    failures=self.failures,
+                    retry_in_s=round(delay, 3),
+                )
+                await sleep_on(self.clock, delay)
+                continue
+            self.failures = 0
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=poll_s)
 
-    async def pending(self) -> int:
-        """Blocks waiting for a vector."""
+    async def pending(self, *, namespaces: Sequence[str] | None = None) -> int:
+        """Blocks waiting for a vector (of ``namespaces`` only, when given)."""
+        sql = "SELECT count(*) FROM embed_queue"
+        scope, args = namespace_clause(namespaces, column="b.namespace")
+        if namespaces is not None:
+            sql += f" q JOIN blocks b ON b.rid = q.block_rid WHERE true{scope}"
         async with self.db.read() as conn:
-            [(n,)] = list(await conn.execute_fetchall("SELECT count(*) FROM embed_queue"))
+            [(n,)] = list(await conn.execute_fetchall(sql, args))
+        return int(n)
+
+    async def count(self, *, namespaces: Sequence[str] | None = None) -> int:
+        """Vectors held: all of them, or (from the database) those of ``namespaces``'
+        blocks, so a namespaced caller learns nothing of the others' number."""
+        if namespaces is None:
+            return self._size
+        scope, args = namespace_clause(namespaces, column="b.namespace")
+        sql = (
+            "SELECT count(*) FROM block_vectors v JOIN blocks b ON b.rid = v.block_rid"
+            f" WHERE v.model = ? AND v.dim = ?{scope}"
+        )
+        async with self.db.read() as conn:
+            [(n,)] = list(await conn.execute_fetchall(sql, (self.model, self.dim, *args)))
         return int(n)
 
     async def drain_once(self) -> int:
