@@ -43,6 +43,7 @@ VECTOR_CANDIDATES = 50
 # The inline read budget of a vector or hybrid search's ranking statement, in multiples
 # of ``store.inline_read_ms`` (see Search._fused).
 RANKING_BUDGET_FACTOR = 3.0
+_RECENT_NEAREST = 16
 
 
 class Search:
@@ -53,6 +54,9 @@ class Search:
         self.clock = clock
         self.policy = policy
         self.vectors: VectorIndex | None = None  # set when an embedder is configured
+        # (query, k) -> the nearest rids a vector or hybrid search found, the newest last
+        # (count_refuted_matches counts among them without searching again).
+        self._recent_nearest: dict[tuple[str, int], list[int]] = {}
 
     @property
     def default_mode(self) -> SearchMode:
@@ -193,7 +197,9 @@ class Search:
             keyword, every_word = await self._keyword_candidates(query, cands, scoped)
             if not every_word:  # matched on some words only: weaker evidence
                 keyword_weight = ANY_WORD_WEIGHT
-        nearest = await vectors.query(query, min(cands, max(VECTOR_CANDIDATES, 5 * limit)))
+        k = _vector_k(cfg, limit)
+        nearest = await vectors.query(query, k)
+        self._remember_nearest(query, k, nearest)
         parts: dict[int, dict[str, float]] = {}
         for rank, (rid, sim) in enumerate(nearest, 1):
             parts[rid] = {"vector_rank": float(rank), "similarity": round(sim, 4)}
@@ -293,21 +299,60 @@ class Search:
         return rows
 
     async def count_refuted_matches(
-        self, query: str, *, namespaces: Sequence[str] | None = None
+        self,
+        query: str,
+        *,
+        namespaces: Sequence[str] | None = None,
+        mode: SearchMode = "keyword",
+        limit: int = 10,
     ) -> int:
-        """How many refuted blocks match ``query`` (what a search without them hides),
-        among ``namespaces`` when given."""
-        match = fts_query(query)
-        if match is None:
+        """How many refuted blocks a search without them hides, among ``namespaces``
+        when given: those matching every word of ``query`` (``keyword``), those among
+        its nearest vectors (``vector``: the ``max(50, 5 x limit)`` the search takes),
+        either (``hybrid``)."""
+        match = fts_query(query) if mode != "vector" else None
+        near: list[int] = []
+        if mode != "keyword" and self.vectors is not None:
+            near = await self._nearest_rids(query, _vector_k(self.policy, limit))
+        if match is None and not near:
             return 0
         scope, scope_args = namespace_clause(namespaces, column="b.namespace")
+        sources, args = [], []
+        if near:
+            sources.append("SELECT value AS rid FROM json_each(?)")
+            args.append(json.dumps(near))
+        if match is not None:
+            sources.append("SELECT rowid AS rid FROM blocks_fts WHERE blocks_fts MATCH ?")
+            args.append(match)
         sql = (
-            "SELECT count(*) FROM blocks_fts f JOIN blocks b ON b.rid = f.rowid"
-            f" WHERE blocks_fts MATCH ? AND b.state = 'refuted'{scope}"
+            f"SELECT count(*) FROM ({' UNION '.join(sources)}) c"
+            f" JOIN blocks b ON b.rid = c.rid WHERE b.state = 'refuted'{scope}"
         )
         async with self.db.read() as conn:
-            [(count,)] = list(await conn.execute_fetchall(sql, (match, *scope_args)))
+            [(count,)] = list(await conn.execute_fetchall(sql, (*args, *scope_args)))
         return int(count)
+
+    async def _nearest_rids(self, query: str, k: int) -> list[int]:
+        """The rids of the ``k`` nearest vectors to ``query``: the list the last vector
+        or hybrid search of that text found (a search and its hidden count come
+        together), else searched again."""
+        key = (query, k)
+        rids = self._recent_nearest.get(key)
+        if rids is None and self.vectors is not None:
+            rids = [rid for rid, _ in await self.vectors.query(query, k)]
+        return list(rids or [])
+
+    def _remember_nearest(self, query: str, k: int, nearest: list[tuple[int, float]]) -> None:
+        recent = self._recent_nearest
+        recent.pop((query, k), None)
+        recent[(query, k)] = [rid for rid, _ in nearest]
+        while len(recent) > _RECENT_NEAREST:
+            del recent[next(iter(recent))]  # the oldest
+
+
+def _vector_k(cfg: PolicyConfig, limit: int) -> int:
+    """How many nearest vectors a search of ``limit`` results takes as candidates."""
+    return min(max(cfg.ranking.candidates, limit), max(VECTOR_CANDIDATES, 5 * limit))
 
 
 def _warnings(
