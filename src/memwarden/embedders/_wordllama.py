@@ -124,6 +124,15 @@ class WordLlamaEmbedder:
         """Unit vectors (float32, one row per text); a text with no token: zeros."""
         np = self._np
         texts = list(texts)
+        if len(texts) == 1:  # a query: the fewest numpy calls (about 20 us, not 50)
+            ids = self._tokenizer.encode(texts[0], add_special_tokens=False).ids
+            vec = np.zeros(self.dim, dtype=np.float32)
+            if ids:
+                rows = self._table[np.clip(ids, 0, self._table.shape[0] - 1), : self.dim]
+                vec = rows.sum(axis=0, dtype=np.float32) / np.float32(len(ids))
+                norm = float(np.linalg.norm(vec))
+                vec = vec / norm if norm else vec
+            return vec.reshape(1, self.dim)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for first in range(0, len(texts), _POOL_TEXTS):
             chunk = texts[first : first + _POOL_TEXTS]
