@@ -188,15 +188,15 @@ class Search:
         cfg = self.policy
         cands = max(cfg.ranking.candidates, limit)
         scoped = None if namespaces is None else sorted(set(namespaces))
-        # Vector candidates: enough for the fusion to reorder the top ``limit`` (a block
-        # past rank 5 x limit adds at most 1/(60 + 50) to its fused score); each one
-        # costs a row in the ranking statement, and the nearest list is never empty.
         keyword: list[tuple[int, float]] = []
         keyword_weight = 1.0
         if mode == "hybrid":  # first: the vector pass leaves SQLite's pages out of cache
             keyword, every_word = await self._keyword_candidates(query, cands, scoped)
             if not every_word:  # matched on some words only: weaker evidence
                 keyword_weight = ANY_WORD_WEIGHT
+        # Vector candidates: enough for the fusion to reorder the top ``limit`` (a block
+        # past rank 5 x limit adds at most 1/(60 + 50) to its fused score); each one
+        # costs a row in the ranking statement, and the nearest list is never empty.
         k = _vector_k(cfg, limit)
         nearest = await vectors.query(query, k)
         self._remember_nearest(query, k, nearest)
@@ -221,9 +221,8 @@ class Search:
         # budget and run twice). Past that rank a candidate's relevance is at most
         # 1/(60 + carried) against 2/61 at the top, so only a far worse freshness x
         # reliability x retention of every better one could have lifted it into the top
-        # ``limit``.
-        # When those leave fewer than ``limit`` (hidden states, other namespaces), every
-        # candidate is ranked again.
+        # ``limit``. When those leave fewer than ``limit`` (hidden states, other
+        # namespaces), every candidate is ranked again.
         carried = max(VECTOR_CANDIDATES, 5 * limit)
         every = relevance
         if len(relevance) > carried:

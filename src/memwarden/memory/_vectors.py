@@ -1,13 +1,15 @@
-"""Vectors for search by meaning: kept with the blocks, searched exactly in memory.
+"""Vectors for search by meaning: kept with the blocks, searched in memory.
 
 Each block's vector (its title and content, made by the configured embedder) is stored
 int8-quantised in ``block_vectors`` and held in one contiguous int8 matrix (256
-dimensions: 25.6 MB per 100 000 blocks). A query is scored against every row (exact
-cosine, brute force, in chunks converted to float32), so there is no index to build or
-to drift. Embedding never runs on the write path: triggers queue the blocks to embed
-(``embed_queue``) and :meth:`VectorIndex.run` drains the queue in batches, the model
-running in a worker thread. A search uses whatever vectors exist; a block not embedded
-yet is found by its words alone.
+dimensions: 25.6 MB per 100 000 blocks) with its sign bits (3.2 MB). Up to 8 192
+vectors a query is scored against every row (exact cosine, in chunks converted to
+float32); past that, the sign bits' Hamming distance keeps a shortlist that is scored
+exactly (docs/SEARCH.md): no index to build or to drift. Embedding never runs on the
+write path: triggers queue the blocks to embed (``embed_queue``) and
+:meth:`VectorIndex.run` drains the queue in batches, the model running in a worker
+thread, backing off while the embedder fails. A search uses whatever vectors exist; a
+block not embedded yet is found by its words alone.
 
 numpy is imported only when an embedder is configured (``memwarden[semantic]``).
 """
@@ -410,7 +412,7 @@ class VectorIndex:
         sims = self._rescore(matrix, cand, qvec)
         top = np.argpartition(-sims, k - 1)[:k]
         top = top[np.argsort(-sims[top], kind="stable")]
-        return [(int(rids[cand[i]]), float(sims[i])) for i in top]
+        return list(zip(rids[cand[top]].tolist(), sims[top].tolist(), strict=True))
 
     def _shortlist(self, dist: Any, short: int) -> Any:
         """The rows of about the ``short`` smallest distances, in row order (the gather
@@ -466,7 +468,7 @@ class VectorIndex:
         k = min(k, n)
         top = np.argpartition(-sims, k - 1)[:k] if k < n else np.arange(n)
         top = top[np.argsort(-sims[top], kind="stable")]
-        return [(int(rids[i]), float(sims[i])) for i in top]
+        return list(zip(rids[top].tolist(), sims[top].tolist(), strict=True))
 
     # ------------------------------------------------------------------ embedding
 
