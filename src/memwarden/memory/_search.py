@@ -44,6 +44,7 @@ VECTOR_CANDIDATES = 50
 # of ``store.inline_read_ms`` (see Search._fused).
 RANKING_BUDGET_FACTOR = 3.0
 _RECENT_NEAREST = 16
+_RID_COLUMN = BLOCK_COLUMNS.index("rid")  # in a ranking row, after its 7 factors
 
 
 class Search:
@@ -200,20 +201,17 @@ class Search:
         k = _vector_k(cfg, limit)
         nearest = await vectors.query(query, k)
         self._remember_nearest(query, k, nearest)
-        parts: dict[int, dict[str, float]] = {}
-        for rank, (rid, sim) in enumerate(nearest, 1):
-            parts[rid] = {"vector_rank": float(rank), "similarity": round(sim, 4)}
-        for rank, (rid, bm25) in enumerate(keyword, 1):
-            parts.setdefault(rid, {}).update({"keyword_rank": float(rank), "bm25": bm25})
+        # The fused relevance of every candidate; the explanation (``parts``) is made
+        # for the results only (a dict per candidate was 250 dicts a search).
         relevance: dict[int, float] = {}
-        for rid, p in parts.items():
-            if mode == "vector":
-                relevance[rid] = max(p["similarity"], 0.0)
-            else:
-                relevance[rid] = (
-                    keyword_weight / (RRF_K + p["keyword_rank"]) if "keyword_rank" in p else 0.0
-                ) + (1.0 / (RRF_K + p["vector_rank"]) if "vector_rank" in p else 0.0)
-                p["rrf"] = round(relevance[rid], 6)
+        if mode == "vector":
+            for rid, sim in nearest:
+                relevance[rid] = max(round(sim, 4), 0.0)
+        else:
+            for rank, (rid, _) in enumerate(keyword, 1):
+                relevance[rid] = keyword_weight / (RRF_K + rank)
+            for rank, (rid, _) in enumerate(nearest, 1):
+                relevance[rid] = relevance.get(rid, 0.0) + 1.0 / (RRF_K + rank)
         if not relevance:
             return []
         # Only the best ``carried`` by fused relevance go on to the ranking statement
@@ -256,7 +254,9 @@ class Search:
         if len(rows) < limit and len(every) > len(relevance):
             params["cands"] = json.dumps({str(rid): rel for rid, rel in every.items()})
             rows = await self._rows(sql, params, budget_factor=RANKING_BUDGET_FACTOR)
-        return self._hits(rows, now, parts)
+        shown = {int(row[7 + _RID_COLUMN]) for row in rows}
+        fused = None if mode == "vector" else every
+        return self._hits(rows, now, _explained(shown, nearest, keyword, fused))
 
     async def _keyword_candidates(
         self, query: str, cands: int, scoped: Sequence[str] | None = None
@@ -347,6 +347,27 @@ class Search:
         recent[(query, k)] = [rid for rid, _ in nearest]
         while len(recent) > _RECENT_NEAREST:
             del recent[next(iter(recent))]  # the oldest
+
+
+def _explained(
+    shown: set[int],
+    nearest: list[tuple[int, float]],
+    keyword: list[tuple[int, float]],
+    fused: dict[int, float] | None,
+) -> dict[int, dict[str, float]]:
+    """Each shown result's ranks in the lists it came from (vector_rank, similarity,
+    keyword_rank, bm25) and, fused, its rrf."""
+    parts: dict[int, dict[str, float]] = {rid: {} for rid in shown}
+    for rank, (rid, sim) in enumerate(nearest, 1):
+        if rid in shown:
+            parts[rid].update({"vector_rank": float(rank), "similarity": round(sim, 4)})
+    for rank, (rid, bm25) in enumerate(keyword, 1):
+        if rid in shown:
+            parts[rid].update({"keyword_rank": float(rank), "bm25": bm25})
+    if fused is not None:
+        for rid in shown:
+            parts[rid]["rrf"] = round(fused[rid], 6)
+    return parts
 
 
 def _vector_k(cfg: PolicyConfig, limit: int) -> int:
