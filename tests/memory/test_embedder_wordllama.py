@@ -102,3 +102,16 @@ def test_a_huge_header_length_is_refused(tmp_path: Path):
     path.write_bytes((1 << 40).to_bytes(8, "little") + b"{}")
     with pytest.raises(ConfigError, match="not a safetensors file"):
         wl_module._table(np, path)
+
+
+def test_a_long_text_is_pooled_in_slices_with_the_same_vector(monkeypatch: pytest.MonkeyPatch):
+    """Texts past the row budget are summed a slice at a time (a 256 KiB block of CJK
+    text would be 250 MiB of float32 rows at once): the vectors do not change."""
+    emb = load_embedder("wordllama")
+    texts = ["The API timeout is 30 s " * 40, "how long do calls wait", "中文 " * 300]
+    whole = np.asarray(emb.embed(texts))
+    monkeypatch.setattr(wl_module, "_MAX_ROWS", 7)
+    sliced = np.asarray(emb.embed(texts))
+    np.testing.assert_allclose(sliced, whole, atol=1e-5)
+    single = np.asarray(emb.embed(texts[:1]))
+    np.testing.assert_allclose(single[0], whole[0], atol=1e-5)

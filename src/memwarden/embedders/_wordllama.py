@@ -42,6 +42,8 @@ _TENSOR = "embedding.weight"
 # Texts pooled at a time: their tokens' float32 rows are 1 KiB each (about 4 MiB for 64
 # texts of 60 tokens), so a batch of 256 never holds them all at once.
 _POOL_TEXTS = 64
+# At most this many token rows (1 KiB each as float32) are gathered at once: 16 MiB.
+_MAX_ROWS = 16_384
 
 
 def _package_dir() -> Path:
@@ -128,8 +130,7 @@ class WordLlamaEmbedder:
             ids = self._tokenizer.encode(texts[0], add_special_tokens=False).ids
             vec = np.zeros(self.dim, dtype=np.float32)
             if ids:
-                rows = self._table[np.clip(ids, 0, self._table.shape[0] - 1), : self.dim]
-                vec = rows.sum(axis=0, dtype=np.float32) / np.float32(len(ids))
+                vec = self._mean(ids)
                 norm = float(np.linalg.norm(vec))
                 vec = vec / norm if norm else vec
             return vec.reshape(1, self.dim)
@@ -145,6 +146,10 @@ class WordLlamaEmbedder:
             have = np.flatnonzero(counts)
             if not len(have):
                 continue
+            if int(counts.sum()) > _MAX_ROWS:  # long texts: each summed in slices
+                for i in have:
+                    out[first + i] = self._mean(ids[i])
+                continue
             flat = np.fromiter((t for i in ids for t in i), dtype=np.int64, count=int(counts.sum()))
             np.clip(flat, 0, self._table.shape[0] - 1, out=flat)
             rows = self._table[flat, : self.dim].astype(np.float32)
@@ -155,3 +160,13 @@ class WordLlamaEmbedder:
         norms[norms == 0] = 1.0
         out /= norms
         return out
+
+    def _mean(self, ids: list[int]) -> Any:
+        """The mean of the table's rows for ``ids``, ``_MAX_ROWS`` rows at a time (a
+        256 KiB block of CJK text is about 256 000 tokens: 250 MiB as float32 rows)."""
+        np = self._np
+        total = np.zeros(self.dim, dtype=np.float32)
+        for start in range(0, len(ids), _MAX_ROWS):
+            part = np.clip(ids[start : start + _MAX_ROWS], 0, self._table.shape[0] - 1)
+            total += self._table[part, : self.dim].sum(axis=0, dtype=np.float32)
+        return total / np.float32(len(ids))
