@@ -531,14 +531,16 @@ class VectorIndex:
         blocks, so a namespaced caller learns nothing of the others' number."""
         if namespaces is None:
             return self._size
-        scope, args = namespace_clause(namespaces, column="b.namespace")
-        sql = (
-            "SELECT count(*) FROM block_vectors v JOIN blocks b ON b.rid = v.block_rid"
-            f" WHERE v.model = ? AND v.dim = ?{scope}"
-        )
+        np = self.np
+        scope, args = namespace_clause(namespaces)
+        # The namespaces' rids (their index covers them) looked up in the held rows: a
+        # join with block_vectors would read every vector's row (0.2 s at 100 000, this
+        # 0.05-0.1).
         async with self.db.read() as conn:
-            [(n,)] = list(await conn.execute_fetchall(sql, (self.model, self.dim, *args)))
-        return int(n)
+            rows = await conn.execute_fetchall(f"SELECT rid FROM blocks WHERE true{scope}", args)
+        rids = np.fromiter((r for (r,) in rows), dtype=np.int64)
+        rids = rids[(rids >= 0) & (rids < len(self._row_of))]
+        return int(np.count_nonzero(self._row_of[rids] >= 0))
 
     async def drain_once(self) -> int:
         """Embed one batch of queued blocks; how many were taken off the queue."""
