@@ -203,3 +203,25 @@ async def test_the_embedding_backlog_shows_in_health_metrics_and_status(
         search = (await api.get("/v1/health")).json()["search"]
         assert search == {"embedder": "stub-hash/64", "vectors": 2, "embedding_backlog": 0}
         assert "memwarden_embedding_backlog 0.0" in (await api.get("/metrics")).text
+
+
+async def test_a_namespaced_health_counts_only_its_own_backlog(
+    semantic: Daemon, monkeypatch: pytest.MonkeyPatch
+):
+    """An agent's health (``namespaces``) counts the vectors and the blocks waiting for
+    one of its namespaces only: another namespace's backlog is not its business."""
+    d = semantic
+    vectors = d.store.vectors
+    assert vectors is not None
+
+    async def held() -> int:  # the task runs but embeds nothing: the queue stays
+        return 0
+
+    monkeypatch.setattr(vectors, "drain_once", held)
+    await d.add_block({"content": "The API timeout is 30 s", "namespace": "ours"})
+    for i in range(3):
+        await d.add_block({"content": f"fact {i} of theirs", "namespace": "theirs"})
+    ours = (await d.health(namespaces=["ours"]))["search"]
+    assert ours == {"embedder": "stub-hash/64", "vectors": 0, "embedding_backlog": 1}
+    everyone = (await d.health())["search"]
+    assert everyone["embedding_backlog"] == 4

@@ -18,7 +18,9 @@ from memwarden.daemon import Daemon, load_settings
 from memwarden.embedders import load_embedder
 from memwarden.embedders._http import HttpEmbedder
 from memwarden.errors import ConfigError, EmbedderUnavailableError
+from memwarden.memory import Store
 from memwarden.plugins import Registry
+from memwarden.plugins.testing import FakeClock
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -45,6 +47,9 @@ class FakeOllama:
                 fake.requests.append(body)
                 texts = body.get("input") or [body.get("prompt", "")]
                 vec = [float(i + 1) for i in range(DIM)]
+                if fake.mode == "down":
+                    self.send_error(503)
+                    return
                 if fake.mode == "slow":
                     fake.release.wait(30)
                     answer = b"{}"
@@ -164,10 +169,49 @@ async def test_a_hostile_server_stores_nothing_and_the_daemon_keeps_answering(
         assert [h.id for h in hits] == [block.id]  # by its words; the query's NaN refused
         with sqlite3.connect(settings.db_path) as conn:
             assert conn.execute("SELECT count(*) FROM block_vectors").fetchone() == (0,)
-        ollama.mode = "good"
-        vectors.notify()
+        ollama.mode = "good"  # the task retries after its backoff (1-2 s, then 2-4 s)
         await eventually(lambda: len(vectors) == 1, what="embedded once the server is good")
         assert await vectors.pending() == 0
     finally:
         d.request_stop()
         await asyncio.wait_for(task, timeout=20)
+
+
+async def test_a_failing_server_is_retried_with_backoff_not_per_write(
+    tmp_path: Path, ollama: FakeOllama
+):
+    """A server answering 503: the embedding task asks once, then waits on the store's
+    clock (between half and all of 2 s, then of 4 s, ...); writes meanwhile do not wake
+    it; once the server answers, the next round embeds the queue and the count resets."""
+    ollama.mode = "down"
+    clock = FakeClock()
+    async with Store(tmp_path / "b.db", clock=clock, embedder=_embedder(ollama.url)) as store:
+        vectors = store.vectors
+        assert vectors is not None
+        await store.add({"content": "The API timeout is 30 s"})
+        task = asyncio.create_task(vectors.run(poll_s=2.0), name="embedding")
+        try:
+            await eventually(lambda: clock.sleepers == 1, what="backing off after a 503")
+            assert len(ollama.requests) == 1
+            assert vectors.failures == 1
+            for i in range(5):  # writes and wake-ups while it backs off: no new request
+                await store.add({"content": f"another fact {i}"})
+                vectors.notify()
+            clock.advance(0.9)  # below the first wait (1-2 s)
+            assert clock.sleepers == 1
+            assert len(ollama.requests) == 1
+            clock.advance(1.2)  # past it: one more request, then a longer wait (2-4 s)
+            await eventually(lambda: vectors.failures == 2 and clock.sleepers == 1)
+            assert len(ollama.requests) == 2
+            clock.advance(1.9)
+            assert clock.sleepers == 1
+            assert len(ollama.requests) == 2
+            ollama.mode = "good"
+            clock.advance(2.2)
+            await eventually(lambda: len(vectors) == 6, what="embedded once the server answers")
+            assert vectors.failures == 0
+            assert await vectors.pending() == 0
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task

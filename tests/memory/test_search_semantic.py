@@ -4,13 +4,14 @@ exactly, fused with BM25 (the deterministic stub embedder; the quality set uses 
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime
 
 import pytest
 from structlog.testing import capture_logs
 
 from memwarden.embedders import StubEmbedder, load_embedder
 from memwarden.errors import ConfigError, ValidationInputError
-from memwarden.memory import Store
+from memwarden.memory import Store, ValidationEvent
 
 
 async def _drain(store: Store) -> None:
@@ -233,6 +234,46 @@ async def test_vector_and_hybrid_search_keep_to_the_callers_namespaces(make_stor
     assert len(both) == 2
 
 
+async def test_a_namespaces_weak_keyword_match_survives_the_candidate_cut(make_store):
+    """Only the best 50 fused candidates go on to the ranking statement; when those are
+    all another namespace's (the nearest vectors are everyone's), every candidate is
+    ranked again, so the caller's own weak keyword match still comes back."""
+    store = await make_store(embedder=StubEmbedder())
+    for i in range(60):  # nearer the query than anything of beta's, all in alpha
+        await store.add({"content": f"apple zebra note {i}", "namespace": "alpha"})
+    await store.add({"content": "zebra crossing", "namespace": "beta"})
+    await _drain(store)
+    # beta has no block with both words: its keyword list falls back to any word (weight
+    # 0.2), below the 50 nearest alpha vectors' 1 / (60 + rank).
+    hits = await store.search("apple zebra", mode="hybrid", namespaces=["beta"])
+    assert [h.record.content for h in hits] == ["zebra crossing"]
+    assert hits[0].parts["keyword_rank"] == 1.0
+
+
+def test_the_sampled_shortlist_keeps_about_as_many_rows_as_asked():
+    """Past 65 536 vectors the shortlist's cut is estimated on every 8th distance: it
+    keeps every row at or below the cut, no fewer than half and no more than twice the
+    rows asked for, and those are the nearest (no row beyond the cut is kept while a
+    nearer one is left out)."""
+    import numpy as np  # noqa: PLC0415 - the semantic extra
+
+    from memwarden.memory._vectors import VectorIndex  # noqa: PLC0415 - the unit under test
+
+    index = VectorIndex.__new__(VectorIndex)
+    index.np, index.dim = np, 256
+    rng = np.random.default_rng(7)
+    for dist in (
+        rng.binomial(256, 0.5, 100_000).astype(np.uint8),  # a model's spread
+        np.full(100_000, 90, dtype=np.uint8),  # every distance equal: the fallback
+        np.r_[np.zeros(10, np.uint8), np.full(99_990, 200, np.uint8)],  # a few very near
+    ):
+        cand = index._shortlist(dist, 2048)
+        assert len(cand) >= 1024 or len(cand) == len(dist)
+        assert len(cand) <= 4096
+        assert np.all(np.diff(cand) > 0)  # row order, no duplicates
+        assert dist[cand].max() <= np.delete(dist, cand).min()
+
+
 class _OldNumpy:
     """numpy without ``bitwise_count`` (as before numpy 2)."""
 
@@ -308,3 +349,67 @@ async def test_vectors_loaded_at_start_are_searched_in_two_stages_alike(make_sto
     for text in (texts[0], texts[31], texts[-1]):
         [qvec] = vectors.quantise(StubEmbedder().embed([text]))
         assert vectors.nearest(qvec, 1) == vectors.nearest_exact(qvec, 1)
+
+
+async def _refute(store: Store, clock, subject: str) -> None:
+    for _ in range(3):  # soft, soft, hard: refuted
+        clock.advance(1)
+        at = datetime.fromtimestamp(clock.time(), tz=UTC)
+        await store.apply_events(
+            [ValidationEvent(sensor="fs", subject=subject, outcome="refuted", observed_at=at)]
+        )
+
+
+async def test_hidden_refuted_counts_what_each_mode_hid(make_store, clock):
+    """The count of refuted facts a search left out follows its mode: keyword counts
+    those with every word, vector those among its nearest vectors, hybrid either; a
+    caller's namespaces bound it."""
+    store = await make_store(embedder=StubEmbedder())
+    await store.add({"content": "The API timeout is 30 s"})
+    await store.add(  # shares the words: found by keyword (and near)
+        {"content": "The API timeout is 10 s", "bindings": [{"sensor": "fs", "path": "a"}]}
+    )
+    await store.add(  # near by its pieces, without the word "API": vector only
+        {"content": "timeouts of the APIs", "bindings": [{"sensor": "fs", "path": "b"}]}
+    )
+    await store.add(  # another namespace's refuted fact
+        {
+            "content": "The API timeout is 60 s",
+            "namespace": "other",
+            "bindings": [{"sensor": "fs", "path": "c"}],
+        }
+    )
+    for subject in ("a", "b", "c"):
+        await _refute(store, clock, subject)
+    await _drain(store)
+    count = store.count_refuted_matches
+    assert await count("API timeout", mode="keyword") == 2
+    assert await count("API timeout", mode="vector") == 3
+    assert await count("API timeout", mode="hybrid") == 3
+    assert await count("API timeout", mode="hybrid", namespaces=["default"]) == 2
+    assert await count("API timeout", mode="vector", namespaces=["nobody"]) == 0
+    # After a search of the same text its nearest list is reused, not searched again.
+    hits = await store.search("API timeout", mode="vector")
+    assert len(hits) == 1
+    assert await count("API timeout", mode="vector") == 3
+
+
+async def test_the_embedding_backlog_and_vectors_count_per_namespace(make_store):
+    """A namespaced caller's health counts its own blocks waiting for a vector and its
+    own vectors, not every namespace's."""
+    store = await make_store(embedder=StubEmbedder())
+    await store.add({"content": "a fact of ours", "namespace": "ours"})
+    await store.add({"content": "a fact of theirs", "namespace": "theirs"})
+    await store.add({"content": "another fact of theirs", "namespace": "theirs"})
+    vectors = store.vectors
+    assert vectors is not None
+    assert await vectors.pending() == 3
+    assert await vectors.pending(namespaces=["ours"]) == 1
+    assert await vectors.pending(namespaces=[]) == 0
+    await _drain(store)
+    await store.add({"content": "a new fact of theirs", "namespace": "theirs"})
+    assert await vectors.pending(namespaces=["ours"]) == 0
+    assert await vectors.pending(namespaces=["theirs"]) == 1
+    assert await vectors.count() == 3
+    assert await vectors.count(namespaces=["ours"]) == 1
+    assert await vectors.count(namespaces=["theirs", "ours"]) == 3

@@ -1300,7 +1300,9 @@ class Daemon:
         hidden = (
             0
             if include_refuted
-            else await self.store.count_refuted_matches(query, namespaces=namespaces)
+            else await self.store.count_refuted_matches(
+                query, namespaces=namespaces, mode=mode, limit=limit
+            )
         )
         return {
             "query": query,
@@ -1349,19 +1351,19 @@ class Daemon:
         }
         if self.mqtt is not None:
             answer["mqtt"] = await self.mqtt.health()
-        answer["search"] = await self.search_health()
+        answer["search"] = await self.search_health(namespaces=namespaces)
         return answer
 
-    async def search_health(self) -> SearchHealth:
-        """The embedder, the vectors held and the embedding backlog (every namespace's
-        blocks: a count only)."""
+    async def search_health(self, *, namespaces: Sequence[str] | None = None) -> SearchHealth:
+        """The embedder, the vectors held and the embedding backlog (of ``namespaces``'
+        blocks only, when given)."""
         vectors = self.store.vectors
         if vectors is None:
             return {"embedder": None, "vectors": 0, "embedding_backlog": 0}
         return {
             "embedder": vectors.model,
-            "vectors": len(vectors),
-            "embedding_backlog": await vectors.pending(),
+            "vectors": await vectors.count(namespaces=namespaces),
+            "embedding_backlog": await vectors.pending(namespaces=namespaces),
         }
 
     async def propose_once(self) -> ProposeReport:

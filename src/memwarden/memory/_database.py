@@ -198,7 +198,9 @@ class Database:
             return 1  # interrupts the statement
         return 0
 
-    def read_inline(self, sql: str, params: Mapping[str, Any]) -> list[Any] | None:
+    def read_inline(
+        self, sql: str, params: Mapping[str, Any], *, budget_factor: float = 1.0
+    ) -> list[Any] | None:
         """The rows of a read run right here on the loop, or None if it did not finish
         within the budget (``inline_read_ms``) or found the database locked: then the
         caller runs it on a reader (:meth:`read`).
@@ -213,13 +215,15 @@ class Database:
         The budget counts the CPU time the read takes on the loop's thread, so a read the
         OS paused (another process had the core) is not thrown away and run again on a
         reader for that; in wall time a read gets ``_INLINE_WALL_FACTOR`` times the budget
-        (one waiting for the disk is stopped there).
+        (one waiting for the disk is stopped there). ``budget_factor`` scales the budget
+        for a read that belongs to a search already holding the loop that long (the
+        ranking statement of a vector search, after its in-memory pass).
         """
         conn = self._inline
         if conn is None or not self._open:
             return None
         self._inline_stopped = False
-        budget = self._inline_budget_s
+        budget = self._inline_budget_s * budget_factor
         self._inline_deadline = _cpu_clock() + budget
         self._inline_wall_deadline = _wall_clock() + budget * _INLINE_WALL_FACTOR
         try:

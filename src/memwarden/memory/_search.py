@@ -40,6 +40,11 @@ RRF_K = 60
 # weak evidence next to its nearest meanings). Measured on tests/memory/retrieval_set.py.
 ANY_WORD_WEIGHT = 0.2
 VECTOR_CANDIDATES = 50
+# The inline read budget of a vector or hybrid search's ranking statement, in multiples
+# of ``store.inline_read_ms`` (see Search._fused).
+RANKING_BUDGET_FACTOR = 3.0
+_RECENT_NEAREST = 16
+_RID_COLUMN = BLOCK_COLUMNS.index("rid")  # in a ranking row, after its 7 factors
 
 
 class Search:
@@ -50,6 +55,9 @@ class Search:
         self.clock = clock
         self.policy = policy
         self.vectors: VectorIndex | None = None  # set when an embedder is configured
+        # (query, k) -> the nearest rids a vector or hybrid search found, the newest last
+        # (count_refuted_matches counts among them without searching again).
+        self._recent_nearest: dict[tuple[str, int], list[int]] = {}
 
     @property
     def default_mode(self) -> SearchMode:
@@ -181,37 +189,47 @@ class Search:
         cfg = self.policy
         cands = max(cfg.ranking.candidates, limit)
         scoped = None if namespaces is None else sorted(set(namespaces))
-        # Vector candidates: enough for the fusion to reorder the top ``limit`` (a block
-        # past rank 5 x limit adds at most 1/(60 + 50) to its fused score); each one
-        # costs a row in the ranking statement, and the nearest list is never empty.
-        nearest = await vectors.query(query, min(cands, max(VECTOR_CANDIDATES, 5 * limit)))
         keyword: list[tuple[int, float]] = []
         keyword_weight = 1.0
-        if mode == "hybrid":
+        if mode == "hybrid":  # first: the vector pass leaves SQLite's pages out of cache
             keyword, every_word = await self._keyword_candidates(query, cands, scoped)
             if not every_word:  # matched on some words only: weaker evidence
                 keyword_weight = ANY_WORD_WEIGHT
-        parts: dict[int, dict[str, float]] = {}
-        for rank, (rid, sim) in enumerate(nearest, 1):
-            parts[rid] = {"vector_rank": float(rank), "similarity": round(sim, 4)}
-        for rank, (rid, bm25) in enumerate(keyword, 1):
-            parts.setdefault(rid, {}).update({"keyword_rank": float(rank), "bm25": bm25})
+        # Vector candidates: enough for the fusion to reorder the top ``limit`` (a block
+        # past rank 5 x limit adds at most 1/(60 + 50) to its fused score); each one
+        # costs a row in the ranking statement, and the nearest list is never empty.
+        k = _vector_k(cfg, limit)
+        nearest = await vectors.query(query, k)
+        self._remember_nearest(query, k, nearest)
+        # The fused relevance of every candidate; the explanation (``parts``) is made
+        # for the results only (a dict per candidate was 250 dicts a search).
         relevance: dict[int, float] = {}
-        for rid, p in parts.items():
-            if mode == "vector":
-                relevance[rid] = max(p["similarity"], 0.0)
-            else:
-                relevance[rid] = (
-                    keyword_weight / (RRF_K + p["keyword_rank"]) if "keyword_rank" in p else 0.0
-                ) + (1.0 / (RRF_K + p["vector_rank"]) if "vector_rank" in p else 0.0)
-                p["rrf"] = round(relevance[rid], 6)
+        if mode == "vector":
+            for rid, sim in nearest:
+                relevance[rid] = max(round(sim, 4), 0.0)
+        else:
+            for rank, (rid, _) in enumerate(keyword, 1):
+                relevance[rid] = keyword_weight / (RRF_K + rank)
+            for rank, (rid, _) in enumerate(nearest, 1):
+                relevance[rid] = relevance.get(rid, 0.0) + 1.0 / (RRF_K + rank)
         if not relevance:
             return []
+        # Only the best ``carried`` by fused relevance go on to the ranking statement
+        # (about 3 us a candidate: the 250 of a hybrid list made it miss the inline read
+        # budget and run twice). Past that rank a candidate's relevance is at most
+        # 1/(60 + carried) against 2/61 at the top, so only a far worse freshness x
+        # reliability x retention of every better one could have lifted it into the top
+        # ``limit``. When those leave fewer than ``limit`` (hidden states, other
+        # namespaces), every candidate is ranked again.
+        carried = max(VECTOR_CANDIDATES, 5 * limit)
+        every = relevance
+        if len(relevance) > carried:
+            relevance = dict(sorted(relevance.items(), key=lambda kv: -kv[1])[:carried])
         now = self.clock.time()
         ranking = cfg.ranking
         decay = cfg.decay
         params: dict[str, Any] = {
-            "cands": json.dumps([[rid, rel] for rid, rel in relevance.items()]),
+            "cands": json.dumps({str(rid): rel for rid, rel in relevance.items()}),
             "now": now,
             "f_fresh": ranking.fresh,
             "f_unverified": ranking.unverified,
@@ -229,8 +247,16 @@ class Search:
             scoped=None if scoped is None else len(scoped),
             given=True,
         )
-        rows = await self._rows(sql, params)
-        return self._hits(rows, now, parts)
+        # The vector pass (on the loop) leaves SQLite's pages out of the CPU's caches:
+        # the statement then takes about twice its time alone (0.5 ms for 50 candidates
+        # at 100 000 blocks), so it gets the budget of the pass it follows.
+        rows = await self._rows(sql, params, budget_factor=RANKING_BUDGET_FACTOR)
+        if len(rows) < limit and len(every) > len(relevance):
+            params["cands"] = json.dumps({str(rid): rel for rid, rel in every.items()})
+            rows = await self._rows(sql, params, budget_factor=RANKING_BUDGET_FACTOR)
+        shown = {int(row[7 + _RID_COLUMN]) for row in rows}
+        fused = None if mode == "vector" else every
+        return self._hits(rows, now, _explained(shown, nearest, keyword, fused))
 
     async def _keyword_candidates(
         self, query: str, cands: int, scoped: Sequence[str] | None = None
@@ -262,29 +288,91 @@ class Search:
             every_word = False
         return [(int(rid), float(rel)) for rid, rel in rows], every_word
 
-    async def _rows(self, sql: str, params: dict[str, Any]) -> list[Any]:
-        rows = self.db.read_inline(sql, params)
+    async def _rows(
+        self, sql: str, params: dict[str, Any], *, budget_factor: float = 1.0
+    ) -> list[Any]:
+        rows = self.db.read_inline(sql, params, budget_factor=budget_factor)
         if rows is None:
             async with self.db.read() as conn:
                 rows = list(await conn.execute_fetchall(sql, params))
         return rows
 
     async def count_refuted_matches(
-        self, query: str, *, namespaces: Sequence[str] | None = None
+        self,
+        query: str,
+        *,
+        namespaces: Sequence[str] | None = None,
+        mode: SearchMode = "keyword",
+        limit: int = 10,
     ) -> int:
-        """How many refuted blocks match ``query`` (what a search without them hides),
-        among ``namespaces`` when given."""
-        match = fts_query(query)
-        if match is None:
+        """How many refuted blocks a search without them hides, among ``namespaces``
+        when given: those matching every word of ``query`` (``keyword``), those among
+        its nearest vectors (``vector``: the ``max(50, 5 x limit)`` the search takes),
+        either (``hybrid``)."""
+        match = fts_query(query) if mode != "vector" else None
+        near: list[int] = []
+        if mode != "keyword" and self.vectors is not None:
+            near = await self._nearest_rids(query, _vector_k(self.policy, limit))
+        if match is None and not near:
             return 0
         scope, scope_args = namespace_clause(namespaces, column="b.namespace")
+        sources, args = [], []
+        if near:
+            sources.append("SELECT value AS rid FROM json_each(?)")
+            args.append(json.dumps(near))
+        if match is not None:
+            sources.append("SELECT rowid AS rid FROM blocks_fts WHERE blocks_fts MATCH ?")
+            args.append(match)
         sql = (
-            "SELECT count(*) FROM blocks_fts f JOIN blocks b ON b.rid = f.rowid"
-            f" WHERE blocks_fts MATCH ? AND b.state = 'refuted'{scope}"
+            f"SELECT count(*) FROM ({' UNION '.join(sources)}) c"
+            f" JOIN blocks b ON b.rid = c.rid WHERE b.state = 'refuted'{scope}"
         )
         async with self.db.read() as conn:
-            [(count,)] = list(await conn.execute_fetchall(sql, (match, *scope_args)))
+            [(count,)] = list(await conn.execute_fetchall(sql, (*args, *scope_args)))
         return int(count)
+
+    async def _nearest_rids(self, query: str, k: int) -> list[int]:
+        """The rids of the ``k`` nearest vectors to ``query``: the list the last vector
+        or hybrid search of that text found (a search and its hidden count come
+        together), else searched again."""
+        key = (query, k)
+        rids = self._recent_nearest.get(key)
+        if rids is None and self.vectors is not None:
+            rids = [rid for rid, _ in await self.vectors.query(query, k)]
+        return list(rids or [])
+
+    def _remember_nearest(self, query: str, k: int, nearest: list[tuple[int, float]]) -> None:
+        recent = self._recent_nearest
+        recent.pop((query, k), None)
+        recent[(query, k)] = [rid for rid, _ in nearest]
+        while len(recent) > _RECENT_NEAREST:
+            del recent[next(iter(recent))]  # the oldest
+
+
+def _explained(
+    shown: set[int],
+    nearest: list[tuple[int, float]],
+    keyword: list[tuple[int, float]],
+    fused: dict[int, float] | None,
+) -> dict[int, dict[str, float]]:
+    """Each shown result's ranks in the lists it came from (vector_rank, similarity,
+    keyword_rank, bm25) and, fused, its rrf."""
+    parts: dict[int, dict[str, float]] = {rid: {} for rid in shown}
+    for rank, (rid, sim) in enumerate(nearest, 1):
+        if rid in shown:
+            parts[rid].update({"vector_rank": float(rank), "similarity": round(sim, 4)})
+    for rank, (rid, bm25) in enumerate(keyword, 1):
+        if rid in shown:
+            parts[rid].update({"keyword_rank": float(rank), "bm25": bm25})
+    if fused is not None:
+        for rid in shown:
+            parts[rid]["rrf"] = round(fused[rid], 6)
+    return parts
+
+
+def _vector_k(cfg: PolicyConfig, limit: int) -> int:
+    """How many nearest vectors a search of ``limit`` results takes as candidates."""
+    return min(max(cfg.ranking.candidates, limit), max(VECTOR_CANDIDATES, 5 * limit))
 
 
 def _warnings(
@@ -315,7 +403,7 @@ def _search_sql(*, include_refuted: bool, scoped: int | None = None, given: bool
 
     ``scoped``: how many namespaces (``:ns0``, ``:ns1``, ...) the candidates are limited
     to; ``None``: every namespace. With ``given``, the candidates come as ``:cands``, a
-    JSON array of [rid, relevance] (vector and hybrid search); else from the index.
+    JSON object {"rid": relevance} (vector and hybrid search); else from the index.
     """
     states = (
         "('fresh','unverified','stale','refuted')"
@@ -325,10 +413,8 @@ def _search_sql(*, include_refuted: bool, scoped: int | None = None, given: bool
     names = ", ".join(f":ns{i}" for i in range(scoped or 0)) or "NULL"
     scope = ""
     if given:
-        cand = (
-            "SELECT json_extract(j.value, '$[0]') AS rid,"
-            " json_extract(j.value, '$[1]') AS relevance FROM json_each(:cands) j"
-        )
+        # An object {"rid": relevance}: its keys and values need no json_extract.
+        cand = "SELECT CAST(j.key AS INTEGER) AS rid, j.value AS relevance FROM json_each(:cands) j"
         if scoped is not None:  # the nearest vectors are every namespace's
             scope = f" AND b.namespace IN ({names})"
     else:

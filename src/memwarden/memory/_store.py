@@ -139,7 +139,9 @@ class Store:
         self._search = Search(self.db, self.clock, self.policy)
         # Search by meaning: vectors of the blocks, when an embedder is configured.
         self.vectors = (
-            VectorIndex(self.db, embedder, batch=embed_batch) if embedder is not None else None
+            VectorIndex(self.db, embedder, batch=embed_batch, clock=self.clock)
+            if embedder is not None
+            else None
         )
         self._search.vectors = self.vectors
         self._reads = Reads(self.db, self.clock, self.policy)
@@ -592,10 +594,18 @@ class Store:
         return await self.vectors.reembed()
 
     async def count_refuted_matches(
-        self, query: str, *, namespaces: Sequence[str] | None = None
+        self,
+        query: str,
+        *,
+        namespaces: Sequence[str] | None = None,
+        mode: SearchMode = "keyword",
+        limit: int = 10,
     ) -> int:
-        """How many refuted blocks match ``query`` (what a search without them hides)."""
-        return await self._search.count_refuted_matches(query, namespaces=namespaces)
+        """How many refuted blocks a search of ``query`` in ``mode`` hides: those
+        matching its words, or among its nearest vectors, or either (hybrid)."""
+        return await self._search.count_refuted_matches(
+            query, namespaces=namespaces, mode=mode, limit=limit
+        )
 
     # ------------------------------------------------------------------ maintenance
     # The passes live in _promotion.py, _maintenance.py and _explain.py; these methods

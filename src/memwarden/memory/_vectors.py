@@ -1,13 +1,15 @@
-"""Vectors for search by meaning: kept with the blocks, searched exactly in memory.
+"""Vectors for search by meaning: kept with the blocks, searched in memory.
 
 Each block's vector (its title and content, made by the configured embedder) is stored
 int8-quantised in ``block_vectors`` and held in one contiguous int8 matrix (256
-dimensions: 25.6 MB per 100 000 blocks). A query is scored against every row (exact
-cosine, brute force, in chunks converted to float32), so there is no index to build or
-to drift. Embedding never runs on the write path: triggers queue the blocks to embed
-(``embed_queue``) and :meth:`VectorIndex.run` drains the queue in batches, the model
-running in a worker thread. A search uses whatever vectors exist; a block not embedded
-yet is found by its words alone.
+dimensions: 25.6 MB per 100 000 blocks) with its sign bits (3.2 MB). Up to 8 192
+vectors a query is scored against every row (exact cosine, in chunks converted to
+float32); past that, the sign bits' Hamming distance keeps a shortlist that is scored
+exactly (docs/SEARCH.md): no index to build or to drift. Embedding never runs on the
+write path: triggers queue the blocks to embed (``embed_queue``) and
+:meth:`VectorIndex.run` drains the queue in batches, the model running in a worker
+thread, backing off while the embedder fails. A search uses whatever vectors exist; a
+block not embedded yet is found by its words alone.
 
 numpy is imported only when an embedder is configured (``memwarden[semantic]``).
 """
@@ -16,17 +18,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import random
+import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
 from memwarden.errors import ConfigError, EmbedderUnavailableError
+from memwarden.memory._clock import SystemClock, sleep_on
+from memwarden.memory._sql import namespace_clause
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import aiosqlite
 
+    from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
 
 __all__ = ["EmbedderLike", "VectorIndex", "queue_all"]
@@ -46,9 +54,13 @@ _INLINE_ROWS = 250_000
 # _SHORTLIST, re-scored exactly from the int8 rows. Below, the exact scan is as cheap.
 _TWO_STAGE_ROWS = 8_192
 # WordLlama at 100 000 blocks: the exact top 10 found 0.64 of the time with 512 and
-# uncentred signs, 0.80 centred, 0.95 centred with 2 048, 0.98 with 4 096 (re-scored
-# in about 0.2 ms).
-_SHORTLIST = 4_096
+# uncentred signs, 0.80 centred, 0.90 with 1 024, 0.96 with 2 048 (about 2 250 kept with
+# the sampled cut), 0.98 with 3 072 and 4 096. Re-scoring costs about 0.07 ms per 1 000.
+_SHORTLIST = 2_560
+# The longest the embedding task waits after failed rounds (see VectorIndex.run).
+_BACKOFF_MAX_S = 300.0
+# From this many vectors the shortlist's cut is estimated on every 8th distance.
+_SAMPLED_ROWS = 65_536
 
 
 class EmbedderLike(Protocol):
@@ -84,15 +96,32 @@ def _numpy() -> Any:
     return np
 
 
+def _give_back_freed_memory() -> bool:
+    """Ask glibc to return the heap pages freed so far to the system (``malloc_trim``);
+    whether it could. Loading leaves a lot freed but held: parsing the tokenizer's
+    1.8 MB JSON (about 6 MiB of WordLlama's) and the blobs read in bulk. Elsewhere
+    (musl, macOS) nothing happens."""
+    if sys.platform != "linux":
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return bool(trim(0))
+
+
 def _popcount(np: Any) -> Any:
     """Set bits of each uint64: ``np.bitwise_count`` (numpy >= 2), else a byte table."""
     if hasattr(np, "bitwise_count"):
         return np.bitwise_count
     table = np.array([i.bit_count() for i in range(256)], dtype=np.uint8)
 
-    def count(words: Any) -> Any:
+    def count(words: Any, out: Any = None) -> Any:
         by_byte = table[np.ascontiguousarray(words).view(np.uint8)].reshape(-1, 8)
-        return by_byte.sum(axis=1, dtype=np.uint8)
+        return by_byte.sum(axis=1, dtype=np.uint8, out=out)
 
     return count
 
@@ -100,9 +129,18 @@ def _popcount(np: Any) -> Any:
 class VectorIndex:
     """The blocks' vectors for one embedder: stored, queued, held and searched."""
 
-    def __init__(self, db: Database, embedder: EmbedderLike, *, batch: int = 256) -> None:
+    def __init__(
+        self,
+        db: Database,
+        embedder: EmbedderLike,
+        *,
+        batch: int = 256,
+        clock: Clock | None = None,
+    ) -> None:
         self.np = _numpy()
         self.db = db
+        self.clock: Clock = clock or SystemClock()  # what the embedding task waits on
+        self.failures = 0  # embedding rounds failed in a row (the task backs off)
         self.embedder = embedder
         self.model = embedder.model_id
         self.dim = int(embedder.dim)
@@ -170,7 +208,14 @@ class VectorIndex:
             await conn.execute("PRAGMA shrink_memory")
         if other:
             await self.reembed(only_other_models=True)
-        log.info("vectors_loaded", model=self.model, vectors=self._size, other_models=other)
+        trimmed = _give_back_freed_memory()
+        log.info(
+            "vectors_loaded",
+            model=self.model,
+            vectors=self._size,
+            other_models=other,
+            heap_trimmed=trimmed,
+        )
         return self._size
 
     def _reserve(self, n: int) -> None:
@@ -346,24 +391,67 @@ class VectorIndex:
         # each), the nearest ``short`` kept; then their exact cosine from the int8 rows.
         codes, centre = coded
         qcode = self.signs(qvec, centre)[0]
-        dist = np.zeros(n, dtype=np.uint16)
+        # Up to 256 bits the distances are summed in uint8 (a quarter of the memory
+        # traffic of uint16): only a distance of exactly 256, every bit different, wraps
+        # to 0, and that vector is then merely re-scored exactly for nothing.
+        small = self._words <= 4
+        dist = np.empty(n, dtype=np.uint8 if small else np.uint16)
+        part = np.empty(n, dtype=np.uint8)
         buf = np.empty(n, dtype=np.uint64)
         for w in range(self._words):
             np.bitwise_xor(codes[w, :n], qcode[w], out=buf)
-            dist += self._popcount(buf)
-        # The ``short`` smallest distances without a sort: distances are 0..dim, so a
-        # histogram gives the cut (argpartition took 0.7 ms at 100 000, this 0.15).
+            if w == 0 and small:
+                self._popcount(buf, out=dist)
+            elif w == 0:
+                dist[:] = self._popcount(buf)
+            else:
+                self._popcount(buf, out=part)
+                np.add(dist, part, out=dist, casting="unsafe")
+        cand = self._shortlist(dist, short)
+        k = min(k, len(cand))
+        sims = self._rescore(matrix, cand, qvec)
+        top = np.argpartition(-sims, k - 1)[:k]
+        top = top[np.argsort(-sims[top], kind="stable")]
+        return list(zip(rids[cand[top]].tolist(), sims[top].tolist(), strict=True))
+
+    def _shortlist(self, dist: Any, short: int) -> Any:
+        """The rows of about the ``short`` smallest distances, in row order (the gather
+        then reads forwards), without a sort: distances are 0..dim, so a histogram gives
+        the cut (argpartition took 0.7 ms at 100 000, a histogram 0.1). Past
+        ``_SAMPLED_ROWS`` rows the histogram is taken of every 8th distance (0.015 ms):
+        the shortlist is then every row at or below the estimated cut, a few hundred
+        more or fewer than ``short``; an estimate far off (half or twice ``short``)
+        falls back to the whole histogram."""
+        np = self.np
+        n = len(dist)
+        if n >= _SAMPLED_ROWS:
+            step = 8
+            cum = np.cumsum(np.bincount(dist[::step], minlength=self.dim + 1))
+            cut = int(np.searchsorted(cum, -(-short // step)))
+            cand = np.flatnonzero(dist <= cut)
+            if short // 2 <= len(cand) <= 2 * short:
+                return cand
         cum = np.cumsum(np.bincount(dist, minlength=self.dim + 1))
         cut = int(np.searchsorted(cum, short))  # the distance where the shortlist fills
         below = np.flatnonzero(dist < cut)
         at = np.flatnonzero(dist == cut)[: short - len(below)]
-        cand = np.sort(np.concatenate((below, at)))  # the gather reads forwards
+        return np.sort(np.concatenate((below, at)))
+
+    def _rescore(self, matrix: Any, cand: Any, qvec: Any) -> Any:
+        """Exact cosine of the int8 ``qvec`` with the rows ``cand`` of ``matrix``, in
+        slices converted to float32 that stay in the CPU cache (one product of the
+        whole shortlist made OpenBLAS start its threads: 0.45 ms p50 but 4 ms p90 on
+        the shared 2-core VM; the slices measured 0.14 ms for 2 048 rows, steadily)."""
+        np = self.np
         q = np.asarray(qvec, dtype=np.float32) / (_SCALE * _SCALE)
-        sims = matrix[cand].astype(np.float32) @ q
-        k = min(k, short)
-        top = np.argpartition(-sims, k - 1)[:k]
-        top = top[np.argsort(-sims[top], kind="stable")]
-        return [(int(rids[cand[i]]), float(sims[i])) for i in top]
+        rows = np.take(matrix, cand, axis=0)  # half the time of matrix[cand]
+        sims = np.empty(len(cand), dtype=np.float32)
+        buf = np.empty((_CHUNK, self.dim), dtype=np.float32)
+        for start in range(0, len(cand), _CHUNK):
+            stop = min(len(cand), start + _CHUNK)
+            np.copyto(buf[: stop - start], rows[start:stop], casting="unsafe")
+            np.matmul(buf[: stop - start], q, out=sims[start:stop])
+        return sims
 
     def _scan(self, matrix: Any, rids: Any, n: int, qvec: Any, k: int) -> list[tuple[int, float]]:
         np = self.np
@@ -380,34 +468,79 @@ class VectorIndex:
         k = min(k, n)
         top = np.argpartition(-sims, k - 1)[:k] if k < n else np.arange(n)
         top = top[np.argsort(-sims[top], kind="stable")]
-        return [(int(rids[i]), float(sims[i])) for i in top]
+        return list(zip(rids[top].tolist(), sims[top].tolist(), strict=True))
 
     # ------------------------------------------------------------------ embedding
 
     def notify(self) -> None:
-        """Something was queued: wake the embedding task."""
+        """Something was queued: wake the embedding task (not while it backs off)."""
         self._wake.set()
 
-    async def run(self, *, poll_s: float = 2.0) -> None:
+    async def run(
+        self,
+        *,
+        poll_s: float = 2.0,
+        backoff_max_s: float = _BACKOFF_MAX_S,
+        rng: random.Random | None = None,
+    ) -> None:
         """Drain the queue for as long as the daemon runs (woken by :meth:`notify`, and
-        every ``poll_s`` for writes that did not call it)."""
+        every ``poll_s`` for writes that did not call it).
+
+        When a round fails (the embedder is down: an HTTP server not answering), the
+        task backs off on the store's clock: after the n-th failure in a row it waits
+        between half and all of ``min(backoff_max_s, poll_s x 2^(n-1))`` (jittered, so
+        daemons sharing a server do not retry in step), and writes meanwhile do not wake
+        it: a busy daemon never hammers a failing server once per write. The first
+        round that embeds something resets it."""
+        rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
         while True:
             try:
                 while await self.drain_once():
-                    pass
+                    self.failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # noqa: BLE001 - the task goes on; the queue stays
-                log.error("embedding_failed", error=f"{type(err).__name__}: {err}")
+                self.failures += 1
+                ceiling = min(backoff_max_s, poll_s * 2 ** min(self.failures - 1, 32))
+                delay = rng.uniform(ceiling / 2, ceiling)
+                log.error(
+                    "embedding_failed",
+                    error=f"{type(err).__name__}: {err}",
+                    failures=self.failures,
+                    retry_in_s=round(delay, 3),
+                )
+                await sleep_on(self.clock, delay)
+                continue
+            self.failures = 0
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=poll_s)
 
-    async def pending(self) -> int:
-        """Blocks waiting for a vector."""
+    async def pending(self, *, namespaces: Sequence[str] | None = None) -> int:
+        """Blocks waiting for a vector (of ``namespaces`` only, when given)."""
+        sql = "SELECT count(*) FROM embed_queue"
+        scope, args = namespace_clause(namespaces, column="b.namespace")
+        if namespaces is not None:
+            sql += f" q JOIN blocks b ON b.rid = q.block_rid WHERE true{scope}"
         async with self.db.read() as conn:
-            [(n,)] = list(await conn.execute_fetchall("SELECT count(*) FROM embed_queue"))
+            [(n,)] = list(await conn.execute_fetchall(sql, args))
         return int(n)
+
+    async def count(self, *, namespaces: Sequence[str] | None = None) -> int:
+        """Vectors held: all of them, or (from the database) those of ``namespaces``'
+        blocks, so a namespaced caller learns nothing of the others' number."""
+        if namespaces is None:
+            return self._size
+        np = self.np
+        scope, args = namespace_clause(namespaces)
+        # The namespaces' rids (their index covers them) looked up in the held rows: a
+        # join with block_vectors would read every vector's row (0.2 s at 100 000, this
+        # 0.05-0.1).
+        async with self.db.read() as conn:
+            rows = await conn.execute_fetchall(f"SELECT rid FROM blocks WHERE true{scope}", args)
+        rids = np.fromiter((r for (r,) in rows), dtype=np.int64)
+        rids = rids[(rids >= 0) & (rids < len(self._row_of))]
+        return int(np.count_nonzero(self._row_of[rids] >= 0))
 
     async def drain_once(self) -> int:
         """Embed one batch of queued blocks; how many were taken off the queue."""

@@ -98,7 +98,9 @@ class SearchAnswer(BaseModel):
         default_factory=dict, description="Read through: what each checked block's sensor saw."
     )
     hidden_refuted: int = Field(
-        default=0, description="Refuted facts matching the query, left out (include_refuted)."
+        default=0,
+        description="Refuted facts the search left out (include_refuted): those with the"
+        " query's words (keyword), among its nearest vectors (vector), either (hybrid).",
     )
     as_of: str | None = Field(default=None, description="With as_of: the instant answered.")
     believed: list[BelievedAt] | None = Field(
