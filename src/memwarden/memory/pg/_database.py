@@ -138,7 +138,13 @@ class PgDatabase:
                 timeout=self._connect_timeout_s,
                 command_timeout=self._command_timeout_s,
             )
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as err:
+        except (
+            OSError,
+            OverflowError,
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            ValueError,
+        ) as err:
             raise connect_error(self.dsn, err) from None
         conn: PgConnection | None = None
         try:
