@@ -21,7 +21,8 @@ exact, value for value, and is verified so):
 - JSON stays ``text`` (``tags``, ``signals``, ``selector``, ``detail``...): ``jsonb``
   reorders object keys, rewrites numbers and refuses ``\\u0000``, so a round trip would
   not be exact; a query that needs JSON casts (``tags::jsonb``).
-- ``BLOB`` is ``bytea``.
+- ``BLOB`` is ``bytea``; so is ``dead_letters.payload`` (TEXT in SQLite: untrusted input
+  that may hold NUL, which PostgreSQL text cannot; here its UTF-8 bytes).
 
 What SQLite keeps that is derived here: the FTS5 index (``blocks_fts`` and its shadow
 tables) is the generated ``search`` column with its GIN index; ``id_key`` is a generated
@@ -285,7 +286,10 @@ CREATE TABLE dead_letters (
     received_at double precision NOT NULL,
     source text COLLATE "C" NOT NULL,
     reason text COLLATE "C" NOT NULL,
-    payload text COLLATE "C" NOT NULL
+    -- bytea, not text: a dead letter is untrusted input kept as received (decoded with
+    -- replacement characters), which may hold NUL, which PostgreSQL text cannot. The
+    -- UTF-8 bytes of SQLite's text.
+    payload bytea NOT NULL
 );
 CREATE INDEX dead_letters_received ON dead_letters (received_at);
 

@@ -58,6 +58,15 @@ class _JobFailedError(Exception):
         self.error = error
 
 
+def _usable(conn: PgConnection) -> bool:
+    """Whether ``conn`` is open (asyncpg detaches a pooled connection the server ended,
+    and then every call on it raises)."""
+    try:
+        return not conn.is_closed()
+    except asyncpg.InterfaceError:
+        return False
+
+
 @dataclass(slots=True)
 class _Pending(Generic[T]):
     fn: Callable[[PgConnection], Awaitable[T]]
@@ -118,14 +127,19 @@ class PgWriter:
             self._task = None
         await self._drop_connection()
 
-    async def _drop_connection(self) -> None:
+    async def _drop_connection(self, *, broken: bool = False) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
+            if broken:
+                # A reset could wait on a connection out of step. A connection the server
+                # ended was already detached by the pool (every call on it raises).
+                with contextlib.suppress(asyncpg.InterfaceError):
+                    conn.terminate()
             with contextlib.suppress(*_CONNECTION_ERRORS, asyncpg.PostgresError):
                 await self._pool.release(conn)  # type: ignore[arg-type]
 
     async def _connection(self) -> PgConnection:
-        if self._conn is None or self._conn.is_closed():
+        if self._conn is None or not _usable(self._conn):
             await self._drop_connection()
             self._conn = await self._pool.acquire()
             self.reconnects += 1
@@ -181,12 +195,13 @@ class PgWriter:
                         raise _JobFailedError(translate(err)) from None
         except _JobFailedError as failed:  # rolled back by the context manager
             return False, failed.error
-        except (asyncpg.PostgresError, *_CONNECTION_ERRORS) as err:
+        except Exception as err:  # noqa: BLE001 - whatever it was, the writer carries on
             # The transaction itself failed (connection lost, server shutting down, a
-            # deferred constraint at COMMIT): nothing committed, as far as we know. The
-            # connection goes back to the pool (which resets or replaces it).
+            # deferred constraint at COMMIT, the driver's protocol out of step): nothing
+            # committed, as far as we know. The connection is closed and given back to the
+            # pool, which opens a new one for the next batch.
             log.error("store_commit_failed", backend="postgresql", jobs=len(jobs), error=str(err))
-            await self._drop_connection()
+            await self._drop_connection(broken=True)
             failure = StorageError(f"commit failed: {err}")
             failure.__cause__ = err
             for pending in jobs:
