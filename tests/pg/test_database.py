@@ -201,3 +201,23 @@ async def test_wrong_database_and_user(pg_server: PgServer) -> None:
     with pytest.raises(StorageError, match=r"authentication failed|role") as caught:
         await PgDatabase(bad_user).open()
     assert ":pw@" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("postgresql://u:pw@h:5432/db", "postgresql://u:***@h:5432/db"),
+        (
+            "postgresql://u@h/db?password=pw&sslmode=require",
+            "postgresql://u@h/db?password=***&sslmode=require",
+        ),
+        ("postgres:///db?host=/run/pg", "postgres:///db?host=/run/pg"),
+        ("postgresql://u:p@ss:word@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://h1:5432,h2:5433/db", "postgresql://h1:5432,h2:5433/db"),
+    ],
+)
+def test_redact_dsn_hides_every_password(dsn: str, shown: str) -> None:
+    """Passwords in the user part or the query never reach a message; the rest does."""
+    from memwarden.memory.pg import redact_dsn  # noqa: PLC0415
+
+    assert redact_dsn(dsn) == shown

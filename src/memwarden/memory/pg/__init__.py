@@ -7,6 +7,7 @@ Importing this package needs asyncpg; ``memwarden.memory`` does not import it.
 
 from __future__ import annotations
 
+from memwarden.memory.pg._copy import CopyReport, TableCopy, copy_to_postgres
 from memwarden.memory.pg._database import PgDatabase
 from memwarden.memory.pg._dsn import check_dsn, redact_dsn
 from memwarden.memory.pg._migrate import migrate, schema_version
@@ -16,9 +17,12 @@ from memwarden.memory.pg._types import PgConnection
 __all__ = [
     "SCHEMA_VERSION",
     "SQLITE_SCHEMA_VERSION",
+    "CopyReport",
     "PgConnection",
     "PgDatabase",
+    "TableCopy",
     "check_dsn",
+    "copy_to_postgres",
     "migrate",
     "redact_dsn",
     "schema_version",

@@ -7,7 +7,7 @@ the password (in the URL or its query) replaced by ``***``.
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from memwarden.errors import ConfigError
 
@@ -34,7 +34,7 @@ def redact_dsn(dsn: str) -> str:
             ],
             safe="*/:",
         )
-        shown = urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+        shown = f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
     except ValueError:
         return "<an unreadable URL>"
     return shown.encode("ascii", "backslashreplace").decode("ascii")
