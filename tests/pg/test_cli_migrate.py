@@ -4,9 +4,12 @@ traceback, no password."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -17,8 +20,6 @@ from tests.pg.test_copy import InterruptedCopyError, compare_everything, populat
 from tests.projects import user_env
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from tests.pgserver import PgServer
 
 
@@ -148,3 +149,55 @@ async def test_copy_while_the_store_is_open_and_writing(pg_server: PgServer, tmp
     finally:
         await conn.close()
     assert report.rows > 0
+
+
+def _tool(server: PgServer, name: str) -> str:
+    """A PostgreSQL client program: beside the server's binaries, else Debian's, else PATH."""
+    for candidate in (
+        server.bindir / name,
+        *sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True),
+    ):
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which(name)
+    assert found, f"{name} is not installed (scripts/system-deps.sh installs postgresql)"
+    return found
+
+
+async def test_pg_dump_and_restore_keep_the_store(
+    pg_server: PgServer, source: Path, tmp_path: Path
+) -> None:
+    """The backup docs/DEPLOY.md gives (pg_dump custom format, pg_restore into an empty
+    database) brings back every row, the search column and the append-only triggers."""
+    dsn = pg_server.create_database()
+    await copy_to_postgres(source, dsn)
+    dump = tmp_path / "store.dump"
+    await asyncio.to_thread(
+        subprocess.run,
+        [_tool(pg_server, "pg_dump"), "--format=custom", f"--file={dump}", dsn],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    restored = pg_server.create_database()
+    await asyncio.to_thread(
+        subprocess.run,
+        [_tool(pg_server, "pg_restore"), "--no-owner", f"--dbname={restored}", str(dump)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    await compare_everything(source, restored)
+    conn = await asyncpg.connect(restored)
+    try:
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM blocks"
+                " WHERE search @@ to_tsquery('memwarden_search', 'naive')"
+            )
+            == 1
+        )
+        with pytest.raises(asyncpg.RestrictViolationError):
+            await conn.execute("DELETE FROM events")
+    finally:
+        await conn.close()
