@@ -1,0 +1,157 @@
+"""The store's block reads (get, resolve_id, short_ids, list_blocks) as a contract both
+backends keep: each test runs on SQLite and on PostgreSQL (one parametrised fixture),
+over the same store (the PostgreSQL one copied from the SQLite file), and a last test
+holds the two answers equal, block for block."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from memwarden.errors import NotFoundError, ValidationInputError
+from memwarden.memory import Store
+from memwarden.memory._clock import FakeClock
+from memwarden.memory.pg import PgDatabase, copy_to_postgres
+from memwarden.memory.pg._reads import PgReads
+from tests.pg.test_copy import populate
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.pgserver import PgServer
+
+# The time the contract is read at: after populate()'s events (its clock starts at
+# 2026-01-01 and moves 10 s), before any validity window runs out.
+NOW = 1_767_225_600.0 + 20
+FILTERS: list[dict[str, Any]] = [
+    {},
+    {"limit": 5},
+    {"newest_first": True, "limit": 7},
+    {"tag": "t1"},
+    {"tag": "ünïcode"},
+    {"tag": "no such tag"},
+    {"sensor": "fs"},
+    {"sensor": "git"},
+    {"state": "refuted"},
+    {"state": "archived"},
+    {"state": "fresh"},
+    {"state": "stale"},
+    {"state": "unverified"},
+    {"tier": "short_term"},
+    {"tier": "core"},
+    {"volatility": "low"},
+    {"volatility": "medium"},
+    {"namespaces": ["default"]},
+    {"namespaces": ["elsewhere"]},
+    {"flapping": False},
+]
+
+
+_POPULATED: dict[str, Path] = {}  # one populated store for the module, made once
+
+
+@pytest.fixture
+async def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One populated SQLite store for the module (read only by the tests)."""
+    if "path" not in _POPULATED:
+        path = tmp_path_factory.mktemp("contract") / "memwarden.db"
+        await populate(path, blocks=25)
+        _POPULATED["path"] = path
+    return _POPULATED["path"]
+
+
+@pytest.fixture
+async def sqlite_reads(stores: Path):
+    async with Store(stores, clock=FakeClock(NOW)) as store:
+        yield store
+
+
+@pytest.fixture
+async def pg_reads(stores: Path, pg_server: PgServer):
+    dsn = pg_server.create_database()
+    await copy_to_postgres(stores, dsn)
+    async with Store(stores, clock=FakeClock(NOW)) as store:  # for its policy config
+        policy = store.policy
+    async with PgDatabase(dsn) as db:
+        yield PgReads(db, FakeClock(NOW), policy)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def reads(request: pytest.FixtureRequest) -> Any:
+    """The block reads of one backend: a Store on SQLite, PgReads on PostgreSQL."""
+    return request.getfixturevalue(f"{'sqlite' if request.param == 'sqlite' else 'pg'}_reads")
+
+
+async def test_get_returns_the_block_or_not_found(reads: Any) -> None:
+    """A block comes back with its text, tags, bindings, dependencies and short id; an
+    unknown id is NotFoundError."""
+    blocks = await reads.list_blocks({"limit": 1000})
+    root = next(b for b in blocks if b.title.startswith("Café"))
+    got = await reads.get(root.id)
+    assert got == root
+    assert got.tags == ["deploy", "ünïcode"]
+    assert [b.subject for b in got.bindings] == ["a.yaml"]
+    assert got.short_id is not None
+    assert root.id.replace("-", "").endswith(got.short_id)
+    dependent = next(b for b in blocks if b.depends_on)
+    assert dependent.depends_on == [root.id]
+    with pytest.raises(NotFoundError, match="no block with id"):
+        await reads.get("0190a0b0-0000-7000-8000-00000000dead")
+
+
+async def test_short_ids_resolve_back(reads: Any) -> None:
+    """Every block's short id resolves to that block; a short ref too short is refused."""
+    blocks = await reads.list_blocks({"limit": 1000})
+    shorts = await reads.short_ids([b.id for b in blocks])
+    for block in blocks:
+        assert await reads.resolve_id(shorts[block.id]) == block.id
+        assert await reads.resolve_id(block.id) == block.id
+    with pytest.raises(ValidationInputError):
+        await reads.resolve_id("abc")
+    with pytest.raises(NotFoundError):
+        await reads.resolve_id(blocks[0].id, namespaces=["elsewhere"])
+
+
+async def test_paging_visits_every_block_once(reads: Any) -> None:
+    """Pages of 4 with the last id as cursor, oldest or newest first, list each block
+    exactly once, in id order."""
+    every = [b.id for b in await reads.list_blocks({"limit": 1000})]
+    assert every == sorted(every)
+    for newest_first in (False, True):
+        seen: list[str] = []
+        after = None
+        while True:
+            page = await reads.list_blocks(
+                {"limit": 4, "after": after, "newest_first": newest_first}
+            )
+            if not page:
+                break
+            seen.extend(b.id for b in page)
+            after = page[-1].id
+        assert seen == (sorted(every, reverse=True) if newest_first else every)
+
+
+async def test_filters_select_what_they_say(reads: Any) -> None:
+    """A tag, a sensor, a state, a namespace: only matching blocks come back."""
+    tagged = await reads.list_blocks({"tag": "t1", "limit": 1000})
+    assert tagged
+    assert all("t1" in b.tags for b in tagged)
+    stale = await reads.list_blocks({"state": "stale", "limit": 1000})
+    assert stale  # the refuted ones
+    assert all(b.state == "stale" for b in stale)
+    archived = await reads.list_blocks({"state": "archived"})
+    assert [b.state for b in archived] == ["archived"]
+    assert await reads.list_blocks({"namespaces": ["elsewhere"]}) == []
+    assert await reads.list_blocks({"sensor": "git"}) == []
+
+
+async def test_both_backends_answer_alike(sqlite_reads: Store, pg_reads: PgReads) -> None:
+    """For every filter, the same blocks in the same order, equal field for field."""
+    for flt in FILTERS:
+        assert await pg_reads.list_blocks(flt) == await sqlite_reads.list_blocks(flt), flt
+    every = await sqlite_reads.list_blocks({"limit": 1000})
+    for block in every:
+        assert await pg_reads.get(block.id) == await sqlite_reads.get(block.id)
+    ids = [b.id for b in every]
+    assert await pg_reads.short_ids(ids) == await sqlite_reads.short_ids(ids)
