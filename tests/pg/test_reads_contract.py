@@ -155,3 +155,106 @@ async def test_both_backends_answer_alike(sqlite_reads: Store, pg_reads: PgReads
         assert await pg_reads.get(block.id) == await sqlite_reads.get(block.id)
     ids = [b.id for b in every]
     assert await pg_reads.short_ids(ids) == await sqlite_reads.short_ids(ids)
+
+
+# ------------------------------------------------------------------ keyword search
+
+QUERIES = [
+    "fact about",
+    "café naive",
+    "cafe naïve",
+    "config yaml",
+    "app7",
+    "zzzunknown config",
+    "deploy",
+    "edited",
+    "t2",
+    "nothing matches this",
+]
+HOSTILE = [
+    'NEAR("a" "b") * col: AND OR NOT ))',
+    "'; DROP TABLE blocks; --",
+    'back\\slash it\'s "quoted"',
+    "🐘 ünïcode",
+    "a & b | !c <-> d:*",
+    "",
+]
+
+
+@pytest.fixture
+async def pg_search(stores: Path, pg_server: PgServer):
+    from memwarden.memory.pg._search import PgSearch  # noqa: PLC0415
+
+    dsn = pg_server.create_database()
+    await copy_to_postgres(stores, dsn)
+    async with Store(stores, clock=FakeClock(NOW)) as store:
+        policy = store.policy
+    async with PgDatabase(dsn) as db:
+        yield PgSearch(db, FakeClock(NOW), policy)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def searcher(request: pytest.FixtureRequest) -> Any:
+    """Keyword search of one backend: a Store on SQLite, PgSearch on PostgreSQL."""
+    return request.getfixturevalue("sqlite_reads" if request.param == "sqlite" else "pg_search")
+
+
+async def _ids(searcher: Any, query: str, **kw: Any) -> list[str]:
+    return [h.id for h in await searcher.search(query, mode="keyword", limit=50, **kw)]
+
+
+async def test_search_needs_every_word_then_any(searcher: Any) -> None:
+    """Every word must match; with none matching them all, any word may; diacritics and
+    case do not matter; a word in a path matches (punctuation splits words)."""
+    both = await searcher.search("fact about", mode="keyword", limit=50)
+    assert both
+    assert all("fact" in h.block.content and "about" in h.block.content for h in both)
+    assert [h.block.title for h in await searcher.search("cafe NAIVE", mode="keyword")] == [
+        "Café «naïve» — 'quoted' \"twice\""
+    ]
+    assert await _ids(searcher, "app7")  # from "config/app7.yaml"
+    fallback = await _ids(searcher, "zzzunknown config")
+    assert fallback
+    assert set(fallback) == set(await _ids(searcher, "config"))
+
+
+async def test_search_hides_archived_and_other_namespaces(searcher: Any) -> None:
+    """The archived block is not found; another namespace's caller finds nothing."""
+    assert await _ids(searcher, "app1") == []  # block 1 is archived
+    assert await _ids(searcher, "fact", namespaces=["elsewhere"]) == []
+    assert await _ids(searcher, "fact", namespaces=["default"])
+
+
+async def test_search_ranks_by_score_with_its_factors(searcher: Any) -> None:
+    """Hits come best first; each score is relevance x freshness x reliability x
+    retention; a stale hit says so in its warnings."""
+    hits = await searcher.search("fact", mode="keyword", limit=50)
+    assert len(hits) > 10
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    for h in hits:
+        assert h.score == pytest.approx(h.relevance * h.freshness * h.reliability * h.retention)
+    stale = [h for h in hits if h.stale]
+    assert stale
+    assert all(any(w.startswith("stale") for w in h.warnings) for h in stale)
+
+
+async def test_hostile_queries_are_words_not_syntax(searcher: Any) -> None:
+    """Query syntax of either engine, SQL and odd characters are words: never an error."""
+    for query in HOSTILE:
+        await searcher.search(query, mode="keyword")
+
+
+async def test_search_finds_the_same_blocks_on_both(sqlite_reads: Store, pg_search: Any) -> None:
+    """The same blocks match on both backends (ranking may differ between blocks of
+    similar text: ts_rank_cd is not BM25, docs/SEARCH.md), the same block ranks first
+    for a distinctive query, and a hit's block reads the same."""
+    for query in QUERIES:
+        sqlite_hits = await _ids(sqlite_reads, query)
+        pg_hits = await _ids(pg_search, query)
+        assert set(pg_hits) == set(sqlite_hits), query
+    for query in ("café", "edited", "deploy"):
+        first_sqlite = (await sqlite_reads.search(query, mode="keyword"))[0]
+        first_pg = (await pg_search.search(query, mode="keyword"))[0]
+        assert first_pg.id == first_sqlite.id
+        assert first_pg.block == first_sqlite.block
