@@ -6,13 +6,17 @@ are refused by name."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memwarden.errors import StorageError
 from memwarden.memory import Store, ValidationEvent, from_ts
@@ -370,3 +374,60 @@ def test_row_digest_tells_types_and_values_apart() -> None:
     boundaries ('ab','c' vs 'a','bc')."""
     rows = [(1,), (1.0,), ("1",), (b"1",), (None,), (-0.0,), (0.0,), ("ab", "c"), ("a", "bc")]
     assert len({row_digest(r) for r in rows}) == len(rows)
+
+
+async def test_two_copies_at_once_are_refused(pg_server: PgServer, source: Path) -> None:
+    """While one copy runs into a database, a second is refused (it would copy the same
+    chunks); once the first has finished, a run goes ahead (and finds nothing to copy)."""
+    dsn = pg_server.create_database()
+    second: list[BaseException] = []
+
+    def start_second(_table: str, chunks: int) -> None:
+        if chunks == 1:
+            # The first copy holds its lock now: a second one, run to its end on its own
+            # loop in another thread, must be refused.
+            with ThreadPoolExecutor(1) as pool:
+                future = pool.submit(asyncio.run, copy_to_postgres(source, dsn))
+                try:
+                    future.result(timeout=60)
+                except StorageError as err:
+                    second.append(err)
+
+    await copy_to_postgres(source, dsn, chunk_rows=10, after_chunk=start_second)
+    assert len(second) == 1
+    assert "another `memwarden migrate` is copying" in str(second[0])
+    again = await copy_to_postgres(source, dsn)
+    assert again.copied == 0
+
+
+_ROUND_TRIP_DB: dict[str, str] = {}
+_VALUES = st.tuples(
+    st.one_of(st.none(), st.integers(min_value=-(2**63), max_value=2**63 - 1)),
+    st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+    st.one_of(st.none(), st.text(st.characters(exclude_characters="\x00", codec="utf-8"))),
+    st.one_of(st.none(), st.binary()),
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.lists(_VALUES, min_size=1, max_size=40))
+def test_values_arrive_exactly(pg_server: PgServer, rows: list[tuple[Any, ...]]) -> None:
+    """Any bigint, double (NaN, infinities, -0.0, subnormals), text (no NUL) and bytes a
+    SQLite store can hold comes back from PostgreSQL with the same digest, so the copy's
+    checksum compares values, never their rendering."""
+    if "dsn" not in _ROUND_TRIP_DB:
+        _ROUND_TRIP_DB["dsn"] = pg_server.create_database()
+
+    async def round_trip() -> list[tuple[Any, ...]]:
+        conn = await asyncpg.connect(_ROUND_TRIP_DB["dsn"])
+        try:
+            await conn.execute(
+                'CREATE TEMP TABLE v (i bigint, r double precision, t text COLLATE "C", b bytea)'
+            )
+            await conn.copy_records_to_table("v", records=rows)
+            return [tuple(r) for r in await conn.fetch("SELECT i, r, t, b FROM v")]
+        finally:
+            await conn.close()
+
+    back = asyncio.run(round_trip())
+    assert sorted(row_digest(r) for r in back) == sorted(row_digest(r) for r in rows)

@@ -72,6 +72,8 @@ DERIVED = {
 # Parents before children (foreign keys); the rest follow in name order.
 _FIRST = ("blocks", "bindings", "dependencies", "proposals", "block_vectors", "embed_queue")
 _MASK = (1 << 128) - 1
+# pg_try_advisory_lock key held while a copy runs (not the migrations' key).
+_COPY_LOCK_KEY = -0x2A5F0C3E6B1D4978
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +319,13 @@ async def _run(
     progress: Callable[[str, int], None] | None,
 ) -> None:
     try:
+        # One copy into a database at a time (a second would copy the same chunks): a
+        # session lock on this copy's own connection, released when it closes.
+        if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", _COPY_LOCK_KEY):
+            raise StorageError(
+                f"another `memwarden migrate` is copying into {report.target} now: "
+                "wait for it (or stop it) and run this again"
+            )
         await _check_target(conn, report)
         await migrate(conn)
         tables = await _tables(conn)
