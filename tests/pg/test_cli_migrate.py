@@ -23,13 +23,15 @@ if TYPE_CHECKING:
     from tests.pgserver import PgServer
 
 
-def memwarden(tmp: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+def memwarden(
+    tmp: Path, *argv: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", "from memwarden.cli import main; main()", *argv],
         capture_output=True,
         text=True,
         timeout=120,
-        env=user_env(tmp),
+        env=user_env(tmp, env),
         cwd=tmp,
         check=False,
     )
@@ -52,7 +54,8 @@ async def test_copy_prints_tables_and_json(pg_server: PgServer, source: Path, tm
     assert "blocks" in done.stdout
     assert "Traceback" not in done.stderr
     await compare_everything(source, dsn)
-    again = memwarden(tmp_path, "migrate", "--to", dsn, "--db", str(source), "--json")
+    # The source from MEMWARDEN_DB, as for the other commands' --db.
+    again = memwarden(tmp_path, "migrate", "--to", dsn, "--json", env={"MEMWARDEN_DB": str(source)})
     assert again.returncode == 0, again.stderr
     answer = json.loads(again.stdout)
     assert answer["verified"] is True

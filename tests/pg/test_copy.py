@@ -431,3 +431,25 @@ def test_values_arrive_exactly(pg_server: PgServer, rows: list[tuple[Any, ...]])
 
     back = asyncio.run(round_trip())
     assert sorted(row_digest(r) for r in back) == sorted(row_digest(r) for r in rows)
+
+
+async def test_connection_lost_mid_copy_then_resumed(pg_server: PgServer, source: Path) -> None:
+    """The server drops the copy's connection between chunks: the run fails with one line
+    naming the target, and the next run resumes to the same rows as an unbroken copy."""
+    dsn = pg_server.create_database()
+    name = dsn.rsplit("/", 1)[1]
+
+    def drop_connection(_table: str, chunks: int) -> None:
+        if chunks == 3:
+            pg_server.psql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                f" WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+            )
+
+    with pytest.raises(StorageError) as caught:
+        await copy_to_postgres(source, dsn, chunk_rows=4, after_chunk=drop_connection)
+    assert "\n" not in str(caught.value)
+    assert name in str(caught.value)
+    report = await copy_to_postgres(source, dsn)
+    assert report.resumed
+    await compare_everything(source, dsn)
