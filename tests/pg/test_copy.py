@@ -300,6 +300,15 @@ async def test_target_with_other_data_is_refused(
     with pytest.raises(StorageError, match="already holds a memwarden store"):
         await copy_to_postgres(source, own)
 
+    # A memwarden schema beside another application's table: refused too.
+    conn = await asyncpg.connect(own)
+    try:
+        await conn.execute("DELETE FROM meta; CREATE TABLE invoices (id int)")
+    finally:
+        await conn.close()
+    with pytest.raises(StorageError, match=r"did not create \(invoices\)"):
+        await copy_to_postgres(source, own)
+
 
 async def test_older_source_is_migrated_in_a_copy(pg_server: PgServer, tmp_path: Path) -> None:
     """A store at schema version 4 is copied through a migrated temporary snapshot; the file

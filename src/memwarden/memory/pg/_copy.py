@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 import tempfile
 import time
@@ -47,7 +48,7 @@ from memwarden.memory._schema import SCHEMA_VERSION as SQLITE_CODE_VERSION
 from memwarden.memory.pg._database import connect_error
 from memwarden.memory.pg._dsn import check_dsn, redact_dsn
 from memwarden.memory.pg._migrate import migrate
-from memwarden.memory.pg._schema import SQLITE_SCHEMA_VERSION
+from memwarden.memory.pg._schema import MIGRATIONS, SQLITE_SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -72,6 +73,11 @@ DERIVED = {
 # Parents before children (foreign keys); the rest follow in name order.
 _FIRST = ("blocks", "bindings", "dependencies", "proposals", "block_vectors", "embed_queue")
 _MASK = (1 << 128) - 1
+# Every table the PostgreSQL schema creates (and the version table of the runner).
+_OUR_TABLES = frozenset(
+    {"schema_version"}
+    | {m.group(1) for script in MIGRATIONS for m in re.finditer(r"CREATE TABLE (\w+)", script)}
+)
 # pg_try_advisory_lock key held while a copy runs (not the migrations' key).
 _COPY_LOCK_KEY = -0x2A5F0C3E6B1D4978
 
@@ -375,12 +381,11 @@ async def _check_target(conn: PgConnection, report: CopyReport) -> None:
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
         )
     }
-    if not names:
-        return
-    if "schema_version" not in names:
-        foreign = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+    foreign = sorted(names - _OUR_TABLES)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
         raise StorageError(
-            f"{report.target} holds tables memwarden did not create ({foreign}): "
+            f"{report.target} holds tables memwarden did not create ({shown}): "
             "migrate into an empty database"
         )
 
