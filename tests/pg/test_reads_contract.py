@@ -258,3 +258,25 @@ async def test_search_finds_the_same_blocks_on_both(sqlite_reads: Store, pg_sear
         first_pg = (await pg_search.search(query, mode="keyword"))[0]
         assert first_pg.id == first_sqlite.id
         assert first_pg.block == first_sqlite.block
+
+
+async def test_event_reads_answer_alike(sqlite_reads: Store, pg_reads: PgReads) -> None:
+    """The event log after a seq (with each event's effects), a block's history (with its
+    effects and compacted runs) and the blocks bound to a subject: equal on both."""
+    everything = await sqlite_reads.events_after(0, limit=1000)
+    assert everything
+    assert await pg_reads.events_after(0, limit=1000) == everything
+    assert await pg_reads.events_after(everything[2]["seq"], limit=5) == (
+        await sqlite_reads.events_after(everything[2]["seq"], limit=5)
+    )
+    blocks = await sqlite_reads.list_blocks({"limit": 1000})
+    with_history = 0
+    for block in blocks:
+        history = await sqlite_reads.events_for(block.id)
+        with_history += bool(history)
+        assert await pg_reads.events_for(block.id) == history, block.id
+        for binding in block.bindings:
+            assert await pg_reads.find_by_subject(binding.sensor, binding.subject) == (
+                await sqlite_reads.find_by_subject(binding.sensor, binding.subject)
+            )
+    assert with_history > 10

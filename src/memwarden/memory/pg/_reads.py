@@ -23,7 +23,8 @@ from memwarden.memory._codec import (
     record_to_block,
 )
 from memwarden.memory._model import BlockState
-from memwarden.memory._results import BlockFilter, validate_input
+from memwarden.memory._reads import event_entry, event_record
+from memwarden.memory._results import BlockFilter, EventRecord, validate_input
 from memwarden.memory._sql import MAX_NAMESPACES
 
 if TYPE_CHECKING:
@@ -147,6 +148,58 @@ class PgReads:
         async with self.db.read() as conn:
             recs = [record_from_row(tuple(r)) for r in await conn.fetch(sql, *args)]
             return await self._blocks(conn, recs, now=now)
+
+    async def find_by_subject(self, sensor: str, subject: str) -> list[str]:
+        """Ids of the blocks bound to ``sensor`` for ``subject``."""
+        async with self.db.read() as conn:
+            rows = await conn.fetch(
+                "SELECT k.id FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
+                " WHERE g.subject = $1 AND g.sensor = $2 ORDER BY k.id",
+                subject,
+                sensor,
+            )
+        return [str(r[0]) for r in rows]
+
+    async def events_after(self, seq: int, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The event log after ``seq`` (oldest first), each with the blocks it changed."""
+        async with self.db.read() as conn:
+            rows = await conn.fetch(
+                "SELECT seq, event_id, sensor, subject, outcome, observed_at, received_at,"
+                " message, observed FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
+                seq,
+                limit,
+            )
+            effects: dict[int, list[dict[str, Any]]] = defaultdict(list)
+            if rows:
+                for ev_seq, block_id, sb, sa, rb, ra in await conn.fetch(
+                    "SELECT f.event_seq, k.id, f.state_before, f.state_after,"
+                    " f.reliability_before, f.reliability_after FROM effects f"
+                    " LEFT JOIN blocks k ON k.rid = f.block_rid"
+                    " WHERE f.event_seq BETWEEN $1 AND $2",
+                    rows[0][0],
+                    rows[-1][0],
+                ):
+                    effects[ev_seq].append(
+                        {"block_id": block_id, "state": [sb, sa], "reliability": [rb, ra]}
+                    )
+        return [event_entry(tuple(r), effects.get(r[0], [])) for r in rows]
+
+    async def events_for(self, block_id: str, *, limit: int = 50) -> list[EventRecord]:
+        """A block's validation history, newest first."""
+        async with self.db.read() as conn:
+            rows = await conn.fetch(
+                "SELECT e.seq, e.event_id, e.sensor, e.subject, e.outcome, e.observed_at,"
+                " e.received_at, e.reliability, e.message, e.observed, e.request_id,"
+                " f.state_before, f.state_after, f.reliability_before, f.reliability_after,"
+                " f.detail, r.count, r.first_observed_at"
+                " FROM effects f JOIN events e ON e.seq = f.event_seq"
+                " LEFT JOIN event_runs r ON r.block_rid = f.block_rid AND r.last_seq = f.event_seq"
+                " WHERE f.block_rid = (SELECT rid FROM blocks WHERE id = $1)"
+                " ORDER BY f.event_seq DESC LIMIT $2",
+                block_id,
+                limit,
+            )
+        return [event_record(tuple(r)) for r in rows]
 
     async def _cursor(self, after: str, namespaces: Sequence[str] | None) -> str:
         try:
