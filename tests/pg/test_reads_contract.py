@@ -280,3 +280,40 @@ async def test_event_reads_answer_alike(sqlite_reads: Store, pg_reads: PgReads) 
                 await sqlite_reads.find_by_subject(binding.sensor, binding.subject)
             )
     assert with_history > 10
+
+
+async def test_keyword_quality_on_the_retrieval_set(tmp_path: Path, pg_server: PgServer) -> None:
+    """On the labelled retrieval set (tests/memory/retrieval_set.py), PostgreSQL's
+    ts_rank_cd finds the fact for an exact-word query as well as SQLite's BM25 (recall@5
+    within 0.02, MRR within 0.05); the figures are in docs/SEARCH.md."""
+    from memwarden.memory.pg._search import PgSearch  # noqa: PLC0415
+    from tests.memory.retrieval_set import ITEMS  # noqa: PLC0415
+
+    path = tmp_path / "set.db"
+    async with Store(path, clock=FakeClock(NOW)) as store:
+        ids = await store.add_many([{"content": fact} for fact, _, _ in ITEMS])
+        policy = store.policy
+    dsn = pg_server.create_database()
+    await copy_to_postgres(path, dsn)
+
+    async def scores(search: Any, column: int) -> tuple[float, float]:
+        found = rr = 0.0
+        for item, expected in zip(ITEMS, ids, strict=True):
+            ranked = [h.id for h in await search(item[column], mode="keyword", limit=10)]
+            if expected in ranked[:5]:
+                found += 1
+            if expected in ranked:
+                rr += 1 / (ranked.index(expected) + 1)
+        return found / len(ITEMS), rr / len(ITEMS)
+
+    async with Store(path, clock=FakeClock(NOW)) as store, PgDatabase(dsn) as db:
+        pg = PgSearch(db, FakeClock(NOW), policy)
+        figures = {
+            (backend, column): await scores(search, column)
+            for backend, search in (("sqlite", store.search), ("postgresql", pg.search))
+            for column in (1, 2)
+        }
+    print("retrieval set (recall@5, MRR):", figures)  # noqa: T201 - the figures for the docs
+    sqlite_exact, pg_exact = figures["sqlite", 2], figures["postgresql", 2]
+    assert pg_exact[0] >= sqlite_exact[0] - 0.02, figures
+    assert pg_exact[1] >= sqlite_exact[1] - 0.05, figures
