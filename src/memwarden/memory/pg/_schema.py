@@ -55,7 +55,8 @@ _V1 = f"""
 CREATE EXTENSION IF NOT EXISTS unaccent;
 CREATE TEXT SEARCH CONFIGURATION memwarden_search (COPY = pg_catalog.simple);
 ALTER TEXT SEARCH CONFIGURATION memwarden_search
-    ALTER MAPPING FOR asciiword, asciihword, hword_asciipart, word, hword, hword_part
+    ALTER MAPPING FOR asciiword, asciihword, hword_asciipart, word, hword, hword_part,
+        numword, numhword, hword_numpart
     WITH unaccent, simple;
 
 -- rid is the internal key (joins, the hot UPDATE); id is the public UUIDv7 callers see.

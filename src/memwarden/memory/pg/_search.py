@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["RANK_WEIGHTS", "PgSearch"]
 
 # ts_rank_cd's weights for {D, C, B, A}, each at most 1: SQLite's title 2.0, content 1.0,
-# tags 1.5, halved (the ratios are what ranks).
+# tags 1.5, halved (the ratios are what ranks). Normalisation 32 (rank / (rank + 1))
+# keeps relevance in 0..1 (docs/SCALE.md).
 RANK_WEIGHTS = "{0.0, 0.75, 0.5, 1.0}"
 _CONFIG = "memwarden_search"
 # The query's words as the index saw the block's: the same punctuation-to-space rule.
@@ -122,7 +123,7 @@ class PgSearch:
             args.append(sorted(set(namespaces)))
         rows = await conn.fetch(
             f"""
-            SELECT ts_rank_cd('{RANK_WEIGHTS}', b.search, q) AS relevance,
+            SELECT ts_rank_cd('{RANK_WEIGHTS}', b.search, q, 32) AS relevance,
                 coalesce((SELECT json_agg(json_build_array(g.sensor, g.subject, g.selector)
                                           ORDER BY g.id)
                           FROM bindings g WHERE g.block_rid = b.rid)::text, '[]'),
