@@ -172,9 +172,7 @@ async def test_search_column_weights_words_and_diacritics(pg_server: PgServer) -
         assert "'yaml':6B" in vector
         assert "'running':7B" in vector  # not stemmed to 'run'
         assert "'deploy':8C" in vector
-        mixed = await conn.fetchval(
-            "SELECT to_tsvector('memwarden_search', 'café2 foo_bar')::text"
-        )
+        mixed = await conn.fetchval("SELECT to_tsvector('memwarden_search', 'café2 foo_bar')::text")
         assert mixed == "'bar':3 'cafe2':1 'foo':2"  # as unicode61: digits too, _ splits
         hits = await conn.fetchval(
             "SELECT count(*) FROM blocks WHERE search @@ to_tsquery('memwarden_search', 'café')"
