@@ -15,6 +15,7 @@ from memwarden.errors import StorageError
 from memwarden.memory._database import Database
 from memwarden.memory._schema import SCHEMA_VERSION as SQLITE_VERSION
 from memwarden.memory.pg import SCHEMA_VERSION, SQLITE_SCHEMA_VERSION, migrate, schema_version
+from memwarden.memory.pg._schema import MIGRATIONS, SQLITE_SINCE
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -75,7 +76,7 @@ async def test_newer_schema_is_refused_untouched(conn) -> None:
     """A database migrated by a newer memwarden is refused with a clear message."""
     await migrate(conn)
     await conn.execute("UPDATE schema_version SET version = 99")
-    with pytest.raises(StorageError, match=r"schema version 99, newer than this memwarden \(1\)"):
+    with pytest.raises(StorageError, match=r"schema version 99, newer than this memwarden \(2\)"):
         await migrate(conn)
     assert await schema_version(conn) == 99
 
@@ -116,9 +117,10 @@ async def test_same_tables_and_columns_as_sqlite(pg_server: PgServer, tmp_path: 
     """Every SQLite table has its PostgreSQL twin: same columns in the same order, types
     mapped (INTEGER bigint, REAL double precision, TEXT text, BLOB bytea), same NOT NULL,
     same primary key. Fails when the SQLite schema moves on without this one."""
-    assert SQLITE_SCHEMA_VERSION == SQLITE_VERSION, (
+    assert SQLITE_SCHEMA_VERSION >= SQLITE_VERSION, (
         "the SQLite schema has a new version: add a PostgreSQL migration with its tables"
     )
+    later = {t for t, since in SQLITE_SINCE.items() if since > SQLITE_VERSION}
     async with Database(tmp_path / "m.db"):
         pass
     sqlite_tables = _sqlite_tables(tmp_path / "m.db")
@@ -128,7 +130,7 @@ async def test_same_tables_and_columns_as_sqlite(pg_server: PgServer, tmp_path: 
             r["tablename"]
             for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname='public'")
         }
-        assert set(sqlite_tables) == pg_tables - PG_ONLY
+        assert set(sqlite_tables) == pg_tables - PG_ONLY - later
         for table, columns in sqlite_tables.items():
             rows = await conn.fetch(
                 "SELECT a.attname, format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull,"
@@ -316,3 +318,65 @@ async def _block(
         stale_at,
     )
     return rid
+
+
+async def test_retention_points_follow_the_decay_inputs(pg_server: PgServer) -> None:
+    """As SQLite's retention_points triggers: a point when a block is added, one more when
+    a decay input changes (not for a text edit), at most 500 kept, none after a delete."""
+    conn = await _migrated(pg_server)
+    try:
+        rid = await _block(conn, "b1")
+        count = "SELECT count(*) FROM retention_points WHERE block_rid = $1"
+        assert await conn.fetchval(count, rid) == 1
+        await conn.execute("UPDATE blocks SET content = 'x', updated_at = 2 WHERE rid = $1", rid)
+        assert await conn.fetchval(count, rid) == 1
+        await conn.execute("UPDATE blocks SET importance = 0.9, updated_at = 3 WHERE rid = $1", rid)
+        assert await conn.fetchval(count, rid) == 2
+        # Same time again: the point is replaced, not added (INSERT OR REPLACE).
+        await conn.execute("UPDATE blocks SET importance = 0.8 WHERE rid = $1", rid)
+        assert await conn.fetchval(count, rid) == 2
+        assert (
+            await conn.fetchval(
+                "SELECT importance FROM retention_points WHERE block_rid = $1 AND at = 3", rid
+            )
+            == 0.8
+        )
+        for i in range(520):
+            await conn.execute(
+                "UPDATE blocks SET importance = $2, updated_at = $3 WHERE rid = $1",
+                rid,
+                i / 1000,
+                10.0 + i,
+            )
+        assert await conn.fetchval(count, rid) == 500
+        assert (
+            await conn.fetchval("SELECT min(at) FROM retention_points WHERE block_rid = $1", rid)
+            == 10.0 + 20
+        )
+        await conn.execute("DELETE FROM blocks WHERE rid = $1", rid)
+        assert await conn.fetchval(count, rid) == 0
+    finally:
+        await conn.close()
+
+
+async def test_upgrade_from_version_1_backfills_points(pg_server: PgServer) -> None:
+    """A database left at PostgreSQL schema 1 with blocks in it is migrated to the current
+    version; each block gets its first retention point, as SQLite's migration 13 does."""
+    conn = await asyncpg.connect(pg_server.create_database())
+    try:
+        await conn.execute(MIGRATIONS[0])
+        await conn.execute(
+            "CREATE TABLE schema_version (id integer PRIMARY KEY CHECK (id = 1),"
+            " version integer NOT NULL, migrated_at timestamptz NOT NULL DEFAULT now());"
+            "INSERT INTO schema_version (id, version) VALUES (1, 1)"
+        )
+        rid = await _block(conn, "old")
+        await conn.execute(
+            "UPDATE blocks SET last_accessed_at = 5, validated_at = 4 WHERE rid = $1", rid
+        )
+        assert await migrate(conn) == 1
+        assert await schema_version(conn) == SCHEMA_VERSION
+        point = await conn.fetchrow("SELECT at, touched_at FROM retention_points")
+        assert tuple(point) == (5.0, 5.0)
+    finally:
+        await conn.close()

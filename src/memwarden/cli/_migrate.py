@@ -117,6 +117,13 @@ def migrate(
         highlight=False,
         soft_wrap=True,
     )
+    if report.absent:
+        out.print(
+            f"not in the source (a later memwarden's tables, left empty): "
+            f"{', '.join(report.absent)}",
+            highlight=False,
+            soft_wrap=True,
+        )
     out.print(
         "rebuilt, not copied: the full-text index (a generated column in PostgreSQL). "
         "The daemon does not run on PostgreSQL yet; keep running it on the SQLite file.",

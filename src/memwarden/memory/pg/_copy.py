@@ -48,7 +48,7 @@ from memwarden.memory._schema import SCHEMA_VERSION as SQLITE_CODE_VERSION
 from memwarden.memory.pg._database import connect_error
 from memwarden.memory.pg._dsn import check_dsn, redact_dsn
 from memwarden.memory.pg._migrate import migrate
-from memwarden.memory.pg._schema import MIGRATIONS, SQLITE_SCHEMA_VERSION
+from memwarden.memory.pg._schema import MIGRATIONS, SQLITE_SCHEMA_VERSION, SQLITE_SINCE
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -110,6 +110,7 @@ class CopyReport:
     source_schema: int
     resumed: bool = False
     tables: list[TableCopy] = field(default_factory=list)
+    absent: list[str] = field(default_factory=list)  # tables a later SQLite version has
     elapsed_s: float = 0.0
 
     @property
@@ -130,6 +131,7 @@ class CopyReport:
             "rows": self.rows,
             "copied": self.copied,
             "tables": [t.as_dict() for t in self.tables],
+            "absent": self.absent,
             "derived": DERIVED,
             "elapsed_s": round(self.elapsed_s, 3),
         }
@@ -224,7 +226,7 @@ async def copy_to_postgres(
     found = _source_version(src)
     with tempfile.TemporaryDirectory(prefix="memwarden-migrate-") as tmp:
         readable = src
-        if found < SQLITE_SCHEMA_VERSION:
+        if found < SQLITE_CODE_VERSION:
             readable = await _migrated_snapshot(src, Path(tmp))
         report = CopyReport(source=_identity(src), target=redact_dsn(dsn), source_schema=found)
         conn = await _connect(dsn, connect_timeout_s)
@@ -233,6 +235,7 @@ async def copy_to_postgres(
                 readable,
                 conn,
                 report,
+                source_version=SQLITE_CODE_VERSION,
                 chunk_rows=chunk_rows,
                 after_chunk=after_chunk,
                 progress=progress,
@@ -297,7 +300,7 @@ async def _migrated_snapshot(src: Path, tmp: Path) -> Path:
     backup_database(src, snapshot)
     async with Database(snapshot, readers=1, inline_read_ms=0):
         pass  # opening runs the migrations
-    log.info("store_snapshot_migrated", source=str(src), to_version=SQLITE_SCHEMA_VERSION)
+    log.info("store_snapshot_migrated", source=str(src), to_version=SQLITE_CODE_VERSION)
     return snapshot
 
 
@@ -320,6 +323,7 @@ async def _run(
     conn: PgConnection,
     report: CopyReport,
     *,
+    source_version: int,
     chunk_rows: int,
     after_chunk: Callable[[str, int], None] | None,
     progress: Callable[[str, int], None] | None,
@@ -335,6 +339,11 @@ async def _run(
         await _check_target(conn, report)
         await migrate(conn)
         tables = await _tables(conn)
+        # Tables a later SQLite version brought than this memwarden's: not in the source.
+        report.absent = sorted(
+            t.name for t in tables if SQLITE_SINCE.get(t.name, 0) > source_version
+        )
+        tables = [t for t in tables if t.name not in report.absent]
         done = await _progress(conn, report)
         report.resumed = bool(done)
         src = _open_readonly(readable)
@@ -505,13 +514,16 @@ async def _copy_table(
         finished = len(rows) < chunk_rows
         async with conn.transaction():
             if records:
-                if table.name == "blocks":  # the copy brings embed_queue's own rows
-                    await conn.execute("ALTER TABLE blocks DISABLE TRIGGER embed_queue_on_insert")
+                # The copy brings the rows blocks' triggers would write (embed_queue,
+                # retention_points): they stay off while blocks arrive (not the foreign
+                # keys' system triggers), inside this chunk's transaction.
+                if table.name == "blocks":
+                    await conn.execute("ALTER TABLE blocks DISABLE TRIGGER USER")
                 await conn.copy_records_to_table(
                     table.name, records=records, columns=list(table.columns)
                 )
                 if table.name == "blocks":
-                    await conn.execute("ALTER TABLE blocks ENABLE TRIGGER embed_queue_on_insert")
+                    await conn.execute("ALTER TABLE blocks ENABLE TRIGGER USER")
             total += len(records)
             await conn.execute(
                 "INSERT INTO copy_progress (table_name, source, last_key, rows, done, updated_at)"

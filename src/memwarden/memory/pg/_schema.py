@@ -1,5 +1,6 @@
 """The versioned PostgreSQL schema: the same tables as the SQLite store's, in this
-backend's own numbering (PostgreSQL migration 1 is SQLite's schema version 12).
+backend's own numbering (PostgreSQL migration 1 is SQLite's schema version 12, migration
+2 adds what SQLite's 13 added).
 
 The row in ``schema_version`` says which migrations ran. Append a migration to
 :data:`MIGRATIONS` to change the schema; never edit one that has shipped. The runner
@@ -31,7 +32,13 @@ column on both.
 
 from __future__ import annotations
 
-__all__ = ["ADVISORY_LOCK_KEY", "MIGRATIONS", "SCHEMA_VERSION", "SQLITE_SCHEMA_VERSION"]
+__all__ = [
+    "ADVISORY_LOCK_KEY",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "SQLITE_SCHEMA_VERSION",
+    "SQLITE_SINCE",
+]
 
 # pg_advisory_xact_lock key for migrations: the first 8 bytes of sha256(b"memwarden.migrate")
 # as a signed 64-bit integer, so it will not meet another application's lock by chance.
@@ -430,9 +437,76 @@ CREATE TABLE copy_progress (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+_V2 = """
+-- SQLite schema 13: retention over time (docs/CONSOLE.md, "Retention over time"). The
+-- inputs of the decay formula each time one of them changed, at most 500 per block,
+-- written by triggers exactly as SQLite's (INSERT OR REPLACE is ON CONFLICT DO UPDATE;
+-- SQLite's max() of non-null values is greatest()).
+CREATE TABLE retention_points (
+    block_rid bigint NOT NULL,
+    at double precision NOT NULL,
+    importance double precision NOT NULL,
+    touched_at double precision NOT NULL,
+    half_life_s double precision NOT NULL,
+    tier text COLLATE "C" NOT NULL,
+    state text COLLATE "C" NOT NULL,
+    stale_at double precision,
+    PRIMARY KEY (block_rid, at)
+);
+CREATE FUNCTION memwarden_retention_point() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        DELETE FROM retention_points WHERE block_rid = OLD.rid;
+        RETURN NULL;
+    END IF;
+    INSERT INTO retention_points VALUES (
+        NEW.rid,
+        greatest(NEW.updated_at, coalesce(NEW.last_accessed_at, 0),
+                 coalesce(NEW.validated_at, 0)),
+        NEW.importance,
+        greatest(NEW.created_at, coalesce(NEW.validated_at, NEW.created_at),
+                 coalesce(NEW.last_accessed_at, NEW.created_at)),
+        NEW.half_life_s, NEW.tier, NEW.state, NEW.stale_at)
+    ON CONFLICT (block_rid, at) DO UPDATE SET
+        importance = EXCLUDED.importance, touched_at = EXCLUDED.touched_at,
+        half_life_s = EXCLUDED.half_life_s, tier = EXCLUDED.tier, state = EXCLUDED.state,
+        stale_at = EXCLUDED.stale_at;
+    IF TG_OP = 'UPDATE' THEN
+        DELETE FROM retention_points WHERE block_rid = NEW.rid AND at < (
+            SELECT r.at FROM retention_points r WHERE r.block_rid = NEW.rid
+            ORDER BY r.at DESC LIMIT 1 OFFSET 499);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER retention_points_insert AFTER INSERT ON blocks FOR EACH ROW
+    EXECUTE FUNCTION memwarden_retention_point();
+CREATE TRIGGER retention_points_update AFTER UPDATE OF importance, half_life_s, tier, state,
+    stale_at, validated_at, last_accessed_at ON blocks FOR EACH ROW
+    WHEN (OLD.importance IS DISTINCT FROM NEW.importance
+        OR OLD.half_life_s IS DISTINCT FROM NEW.half_life_s
+        OR OLD.tier IS DISTINCT FROM NEW.tier OR OLD.state IS DISTINCT FROM NEW.state
+        OR OLD.stale_at IS DISTINCT FROM NEW.stale_at
+        OR OLD.validated_at IS DISTINCT FROM NEW.validated_at
+        OR OLD.last_accessed_at IS DISTINCT FROM NEW.last_accessed_at)
+    EXECUTE FUNCTION memwarden_retention_point();
+CREATE TRIGGER retention_points_delete AFTER DELETE ON blocks FOR EACH ROW
+    EXECUTE FUNCTION memwarden_retention_point();
+-- Blocks from before this version: their inputs as they stand.
+INSERT INTO retention_points
+SELECT rid, greatest(updated_at, coalesce(last_accessed_at, updated_at)), importance,
+    greatest(created_at, coalesce(validated_at, created_at),
+             coalesce(last_accessed_at, created_at)),
+    half_life_s, tier, state, stale_at FROM blocks;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
-# The SQLite schema version whose tables this schema holds: a copy from SQLite needs the
+# The SQLite schema version whose tables this schema holds: a copy from SQLite reads the
 # source at this version (``memwarden migrate --to`` migrates an older one in a copy).
-SQLITE_SCHEMA_VERSION = 12
+SQLITE_SCHEMA_VERSION = 13
+# Tables that came with a later SQLite version than the first (12): the SQLite version
+# that brought each. A SQLite store this memwarden can only bring to an earlier version
+# has no such table: the copy leaves it out (the PostgreSQL table stays empty).
+SQLITE_SINCE: dict[str, int] = {"retention_points": 13}
