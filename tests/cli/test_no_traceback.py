@@ -35,6 +35,7 @@ MISSING: dict[str, list[list[str]]] = {
     "explain": [["explain", "x", "--db", "{missing}"]],
     "review": [["review", "list", "--db", "{missing}"]],
     "forget": [["forget", "x", "--yes", "--db", "{missing}"]],
+    "migrate": [["migrate", "--to", "postgresql://u:pw@127.0.0.1:1/x", "--db", "{missing}"]],
 }
 BAD: dict[str, list[list[str]]] = {
     "run": [["run", "--config", "{bad}"]],
@@ -59,6 +60,10 @@ BAD: dict[str, list[list[str]]] = {
     "explain": [["explain", "x", "--db", "{bad}"]],
     "review": [["review", "list", "--db", "{bad}"]],
     "forget": [["forget", "x", "--yes", "--db", "{bad}"], ["forget", "--query", "*", "--yes"]],
+    "migrate": [
+        ["migrate", "--to", "postgresql://u:pw@127.0.0.1:1/x", "--db", "{bad}"],
+        ["migrate", "--to", "mysql://x", "--db", "{bad}"],
+    ],
 }
 # Against a daemon that is not running (its state dir has a token, no api.json).
 STOPPED: dict[str, list[list[str]]] = {

@@ -25,6 +25,8 @@ from memwarden.cli._common import (
     JsonOpt,
     call,
     client,
+    config_file,
+    database_here,
     err,
     fail,
     id_table,
@@ -34,6 +36,7 @@ from memwarden.cli._common import (
     target,
 )
 from memwarden.cli._forget import forget
+from memwarden.cli._migrate import migrate
 from memwarden.cli._review import open_console, review_app
 from memwarden.errors import (
     AddressInUseError,
@@ -60,6 +63,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(review_app, name="review")
 app.command("open")(open_console)
 app.command()(forget)
+app.command()(migrate)
 
 # sysexits.h EX_CONFIG: a configuration error; the systemd unit does not restart on it.
 EX_CONFIG = 78
@@ -107,16 +111,6 @@ def _root(
 # ---------------------------------------------------------------------- daemon
 
 
-def _config_file(given: Path | None) -> Path | None:
-    """The file `run` uses: ``--config``, else ``memwarden.toml`` in the current directory."""
-    from memwarden.cli._init import CONFIG_NAME  # noqa: PLC0415
-
-    if given is not None:
-        return given
-    here = Path(CONFIG_NAME)
-    return here if here.is_file() else None
-
-
 def _print_config_problems(file: Path) -> None:
     from memwarden.daemon import config_problems  # noqa: PLC0415
     from memwarden.plugins import Registry  # noqa: PLC0415
@@ -136,7 +130,7 @@ def run(config: ConfigOpt = None) -> None:
     """
     from memwarden.daemon import Daemon, configure_logging, load_settings  # noqa: PLC0415
 
-    file = _config_file(config)
+    file = config_file(config)
     overrides: dict[str, Any] = {"home": Path(target["home"]).absolute()} if target["home"] else {}
     try:
         settings = load_settings(file, **overrides)
@@ -269,7 +263,7 @@ def config_check(
     from memwarden.plugins import Registry  # noqa: PLC0415
 
     configure_logging("warning", "console", stream="stderr")  # stdout is the report
-    path = _config_file(file)
+    path = config_file(file)
     if path is None:
         raise fail(
             "no memwarden.toml here: give a file (memwarden config check FILE) or write one "
@@ -1323,28 +1317,6 @@ def import_blocks(
 # ---------------------------------------------------------------------- backup
 
 
-def _database_here() -> Path:
-    """The database `run` would use here: ./memwarden.toml's (relative to the file), else
-    the one in the state dir the CLI talks to (--home, MEMWARDEN_HOME, ./.memwarden, ...)."""
-    from memwarden.client import find_home  # noqa: PLC0415
-    from memwarden.daemon import load_settings  # noqa: PLC0415
-
-    file = _config_file(None)
-    if file is None:
-        return find_home(target["home"]).path / "memwarden.db"
-    overrides: dict[str, Any] = {}
-    if target["home"]:
-        overrides["home"] = Path(target["home"]).absolute()
-    try:
-        settings = load_settings(file, **overrides)
-    except ConfigError as e:
-        for problem in e.problems:
-            err.print(problem, markup=False, highlight=False, soft_wrap=True)
-        raise fail(str(e)) from None
-    db = settings.db_path
-    return db if db.is_absolute() else file.absolute().parent / db
-
-
 @app.command()
 def backup(
     dest: Annotated[
@@ -1368,7 +1340,7 @@ def backup(
     from memwarden.memory._backup import backup_database  # noqa: PLC0415
 
     if db is None:
-        db = _database_here()
+        db = database_here()
     with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task("backing up", total=None)
         try:

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from memwarden.errors import MemwardenError, ValidationInputError
+from memwarden.errors import ConfigError, MemwardenError, ValidationInputError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -33,6 +33,8 @@ __all__ = [
     "JsonOpt",
     "call",
     "client",
+    "config_file",
+    "database_here",
     "err",
     "fail",
     "id_table",
@@ -76,6 +78,38 @@ def client() -> AsyncClient:
     from memwarden.client import AsyncClient  # noqa: PLC0415 - the CLI imports lazily
 
     return AsyncClient(target["url"], home=target["home"])
+
+
+def config_file(given: Path | None) -> Path | None:
+    """The file `run` uses: ``--config``, else ``memwarden.toml`` in the current directory."""
+    from memwarden.cli._init import CONFIG_NAME  # noqa: PLC0415
+
+    if given is not None:
+        return given
+    here = Path(CONFIG_NAME)
+    return here if here.is_file() else None
+
+
+def database_here() -> Path:
+    """The database `run` would use here: ./memwarden.toml's (relative to the file), else
+    the one in the state dir the CLI talks to (--home, MEMWARDEN_HOME, ./.memwarden, ...)."""
+    from memwarden.client import find_home  # noqa: PLC0415
+    from memwarden.daemon import load_settings  # noqa: PLC0415
+
+    file = config_file(None)
+    if file is None:
+        return find_home(target["home"]).path / "memwarden.db"
+    overrides: dict[str, Any] = {}
+    if target["home"]:
+        overrides["home"] = Path(target["home"]).absolute()
+    try:
+        settings = load_settings(file, **overrides)
+    except ConfigError as e:
+        for problem in e.problems:
+            err.print(problem, markup=False, highlight=False, soft_wrap=True)
+        raise fail(str(e)) from None
+    db = settings.db_path
+    return db if db.is_absolute() else file.absolute().parent / db
 
 
 def call(

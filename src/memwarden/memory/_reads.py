@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from memwarden.memory._record import BlockRecord
     from memwarden.memory.policy import CoverageDict, PolicyConfig
 
-__all__ = ["Reads", "short_ids"]
+__all__ = ["Reads", "event_entry", "event_record", "short_ids"]
 
 log = structlog.get_logger("memwarden.store")
 
@@ -278,21 +278,7 @@ class Reads:
                         effects[ev_seq].append(
                             {"block_id": block_id, "state": [sb, sa], "reliability": [rb, ra]}
                         )
-        return [
-            {
-                "seq": r[0],
-                "event_id": r[1],
-                "sensor": r[2],
-                "subject": r[3],
-                "outcome": r[4],
-                "observed_at": from_ts(r[5]).isoformat(),
-                "received_at": from_ts(r[6]).isoformat(),
-                "message": r[7],
-                "observed": json.loads(r[8]) if r[8] is not None else None,
-                "effects": effects.get(r[0], []),
-            }
-            for r in rows
-        ]
+        return [event_entry(r, effects.get(r[0], [])) for r in rows]
 
     async def events_for(self, block_id: str, *, limit: int = 50) -> list[EventRecord]:
         """A block's validation history, newest first."""
@@ -311,28 +297,7 @@ class Reads:
             ) as cur,
         ):
             rows = await cur.fetchall()
-        return [
-            EventRecord(
-                seq=r[0],
-                event_id=r[1],
-                sensor=r[2],
-                subject=r[3],
-                outcome=r[4],
-                observed_at=r[5],
-                received_at=r[6],
-                reliability=r[7],
-                message=r[8],
-                observed=json.loads(r[9]) if r[9] is not None else None,
-                request_id=r[10],
-                state_before=r[11],
-                state_after=r[12],
-                reliability_before=r[13],
-                reliability_after=r[14],
-                detail=json.loads(r[15]) if r[15] else None,
-                run=None if r[16] is None else (int(r[16]), r[17], r[5]),
-            )
-            for r in rows
-        ]
+        return [event_record(r) for r in rows]
 
     async def versions(self, block_id: str) -> list[dict[str, Any]]:
         """A block's earlier texts (``block_history``), oldest first: version, title,
@@ -501,6 +466,47 @@ class Reads:
         ):
             row = await cur.fetchone()
         return None if row is None else str(row[0])
+
+
+def event_entry(r: Sequence[Any], effects: list[dict[str, Any]]) -> dict[str, Any]:
+    """One entry of :meth:`Reads.events_after` from its row (seq, event_id, sensor,
+    subject, outcome, observed_at, received_at, message, observed); both backends."""
+    return {
+        "seq": r[0],
+        "event_id": r[1],
+        "sensor": r[2],
+        "subject": r[3],
+        "outcome": r[4],
+        "observed_at": from_ts(r[5]).isoformat(),
+        "received_at": from_ts(r[6]).isoformat(),
+        "message": r[7],
+        "observed": json.loads(r[8]) if r[8] is not None else None,
+        "effects": effects,
+    }
+
+
+def event_record(r: Sequence[Any]) -> EventRecord:
+    """One entry of :meth:`Reads.events_for` from its row (the event's columns, its
+    effect's, and its compacted run's count and first time); both backends."""
+    return EventRecord(
+        seq=r[0],
+        event_id=r[1],
+        sensor=r[2],
+        subject=r[3],
+        outcome=r[4],
+        observed_at=r[5],
+        received_at=r[6],
+        reliability=r[7],
+        message=r[8],
+        observed=json.loads(r[9]) if r[9] is not None else None,
+        request_id=r[10],
+        state_before=r[11],
+        state_after=r[12],
+        reliability_before=r[13],
+        reliability_after=r[14],
+        detail=json.loads(r[15]) if r[15] else None,
+        run=None if r[16] is None else (int(r[16]), r[17], r[5]),
+    )
 
 
 async def short_ids(conn: aiosqlite.Connection, block_ids: Sequence[str]) -> dict[str, str]:

@@ -1,0 +1,206 @@
+"""The PostgreSQL database: the connections behind the store on this backend.
+
+:class:`PgDatabase` plays the part :class:`~memwarden.memory._database.Database` plays
+for SQLite: it owns an asyncpg pool of ``readers + 1`` connections; one of them belongs
+to the :class:`~memwarden.memory.pg._writer.PgWriter` (group commit: jobs share a
+transaction and return once it committed), the others serve :meth:`PgDatabase.read`.
+Under PostgreSQL's MVCC a read never waits for the writer. Its ``prepare`` hook (by
+default the migrations, :func:`~memwarden.memory.pg._migrate.migrate`) runs on the
+writer's connection at open.
+
+Connecting fails with one :class:`~memwarden.errors.StorageError` line that names the
+server (its URL with the password hidden) and the reason: refused, unknown host,
+authentication, no such database, timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+from typing import TYPE_CHECKING, Self, TypeVar
+
+import asyncpg
+import structlog
+
+from memwarden.errors import ConfigError, MemwardenError, StorageError
+from memwarden.memory.pg._dsn import check_dsn, redact_dsn
+from memwarden.memory.pg._migrate import migrate
+from memwarden.memory.pg._schema import SCHEMA_VERSION
+from memwarden.memory.pg._writer import PgWriter, translate
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+    from types import TracebackType
+
+    from memwarden.memory.pg._types import PgConnection
+
+__all__ = ["PgDatabase", "connect_error"]
+
+T = TypeVar("T")
+
+log = structlog.get_logger("memwarden.store")
+
+
+def connect_error(dsn: str, err: BaseException) -> StorageError:
+    """What went wrong connecting to ``dsn``, as one line without the password."""
+    where = redact_dsn(dsn)
+    if isinstance(
+        err, asyncpg.InvalidPasswordError | asyncpg.InvalidAuthorizationSpecificationError
+    ):
+        reason = f"authentication failed ({err})"
+    elif isinstance(err, asyncpg.InvalidCatalogNameError):
+        reason = f"no such database ({err})"
+    elif isinstance(err, socket.gaierror):
+        reason = f"unknown host ({err.strerror or err})"
+    elif isinstance(err, ConnectionRefusedError):
+        reason = "connection refused (is the server running, on that host and port?)"
+    elif isinstance(err, TimeoutError):
+        reason = "timed out"
+    elif isinstance(err, ssl.SSLError):
+        reason = f"TLS failed ({err.reason or err})"
+    else:
+        reason = str(err) or type(err).__name__
+    # One line: a server's message may span several.
+    reason = " ".join(reason.split())
+    failure = StorageError(f"cannot connect to PostgreSQL at {where}: {reason}")
+    failure.__cause__ = err
+    return failure
+
+
+class PgDatabase:
+    """One PostgreSQL database: a writer with group commit and a pool of readers.
+
+    Use it as an async context manager, or :meth:`open` and :meth:`close` it.
+    ``connect_timeout_s`` bounds each connection attempt; ``command_timeout_s`` (None:
+    none) each statement.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        readers: int = 2,
+        max_jobs_per_commit: int = 256,
+        prepare: Callable[[PgConnection], Awaitable[object]] = migrate,
+        connect_timeout_s: float = 10.0,
+        command_timeout_s: float | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self._prepare = prepare
+        self._n_readers = max(1, readers)
+        self._max_jobs = max_jobs_per_commit
+        self._connect_timeout_s = connect_timeout_s
+        self._command_timeout_s = command_timeout_s
+        self._pool: asyncpg.Pool[asyncpg.Record] | None = None
+        self._writer: PgWriter | None = None
+        self._open = False
+
+    @property
+    def shown(self) -> str:
+        """The URL without its password (for logs and messages)."""
+        return redact_dsn(self.dsn)
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    @property
+    def writer(self) -> PgWriter | None:
+        """The writer (its ``commits`` and ``jobs`` counters), while open."""
+        return self._writer
+
+    async def open(self) -> Self:
+        """Connect, run ``prepare`` (the migrations) and start the writer."""
+        if self._open:
+            return self
+        try:
+            check_dsn(self.dsn)
+        except ConfigError as err:
+            raise StorageError(str(err)) from None
+        try:
+            pool = await asyncpg.create_pool(
+                self.dsn,
+                min_size=self._n_readers + 1,
+                max_size=self._n_readers + 1,
+                timeout=self._connect_timeout_s,
+                command_timeout=self._command_timeout_s,
+            )
+        except (
+            OSError,
+            OverflowError,
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            ValueError,
+        ) as err:
+            raise connect_error(self.dsn, err) from None
+        conn: PgConnection | None = None
+        try:
+            conn = await pool.acquire()
+            await self._prepare(conn)
+        except BaseException as err:
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await pool.release(conn)  # type: ignore[arg-type]
+            await pool.close()
+            if isinstance(err, asyncpg.PostgresError | asyncpg.InterfaceError):
+                raise StorageError(f"cannot prepare {self.shown}: {err}") from err
+            raise
+        self._pool = pool
+        self._writer = PgWriter(pool, conn, max_jobs=self._max_jobs)
+        self._writer.start()
+        self._open = True
+        log.debug("store_opened", backend="postgresql", dsn=self.shown, schema=SCHEMA_VERSION)
+        return self
+
+    async def close(self) -> None:
+        """Commit what was accepted, stop the writer and close every connection."""
+        if not self._open:
+            return
+        self._open = False
+        if self._writer is not None:
+            await self._writer.close()
+            self._writer = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[PgConnection]:
+        """A reader connection for the duration of the block. Under MVCC it never waits
+        for the writer; each statement sees what had committed when it started (use
+        ``conn.transaction(isolation="repeatable_read", readonly=True)`` for one snapshot
+        over several). Driver errors come out as :class:`StorageError`."""
+        if not self._open or self._pool is None:
+            raise StorageError("the store is closed")
+        try:
+            async with self._pool.acquire() as conn:
+                yield conn
+        except MemwardenError:
+            raise
+        except (asyncpg.PostgresError, asyncpg.InterfaceError) as err:
+            raise translate(err) from err
+
+    async def write(self, job: Callable[[PgConnection], Awaitable[T]], *, weight: int = 1) -> T:
+        """Run ``job`` (an async function of the writer's connection) in the writer's next
+        transaction; returns its result once that transaction committed."""
+        if self._writer is None:
+            raise StorageError("the store is closed")
+        return await self._writer.submit(job, weight=weight)
+
+    @property
+    def write_backlog(self) -> int:
+        """Jobs waiting for the writer."""
+        return self._writer.backlog if self._writer is not None else 0

@@ -1,0 +1,223 @@
+"""PgDatabase: group commit (jobs share a transaction, each result returned after the
+commit), a failing job fails alone, reads never wait for the writer, a lost writer
+connection is replaced, and connecting fails with one clear line."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import asyncpg
+import pytest
+
+from memwarden.errors import StorageError
+from memwarden.memory.pg import PgDatabase
+from tests.support import eventually
+
+if TYPE_CHECKING:
+    from tests.pgserver import PgServer
+
+
+async def _no_schema(_conn: object) -> None:
+    """A prepare hook that migrates nothing (these tests make their own table)."""
+
+
+@pytest.fixture
+async def db(pg_server: PgServer):
+    dsn = pg_server.create_database()
+    async with PgDatabase(dsn, prepare=_no_schema, readers=2) as database:
+        await database.write(
+            lambda c: c.execute("CREATE TABLE t (k text PRIMARY KEY, v int NOT NULL)")
+        )
+        yield database
+
+
+def _insert(key: str, value: int = 0):
+    async def job(conn) -> str:
+        await conn.execute("INSERT INTO t (k, v) VALUES ($1, $2)", key, value)
+        return key
+
+    return job
+
+
+async def _keys(db: PgDatabase) -> list[str]:
+    async with db.read() as conn:
+        return [r["k"] for r in await conn.fetch("SELECT k FROM t ORDER BY k")]
+
+
+async def test_jobs_share_commits_and_return_their_results(db: PgDatabase) -> None:
+    """Fifty concurrent writes commit in fewer transactions than jobs, each caller gets its
+    own result, and every row is there once they have returned."""
+    assert db.writer is not None
+    before = db.writer.commits
+    keys = [f"k{i:02d}" for i in range(50)]
+    results = await asyncio.gather(*(db.write(_insert(k)) for k in keys))
+    assert results == keys
+    assert db.writer.commits - before < len(keys)
+    assert await _keys(db) == keys
+
+
+async def test_a_failing_job_fails_alone(db: PgDatabase) -> None:
+    """In one batch, a job that breaks a constraint and one that raises get their own
+    errors; the other jobs of the batch commit."""
+    await db.write(_insert("dup"))
+
+    async def boom(_conn) -> None:
+        msg = "the job's own error"
+        raise ValueError(msg)
+
+    outcomes = await asyncio.gather(
+        db.write(_insert("a")),
+        db.write(_insert("dup")),  # unique violation inside the shared transaction
+        db.write(_insert("b")),
+        db.write(boom),
+        db.write(_insert("c")),
+        return_exceptions=True,
+    )
+    assert outcomes[0] == "a"
+    assert isinstance(outcomes[1], StorageError)
+    assert isinstance(outcomes[1].__cause__, asyncpg.UniqueViolationError)
+    assert outcomes[2] == "b"
+    assert isinstance(outcomes[3], ValueError)
+    assert outcomes[4] == "c"
+    assert await _keys(db) == ["a", "b", "c", "dup"]
+
+
+async def test_result_returned_only_after_commit(db: PgDatabase) -> None:
+    """While a job's transaction is open its row is invisible to readers, and its caller
+    has not returned; once it returns, readers see the row."""
+    inside = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow(conn) -> str:
+        await conn.execute("INSERT INTO t (k, v) VALUES ('slow', 1)")
+        inside.set()
+        await release.wait()
+        return "done"
+
+    task = asyncio.create_task(db.write(slow))
+    await inside.wait()
+    # A read while the writer holds its transaction open: answered, without the row.
+    assert await asyncio.wait_for(_keys(db), timeout=5) == []
+    assert not task.done()
+    release.set()
+    assert await task == "done"
+    assert await _keys(db) == ["slow"]
+
+
+async def test_close_commits_what_was_accepted(pg_server: PgServer) -> None:
+    """Writes submitted before close are committed; a write after close is refused."""
+    dsn = pg_server.create_database()
+    database = PgDatabase(dsn, prepare=_no_schema)
+    await database.open()
+    await database.write(lambda c: c.execute("CREATE TABLE t (k text PRIMARY KEY, v int)"))
+    release = asyncio.Event()
+    inside = asyncio.Event()
+
+    async def hold(_conn) -> None:
+        inside.set()
+        await release.wait()
+
+    holding = asyncio.create_task(database.write(hold))
+    await inside.wait()
+    pending = [asyncio.create_task(database.write(_insert(f"k{i}"))) for i in range(10)]
+    await eventually(lambda: database.write_backlog == 10, what="ten jobs queued")
+    closing = asyncio.create_task(database.close())
+    release.set()
+    await closing
+    await holding
+    assert [await p for p in pending] == [f"k{i}" for i in range(10)]
+    with pytest.raises(StorageError, match="closed"):
+        await database.write(_insert("late"))
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM t") == 10
+    finally:
+        await conn.close()
+
+
+async def test_writer_survives_a_killed_connection(db: PgDatabase) -> None:
+    """The server ends the writer's session: a job caught in it fails with StorageError
+    (never hangs), and writes go on, on a fresh connection."""
+    pid = await db.write(lambda c: c.fetchval("SELECT pg_backend_pid()"))
+    async with db.read() as conn:
+        assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid)
+
+    async def new_pid() -> int | None:
+        try:
+            found = await db.write(lambda c: c.fetchval("SELECT pg_backend_pid()"))
+        except StorageError:
+            return None  # the job that met the dead connection
+        return int(found)
+
+    assert await eventually(new_pid, timeout_s=10, what="a write after the kill") != pid
+    await db.write(_insert("after"))
+
+    async def ends_its_own_session(conn) -> None:
+        await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    with pytest.raises(StorageError):
+        await db.write(ends_its_own_session)
+    await db.write(_insert("again"))
+    assert await _keys(db) == ["after", "again"]
+    assert db.writer is not None
+    assert db.writer.reconnects >= 2
+
+
+async def test_read_translates_driver_errors(db: PgDatabase) -> None:
+    """A failing statement in a read comes out as StorageError, and the reader is usable."""
+    with pytest.raises(StorageError, match="no_such_table"):
+        async with db.read() as conn:
+            await conn.fetch("SELECT * FROM no_such_table")
+    assert await _keys(db) == []
+
+
+@pytest.mark.parametrize(
+    ("dsn", "message"),
+    [
+        ("mysql://u:pw@127.0.0.1/x", "is not a PostgreSQL URL"),
+        ("postgresql://u:secretpw@127.0.0.1:1/x", "connection refused"),
+        ("postgresql://u:secretpw@no-such-host.invalid/x", "cannot connect"),  # or timed out
+        ("postgresql://u:secretpw@127.0.0.1:5432\n/x", "control characters"),
+        ("postgresql://u:secretpw@127.0.0.1:99999/x", "cannot connect"),
+    ],
+)
+async def test_bad_urls_fail_with_one_line_without_the_password(dsn: str, message: str) -> None:
+    """Unreachable, unknown or malformed servers: one StorageError line, password hidden."""
+    with pytest.raises(StorageError) as caught:
+        await PgDatabase(dsn, connect_timeout_s=5).open()
+    text = str(caught.value)
+    assert message in text
+    assert "secretpw" not in text
+    assert "\n" not in text
+
+
+async def test_wrong_database_and_user(pg_server: PgServer) -> None:
+    """A database or role that does not exist is named as such."""
+    missing_db = pg_server.dsn("no_such_database")
+    with pytest.raises(StorageError, match="no such database"):
+        await PgDatabase(missing_db).open()
+    bad_user = f"postgresql://nobody_here:pw@127.0.0.1:{pg_server.port}/postgres"
+    with pytest.raises(StorageError, match=r"authentication failed|role") as caught:
+        await PgDatabase(bad_user).open()
+    assert ":pw@" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("postgresql://u:pw@h:5432/db", "postgresql://u:***@h:5432/db"),
+        (
+            "postgresql://u@h/db?password=pw&sslmode=require",
+            "postgresql://u@h/db?password=***&sslmode=require",
+        ),
+        ("postgres:///db?host=/run/pg", "postgres:///db?host=/run/pg"),
+        ("postgresql://u:p@ss:word@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://h1:5432,h2:5433/db", "postgresql://h1:5432,h2:5433/db"),
+    ],
+)
+def test_redact_dsn_hides_every_password(dsn: str, shown: str) -> None:
+    """Passwords in the user part or the query never reach a message; the rest does."""
+    from memwarden.memory.pg import redact_dsn  # noqa: PLC0415
+
+    assert redact_dsn(dsn) == shown
