@@ -219,12 +219,9 @@ class EventLog:
                 conn.execute(_DEAD_LETTERS_CAP, (cap,))
             return result
 
-        async def job(conn: aiosqlite.Connection) -> ApplyResult:
-            # The whole job (reads, rules, writes) on the writer's thread in one go: one
-            # hand-off between threads per batch of events, not one per statement.
-            return await in_thread(conn, run)
-
-        return await self.db.write(job, weight=len(prepared))
+        # The whole job (reads, rules, writes) on the writer's thread in one go: no
+        # hand-off between threads per statement, nor per batch of events.
+        return await self.db.write_on_thread(run, weight=len(prepared))
 
     def _dead_letters_cap(self) -> int | None:
         cfg = self.compaction
@@ -536,7 +533,6 @@ class _EventBatch:
             (_EVIDENCE_UPDATE_SAME_STATE, same_state),
             ("UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?", demoted),
         ], (REVALIDATION_INSERT, list(requests.values()))
-
 
     def _updates(
         self, touched: dict[str, Any]

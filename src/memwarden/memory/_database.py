@@ -294,6 +294,18 @@ class Database:
             raise StorageError("the store is closed")
         return await self._writer.submit(job, weight=weight)
 
+    async def write_on_thread(
+        self, job: Callable[[sqlite3.Connection], T], *, weight: int = 1
+    ) -> T:
+        """Like :meth:`write`, for a job that is a plain function of the ``sqlite3``
+        connection, run on the writer connection's own thread: the jobs of this kind in
+        one transaction share a single hand-off between threads, ``BEGIN`` and ``COMMIT``
+        included (:meth:`Writer.submit_on_thread`). The job must not touch the event
+        loop, nor end the transaction."""
+        if self._writer is None:
+            raise StorageError("the store is closed")
+        return await self._writer.submit_on_thread(job, weight=weight)
+
     @property
     def write_backlog(self) -> int:
         """Jobs waiting for the writer."""
