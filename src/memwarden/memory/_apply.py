@@ -353,7 +353,8 @@ class _EventBatch:
         self.now = now
         self.cfg = cfg
         self.result = result
-        self.by_subject: dict[tuple[str, str], list[str]] = defaultdict(list)
+        # (sensor, subject) -> the bindings (block, sensor, subject) it reaches
+        self.by_subject: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
         self.records: dict[str, Any] = {}
         # Each loaded block's (state, stale_reasons) as stored: a block the batch leaves
         # in both is written without them (_EVIDENCE_UPDATE_SAME_STATE).
@@ -382,7 +383,7 @@ class _EventBatch:
             if key in open_requests:  # a block bound twice to one subject (two assertions
                 continue  # on one file): the event reaches it once
             open_requests[key] = None if row[at] is None else (row[at], row[at + 1])
-            self.by_subject[(row[1], row[0])].append(block_id)
+            self.by_subject[(row[1], row[0])].append(key)
             if block_id not in records:
                 records[block_id] = evidence_record(row[2:at])
                 loaded[block_id] = (row[5], row[6])
@@ -452,22 +453,27 @@ class _EventBatch:
         closed, see :meth:`run`)."""
         now, cfg, result = self.now, self.cfg, self.result
         event_rows, plain_events = _event_rows(part, first_seq, now)
-        effect_rows: list[tuple[Any, ...]] = []
+        effect_rows: list[tuple[Any, ...]] = []  # with a detail
+        plain_effects: list[tuple[Any, ...]] = []  # without (most)
         touched: dict[str, Any] = {}
         requests: dict[tuple[str, str, str], tuple[Any, ...]] = {}
         answers = self.answers
         demoted: list[tuple[Any, ...]] = []
         for seq, p in enumerate(part, start=first_seq):
-            eid, sensor, subject, outcome, observed_at, rel, window, _, block_id = p[:9]
-            targets = [block_id] if block_id is not None else self.by_subject.get((sensor, subject))
+            eid, sensor, subject, outcome, observed_at, rel, window, _, block_id, _, _, _, _ = p
+            targets = (
+                [(block_id, sensor, subject)]
+                if block_id is not None
+                else self.by_subject.get((sensor, subject))
+            )
             answers_check = outcome in ANSWERING
             reached = False
-            for bid in targets or ():
+            for key in targets or ():
+                bid = key[0]
                 rec = self.records.get(bid)
                 if rec is None:
                     continue
                 reached = True
-                key = (bid, sensor, subject)
                 if answers_check:  # outdated or not: it is a look at the binding
                     answers[key] = (observed_at, outcome)  # events go in observation order
                     queued = requests.get(key)
@@ -484,7 +490,19 @@ class _EventBatch:
                     validity_window_s=window,
                     settled_by_binding=block_id is None or (bid, sensor) in self.bound,
                 )
-                effect_rows.append(_effect_row(rec.rid, seq, eff))
+                if eff.ignored or eff.hard or eff.review or eff.demoted or eff.notes:
+                    effect_rows.append(_effect_row(rec.rid, seq, eff))
+                else:
+                    plain_effects.append(
+                        (
+                            rec.rid,
+                            seq,
+                            eff.state_before,
+                            eff.state_after,
+                            eff.reliability_before,
+                            eff.reliability_after,
+                        )
+                    )
                 if eff.ignored is not None:
                     continue
                 touched[bid] = rec
@@ -519,10 +537,10 @@ class _EventBatch:
             if not reached:
                 result.unmatched += 1
         result.revalidations += len(requests)
-        # Writes in key order: B-tree pages are then visited once, in sequence.
-        effect_rows.sort(key=_first_two)
-        plain_effects = [r[:6] for r in effect_rows if r[6] is None]
-        effect_rows = [r for r in effect_rows if r[6] is not None]
+        # Writes in key order: B-tree pages are then visited once, in sequence. (An
+        # effect's key, block and event, is unique: its first two values order it.)
+        effect_rows.sort()
+        plain_effects.sort()
         updates, same_state = self._updates(touched)
         return [
             (_EVENT_INSERT_PLAIN, plain_events),
@@ -544,7 +562,8 @@ class _EventBatch:
         same: list[tuple[Any, ...]] = []
         for block_id, rec in touched.items():
             row = evidence_row(rec)
-            if (row[0], row[1]) == loaded[block_id]:
+            state, reasons = loaded[block_id]
+            if row[0] == state and row[1] == reasons:
                 same.append(row[2:])
             else:
                 changed.append(row)
@@ -575,14 +594,13 @@ def _event_rows(
     return full, plain
 
 
-_first_two = operator.itemgetter(0, 1)
 _last = operator.itemgetter(-1)
 
 
 def _effect_row(rid: int, seq: int, eff: Effect) -> tuple[Any, ...]:
-    detail = None
-    if eff.ignored or eff.hard or eff.review or eff.demoted or eff.notes:
-        detail = json.dumps(eff.as_dict(), separators=(",", ":"))
+    """An ``_EFFECT_INSERT`` row, for an effect worth a detail (ignored, hard, a review,
+    a demotion, notes); the others go to ``_EFFECT_INSERT_PLAIN``."""
+    detail = json.dumps(eff.as_dict(), separators=(",", ":"))
     return (
         rid,
         seq,
