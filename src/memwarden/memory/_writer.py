@@ -161,19 +161,20 @@ class Writer:
                     while j < n and jobs[j].fn is None:
                         j += 1
                     committed = j == n
-                    failed = await in_thread(
-                        conn,
-                        functools.partial(
-                            _on_thread,
-                            jobs=[p.on_thread for p in jobs[i:j] if p.on_thread is not None],
-                            results=results,
-                            begin=not begun,
-                            commit=committed,
-                        ),
-                    )
+                    try:
+                        await in_thread(
+                            conn,
+                            functools.partial(
+                                _on_thread,
+                                jobs=[p.on_thread for p in jobs[i:j] if p.on_thread is not None],
+                                results=results,
+                                begin=not begun,
+                                commit=committed,
+                            ),
+                        )
+                    except _JobError as failed:  # rolled back on the thread
+                        return False, _wrapped(failed.error)
                     begun = True
-                    if failed is not None:
-                        return False, _wrapped(failed)
                     i = j
                     continue
                 if not begun:
@@ -224,6 +225,14 @@ def _wrapped(err: Exception) -> Exception:
     return err
 
 
+class _JobError(Exception):
+    """An on-thread job raised ``error``; the transaction was rolled back."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def _on_thread(
     conn: sqlite3.Connection,
     *,
@@ -231,17 +240,17 @@ def _on_thread(
     results: list[tuple[bool, Any]],
     begin: bool,
     commit: bool,
-) -> Exception | None:
+) -> None:
     """Run ``jobs`` on the connection's thread, after ``BEGIN`` and before ``COMMIT`` if
-    asked; the failing job's error (everything rolled back) or None."""
+    asked, each result into ``results``. A failing job rolls everything back and raises
+    :class:`_JobError` (its error goes back to its caller, see Writer._transaction)."""
     if begin:
         conn.execute("BEGIN IMMEDIATE")
     for job in jobs:
         try:
             results.append((True, job(conn)))
-        except Exception as err:  # noqa: BLE001 - back to its caller, see Writer._transaction
+        except Exception as err:
             conn.execute("ROLLBACK")
-            return err
+            raise _JobError(err) from err
     if commit:
         conn.execute("COMMIT")
-    return None
