@@ -34,7 +34,10 @@ _score = operator.itemgetter(4)  # a ranking row's score
 _RID, _STATE, _STALE_AT, _RELIABILITY, _FLAPPING = (
     BLOCK_COLUMNS.index(c) for c in ("rid", "state", "stale_at", "reliability", "flapping")
 )
+# Plain strings: an enum member's .value is a descriptor call, on every hit.
 _STALE = BlockState.STALE.value
+_REFUTED = BlockState.REFUTED.value
+_UNVERIFIED = BlockState.UNVERIFIED.value
 
 SearchMode = Literal["keyword", "vector", "hybrid"]
 MODES: tuple[str, ...] = ("keyword", "vector", "hybrid")
@@ -311,9 +314,9 @@ def _warnings(
             out.append(f"stale since {from_ts(rec.stale_at).isoformat()} ({why})")
         else:  # stale before its window ran out: a change, a refutation, a dependency
             out.append(f"stale ({why})")
-    elif state == BlockState.REFUTED.value:
+    elif state == _REFUTED:
         out.append("refuted by a sensor: do not rely on it")
-    elif state == BlockState.UNVERIFIED.value:
+    elif state == _UNVERIFIED:
         out.append("unverified: no sensor has confirmed it yet")
     reliability = columns[_RELIABILITY]
     if reliability < warn_below:
