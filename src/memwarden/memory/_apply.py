@@ -20,8 +20,10 @@ event's ``observed_at``, never with the block's last validation: an event the ru
 ignore as outdated (another sensor validated the block later) still closes the request
 it answers, or that request would be sent again for nothing. A request an event queues
 (a change, a soft refutation) counts as made at that event's observation, so a later
-observation answers it even when both arrive in one batch. One indexed statement per
-batch does it (``UPDATE … FROM (VALUES …)`` over the unique index ``revalidations_open``).
+observation answers it even when both arrive in one batch. The route read brings each
+binding's open request along (one probe of the unique index ``revalidations_open``), so
+the job closes the answered ones by id; for an event naming its block directly, whose
+requests were not read, one ``UPDATE … FROM (VALUES …)`` over that index does it.
 """
 
 from __future__ import annotations
