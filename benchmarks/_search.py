@@ -168,7 +168,8 @@ async def search(ctx: Context) -> list[Result]:
             store_plan = _sqlite.query_plan(raw, ranked, ()) if ranked else "?"
             plan = _sqlite.query_plan(raw, RAW_SQL, (_match(first),))
             ctx.progress(f"{name}: {len(queries)} queries each (+{WARMUP} warm-up), interleaved")
-            inline_before = (store.db.inline_reads, store.db.inline_overruns)
+            db = store.db
+            inline_before = (db.inline_reads, db.inline_overruns, db.inline_retries)
             samples, hits = await _time_set(store, raw, queries, store_sql)
             s, r = percentiles_ms(samples["store"]), percentiles_ms(samples["raw"])
             sql = percentiles_ms(samples["store_sql"]) if samples["store_sql"] else None
@@ -189,10 +190,12 @@ async def search(ctx: Context) -> list[Result]:
                         "baseline_p99": r["p99"],
                         "store_sql_p50": sql["p50"] if sql else None,
                         "store_sql_p95": sql["p95"] if sql else None,
-                        # searches answered on the loop, and those past the inline budget
-                        # (run again on a reader), warm-up included
-                        "inline_reads": store.db.inline_reads - inline_before[0],
-                        "inline_overruns": store.db.inline_overruns - inline_before[1],
+                        # searches answered on the loop, those past the inline budget
+                        # (run again on a reader), and those stopped by the wall-time cap
+                        # alone (tried once more on the loop), warm-up included
+                        "inline_reads": db.inline_reads - inline_before[0],
+                        "inline_overruns": db.inline_overruns - inline_before[1],
+                        "inline_retries": db.inline_retries - inline_before[2],
                         "queries": len(queries),
                         "blocks": n_blocks,
                         "avg_matches": _avg_matches(raw, queries),

@@ -181,3 +181,28 @@ async def test_an_answer_to_a_request_still_closes_it_by_id(fact):
     result = await store.apply_events([_event(clock, "a", "error", request_id=rid)])
     assert result.answered == [rid]
     assert await _requests(store) == [(rid, "a", "done", "error")]
+
+
+async def test_events_naming_their_block_and_events_routed_by_subject_close_alike(
+    make_store, clock: FakeClock
+):
+    """In one batch, an event reaching its block by subject and one naming its block
+    directly (block_id: its binding's request was not read with the routes) each close
+    their binding's open request, and only that one."""
+    store = await make_store()
+    blocks = [
+        await store.add({"content": f"port {i}", "bindings": [{"sensor": "fs", "path": p}]})
+        for i, p in enumerate(("a", "b", "c"))
+    ]
+    requests = [(await store.request_revalidation(b.id))[0] for b in blocks]
+    clock.advance(1)
+    result = await store.apply_events(
+        [
+            _event(clock, "a", "confirmed"),
+            _event(clock, "b", "refuted", block_id=blocks[1].id),
+        ],
+        bound_only=True,
+    )
+    assert sorted(result.answered) == sorted(requests[:2])
+    status = {r[1]: (r[2], r[3]) for r in await _requests(store) if r[0] in requests}
+    assert status == {"a": ("done", "confirmed"), "b": ("done", "refuted"), "c": ("pending", None)}

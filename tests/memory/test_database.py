@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 import memwarden.memory
+import memwarden.memory._writer as writer_module
 from memwarden.errors import StorageError
 from memwarden.memory import Database
 from memwarden.memory._sql import in_thread
@@ -158,3 +159,81 @@ async def test_in_thread_runs_after_what_was_queued_and_in_the_same_transaction(
             keys = [r[0] for r in await conn.execute_fetchall("SELECT key FROM meta")]
         assert {"a", "b"} <= set(keys)
         assert "c" not in keys
+
+
+async def test_on_thread_jobs_share_one_hand_off_per_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Jobs submitted with write_on_thread run on the writer's thread, in order with the
+    async jobs of their transaction, each caller getting its own result; a run of them
+    costs one trip to the thread, BEGIN and COMMIT included."""
+
+    trips = []
+    real = writer_module.in_thread
+
+    async def counting(conn: aiosqlite.Connection, fn: Any) -> Any:
+        trips.append(fn)
+        return await real(conn, fn)
+
+    monkeypatch.setattr(writer_module, "in_thread", counting)
+    async with Database(tmp_path / "d.db") as db:
+        assert db.writer is not None
+        before = db.writer.commits
+        threads: set[int] = set()
+
+        def put(i: int) -> Any:
+            def job(raw: sqlite3.Connection) -> int:
+                threads.add(threading.get_ident())
+                assert raw.in_transaction
+                raw.execute("INSERT INTO meta (key, value) VALUES (?, 'v')", (f"k{i:02}",))
+                return i
+
+            return job
+
+        async def put_async(conn: aiosqlite.Connection) -> str:
+            async with conn.execute("SELECT count(*) FROM meta WHERE key LIKE 'k%'") as cur:
+                row = await cur.fetchone()
+            return f"after {row[0] if row else None}"
+
+        got = await asyncio.gather(
+            *(db.write_on_thread(put(i)) for i in range(10)),
+            db.write(put_async),
+            *(db.write_on_thread(put(i)) for i in range(10, 20)),
+        )
+        assert got == [*range(10), "after 10", *range(10, 20)]
+        commits = db.writer.commits - before
+        assert commits < 21
+        assert len(trips) <= 2 * commits  # one per run of on-thread jobs, not one per job
+        assert threading.get_ident() not in threads
+        async with db.read() as conn:
+            keys = [r[0] for r in await conn.execute_fetchall("SELECT key FROM meta")]
+        assert sorted(k for k in keys if k.startswith("k")) == [f"k{i:02}" for i in range(20)]
+
+
+async def test_a_failing_on_thread_job_is_refused_alone(tmp_path: Path):
+    """In a transaction of on-thread jobs, the one that raises gets its error (SQLite's as
+    a StorageError) and writes nothing; the others commit."""
+    async with Database(tmp_path / "d.db") as db:
+
+        def put(key: str) -> Any:
+            def job(raw: sqlite3.Connection) -> str:
+                raw.execute("INSERT INTO meta (key, value) VALUES (?, 'v')", (key,))
+                if key == "bad":
+                    raise ValueError("no")
+                if key == "dup":
+                    raw.execute("INSERT INTO meta (key, value) VALUES ('dup', 'again')")
+                return key
+
+            return job
+
+        got = await asyncio.gather(
+            *(db.write_on_thread(put(k)) for k in ("a", "bad", "b", "dup", "c")),
+            return_exceptions=True,
+        )
+        assert got[0::2] == ["a", "b", "c"]
+        assert isinstance(got[1], ValueError)
+        assert isinstance(got[3], StorageError)
+        async with db.read() as conn:
+            keys = {r[0] for r in await conn.execute_fetchall("SELECT key FROM meta")}
+        assert {"a", "b", "c"} <= keys
+        assert not {"bad", "dup"} & keys

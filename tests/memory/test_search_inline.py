@@ -88,8 +88,49 @@ async def test_a_read_the_os_paused_is_not_redone(make_store, monkeypatch):
     assert (store.db.inline_reads, store.db.inline_overruns) == (1, 0)
 
 
-async def test_a_read_past_the_wall_cap_goes_to_a_reader(make_store, monkeypatch):
-    """In wall time an inline read gets ten times its budget at most (one waiting for the
-    disk is stopped there), whatever CPU it used."""
+async def test_a_read_past_the_wall_cap_is_tried_once_more_inline(make_store, monkeypatch):
+    """A read stopped by the wall-time cap (ten times its budget) with its CPU budget
+    unspent (the OS paused the thread, or it waited for the disk) is run once more on
+    the loop, not sent to a reader."""
     store = await _paused_search(make_store, monkeypatch, wall_s=0.01)  # 20x the budget
+    assert (store.db.inline_reads, store.db.inline_overruns) == (1, 0)
+    assert store.db.inline_retries == 1
+
+
+class _Advancing:
+    """A stand-in clock that moves ``step`` seconds at every reading."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+async def test_a_read_past_the_wall_cap_twice_goes_to_a_reader(make_store, monkeypatch):
+    """In wall time an inline read gets ten times its budget at most, twice: stopped by
+    the cap again, it goes to a reader, whatever CPU it used."""
+    store = await make_store()
+    await store.add_many(
+        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
+    )
+    monkeypatch.setattr(_database, "_cpu_clock", _Clock(0.0))
+    monkeypatch.setattr(_database, "_wall_clock", _Advancing(0.01))  # 20x the budget a look
+    assert len(await store.search("gateway port", limit=50)) == 50
     assert (store.db.inline_reads, store.db.inline_overruns) == (0, 1)
+    assert store.db.inline_retries == 1
+
+
+async def test_a_read_past_its_cpu_budget_is_not_tried_again_inline(make_store, monkeypatch):
+    """A read that spent its CPU budget goes to a reader at once (no second try here)."""
+    store = await make_store()
+    await store.add_many(
+        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
+    )
+    monkeypatch.setattr(_database, "_cpu_clock", _Advancing(0.001))  # 2x the budget a look
+    monkeypatch.setattr(_database, "_wall_clock", _Clock(0.0))
+    assert len(await store.search("gateway port", limit=50)) == 50
+    assert (store.db.inline_reads, store.db.inline_overruns) == (0, 1)
+    assert store.db.inline_retries == 0

@@ -20,8 +20,10 @@ event's ``observed_at``, never with the block's last validation: an event the ru
 ignore as outdated (another sensor validated the block later) still closes the request
 it answers, or that request would be sent again for nothing. A request an event queues
 (a change, a soft refutation) counts as made at that event's observation, so a later
-observation answers it even when both arrive in one batch. One indexed statement per
-batch does it (``UPDATE … FROM (VALUES …)`` over the unique index ``revalidations_open``).
+observation answers it even when both arrive in one batch. The route read brings each
+binding's open request along (one probe of the unique index ``revalidations_open``), so
+the job closes the answered ones by id; for an event naming its block directly, whose
+requests were not read, one ``UPDATE … FROM (VALUES …)`` over that index does it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,12 @@ import operator
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_record, evidence_row
+from memwarden.memory._codec import (
+    EVIDENCE_COLUMNS,
+    EVIDENCE_UPDATE_COLUMNS,
+    evidence_record,
+    evidence_row,
+)
 from memwarden.memory._ids import new_id
 from memwarden.memory._model import Outcome, StaleReason
 from memwarden.memory._results import ApplyResult, StateChange
@@ -81,10 +88,25 @@ _Prepared = tuple[
     int | None,  # 12 agent seq
 ]
 
+# The bindings of the events' subjects, the evidence of the blocks behind them and each
+# binding's open request (id, created_at; NULLs when none): the request comes along in
+# the same probe of the unique index ``revalidations_open`` that closing it would cost.
 _ROUTE_SELECT = (
     "SELECT g.subject, g.sensor, "
     + ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
-    + " FROM bindings g JOIN blocks k ON k.rid = g.block_rid WHERE g.subject IN "
+    + ", r.id, r.created_at FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
+    " LEFT JOIN revalidations r ON r.block_id = k.id AND r.sensor = g.sensor"
+    " AND r.subject = g.subject AND r.status IN ('pending', 'sent')"
+    " WHERE g.subject IN "
+)
+_ROUTE_REQUEST = 2 + len(EVIDENCE_COLUMNS)  # where a route row's request id is
+# The evidence UPDATE without ``state`` and ``stale_reasons``, for a block whose state and
+# reasons the batch left as they were (most confirmations of a fresh block): the
+# triggers ``AFTER UPDATE OF state`` (the index's archive and restore) then do not run.
+_EVIDENCE_UPDATE_SAME_STATE = (
+    "UPDATE blocks SET "
+    + ", ".join(f"{c} = ?" for c in EVIDENCE_UPDATE_COLUMNS[2:])
+    + " WHERE rid = ?"
 )
 _EVENT_INSERT = (
     "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"
@@ -199,12 +221,9 @@ class EventLog:
                 conn.execute(_DEAD_LETTERS_CAP, (cap,))
             return result
 
-        async def job(conn: aiosqlite.Connection) -> ApplyResult:
-            # The whole job (reads, rules, writes) on the writer's thread in one go: one
-            # hand-off between threads per batch of events, not one per statement.
-            return await in_thread(conn, run)
-
-        return await self.db.write(job, weight=len(prepared))
+        # The whole job (reads, rules, writes) on the writer's thread in one go: no
+        # hand-off between threads per statement, nor per batch of events.
+        return await self.db.write_on_thread(run, weight=len(prepared))
 
     def _dead_letters_cap(self) -> int | None:
         cfg = self.compaction
@@ -336,8 +355,15 @@ class _EventBatch:
         self.now = now
         self.cfg = cfg
         self.result = result
-        self.by_subject: dict[tuple[str, str], list[str]] = defaultdict(list)
+        # (sensor, subject) -> the bindings (block, sensor, subject) it reaches
+        self.by_subject: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
         self.records: dict[str, Any] = {}
+        # Each loaded block's (state, stale_reasons) as stored: a block the batch leaves
+        # in both is written without them (_EVIDENCE_UPDATE_SAME_STATE).
+        self.loaded: dict[str, tuple[str, str]] = {}
+        # Per routed binding (block, sensor, subject): its open request as read with the
+        # routes, (id, created_at), or None when it had none.
+        self.open_requests: dict[tuple[str, str, str], tuple[str, float] | None] = {}
         self.bound: set[tuple[str, str]] = set()
         self.reviews: list[tuple[Any, ...]] = []
         # Per binding (block, sensor, subject): the latest observation answering a check of
@@ -348,23 +374,27 @@ class _EventBatch:
     def route(self, reads: _Reads) -> None:
         """Which blocks each event reaches: by (sensor, subject) binding, or by block id.
 
-        One joined lookup fetched the bindings and the evidence of the blocks behind them.
+        One joined lookup fetched the bindings, the evidence of the blocks behind them
+        and the bindings' open requests.
         """
-        records = self.records
-        routed: set[tuple[str, str, str]] = set()
+        records, loaded, open_requests = self.records, self.loaded, self.open_requests
+        at = _ROUTE_REQUEST
         for row in reads.routes:
             block_id = row[3]
-            if (row[0], row[1], block_id) in routed:  # a block bound twice to one subject
-                continue  # (two assertions on one file): the event reaches it once
-            routed.add((row[0], row[1], block_id))
-            self.by_subject[(row[1], row[0])].append(block_id)
+            key = (block_id, row[1], row[0])
+            if key in open_requests:  # a block bound twice to one subject (two assertions
+                continue  # on one file): the event reaches it once
+            open_requests[key] = None if row[at] is None else (row[at], row[at + 1])
+            self.by_subject[(row[1], row[0])].append(key)
             if block_id not in records:
-                records[block_id] = evidence_record(row[2:])
+                records[block_id] = evidence_record(row[2:at])
+                loaded[block_id] = (row[5], row[6])
         for block_id, sensor in reads.bound:
             self.bound.add((block_id, sensor))
         for row in reads.direct:
             if row[1] not in records:
                 records[row[1]] = evidence_record(row)
+                loaded[row[1]] = (row[3], row[4])
 
     def run(self, conn: sqlite3.Connection, batch: list[_Prepared], first_seq: int) -> None:
         """Apply the rules event by event (in observation order), then write everything."""
@@ -374,9 +404,11 @@ class _EventBatch:
         statements, requests = self._rules(batch, first_seq)
         # Answered requests first (by id, then the bindings newer events answered): a new
         # request for the same check may follow.
-        if answered:
-            conn.executemany(_REVALIDATION_DONE, answered)
-        closed = [row[0] for sql, params in self._closing() for row in conn.execute(sql, params)]
+        by_id, unknown = self._closing()
+        if answered or by_id:
+            conn.executemany(_REVALIDATION_DONE, answered + by_id)
+        closed = [row[2] for row in by_id]
+        closed += [row[0] for sql, params in unknown for row in conn.execute(sql, params)]
         for sql, rows in [*statements, requests]:
             if rows:
                 conn.executemany(sql, rows)
@@ -393,16 +425,29 @@ class _EventBatch:
                 self.reviews,
             )
 
-    def _closing(self) -> list[tuple[str, tuple[Any, ...]]]:
-        """The statements closing the open requests this batch's observations answered,
-        each returning the ids it closed."""
-        keys = [(*key, at, outcome) for key, (at, outcome) in self.answers.items()]
+    def _closing(
+        self,
+    ) -> tuple[list[tuple[float, str, str]], list[tuple[str, tuple[Any, ...]]]]:
+        """What closes the open requests this batch's observations answered: the
+        ``_REVALIDATION_DONE`` rows of those read with the routes, and the statements
+        (each returning the ids it closed) for bindings not routed, whose requests were
+        not read (an event naming its block directly)."""
+        now, known = self.now, self.open_requests
+        by_id: list[tuple[float, str, str]] = []
+        keys = []
+        for key, (at, outcome) in self.answers.items():
+            if key not in known:
+                keys.append((*key, at, outcome))
+                continue
+            request = known[key]
+            if request is not None and request[1] < at:  # made before it was observed
+                by_id.append((now, outcome, request[0]))
         out = []
         for part in chunks(keys, _CLOSE_CHUNK):
             values = ",".join(["(?,?,?,?,?)"] * len(part))
             params = tuple(v for row in part for v in row)
-            out.append((_CLOSE_ANSWERED.format(values=values), (*params, self.now)))
-        return out
+            out.append((_CLOSE_ANSWERED.format(values=values), (*params, now)))
+        return by_id, out
 
     def _rules(self, part: list[_Prepared], first_seq: int) -> tuple[list[_Statement], _Statement]:
         """Run the rules over ``part``; the statements that write what they did, in order,
@@ -410,22 +455,27 @@ class _EventBatch:
         closed, see :meth:`run`)."""
         now, cfg, result = self.now, self.cfg, self.result
         event_rows, plain_events = _event_rows(part, first_seq, now)
-        effect_rows: list[tuple[Any, ...]] = []
+        effect_rows: list[tuple[Any, ...]] = []  # with a detail
+        plain_effects: list[tuple[Any, ...]] = []  # without (most)
         touched: dict[str, Any] = {}
         requests: dict[tuple[str, str, str], tuple[Any, ...]] = {}
         answers = self.answers
         demoted: list[tuple[Any, ...]] = []
         for seq, p in enumerate(part, start=first_seq):
-            eid, sensor, subject, outcome, observed_at, rel, window, _, block_id = p[:9]
-            targets = [block_id] if block_id is not None else self.by_subject.get((sensor, subject))
+            eid, sensor, subject, outcome, observed_at, rel, window, _, block_id, _, _, _, _ = p
+            targets = (
+                [(block_id, sensor, subject)]
+                if block_id is not None
+                else self.by_subject.get((sensor, subject))
+            )
             answers_check = outcome in ANSWERING
             reached = False
-            for bid in targets or ():
+            for key in targets or ():
+                bid = key[0]
                 rec = self.records.get(bid)
                 if rec is None:
                     continue
                 reached = True
-                key = (bid, sensor, subject)
                 if answers_check:  # outdated or not: it is a look at the binding
                     answers[key] = (observed_at, outcome)  # events go in observation order
                     queued = requests.get(key)
@@ -442,7 +492,19 @@ class _EventBatch:
                     validity_window_s=window,
                     settled_by_binding=block_id is None or (bid, sensor) in self.bound,
                 )
-                effect_rows.append(_effect_row(rec.rid, seq, eff))
+                if eff.ignored or eff.hard or eff.review or eff.demoted or eff.notes:
+                    effect_rows.append(_effect_row(rec.rid, seq, eff))
+                else:
+                    plain_effects.append(
+                        (
+                            rec.rid,
+                            seq,
+                            eff.state_before,
+                            eff.state_after,
+                            eff.reliability_before,
+                            eff.reliability_after,
+                        )
+                    )
                 if eff.ignored is not None:
                     continue
                 touched[bid] = rec
@@ -477,19 +539,39 @@ class _EventBatch:
             if not reached:
                 result.unmatched += 1
         result.revalidations += len(requests)
-        # Writes in key order: B-tree pages are then visited once, in sequence.
-        effect_rows.sort(key=_first_two)
-        plain_effects = [r[:6] for r in effect_rows if r[6] is None]
-        effect_rows = [r for r in effect_rows if r[6] is not None]
-        updates = sorted((evidence_row(r) for r in touched.values()), key=_last)
+        # Writes in key order: B-tree pages are then visited once, in sequence. (An
+        # effect's key, block and event, is unique: its first two values order it.)
+        effect_rows.sort()
+        plain_effects.sort()
+        updates, same_state = self._updates(touched)
         return [
             (_EVENT_INSERT_PLAIN, plain_events),
             (_EVENT_INSERT, event_rows),
             (_EFFECT_INSERT_PLAIN, plain_effects),
             (_EFFECT_INSERT, effect_rows),
             (EVIDENCE_UPDATE, updates),
+            (_EVIDENCE_UPDATE_SAME_STATE, same_state),
             ("UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?", demoted),
         ], (REVALIDATION_INSERT, list(requests.values()))
+
+    def _updates(
+        self, touched: dict[str, Any]
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """``EVIDENCE_UPDATE`` rows of the touched blocks whose state or reasons changed,
+        ``_EVIDENCE_UPDATE_SAME_STATE`` rows of the others; each in key order."""
+        loaded = self.loaded
+        changed: list[tuple[Any, ...]] = []
+        same: list[tuple[Any, ...]] = []
+        for block_id, rec in touched.items():
+            row = evidence_row(rec)
+            state, reasons = loaded[block_id]
+            if row[0] == state and row[1] == reasons:
+                same.append(row[2:])
+            else:
+                changed.append(row)
+        changed.sort(key=_last)
+        same.sort(key=_last)
+        return changed, same
 
 
 _Statement = tuple[str, list[tuple[Any, ...]]]
@@ -514,14 +596,13 @@ def _event_rows(
     return full, plain
 
 
-_first_two = operator.itemgetter(0, 1)
 _last = operator.itemgetter(-1)
 
 
 def _effect_row(rid: int, seq: int, eff: Effect) -> tuple[Any, ...]:
-    detail = None
-    if eff.ignored or eff.hard or eff.review or eff.demoted or eff.notes:
-        detail = json.dumps(eff.as_dict(), separators=(",", ":"))
+    """An ``_EFFECT_INSERT`` row, for an effect worth a detail (ignored, hard, a review,
+    a demotion, notes); the others go to ``_EFFECT_INSERT_PLAIN``."""
+    detail = json.dumps(eff.as_dict(), separators=(",", ":"))
     return (
         rid,
         seq,

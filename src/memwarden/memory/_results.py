@@ -11,7 +11,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memwarden.errors import ValidationInputError
 from memwarden.memory._clock import from_ts
-from memwarden.memory._codec import binding_from_row, record_to_block
+from memwarden.memory._codec import (
+    BLOCK_COLUMNS,
+    binding_from_row,
+    record_from_row,
+    record_to_block,
+)
 from memwarden.memory._durations import Duration
 from memwarden.memory._model import (
     Binding,
@@ -43,6 +48,8 @@ __all__ = [
     "StateChange",
     "validate_input",
 ]
+
+_ID = BLOCK_COLUMNS.index("id")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -209,11 +216,12 @@ class SearchHit:
     """One ranked search result and why it ranks where it does.
 
     The store's own callers need the ranking and a few fields (``id``, ``state``), so a
-    hit carries the block's flat record; the validated :class:`Block` is built the first
-    time ``block`` is read (at the API edge), not for every hit of every search.
+    hit carries the block's stored columns as the search read them; its flat record is
+    made the first time ``record`` is read and the validated :class:`Block` the first
+    time ``block`` is (at the API edge), not for every hit of every search.
     """
 
-    record: BlockRecord
+    columns: tuple[Any, ...] = field(repr=False)  # the block's row (BLOCK_COLUMNS order)
     state: str  # effective, as of the search
     score: float
     relevance: float
@@ -231,11 +239,19 @@ class SearchHit:
     # Vector and hybrid search: the fused rank's parts (keyword_rank, bm25, vector_rank,
     # similarity, rrf), for explaining a result; empty for keyword search.
     parts: dict[str, float] = field(default_factory=dict, compare=False)
+    _record: list[BlockRecord] = field(default_factory=list, repr=False, compare=False)
     _block: list[Block] = field(default_factory=list, repr=False, compare=False)  # built once
 
     @property
     def id(self) -> str:
-        return self.record.id
+        return str(self.columns[_ID])
+
+    @property
+    def record(self) -> BlockRecord:
+        """The block's flat record (made once, on first use)."""
+        if not self._record:
+            self._record.append(record_from_row(self.columns))
+        return self._record[0]
 
     @property
     def block(self) -> Block:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from typing import TYPE_CHECKING, Any, Literal
 
 from memwarden.errors import ValidationInputError
@@ -15,7 +16,7 @@ from memwarden.memory._model import BlockState
 from memwarden.memory._results import SearchHit
 from memwarden.memory._sql import namespace_clause
 from memwarden.memory._sqlrules import retention_sql
-from memwarden.memory.policy import current_stale_reasons, effective_state
+from memwarden.memory.policy import current_stale_reasons, state_as_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -28,7 +29,15 @@ if TYPE_CHECKING:
 
 __all__ = ["MODES", "RRF_K", "Search", "SearchMode"]
 
+_score = operator.itemgetter(4)  # a ranking row's score
+# Where a hit's block columns (BLOCK_COLUMNS order) hold what ranking and warnings read.
+_RID, _STATE, _STALE_AT, _RELIABILITY, _FLAPPING = (
+    BLOCK_COLUMNS.index(c) for c in ("rid", "state", "stale_at", "reliability", "flapping")
+)
+# Plain strings: an enum member's .value is a descriptor call, on every hit.
 _STALE = BlockState.STALE.value
+_REFUTED = BlockState.REFUTED.value
+_UNVERIFIED = BlockState.UNVERIFIED.value
 
 SearchMode = Literal["keyword", "vector", "hybrid"]
 MODES: tuple[str, ...] = ("keyword", "vector", "hybrid")
@@ -148,28 +157,32 @@ class Search:
         cfg = self.policy
         hits = []
         warn_below = cfg.staleness.warn_reliability
-        for row in rows:
+        # Best first. Ordered here, not by the statement: its sorter would copy every
+        # column of every hit twice, which cost more than the rest of a small search's
+        # statement did (equal scores keep the order the ranking step gave them).
+        for row in sorted(rows, key=_score, reverse=True):
             relevance, freshness, reliability, retention, score, bound, deps = row[:7]
-            rec = record_from_row(row[7:])
-            state = effective_state(rec, now)
-            hits.append(
-                SearchHit(
-                    record=rec,
-                    state=state,
-                    score=score,
-                    relevance=relevance,
-                    freshness=freshness,
-                    reliability=reliability,
-                    retention=retention,
-                    stale=state == _STALE,
-                    warnings=_warnings(rec, state, now, cfg, warn_below),
-                    bindings_json=bound,
-                    depends_json=deps,
-                    now=now,
-                    policy=cfg,
-                    parts=parts.get(rec.rid, {}) if parts is not None else {},
-                )
+            columns = row[7:]
+            state = state_as_of(columns[_STATE], columns[_STALE_AT], now)
+            warnings, rec = _warnings(columns, state, now, cfg, warn_below)
+            hit = SearchHit(
+                columns=columns,
+                state=state,
+                score=score,
+                relevance=relevance,
+                freshness=freshness,
+                reliability=reliability,
+                retention=retention,
+                stale=state == _STALE,
+                warnings=warnings,
+                bindings_json=bound,
+                depends_json=deps,
+                now=now,
+                policy=cfg,
+                parts=parts.get(columns[_RID], {}) if parts is not None else {},
+                _record=[] if rec is None else [rec],
             )
+            hits.append(hit)
         return hits
 
     async def _fused(
@@ -376,25 +389,29 @@ def _vector_k(cfg: PolicyConfig, limit: int) -> int:
 
 
 def _warnings(
-    rec: BlockRecord, state: str, now: float, cfg: PolicyConfig, warn_below: float
-) -> list[str]:
-    """What a reader should know about a hit (``state`` is the effective one)."""
+    columns: tuple[Any, ...], state: str, now: float, cfg: PolicyConfig, warn_below: float
+) -> tuple[list[str], BlockRecord | None]:
+    """What a reader should know about a hit (``state`` is the effective one), and its
+    record if it had to be made: only a stale hit's is (its warning names the reasons)."""
     out = []
+    rec = None
     if state == _STALE:
+        rec = record_from_row(columns)
         why = ", ".join(current_stale_reasons(rec, now, cfg)) or "expired"
         if rec.stale_at is not None and rec.stale_at <= now:
             out.append(f"stale since {from_ts(rec.stale_at).isoformat()} ({why})")
         else:  # stale before its window ran out: a change, a refutation, a dependency
             out.append(f"stale ({why})")
-    elif state == BlockState.REFUTED.value:
+    elif state == _REFUTED:
         out.append("refuted by a sensor: do not rely on it")
-    elif state == BlockState.UNVERIFIED.value:
+    elif state == _UNVERIFIED:
         out.append("unverified: no sensor has confirmed it yet")
-    if rec.reliability < warn_below:
-        out.append(f"reliability {rec.reliability:.2f} is below {warn_below:.2f}")
-    if rec.flapping:
+    reliability = columns[_RELIABILITY]
+    if reliability < warn_below:
+        out.append(f"reliability {reliability:.2f} is below {warn_below:.2f}")
+    if columns[_FLAPPING]:
         out.append("flapping: sensors keep changing their minds")
-    return out
+    return out, rec
 
 
 @functools.cache
@@ -456,5 +473,4 @@ def _search_sql(*, include_refuted: bool, scoped: int | None = None, given: bool
                  FROM dependencies d WHERE d.block_rid = b.rid),
                 {", ".join("b." + c for c in BLOCK_COLUMNS)}
             FROM ranked s JOIN blocks b ON b.rid = s.rid
-            ORDER BY s.score DESC
         """

@@ -21,7 +21,7 @@ Vector and hybrid modes are not ported yet.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memwarden.errors import ValidationInputError
 from memwarden.memory._codec import BLOCK_COLUMNS, record_from_row
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from memwarden.memory._clock import Clock
-    from memwarden.memory._record import BlockRecord
     from memwarden.memory.pg._database import PgDatabase
     from memwarden.memory.pg._types import PgConnection
     from memwarden.memory.policy import PolicyConfig
@@ -116,7 +115,7 @@ class PgSearch:
         states: list[str],
         namespaces: Sequence[str] | None,
         cands: int,
-    ) -> list[tuple[float, str, str, BlockRecord]]:
+    ) -> list[tuple[float, str, str, tuple[Any, ...]]]:
         scope = "" if namespaces is None else " AND b.namespace = ANY($4::text[])"
         args: list[object] = [tsquery, states, cands]
         if namespaces is not None:
@@ -136,10 +135,10 @@ class PgSearch:
             """,
             *args,
         )
-        return [(float(r[0]), str(r[1]), str(r[2]), record_from_row(tuple(r)[3:])) for r in rows]
+        return [(float(r[0]), str(r[1]), str(r[2]), tuple(r)[3:]) for r in rows]
 
     def _ranked(
-        self, rows: list[tuple[float, str, str, BlockRecord]], now: float, limit: int
+        self, rows: list[tuple[float, str, str, tuple[Any, ...]]], now: float, limit: int
     ) -> list[SearchHit]:
         cfg = self.policy
         rank = cfg.ranking
@@ -151,13 +150,14 @@ class PgSearch:
             BlockState.REFUTED.value: rank.refuted,
         }
         hits = []
-        for relevance, bound, deps, rec in rows:
+        for relevance, bound, deps, columns in rows:
+            rec = record_from_row(columns)  # the freshness rules read the record here
             state = effective_state(rec, now)
             freshness = factor[state]
             kept = retention(rec, now, cfg)
             hits.append(
                 SearchHit(
-                    record=rec,
+                    columns=columns,
                     state=state,
                     score=relevance * freshness * rec.reliability * kept,
                     relevance=relevance,
@@ -165,12 +165,13 @@ class PgSearch:
                     reliability=rec.reliability,
                     retention=kept,
                     stale=state == BlockState.STALE.value,
-                    warnings=_warnings(rec, state, now, cfg, warn_below),
+                    warnings=_warnings(columns, state, now, cfg, warn_below)[0],
                     bindings_json=bound,
                     depends_json=json.dumps(json.loads(deps)),
                     now=now,
                     policy=cfg,
                     parts={},
+                    _record=[rec],
                 )
             )
         hits.sort(key=lambda h: h.score, reverse=True)

@@ -33,6 +33,7 @@ from memwarden.memory.policy._evidence import (
     effective_state,
     flap_score,
     mark_stale,
+    state_as_of,
     transitions,
 )
 from memwarden.memory.policy._health import (
@@ -115,6 +116,7 @@ __all__ = [
     "score",
     "score_composite",
     "score_multi_axis",
+    "state_as_of",
     "take_due",
     "transitions",
 ]

@@ -25,6 +25,7 @@ __all__ = [
     "effective_state",
     "flap_score",
     "mark_stale",
+    "state_as_of",
     "transitions",
 ]
 
@@ -256,9 +257,14 @@ def _refute_hard(
 
 def effective_state(rec: BlockRecord, now: float) -> str:
     """The state as of ``now``: a fresh or unverified block past ``stale_at`` is stale."""
-    if rec.state in _FRESHNESS_STATES and rec.stale_at is not None and rec.stale_at <= now:
+    return state_as_of(rec.state, rec.stale_at, now)
+
+
+def state_as_of(state: str, stale_at: float | None, now: float) -> str:
+    """:func:`effective_state` of a block stored with ``state`` and ``stale_at``."""
+    if state in _FRESHNESS_STATES and stale_at is not None and stale_at <= now:
         return _STALE
-    return rec.state
+    return state
 
 
 def current_stale_reasons(rec: BlockRecord, now: float, cfg: PolicyConfig) -> list[str]:
