@@ -279,3 +279,21 @@ async def test_concurrent_updates_with_one_version_one_wins(backend: Backend) ->
     assert block.content == f"edit {winner}"
     rows = await backend.dump()
     assert [r[:2] for r in rows["block_history"]] == [(block_id, 1.0)]
+
+
+async def test_concurrent_dedupe_adds_store_one_block(backend: Backend) -> None:
+    """Five adds of one fact at once (with dedupe), batched with an edit that fails (on
+    PostgreSQL the batch is rolled back and each job run again alone): one block, every
+    answer its id, one audit row for it."""
+    (target,) = await backend.writes.add_many([{"content": "target"}])
+    outcomes = await asyncio.gather(
+        backend.writes.update(target, {"content": "v"}, expected_version=7),
+        *(backend.writes.add_many([{"content": "One  FACT"}], dedupe=True) for _ in range(5)),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[0], VersionConflictError)
+    answers = {ids[0] for ids in outcomes[1:]}  # type: ignore[index]
+    assert len(answers) == 1
+    rows = await backend.dump()
+    assert [r[0] for r in rows["blocks"]] == [target, *answers]
+    assert [r[3] for r in rows["audit"]] == [target, *answers]
