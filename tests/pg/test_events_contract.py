@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pydantic import ValidationError
 
+from memwarden.errors import VersionConflictError
 from memwarden.memory import Store
 from memwarden.memory import _apply as sqlite_apply
 from memwarden.memory import _blocks as sqlite_blocks
@@ -291,3 +292,25 @@ def test_pg_sql_translates_the_statements() -> None:
     assert pg_sql("INSERT OR IGNORE INTO t (a) VALUES (?)") == (
         "INSERT INTO t (a) VALUES ($1) ON CONFLICT DO NOTHING"
     )
+
+
+async def test_a_job_run_again_dead_letters_once(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ingestion batched with a write that fails is run again alone (both writers):
+    its rejected event is dead-lettered and reported once, not once per run."""
+    _same_ids(monkeypatch)
+    (target,) = await backend.blocks.add_many(
+        [{"content": "t", "bindings": [{"sensor": "fs", "subject": "t"}]}]
+    )
+    backend.clock.advance(10)
+    unbound = _ev(backend.clock, "u1", "x", "confirmed", block_id=target, sensor="git")
+    result, failed = await asyncio.gather(  # the ingestion first: it runs, then again
+        backend.events.apply_events([unbound], bound_only=True),
+        backend.blocks.update(target, {"content": "v"}, expected_version=9),
+        return_exceptions=True,
+    )
+    assert isinstance(failed, VersionConflictError)
+    assert [r[0] for r in result.rejected] == ["u1"]
+    rows = await backend.dump()
+    assert len(rows["dead_letters"]) == 1
