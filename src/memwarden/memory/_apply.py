@@ -195,19 +195,7 @@ class EventLog:
         transaction that applies the others.
         """
         now = self.clock.time()
-        prepared: list[_Prepared] = []
-        rejected: list[tuple[str, str, str]] = []
-        direct: dict[str, str] = {}  # event id -> payload, for the bound_only check
-        limit = now + _MAX_FUTURE_SKEW_S
-        for ev in events:
-            p = self._prepare(ev)
-            if p[4] > limit:
-                rejected.append((p[0], "observed_at is in the future", ev.model_dump_json()))
-            else:
-                prepared.append(p)
-                if bound_only and ev.block_id is not None:
-                    direct[ev.event_id] = ev.model_dump_json()
-        prepared.sort(key=lambda p: p[4])  # apply in observation order
+        prepared, rejected, direct = split_events(events, now, bound_only=bound_only)
         cfg = self.policy
         cap = self._dead_letters_cap()
 
@@ -248,6 +236,28 @@ class EventLog:
         await self.db.write(job)
 
     # ------------------------------------------------------------------ staleness
+
+
+def split_events(
+    events: Sequence[ValidationEvent], now: float, *, bound_only: bool
+) -> tuple[list[_Prepared], list[tuple[str, str, str]], dict[str, str]]:
+    """Events as plain values, in observation order; those from the future rejected
+    (event id, reason, payload); with ``bound_only``, the payloads of the events naming a
+    block (by event id), whose binding the job checks."""
+    prepared: list[_Prepared] = []
+    rejected: list[tuple[str, str, str]] = []
+    direct: dict[str, str] = {}  # event id -> payload, for the bound_only check
+    limit = now + _MAX_FUTURE_SKEW_S
+    for ev in events:
+        p = EventLog._prepare(ev)  # noqa: SLF001 - the class's own preparation
+        if p[4] > limit:
+            rejected.append((p[0], "observed_at is in the future", ev.model_dump_json()))
+        else:
+            prepared.append(p)
+            if bound_only and ev.block_id is not None:
+                direct[ev.event_id] = ev.model_dump_json()
+    prepared.sort(key=lambda p: p[4])  # apply in observation order
+    return prepared, rejected, direct
 
 
 def _apply_job(
@@ -596,6 +606,7 @@ def _event_rows(
     return full, plain
 
 
+_first = operator.itemgetter(0)
 _last = operator.itemgetter(-1)
 
 
@@ -652,6 +663,7 @@ def _propagate(
             + " FROM dependencies d JOIN blocks k ON k.rid = d.block_rid WHERE d.depends_on IN ",
             frontier,
         )
+        rows.sort(key=_first)  # by rid: the same changes in the same order on every backend
         staled = []
         for row in rows:
             rec = evidence_record(row)
@@ -676,7 +688,7 @@ def _propagate(
             REVALIDATION_INSERT,
             [
                 (new_id(), b, sensor, subject, "dependency", now, now, timeout_s)
-                for b, sensor, subject in bindings
+                for b, sensor, subject in sorted(bindings)
             ],
         )
         frontier = [r.id for r in staled]

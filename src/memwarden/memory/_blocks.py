@@ -10,20 +10,30 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from memwarden.errors import ValidationInputError, VersionConflictError
+from memwarden.errors import VersionConflictError
+from memwarden.memory._blockedit import (
+    apply_patch,
+    check_text,
+    delete_detail,
+    dependency_rows,
+    diff_bindings,
+    find_duplicates,
+    history_row,
+    missing_dependencies,
+    update_detail,
+    validate_news,
+    validate_patch,
+)
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
     binding_selector_json,
     content_key,
     new_record,
-    normalise_content,
     record_to_row,
 )
 from memwarden.memory._ids import new_id
 from memwarden.memory._model import BlockState, NewBlock
-from memwarden.memory._results import BlockPatch, validate_input
 from memwarden.memory._sql import load_record, save_record, select_in
-from memwarden.memory.policy import demote_core
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -34,6 +44,7 @@ if TYPE_CHECKING:
     from memwarden.memory._database import Database
     from memwarden.memory._model import Binding
     from memwarden.memory._record import BlockRecord
+    from memwarden.memory._results import BlockPatch
     from memwarden.memory.policy import PolicyConfig
 
 __all__ = ["Blocks"]
@@ -66,32 +77,24 @@ class Blocks:
         earlier one's in the same call) is not stored: its place in the answer holds the
         existing id, which is also added to ``duplicates``.
         """
-        validated = []
-        errors: list[tuple[str, str]] = []
-        for i, item in enumerate(news):
-            try:
-                validated.append(validate_input(NewBlock, item))
-            except ValidationInputError as err:
-                prefix = f"{i}." if len(news) > 1 else ""
-                errors.extend((prefix + f, m) for f, m in err.errors)
-        if errors:
-            raise ValidationInputError(errors)
+        check_text("actor", actor)
+        validated = validate_news(news)
         now = self.clock.time()
         all_records = [
             new_record(n, block_id=new_id(), now=now, cfg=self.policy) for n in validated
         ]
         all_keys = [content_key(r.content) for r in all_records]
         answer = [r.id for r in all_records]
-        records = all_records
         found: dict[int, str] = {}
 
         async def job(conn: aiosqlite.Connection) -> None:
-            nonlocal validated, records
+            records, news = all_records, validated
+            found.clear()  # a job may run again (after another job of its batch failed)
             if dedupe:  # in the writer: two concurrent adds of one fact store it once
                 found.update(await _find_duplicates(conn, all_records, all_keys))
                 keep = [i for i in range(len(all_records)) if i not in found]
                 records = [all_records[i] for i in keep]
-                validated = [validated[i] for i in keep]
+                news = [validated[i] for i in keep]
             keys = [all_keys[i] for i in range(len(all_records)) if i not in found]
             block_rows = [record_to_row(r) for r in records]
             audit_rows = (
@@ -108,7 +111,7 @@ class Blocks:
             await conn.executemany(_BLOCK_INSERT, rows)
             binding_rows = [
                 (first + i, b.sensor, b.subject, binding_selector_json(b), now)
-                for i, n in enumerate(validated)
+                for i, n in enumerate(news)
                 for b in n.bindings
             ]
             if binding_rows:
@@ -122,7 +125,7 @@ class Blocks:
                     "INSERT INTO audit (at, actor, action, block_id, detail) VALUES (?,?,?,?,?)",
                     audit_rows,
                 )
-            await _insert_dependencies(conn, validated, first, {r.id for r in records})
+            await _insert_dependencies(conn, news, first, {r.id for r in records})
 
         await self.db.write(job)
         for i, existing in found.items():
@@ -146,14 +149,8 @@ class Blocks:
         version (else :class:`VersionConflictError`, nothing changed): the version is the
         block's compare-and-set token, so an edit based on what it read never undoes a
         change of bindings it did not see."""
-        p = validate_input(BlockPatch, patch)
-        nulls = [k for k in sorted(p.model_fields_set) if getattr(p, k) is None]
-        if nulls:  # None means "absent" only when left out; an explicit null is an error
-            raise ValidationInputError(
-                [(k, "cannot be null (leave the field out to keep its value)") for k in nulls]
-            )
-        changes = p.model_dump(exclude_unset=True, exclude={"bindings"})
-        bindings = p.bindings
+        check_text("actor", actor)
+        changes, bindings = validate_patch(patch)
         now = self.clock.time()
         cfg = self.policy
 
@@ -161,15 +158,15 @@ class Blocks:
             rec = await load_record(conn, block_id)
             if expected_version is not None and rec.version != expected_version:
                 raise VersionConflictError(rec.id, expected_version, rec.version)
-            old = (rec.version, rec.title, rec.content, json.dumps(rec.tags))
+            old = history_row(rec)
             rebound = bindings is not None and await _replace_bindings(
                 conn, rec.rid, rec.id, bindings, now
             )
-            if _apply_patch(rec, changes, now, cfg, rebound=rebound):  # a new version
+            if apply_patch(rec, changes, now, cfg, rebound=rebound):  # a new version
                 await conn.execute(
                     "INSERT INTO block_history (block_id, version, title, content, tags,"
                     " replaced_at, replaced_by) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (rec.id, *old, now, actor),
+                    (*old, now, actor),
                 )
             await save_record(conn, rec)
             if "content" in changes:
@@ -177,16 +174,15 @@ class Blocks:
                     "UPDATE blocks SET content_key = ? WHERE rid = ?",
                     (content_key(rec.content), rec.rid),
                 )
-            detail = dict(changes)
-            if bindings is not None:
-                # Sensor and subject only: an expected value may be a secret's.
-                detail["bindings"] = [{"sensor": b.sensor, "subject": b.subject} for b in bindings]
+            detail = update_detail(changes, bindings)
             await self._audit(conn, actor, "update", rec.id, detail)
 
         await self.db.write(job)
 
     async def archive(self, block_id: str, *, reason: str, actor: str = "agent") -> None:
         """Move a block to cold storage (out of search) with a reason."""
+        check_text("reason", reason)
+        check_text("actor", actor)
         now = self.clock.time()
 
         async def job(conn: aiosqlite.Connection) -> None:
@@ -204,6 +200,7 @@ class Blocks:
 
     async def restore(self, block_id: str, *, actor: str = "agent") -> None:
         """Bring an archived block back; it returns unverified until a sensor confirms it."""
+        check_text("actor", actor)
         now = self.clock.time()
 
         async def job(conn: aiosqlite.Connection) -> None:
@@ -221,6 +218,7 @@ class Blocks:
 
     async def delete(self, block_id: str, *, actor: str = "agent", reason: str = "") -> None:
         """Delete a block for good. The event log and an audit row keep the trace."""
+        check_text("actor", actor)
 
         async def job(conn: aiosqlite.Connection) -> None:
             rec = await load_record(conn, block_id)
@@ -231,7 +229,7 @@ class Blocks:
                 actor,
                 "delete",
                 block_id,
-                {"reason": reason, "title": rec.title, "content": rec.content[:1000]},
+                delete_detail(rec, reason),
             )
 
         await self.db.write(job)
@@ -279,58 +277,6 @@ class Blocks:
         )
 
 
-def _apply_patch(
-    rec: BlockRecord,
-    changes: dict[str, Any],
-    now: float,
-    cfg: PolicyConfig,
-    *,
-    rebound: bool = False,
-) -> bool:
-    """Apply an edit to a record; True when it is a new version (the text or the
-    bindings changed).
-
-    A new text was never checked: the block becomes unverified again, its window
-    restarts, and a core block is demoted (the core rule: an update demotes). New
-    bindings (``rebound``) were never checked either: unverified again, the window
-    restarts, a new version (what a compare-and-set on the version must see); the text,
-    tier and reliability stay.
-    """
-    text_changed = any(
-        k in changes and changes[k] != getattr(rec, k) for k in ("title", "content", "tags")
-    )
-    if text_changed or rebound:
-        rec.version += 1
-    if text_changed:
-        demote_core(rec, cfg)
-    if (text_changed or rebound) and rec.state in (
-        BlockState.FRESH,
-        BlockState.STALE,
-        BlockState.REFUTED,
-    ):
-        rec.state = BlockState.UNVERIFIED.value
-        rec.stale_reasons = []
-    for key in ("title", "content", "importance"):
-        if key in changes:
-            setattr(rec, key, changes[key])
-    if "tags" in changes:
-        rec.tags = list(dict.fromkeys(changes["tags"]))
-    for key in ("category", "info_type", "volatility"):
-        if key in changes:
-            setattr(rec, key, str(changes[key].value))
-    if "volatility" in changes and "validity_window" not in changes:
-        rec.validity_window_s = cfg.window_s(rec.volatility)
-        rec.half_life_s = cfg.half_life_s(rec.volatility)
-    if "validity_window" in changes:
-        rec.validity_window_s = changes["validity_window"].total_seconds()
-    if "signals" in changes:
-        rec.signals = {**rec.signals, **changes["signals"]}
-    base = rec.validated_at if rec.validated_at is not None else rec.created_at
-    rec.stale_at = (now if text_changed or rebound else base) + rec.validity_window_s
-    rec.updated_at = now
-    return text_changed or rebound
-
-
 async def _replace_bindings(
     conn: aiosqlite.Connection, rid: int, block_id: str, bindings: Sequence[Binding], now: float
 ) -> bool:
@@ -344,34 +290,21 @@ async def _replace_bindings(
         "SELECT id, sensor, subject, selector FROM bindings WHERE block_rid = ?", (rid,)
     ) as cur:
         rows = await cur.fetchall()
-    # Compared as the selectors' JSON re-encoded alike: a row written another way matches.
-    stored: dict[tuple[str, str, str], list[int]] = {}
-    for r in rows:
-        stored.setdefault((str(r[1]), str(r[2]), _selector_key(str(r[3]))), []).append(int(r[0]))
-    wanted = {(b.sensor, b.subject, _selector_key(binding_selector_json(b))): b for b in bindings}
-    gone = [key for key in stored if key not in wanted]
-    new = [key for key in wanted if key not in stored]
-    # A binding stored twice (an old import) is kept once: its first row.
-    dropped = [i for key, ids in stored.items() for i in (ids if key in gone else ids[1:])]
-    if not dropped and not new:
+    change = diff_bindings([tuple(r) for r in rows], bindings)
+    if change is None:
         return False
-    await conn.executemany("DELETE FROM bindings WHERE id = ?", [(i,) for i in dropped])
+    await conn.executemany("DELETE FROM bindings WHERE id = ?", [(i,) for i in change.dropped])
     await conn.executemany(
         "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at)"
         " VALUES (?, ?, ?, ?, ?)",
-        [
-            (rid, s, subj, binding_selector_json(wanted[(s, subj, sel)]), now)
-            for s, subj, sel in new
-        ],
+        [(rid, s, subj, sel, now) for s, subj, sel in change.new],
     )
-    kept = {(s, subj) for s, subj, _ in wanted}
-    closed = [(now, block_id, s, subj) for s, subj, _ in gone if (s, subj) not in kept]
     await conn.executemany(
         "UPDATE revalidations SET status = 'expired', finished_at = ?, outcome = 'unbound'"
         " WHERE block_id = ? AND sensor = ? AND subject = ? AND status IN ('pending', 'sent')",
-        closed,
+        [(now, block_id, s, subj) for s, subj in change.unbound],
     )
-    if new:
+    if change.new:
         await conn.execute(
             "UPDATE proposals SET status = 'obsolete', decided_at = ? WHERE block_rid = ?"
             " AND kind = 'binding' AND status = 'pending'",
@@ -380,19 +313,12 @@ async def _replace_bindings(
     return True
 
 
-def _selector_key(text: str) -> str:
-    try:
-        return json.dumps(json.loads(text), sort_keys=True)
-    except ValueError:  # a row gone wrong never matches a binding given now
-        return text
-
-
 async def _insert_dependencies(
     conn: aiosqlite.Connection, news: Sequence[NewBlock], first_rid: int, new_ids: set[str]
 ) -> None:
     """Record ``depends_on``; every target must exist (or be added in the same call) in
     the dependent block's namespace: a block of another namespace is "no block"."""
-    rows = [(dep, first_rid + i) for i, n in enumerate(news) for dep in dict.fromkeys(n.depends_on)]
+    rows = dependency_rows(news, first_rid)
     if not rows:
         return
     targets = list({dep for dep, _ in rows} - new_ids)
@@ -400,14 +326,7 @@ async def _insert_dependencies(
         str(r[0]): str(r[1])
         for r in await select_in(conn, "SELECT id, namespace FROM blocks WHERE id IN ", targets)
     }
-    missing = [
-        (f"{i}.depends_on.{j}" if len(news) > 1 else f"depends_on.{j}", f"no block {dep!r}")
-        for i, n in enumerate(news)
-        for j, dep in enumerate(n.depends_on)
-        if found.get(dep) != (n.namespace or "default") and dep not in new_ids
-    ]
-    if missing:
-        raise ValidationInputError(missing)
+    missing_dependencies(news, found, new_ids)
     await conn.executemany(
         "INSERT OR IGNORE INTO dependencies (depends_on, block_rid) VALUES (?, ?)", rows
     )
@@ -416,22 +335,12 @@ async def _insert_dependencies(
 async def _find_duplicates(
     conn: aiosqlite.Connection, records: Sequence[BlockRecord], keys: Sequence[str]
 ) -> dict[int, str]:
-    """For each new record whose content a live block (or an earlier new one) already
-    holds: its index and that block's id."""
-    found: dict[int, str] = {}
-    first_new: dict[tuple[str, str], int] = {}
-    for i, (rec, key) in enumerate(zip(records, keys, strict=True)):
-        rows = await conn.execute_fetchall(  # a namespace's duplicate only: never another's
+    async def candidates(key: str, namespace: str) -> Sequence[tuple[Any, Any]]:
+        rows = await conn.execute_fetchall(
             "SELECT id, content FROM blocks WHERE content_key = ? AND state <> 'archived'"
             " AND namespace = ? ORDER BY id",
-            (key, rec.namespace),
+            (key, namespace),
         )
-        wanted = normalise_content(rec.content)
-        match = next((str(r[0]) for r in rows if normalise_content(r[1]) == wanted), None)
-        if match is not None:
-            found[i] = match
-        elif (rec.namespace, key) in first_new:
-            found[i] = records[first_new[rec.namespace, key]].id
-        else:
-            first_new[rec.namespace, key] = i
-    return found
+        return [(r[0], r[1]) for r in rows]
+
+    return await find_duplicates(records, keys, candidates)

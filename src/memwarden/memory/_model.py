@@ -357,9 +357,10 @@ class ValidationEvent(BaseModel):
         json_schema_extra={"$id": "https://memwarden.dev/schema/validation-event.v1.json"},
     )
 
-    event_id: Annotated[str, StringConstraints(min_length=1, max_length=64)] = Field(
-        default_factory=new_id, description="Unique per event; duplicates are stored once."
-    )
+    # Text (no NUL, valid UTF-8): PostgreSQL text holds neither, and both backends agree.
+    event_id: Annotated[
+        str, StringConstraints(min_length=1, max_length=64), AfterValidator(_utf8_clean)
+    ] = Field(default_factory=new_id, description="Unique per event; duplicates are stored once.")
     sensor: SensorName
     subject: Subject = ""
     outcome: Outcome
@@ -371,13 +372,15 @@ class ValidationEvent(BaseModel):
         default=None, description="The sensor's reliability; the sensor default when absent."
     )
     validity_window: Duration | None = None
-    request_id: Annotated[str, StringConstraints(max_length=64)] | None = None
+    request_id: (
+        Annotated[str, StringConstraints(max_length=64), AfterValidator(_utf8_clean)] | None
+    ) = None
     block_id: BlockId | None = Field(
         default=None, description="Apply to this block only, instead of every bound block."
     )
     message: Annotated[Text, StringConstraints(max_length=4096)] = ""
-    agent: Annotated[str, StringConstraints(max_length=128)] | None = Field(
-        default=None, description="The remote agent that sent the event (MQTT)."
+    agent: Annotated[str, StringConstraints(max_length=128), AfterValidator(_utf8_clean)] | None = (
+        Field(default=None, description="The remote agent that sent the event (MQTT).")
     )
     seq: Annotated[int, Field(ge=0, strict=True)] | None = Field(
         default=None, description="Per agent-run sequence number, for gap detection."

@@ -1,0 +1,299 @@
+"""Event ingestion on PostgreSQL: :meth:`PgEventLog.apply_events`, exactly-once by event id.
+
+The same contract as :class:`~memwarden.memory._apply.EventLog` on SQLite, and the same
+code wherever no SQL is involved: the events are prepared by
+:func:`~memwarden.memory._apply.split_events`, routed and run through the rules by the
+SQLite module's ``_EventBatch`` (which returns its writes as statements and rows); this
+module reads what the batch needs and writes those rows with PostgreSQL's SQL
+(:func:`pg_sql` turns the statements' ``?`` into ``$n``). Only the closing of answered
+requests and the dependency propagation have SQL of their own here (arrays instead of
+``VALUES`` lists and ``IN``).
+
+A job keeps nothing from one run to the next: the writer runs it again alone when
+another job of its batch failed.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from memwarden.memory import _apply
+from memwarden.memory._apply import split_events
+from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_record, evidence_row
+from memwarden.memory._ids import new_id
+from memwarden.memory._model import StaleReason
+from memwarden.memory._results import ApplyResult, StateChange
+from memwarden.memory._sql import EVIDENCE_UPDATE, REVALIDATION_INSERT
+from memwarden.memory.policy import mark_stale
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from memwarden.memory._clock import Clock
+    from memwarden.memory._compaction import CompactionConfig
+    from memwarden.memory._model import ValidationEvent
+    from memwarden.memory.pg._database import PgDatabase
+    from memwarden.memory.pg._types import PgConnection
+    from memwarden.memory.policy import PolicyConfig
+
+__all__ = ["PgEventLog", "pg_sql"]
+
+_Prepared = Any  # memwarden.memory._apply._Prepared
+_EVIDENCE = ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
+_CLOSE_ANSWERED = (
+    "UPDATE revalidations r SET status = 'done', finished_at = $6, outcome = v.outcome"
+    " FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[])"
+    " AS v(block_id, sensor, subject, observed_at, outcome)"
+    " WHERE r.block_id = v.block_id AND r.sensor = v.sensor AND r.subject = v.subject"
+    " AND r.status IN ('pending', 'sent') AND r.created_at < v.observed_at RETURNING r.id"
+)
+_DEAD_LETTER_INSERT = (
+    "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES ($1, $2, $3, $4)"
+)
+_DEAD_LETTERS_CAP = "DELETE FROM dead_letters WHERE id <= (SELECT max(id) FROM dead_letters) - $1"
+
+
+@functools.cache
+def pg_sql(sql: str) -> str:
+    """A SQLite statement of the ingestion as PostgreSQL runs it: ``?`` → ``$n``,
+    ``INSERT OR IGNORE`` → ``ON CONFLICT DO NOTHING``, scalar ``min`` → ``least``. For the
+    statements of this module's callers only (no ``?`` inside their literals)."""
+    parts = sql.split("?")
+    out = parts[0] + "".join(f"${i}{part}" for i, part in enumerate(parts[1:], start=1))
+    if out.startswith("INSERT OR IGNORE INTO"):
+        out = "INSERT INTO" + out[len("INSERT OR IGNORE INTO") :] + " ON CONFLICT DO NOTHING"
+    return out.replace("min(stability,", "least(stability,")
+
+
+class PgEventLog:
+    """Appends events and applies them, on a :class:`PgDatabase`."""
+
+    def __init__(
+        self,
+        db: PgDatabase,
+        clock: Clock,
+        policy: PolicyConfig,
+        compaction: CompactionConfig | None = None,
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.policy = policy
+        self.compaction = compaction
+
+    async def apply_events(
+        self, events: Sequence[ValidationEvent], *, bound_only: bool = False
+    ) -> ApplyResult:
+        """Append events to the log and apply them to every block they reach, atomically
+        (SQLite's ``EventLog.apply_events``): an event id already in the log is stored
+        once, an observation from the future is dead-lettered, with ``bound_only`` an
+        event naming a block not bound to its sensor too."""
+        now = self.clock.time()
+        prepared, rejected, direct = split_events(events, now, bound_only=bound_only)
+        cfg = self.policy
+        cap = (
+            self.compaction.dead_letters_max_rows
+            if self.compaction is not None and self.compaction.enabled
+            else None
+        )
+
+        async def job(conn: PgConnection) -> ApplyResult:
+            todo, refused = list(prepared), list(rejected)
+            erased = await _drop_erased(conn, todo)
+            if direct:
+                await _reject_unbound(conn, todo, refused, direct)
+            result = await _apply_job(conn, todo, refused, now, cfg)
+            result.erased = erased
+            if refused and cap is not None:
+                await conn.execute(_DEAD_LETTERS_CAP, cap)
+            return result
+
+        return await self.db.write(job, weight=len(prepared))
+
+
+async def _drop_erased(conn: PgConnection, prepared: list[_Prepared]) -> int:
+    named = list({p[8] for p in prepared if p[8] is not None})
+    if not named:
+        return 0
+    rows = await conn.fetch("SELECT block_id FROM erasures WHERE block_id = ANY($1::text[])", named)
+    erased = {r[0] for r in rows}
+    if not erased:
+        return 0
+    before = len(prepared)
+    prepared[:] = [p for p in prepared if p[8] not in erased]
+    return before - len(prepared)
+
+
+async def _reject_unbound(
+    conn: PgConnection,
+    prepared: list[_Prepared],
+    rejected: list[tuple[str, str, str]],
+    payloads: Mapping[str, str],
+) -> None:
+    blocks = list({p[8] for p in prepared if p[0] in payloads})
+    bound = {(r[0], r[1]) for r in await conn.fetch(_BOUND_SELECT, blocks)}
+    keep = []
+    for p in prepared:
+        if p[0] in payloads and (p[8], p[1]) not in bound:
+            reason = f"block_id: block {p[8]!r} has no binding for sensor {p[1]!r}"
+            rejected.append((p[0], reason, payloads[p[0]]))
+        else:
+            keep.append(p)
+    prepared[:] = keep
+
+
+_BOUND_SELECT = (
+    "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
+    " WHERE k.id = ANY($1::text[])"
+)
+
+
+async def _apply_job(
+    conn: PgConnection,
+    prepared: list[_Prepared],
+    rejected: list[tuple[str, str, str]],
+    now: float,
+    cfg: PolicyConfig,
+) -> ApplyResult:
+    result = ApplyResult(rejected=[(event_id, reason) for event_id, reason, _ in rejected])
+    if rejected:
+        await conn.executemany(
+            _DEAD_LETTER_INSERT,
+            [(now, "events", reason, payload.encode()) for _, reason, payload in rejected],
+        )
+    if not prepared:
+        return result
+    reads = await _fetch(conn, prepared)
+    batch = _apply._drop_duplicates(prepared, reads.existing, result)  # noqa: SLF001
+    if batch:
+        applied = _apply._EventBatch(now, cfg, result)  # noqa: SLF001
+        applied.route(reads)
+        await _run(conn, applied, batch, reads.first_seq)
+    return result
+
+
+async def _fetch(conn: PgConnection, prepared: list[_Prepared]) -> Any:
+    subjects = list({p[2] for p in prepared if p[8] is None})
+    direct = list({p[8] for p in prepared if p[8] is not None})
+    reads = _apply._Reads()  # noqa: SLF001
+    reads.first_seq = int(await conn.fetchval("SELECT coalesce(max(seq), 0) FROM events")) + 1
+    reads.existing = {
+        r[0]
+        for r in await conn.fetch(
+            "SELECT event_id FROM events WHERE event_id = ANY($1::text[])",
+            [p[0] for p in prepared],
+        )
+    }
+    reads.routes = [
+        tuple(r)
+        for r in await conn.fetch(
+            f"SELECT g.subject, g.sensor, {_EVIDENCE}, r.id, r.created_at FROM bindings g"
+            " JOIN blocks k ON k.rid = g.block_rid"
+            " LEFT JOIN revalidations r ON r.block_id = k.id AND r.sensor = g.sensor"
+            " AND r.subject = g.subject AND r.status IN ('pending', 'sent')"
+            " WHERE g.subject = ANY($1::text[])",
+            subjects,
+        )
+    ]
+    reads.bound = [tuple(r) for r in await conn.fetch(_BOUND_SELECT, direct)]
+    reads.direct = [
+        tuple(r)
+        for r in await conn.fetch(
+            f"SELECT {_EVIDENCE} FROM blocks k WHERE k.id = ANY($1::text[])", direct
+        )
+    ]
+    return reads
+
+
+async def _run(conn: PgConnection, applied: Any, batch: list[_Prepared], first_seq: int) -> None:
+    """``_EventBatch.run`` with PostgreSQL's SQL."""
+    now, result = applied.now, applied.result
+    answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
+    result.answered = [p[7] for p in batch if p[7] is not None]
+    statements, requests = applied._rules(batch, first_seq)  # noqa: SLF001
+    # As on SQLite: the requests read with the routes close by id; the bindings not routed
+    # (an event naming its block) by one statement over their keys.
+    by_id, _ = applied._closing()  # noqa: SLF001
+    if answered or by_id:
+        done = pg_sql(_apply._REVALIDATION_DONE)  # noqa: SLF001
+        await conn.executemany(done, answered + by_id)
+    closed: list[str] = [row[2] for row in by_id]
+    keys = [
+        (*key, at, outcome)
+        for key, (at, outcome) in applied.answers.items()
+        if key not in applied.open_requests
+    ]
+    if keys:
+        columns = [list(c) for c in zip(*keys, strict=True)]
+        closed += [r[0] for r in await conn.fetch(_CLOSE_ANSWERED, *columns, now)]
+    for sql, rows in [*statements, requests]:
+        if rows:
+            await conn.executemany(pg_sql(sql), rows)
+    result.accepted = len(batch)
+    # The log's seq is handed out here, as on SQLite: keep the identity in step.
+    await conn.execute(
+        "SELECT setval(pg_get_serial_sequence('events', 'seq'), $1)", first_seq + len(batch) - 1
+    )
+    fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
+    if fallen:
+        result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=applied.cfg))
+    if closed:
+        result.answered = list(dict.fromkeys([*result.answered, *closed]))
+    result.reviews = len(applied.reviews)
+    if applied.reviews:
+        await conn.executemany(
+            "INSERT INTO reviews (id, block_id, reason, created_at) VALUES ($1, $2, $3, $4)"
+            " ON CONFLICT DO NOTHING",
+            applied.reviews,
+        )
+
+
+async def propagate_dependencies(
+    conn: PgConnection,
+    roots: Iterable[str],
+    *,
+    now: float,
+    cfg: PolicyConfig,
+    max_depth: int = 16,
+) -> list[StateChange]:
+    """Dependents of refuted or stale blocks go stale (reason ``dependency``), transitively,
+    each with one revalidation request per binding (SQLite's ``propagate_dependencies``)."""
+    changes: list[StateChange] = []
+    frontier = list(dict.fromkeys(roots))
+    seen = set(frontier)
+    timeout_s = cfg.staleness.revalidation_timeout.total_seconds()
+    for _ in range(max_depth):
+        if not frontier:
+            break
+        rows = await conn.fetch(
+            f"SELECT {_EVIDENCE} FROM dependencies d JOIN blocks k ON k.rid = d.block_rid"
+            " WHERE d.depends_on = ANY($1::text[])",
+            frontier,
+        )
+        staled = []
+        for row in sorted(rows, key=lambda r: int(r[0])):  # by rid, as on SQLite
+            rec = evidence_record(tuple(row))
+            if rec.id in seen:
+                continue
+            seen.add(rec.id)
+            before = rec.state
+            if mark_stale(rec, now, StaleReason.DEPENDENCY):
+                staled.append(rec)
+                changes.append(StateChange(rec.id, before, rec.state, rec.reliability, now, ""))
+        if not staled:
+            break
+        await conn.executemany(pg_sql(EVIDENCE_UPDATE), [evidence_row(r) for r in staled])
+        bindings = await conn.fetch(
+            "SELECT k.id, g.sensor, g.subject FROM bindings g"
+            " JOIN blocks k ON k.rid = g.block_rid WHERE g.quarantine IS NULL"
+            " AND g.block_rid = ANY($1::bigint[])",
+            [r.rid for r in staled],
+        )
+        rows_in = [
+            (new_id(), b, sensor, subject, "dependency", now, now, timeout_s)
+            for b, sensor, subject in sorted(tuple(r) for r in bindings)
+        ]
+        if rows_in:
+            await conn.executemany(pg_sql(REVALIDATION_INSERT), rows_in)
+        frontier = [r.id for r in staled]
+    return changes

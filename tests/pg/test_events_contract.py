@@ -1,0 +1,316 @@
+"""Event ingestion (``apply_events``) as a contract both backends keep: the same blocks,
+the same events with the same clock and ids, on SQLite (the Store's ``EventLog``) and on
+PostgreSQL (``PgEventLog``): the same results and the same rows (events, effects, blocks,
+revalidation requests, reviews, dead letters); an event id is applied once, whether it
+comes again later, twice in one call or in two concurrent calls."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from pydantic import ValidationError
+
+from memwarden.errors import VersionConflictError
+from memwarden.memory import Store
+from memwarden.memory import _apply as sqlite_apply
+from memwarden.memory import _blocks as sqlite_blocks
+from memwarden.memory._clock import FakeClock, from_ts
+from memwarden.memory._codec import BLOCK_COLUMNS
+from memwarden.memory._compaction import CompactionConfig
+from memwarden.memory._model import ValidationEvent
+from memwarden.memory.pg import PgDatabase
+from memwarden.memory.pg import _apply as pg_apply
+from memwarden.memory.pg import _blocks as pg_blocks
+from memwarden.memory.pg._apply import PgEventLog, pg_sql
+from memwarden.memory.pg._blocks import PgBlocks
+from memwarden.memory.policy import PolicyConfig
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+    from pathlib import Path
+
+    from tests.pgserver import PgServer
+
+START = 1_767_225_600.0
+TABLES = {
+    "blocks": (", ".join(BLOCK_COLUMNS), "rid"),
+    "events": (
+        (
+            "seq, event_id, sensor, subject, outcome, observed_at, received_at, reliability,"
+            " validity_window_s, request_id, block_id, message, observed, agent, agent_seq"
+        ),
+        "seq",
+    ),
+    "effects": (
+        (
+            "block_rid, event_seq, state_before, state_after, reliability_before,"
+            " reliability_after, detail"
+        ),
+        "1, 2",
+    ),
+    "revalidations": (
+        (
+            "id, block_id, sensor, subject, reason, status, created_at, send_at, deadline_s,"
+            " attempts, finished_at, outcome"
+        ),
+        "id",
+    ),
+    "reviews": ("id, block_id, reason, status, created_at", "id"),
+    "dead_letters": ("received_at, source, reason, payload", "id"),
+    "retention_points": ("block_rid, at, state, stale_at", "1, 2"),
+}
+
+
+class Backend:
+    def __init__(
+        self,
+        blocks: Any,
+        events: Any,
+        clock: FakeClock,
+        rows: Callable[[str], Awaitable[list[tuple[Any, ...]]]],
+    ) -> None:
+        self.blocks = blocks
+        self.events = events
+        self.clock = clock
+        self.rows = rows
+
+    async def dump(self) -> dict[str, list[tuple[Any, ...]]]:
+        def norm(v: Any) -> Any:
+            if isinstance(v, bytes):  # dead letters' payload: bytea on PostgreSQL
+                return v.decode()
+            return float(v) if isinstance(v, int | float) else v
+
+        return {
+            table: [
+                tuple(norm(v) for v in r)
+                for r in await self.rows(f"SELECT {cols} FROM {table} ORDER BY {order}")
+            ]
+            for table, (cols, order) in TABLES.items()
+        }
+
+
+def _same_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids handed out alike from here on (blocks, requests, reviews)."""
+    counter = itertools.count(1)
+
+    def new_id() -> str:
+        return f"0190a0b0-0000-7000-8000-{next(counter):012x}"
+
+    for module in (sqlite_blocks, sqlite_apply, pg_blocks, pg_apply):
+        monkeypatch.setattr(module, "new_id", new_id)
+
+
+@pytest.fixture
+async def sqlite_backend(tmp_path: Path) -> AsyncIterator[Backend]:
+    clock = FakeClock(START)
+    async with Store(tmp_path / "m.db", clock=clock) as store:
+
+        async def rows(sql: str) -> list[tuple[Any, ...]]:
+            async with store.db.read() as conn:
+                return [tuple(r) for r in await conn.execute_fetchall(sql)]
+
+        yield Backend(store._blocks, store._events, clock, rows)
+
+
+@pytest.fixture
+async def pg_backend(pg_server: PgServer) -> AsyncIterator[Backend]:
+    clock = FakeClock(START)
+    cfg = PolicyConfig()  # the Store's default
+    async with PgDatabase(pg_server.create_database()) as db:
+
+        async def rows(sql: str) -> list[tuple[Any, ...]]:
+            async with db.read() as conn:
+                return [tuple(r) for r in await conn.fetch(sql)]
+
+        yield Backend(
+            PgBlocks(db, clock, cfg), PgEventLog(db, clock, cfg, CompactionConfig()), clock, rows
+        )
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    name = "sqlite_backend" if request.param == "sqlite" else "pg_backend"
+    value: Backend = request.getfixturevalue(name)
+    return value
+
+
+def _ev(clock: FakeClock, event_id: str, subject: str, outcome: str, **kw: Any) -> ValidationEvent:
+    return ValidationEvent(
+        event_id=event_id,
+        sensor=kw.pop("sensor", "fs"),
+        subject=subject,
+        outcome=outcome,
+        observed_at=from_ts(clock.time() - kw.pop("ago", 1)),
+        **kw,
+    )
+
+
+async def script(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Blocks with bindings and a dependency, then batches of events: confirmations,
+    refutations (a dependent goes stale), a change (a request), its answer, duplicates,
+    an event from the future, one naming an unbound block, hostile text."""
+    _same_ids(monkeypatch)
+    log: list[Any] = []
+    c = b.clock
+    root, other, third = await b.blocks.add_many(
+        [
+            {"content": "root fact", "bindings": [{"sensor": "fs", "subject": "a.yaml"}]},
+            {
+                "content": "other fact",
+                "bindings": [
+                    {"sensor": "fs", "subject": "b.yaml"},
+                    {"sensor": "git", "subject": "repo"},
+                ],
+            },
+            {"content": "third", "bindings": [{"sensor": "fs", "subject": "ü 🐘.yaml"}]},
+        ]
+    )
+    (dependent,) = await b.blocks.add_many(
+        [
+            {
+                "content": "rests on root",
+                "depends_on": [root],
+                "bindings": [{"sensor": "http", "subject": "https://x/"}],
+            }
+        ]
+    )
+    c.advance(10)
+
+    async def apply(events: list[ValidationEvent], **kw: Any) -> None:
+        result = await b.events.apply_events(events, **kw)
+        result.answered.sort()
+        log.append(result)
+        c.advance(5)
+
+    await apply(
+        [
+            _ev(c, "e1", "a.yaml", "confirmed"),
+            _ev(c, "e2", "b.yaml", "confirmed", reliability=0.5, message="ok «ü» \u2028"),
+            _ev(c, "e3", "ü 🐘.yaml", "changed", observed={"k": "\u0000 in json"}),
+            _ev(c, "e4", "nobody.yaml", "confirmed"),
+        ]
+    )
+    await apply(
+        [
+            _ev(c, "e5", "ü 🐘.yaml", "confirmed"),  # answers e3's request
+            _ev(c, "e1", "a.yaml", "refuted"),  # a duplicate id: stored once, not applied
+            _ev(c, "e6", "a.yaml", "refuted", validity_window=60),
+            _ev(c, "e6", "a.yaml", "confirmed"),  # twice in one call
+            _ev(c, "e7", "x", "confirmed", block_id=other, sensor="git", agent="a1", seq=3),
+            _ev(c, "e8", "x", "confirmed", block_id=third, sensor="git"),  # not bound: git
+            _ev(c, "e9", "b.yaml", "confirmed", ago=-3600),  # from the future
+            _ev(c, "'; DROP TABLE events; --", "b.yaml", "error", message="boom"),
+        ],
+        bound_only=True,
+    )
+    await apply([_ev(c, "e10", "b.yaml", "refuted"), _ev(c, "e11", "b.yaml", "refuted")])
+    await apply([])
+    await apply([_ev(c, "e1", "a.yaml", "confirmed")])  # only a duplicate
+    log.append([dependent])
+    return log
+
+
+async def test_apply_events_answers_as_specified(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each batch's result on one backend: accepted, duplicates, unmatched, rejections,
+    state changes (a dependent pulled stale), requests answered."""
+    log = await script(backend, monkeypatch)
+    first, second, third, empty, again = log[:5]
+    assert (first.accepted, first.unmatched, first.revalidations) == (4, 1, 1)
+    assert second.duplicates == 2
+    assert {r[0] for r in second.rejected} == {"e8", "e9"}
+    assert len(second.answered) == 1  # e3's request, answered by e5
+    (dependent,) = log[5]
+    assert any(c.block_id == dependent and c.after == "stale" for c in second.changes)
+    assert third.accepted == 2
+    assert empty.accepted == 0
+    assert (again.accepted, again.duplicates) == (0, 1)
+    rows = await backend.dump()
+    assert len(rows["events"]) == 4 + 4 + 2
+    assert [r[1] for r in rows["dead_letters"]] == ["events", "events"]
+
+
+async def test_both_backends_apply_alike(
+    sqlite_backend: Backend, pg_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same script: equal results and equal rows, table by table."""
+    sqlite_log = await script(sqlite_backend, monkeypatch)
+    pg_log = await script(pg_backend, monkeypatch)
+    for i, (s, p) in enumerate(zip(sqlite_log, pg_log, strict=True)):
+        assert p == s, i
+    sqlite_rows, pg_rows = await sqlite_backend.dump(), await pg_backend.dump()
+    for table in TABLES:
+        assert pg_rows[table] == sqlite_rows[table], table
+    assert sqlite_rows["revalidations"]
+    assert sqlite_rows["effects"]
+
+
+async def test_concurrent_calls_apply_an_event_once(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five calls at once with the same three event ids: three events stored, each
+    applied to its block once (one effect each); the others count as duplicates."""
+    _same_ids(monkeypatch)
+    await backend.blocks.add_many(
+        [{"content": f"f{i}", "bindings": [{"sensor": "fs", "subject": f"{i}"}]} for i in range(3)]
+    )
+    backend.clock.advance(10)
+    events = [_ev(backend.clock, f"c{i}", f"{i}", "confirmed") for i in range(3)]
+    results = await asyncio.gather(*(backend.events.apply_events(events) for _ in range(5)))
+    assert sum(r.accepted for r in results) == 3
+    assert sum(r.duplicates for r in results) == 12
+    rows = await backend.dump()
+    assert [r[1] for r in rows["events"]] == ["c0", "c1", "c2"]
+    assert len(rows["effects"]) == 3
+
+
+def test_hostile_event_ids_are_refused_alike() -> None:
+    """A NUL in an event id, a request id or an agent is refused by the model, before
+    either backend (PostgreSQL text cannot hold it)."""
+    for field in ("event_id", "request_id", "agent"):
+        with pytest.raises(ValidationError, match="NUL"):
+            ValidationEvent.model_validate(
+                {
+                    "sensor": "fs",
+                    "subject": "a",
+                    "outcome": "confirmed",
+                    "observed_at": "2026-01-01T00:00:00Z",
+                    field: "a\x00b",
+                }
+            )
+
+
+def test_pg_sql_translates_the_statements() -> None:
+    """``?`` become ``$n`` in order; INSERT OR IGNORE becomes ON CONFLICT DO NOTHING."""
+    assert pg_sql("UPDATE t SET a = ?, b = min(stability, ?) WHERE c = ?") == (
+        "UPDATE t SET a = $1, b = least(stability, $2) WHERE c = $3"
+    )
+    assert pg_sql("INSERT OR IGNORE INTO t (a) VALUES (?)") == (
+        "INSERT INTO t (a) VALUES ($1) ON CONFLICT DO NOTHING"
+    )
+
+
+async def test_a_job_run_again_dead_letters_once(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ingestion batched with a write that fails is run again alone (both writers):
+    its rejected event is dead-lettered and reported once, not once per run."""
+    _same_ids(monkeypatch)
+    (target,) = await backend.blocks.add_many(
+        [{"content": "t", "bindings": [{"sensor": "fs", "subject": "t"}]}]
+    )
+    backend.clock.advance(10)
+    unbound = _ev(backend.clock, "u1", "x", "confirmed", block_id=target, sensor="git")
+    result, failed = await asyncio.gather(  # the ingestion first: it runs, then again
+        backend.events.apply_events([unbound], bound_only=True),
+        backend.blocks.update(target, {"content": "v"}, expected_version=9),
+        return_exceptions=True,
+    )
+    assert isinstance(failed, VersionConflictError)
+    assert [r[0] for r in result.rejected] == ["u1"]
+    rows = await backend.dump()
+    assert len(rows["dead_letters"]) == 1
