@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import pytest
 
 from memwarden.daemon import Daemon, load_settings
+from memwarden.memory._schema import MIGRATIONS, split_statements
 from memwarden.plugins import BaseBinding, BaseSensorConfig, Outcome, Registry
 
 if TYPE_CHECKING:
@@ -390,3 +391,14 @@ def fts_terms_with(db: Path, marker: str) -> list[str]:
         return terms
     finally:
         conn.close()
+
+
+def sqlite_at_version(path: Path, version: int) -> sqlite3.Connection:
+    """A new SQLite file at ``path`` as memwarden at schema ``version`` left it (its first
+    ``version`` migrations and ``user_version``), open in autocommit for the test to fill."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    for script in MIGRATIONS[:version]:
+        for statement in split_statements(script):
+            conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {int(version)}")
+    return conn

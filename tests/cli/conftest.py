@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     import pytest
 
-__all__ = ["cli_for", "live_daemon"]
+__all__ = ["cli_for", "invoker", "live_daemon"]
 
 
 def cli_for(home: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
@@ -25,6 +25,12 @@ def cli_for(home: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
     monkeypatch.setenv("MEMWARDEN_HOME", str(home))
     monkeypatch.delenv("MEMWARDEN_URL", raising=False)
     monkeypatch.delenv("MEMWARDEN_TOKEN", raising=False)
+    return invoker()
+
+
+def invoker() -> Callable[..., Any]:
+    """``run(*args, code=0)``: the CLI run in this process with the environment as it
+    is, asserting its exit code and returning the result."""
     runner = CliRunner()
 
     def run(*args: str, code: int = 0) -> Any:

@@ -13,12 +13,11 @@ import stat
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from typer.testing import CliRunner
 
-from memwarden.cli import app
 from memwarden.daemon._privacy import POLICY_FILE, StoredPolicy, write_policy_file
 from memwarden.memory import Store
 from memwarden.privacy import PrivacySettings, Redactor
+from tests.cli.conftest import invoker
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,14 +35,7 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.chdir(work)
     for name in ("MEMWARDEN_HOME", "MEMWARDEN_URL", "MEMWARDEN_TOKEN", "MEMWARDEN_DB"):
         monkeypatch.delenv(name, raising=False)
-    runner = CliRunner()
-
-    def run(*args: str, code: int = 0) -> Any:
-        result = runner.invoke(app, list(args))
-        assert result.exit_code == code, result.output
-        return result
-
-    return run
+    return invoker()
 
 
 def raw_bytes(db: Path) -> bytes:

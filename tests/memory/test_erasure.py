@@ -8,11 +8,11 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from tests.support import fts_terms_with, occurrences
+from tests.support import fts_terms_with, occurrences, sqlite_at_version
 
 from memwarden.errors import NotFoundError, StorageError, ValidationInputError
 from memwarden.memory import ValidationEvent, from_ts
-from memwarden.memory._schema import MIGRATIONS, split_statements
+from memwarden.memory._schema import MIGRATIONS
 
 if TYPE_CHECKING:
     from memwarden.memory import Store
@@ -195,11 +195,7 @@ async def test_migration_from_version_7_keeps_data_and_erases(make_store, tmp_pa
     """A file at schema 7 with a block and its event migrates; that block and a new one
     erase cleanly; the event log still refuses updates outside an erasure."""
     path = tmp_path / "v7.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    for script in MIGRATIONS[:7]:
-        for statement in split_statements(script):
-            conn.execute(statement)
-    conn.execute("PRAGMA user_version = 7")
+    conn = sqlite_at_version(path, 7)
     old_id = "0190d2d8-0000-7000-8000-00000000a0a0"
     conn.execute(  # a block written by the version before, with an event that reached it
         "INSERT INTO blocks (rid, id, title, content, source, category, info_type, volatility,"

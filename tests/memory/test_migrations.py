@@ -6,10 +6,11 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 import pytest
+from tests.support import sqlite_at_version
 
 from memwarden.errors import StorageError
 from memwarden.memory import BlockState, Store
-from memwarden.memory._schema import MIGRATIONS, SCHEMA_VERSION, split_statements
+from memwarden.memory._schema import MIGRATIONS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -50,12 +51,8 @@ def _tables(path: Path) -> set[str]:
 
 def _build(path: Path, version: int) -> None:
     """A database as memwarden at schema ``version`` left it, with a little data in it."""
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = sqlite_at_version(path, version)
     try:
-        for script in MIGRATIONS[:version]:
-            for statement in split_statements(script):
-                conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {version}")
         if version >= 1:  # blocks, bindings and events exist since version 1
             conn.execute(
                 "INSERT INTO blocks (rid, id, title, content, tags, source, category, info_type,"

@@ -83,6 +83,20 @@ async def test_bindings_carry_their_blocks_window_and_a_bad_one_is_dropped_alone
     assert {e["field"] for e in refused} == {"validity_window"}
 
 
+def _request_body(now: datetime, *, sensor: str, reason: str) -> dict[str, Any]:
+    """A revalidation request as the daemon sends it, for ``sensor``'s ``app.json`` of
+    block b1, made at ``now`` with 30 s to answer."""
+    return {
+        "block_id": "b1",
+        "sensor": sensor,
+        "subject": "app.json",
+        "binding": {"sensor": sensor, "path": "app.json"},
+        "reason": reason,
+        "created_at": now.isoformat(),
+        "deadline": (now + timedelta(seconds=30)).isoformat(),
+    }
+
+
 async def test_misrouted_expired_and_malformed_requests_are_ignored(
     mosquitto_broker, start_agent, world
 ):
@@ -91,15 +105,7 @@ async def test_misrouted_expired_and_malformed_requests_are_ignored(
     a = await start_agent(broker)
     await a.obj.connected()
     now = datetime.now(UTC)
-    request = {
-        "block_id": "b1",
-        "sensor": "other",
-        "subject": "app.json",
-        "binding": {"sensor": "other", "path": "app.json"},
-        "reason": "manual",
-        "created_at": now.isoformat(),
-        "deadline": (now + timedelta(seconds=30)).isoformat(),
-    }
+    request = _request_body(now, sensor="other", reason="manual")
     expired = {**request, "sensor": "files", "deadline": (now - timedelta(seconds=1)).isoformat()}
     host = ["-h", "127.0.0.1", "-p", str(broker.port), "-q", "1"]
     topic = "memwarden/v1/revalidate/files"
@@ -190,15 +196,7 @@ async def test_queued_at_reaches_the_sensor_on_the_agents_clock(mosquitto_broker
 
         runner.revalidate = recording  # type: ignore[method-assign]
         now = datetime.now(UTC)
-        request = {
-            "block_id": "b1",
-            "sensor": "files",
-            "subject": "app.json",
-            "binding": {"sensor": "files", "path": "app.json"},
-            "reason": "expired",
-            "created_at": now.isoformat(),
-            "deadline": (now + timedelta(seconds=30)).isoformat(),
-        }
+        request = _request_body(now, sensor="files", reason="expired")
         five_min_ago, in_2h = now - timedelta(minutes=5), now + timedelta(hours=2)
         waited = {**request, "id": "r-waited", "queued_at": five_min_ago.isoformat()}
         later = {**request, "id": "r-later", "queued_at": in_2h.isoformat()}

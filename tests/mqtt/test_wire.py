@@ -93,21 +93,28 @@ def test_agent_ids_are_one_safe_topic_level():
         assert not is_agent_id(bad), bad
 
 
-def test_a_revalidation_request_carries_queued_at_only_when_asked():
-    """Without ``queued_at=True`` the request has the nine first fields (an agent of an
-    earlier release reads them with extra fields forbidden, and would refuse more); with
-    it, ``queued_at`` too, on the daemon's clock, in the format of ``created_at``."""
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    request = RevalidationRequest(
+_NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _request(**extra: Any) -> RevalidationRequest:
+    """A request for ``files``/``a.txt`` of block B1, made at ``_NOW``."""
+    return RevalidationRequest(
         block_id="B1",
         sensor="files",
         subject="a.txt",
         binding=Binding(sensor="files", subject="a.txt"),
         reason="expired",
-        created_at=now,
-        deadline=now + timedelta(seconds=30),
-        queued_at=now - timedelta(minutes=5),
+        created_at=_NOW,
+        deadline=_NOW + timedelta(seconds=30),
+        **extra,
     )
+
+
+def test_a_revalidation_request_carries_queued_at_only_when_asked():
+    """Without ``queued_at=True`` the request has the nine first fields (an agent of an
+    earlier release reads them with extra fields forbidden, and would refuse more); with
+    it, ``queued_at`` too, on the daemon's clock, in the format of ``created_at``."""
+    request = _request(queued_at=_NOW - timedelta(minutes=5))
     first = {
         "id", "block_id", "sensor", "subject", "binding", "reason", "created_at", "deadline",
         "attempts",
@@ -137,16 +144,7 @@ def test_the_strict_reading_earlier_agents_used_refuses_a_field_it_does_not_know
     """Why queued_at is negotiated: earlier agents read a request with the model alone
     (extra fields forbidden), which refuses any field it does not know; an agent before
     queued_at knew only the nine first fields."""
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    request = RevalidationRequest(
-        block_id="B1",
-        sensor="files",
-        subject="a.txt",
-        binding=Binding(sensor="files", subject="a.txt"),
-        reason="expired",
-        created_at=now,
-        deadline=now + timedelta(seconds=30),
-    )
+    request = _request()
     body = json.loads(revalidation_request(request))
     with pytest.raises(ValidationError, match="added_later"):
         RevalidationRequest.model_validate_json(json.dumps({**body, "added_later": 1}))

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from memwarden.errors import StorageError
 from memwarden.memory import Store, ValidationEvent, from_ts
 from memwarden.memory._clock import FakeClock
-from memwarden.memory._schema import MIGRATIONS, split_statements
 from memwarden.memory.pg._copy import DERIVED, copy_to_postgres, row_digest
 from memwarden.memory.pg._schema import SQLITE_SINCE
+from tests.support import sqlite_at_version
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -327,11 +327,7 @@ async def test_older_source_is_migrated_in_a_copy(pg_server: PgServer, tmp_path:
     """A store at schema version 4 is copied through a migrated temporary snapshot; the file
     itself stays at version 4, unchanged."""
     old = tmp_path / "old.db"
-    conn = sqlite3.connect(old, isolation_level=None)
-    for script in MIGRATIONS[:4]:
-        for statement in split_statements(script):
-            conn.execute(statement)
-    conn.execute("PRAGMA user_version = 4")
+    conn = sqlite_at_version(old, 4)
     conn.execute(
         "INSERT INTO blocks (id, content, source, category, info_type, volatility, tier, state,"
         " reliability, importance, validity_window_s, half_life_s, created_at, updated_at)"

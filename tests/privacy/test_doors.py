@@ -10,6 +10,7 @@ answer is a 422 naming the rule and the field and that nothing changed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -103,11 +104,13 @@ async def _start(tmp_path: Path, **privacy: Any) -> tuple[Daemon, asyncio.Task[N
     return daemon, await start_in_loop(daemon, timeout_s=20)
 
 
-@pytest.fixture
-async def api(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Api]:
-    """A daemon with the default policy, or the ``[privacy]`` table given as the
-    fixture's parameter (``policy(...)``)."""
-    daemon, task = await _start(tmp_path, **getattr(request, "param", {}))
+@contextlib.asynccontextmanager
+async def serving(
+    tmp_path: Path, **privacy: Any
+) -> AsyncIterator[tuple[Daemon, httpx.AsyncClient]]:
+    """A running daemon (see :func:`_start`) and an API client with its token; the
+    daemon is stopped on the way out."""
+    daemon, task = await _start(tmp_path, **privacy)
     home = daemon.settings.home
     url = json.loads((home / "api.json").read_text())["url"]
     token = (home / "token").read_text().strip()
@@ -115,10 +118,18 @@ async def api(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[A
         async with httpx.AsyncClient(
             base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30
         ) as client:
-            yield Api(daemon, client, tmp_path / "root")
+            yield daemon, client
     finally:
         daemon.request_stop()
         await asyncio.wait_for(task, timeout=20)
+
+
+@pytest.fixture
+async def api(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Api]:
+    """A daemon with the default policy, or the ``[privacy]`` table given as the
+    fixture's parameter (``policy(...)``)."""
+    async with serving(tmp_path, **getattr(request, "param", {})) as (daemon, client):
+        yield Api(daemon, client, tmp_path / "root")
 
 
 def policy(**table: Any) -> pytest.MarkDecorator:

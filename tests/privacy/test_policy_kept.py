@@ -5,7 +5,6 @@ file that is unfit stops the start and fails a reload, never a silent fall back.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import signal
@@ -19,7 +18,7 @@ from memwarden.daemon import Daemon
 from memwarden.errors import ConfigError
 from memwarden.plugins import Registry
 from memwarden.sensors import FsSensor
-from tests.privacy.test_doors import EMAIL, _start
+from tests.privacy.test_doors import EMAIL, serving
 from tests.support import eventually_blocking, memwarden_running
 
 if TYPE_CHECKING:
@@ -29,8 +28,8 @@ KEPT = "privacy.policy.json"
 
 
 class Running:
-    def __init__(self, daemon: Daemon, task: asyncio.Task[None], client: httpx.AsyncClient):
-        self.daemon, self.task, self.client = daemon, task, client
+    def __init__(self, daemon: Daemon, client: httpx.AsyncClient):
+        self.daemon, self.client = daemon, client
 
     async def policy(self) -> dict[str, Any]:
         answer = await self.client.get("/v1/privacy")
@@ -48,18 +47,9 @@ class Running:
 
 @contextlib.asynccontextmanager
 async def running_daemon(tmp_path: Path) -> AsyncIterator[Running]:
-    daemon, task = await _start(tmp_path)  # [privacy] rules: email = "redact" (the default)
-    home = daemon.settings.home
-    url = json.loads((home / "api.json").read_text())["url"]
-    token = (home / "token").read_text().strip()
-    try:
-        async with httpx.AsyncClient(
-            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-        ) as client:
-            yield Running(daemon, task, client)
-    finally:
-        daemon.request_stop()
-        await asyncio.wait_for(task, timeout=20)
+    # [privacy] rules: email = "redact" (the default)
+    async with serving(tmp_path) as (daemon, client):
+        yield Running(daemon, client)
 
 
 async def test_a_put_policy_survives_a_restart_until_delete(tmp_path):

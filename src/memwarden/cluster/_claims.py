@@ -88,18 +88,9 @@ _NEW_FIELDS = tuple(NewRevalidation.__dataclass_fields__)  # the INSERT's column
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimedRevalidation:
+class ClaimedRevalidation(NewRevalidation):
     """A request this node claimed; ``attempts`` counts this claim."""
 
-    id: str
-    node: str
-    block_id: str
-    sensor: str
-    subject: str
-    reason: str
-    created_at: float
-    send_at: float
-    deadline_s: float
     attempts: int
 
 

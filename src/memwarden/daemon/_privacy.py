@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 from pydantic import ValidationError
 
-from memwarden.errors import ConfigError, StorageError, ValidationInputError
+from memwarden.daemon._token import refusal
+from memwarden.errors import StorageError, ValidationInputError
 from memwarden.memory import BlockPatch, NewBlock, from_ts, validate_input
 from memwarden.memory._codec import content_key
 from memwarden.memory._files import fsync_dir, private_dir, read_private, write_private
@@ -91,13 +92,11 @@ def ensure_key(home: Path) -> bytes:
         if write_private(path, (made + "\n").encode(), replace=False):
             return bytes.fromhex(made)
 
-    def refuse(problem: str) -> ConfigError:
-        message = (
-            f"privacy key file {path}: {problem}. Fix it, or delete it to have a new key "
-            "made at the next start (placeholders written before then stop matching new ones)"
-        )
-        return ConfigError(message, problems=[message])
-
+    refuse = refusal(
+        f"privacy key file {path}",
+        "Fix it, or delete it to have a new key made at the next start (placeholders "
+        "written before then stop matching new ones)",
+    )
     raw = read_private(path, 255, refuse)
     text = raw.decode("ascii", "replace").strip()
     try:
@@ -132,16 +131,12 @@ def read_policy_file(home: Path) -> StoredPolicy | None:
     if not os.path.lexists(path):
         return None
 
-    def refuse(problem: str) -> ConfigError:
-        message = (
-            f"privacy policy file {path}: {problem}. Fix it, or delete it to apply [privacy] "
-            "of the configuration (it holds the policy last set by PUT /v1/privacy)"
-        )
-        return ConfigError(message, problems=[message])
-
+    refuse = refusal(
+        f"privacy policy file {path}",
+        "Fix it, or delete it to apply [privacy] of the configuration (it holds the policy "
+        "last set by PUT /v1/privacy)",
+    )
     raw = read_private(path, _POLICY_MAX_BYTES, refuse)
-    if len(raw) > _POLICY_MAX_BYTES:
-        raise refuse(f"is larger than {_POLICY_MAX_BYTES} bytes")
     try:
         data = json.loads(raw)
     except ValueError:

@@ -20,13 +20,25 @@ from memwarden.errors import ConfigError
 from memwarden.memory._files import private_dir, read_private, write_private
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
-__all__ = ["MIN_TOKEN_CHARS", "TOKEN_FILE", "ensure_token", "read_token"]
+__all__ = ["MIN_TOKEN_CHARS", "TOKEN_FILE", "ensure_token", "read_token", "refusal"]
 
 TOKEN_FILE = "token"  # noqa: S105 - a file name, not a secret
 MIN_TOKEN_CHARS = 32
 MAX_TOKEN_BYTES = 4096
+
+
+def refusal(what: str, fix: str) -> Callable[[str], ConfigError]:
+    """How a private file (``what``) that is unfit is refused: a :class:`ConfigError`
+    ``"<what>: <problem>. <fix>"``."""
+
+    def refuse(problem: str) -> ConfigError:
+        message = f"{what}: {problem}. {fix}"
+        return ConfigError(message, problems=[message])
+
+    return refuse
 
 
 def ensure_token(home: Path) -> str:
@@ -46,16 +58,12 @@ def ensure_token(home: Path) -> str:
 def read_token(path: Path) -> str:
     """Read and check an existing token file (see the module's rules)."""
 
-    def refuse(problem: str) -> ConfigError:
-        message = (
-            f"token file {path}: {problem}. Fix it, or delete it to have a new token made at "
-            "the next start (clients then need the new one)"
-        )
-        return ConfigError(message, problems=[message])
-
+    refuse = refusal(
+        f"token file {path}",
+        "Fix it, or delete it to have a new token made at the next start (clients then need "
+        "the new one)",
+    )
     raw = read_private(path, MAX_TOKEN_BYTES, refuse)
-    if len(raw) > MAX_TOKEN_BYTES:
-        raise refuse(f"is larger than {MAX_TOKEN_BYTES} bytes")
     token = raw.strip()
     if not token:
         raise refuse("is empty")

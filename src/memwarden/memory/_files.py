@@ -140,9 +140,10 @@ def write_private(path: Path, data: bytes, *, durable: bool = True, replace: boo
 
 
 def read_private(path: Path, limit: int, refuse: Callable[[str], Exception]) -> bytes:
-    """The first ``limit + 1`` bytes of a secret the daemon keeps (the API token, the
-    privacy key): a regular file, not a symbolic link, of the daemon's user, mode 0600.
-    Each problem is raised as ``refuse(problem)``; the caller judges the content."""
+    """The content of a file the daemon keeps private (the API token, the privacy key and
+    policy): a regular file, not a symbolic link, of the daemon's user, mode 0600, of at
+    most ``limit`` bytes. Each problem is raised as ``refuse(problem)``; the caller judges
+    the content."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as err:
@@ -160,6 +161,9 @@ def read_private(path: Path, limit: int, refuse: Callable[[str], Exception]) -> 
         mode = stat.S_IMODE(info.st_mode)
         if mode & 0o077:
             raise refuse(f"has mode {mode:04o}; it must be 0600 (chmod 600 {path})")
-        return os.read(fd, limit + 1)
+        raw = os.read(fd, limit + 1)
     finally:
         os.close(fd)
+    if len(raw) > limit:
+        raise refuse(f"is larger than {limit} bytes")
+    return raw

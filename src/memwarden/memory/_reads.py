@@ -43,7 +43,15 @@ if TYPE_CHECKING:
     from memwarden.memory._record import BlockRecord
     from memwarden.memory.policy import CoverageDict, PolicyConfig
 
-__all__ = ["Reads", "event_entry", "event_record", "short_ids"]
+__all__ = [
+    "Reads",
+    "blocks_of",
+    "event_entry",
+    "event_record",
+    "parse_block_ref",
+    "resolved",
+    "short_ids",
+]
 
 log = structlog.get_logger("memwarden.store")
 
@@ -83,10 +91,7 @@ class Reads:
         Raises :class:`NotFoundError` ("no block with id …"), :class:`AmbiguousIdError`
         naming the candidates, or :class:`ValidationInputError` for too short a ref.
         """
-        try:
-            kind, value = _shortid.parse_ref(ref)
-        except ValueError as err:
-            raise ValidationInputError([("id", str(err))]) from None
+        kind, value = parse_block_ref(ref, "id")
         scope, scope_args = namespace_clause(namespaces)
         async with self.db.read() as conn:
             if kind == "short":
@@ -101,25 +106,12 @@ class Reads:
                 )
             ids = [str(r[0]) for r in rows]
             short = await short_ids(conn, ids) if len(ids) > 1 else {}
-        if not ids:
-            raise NotFoundError("block", ref.strip())
-        if len(ids) > 1:
-            shown = [f"{short[i]} ({i})" for i in ids[:5]] + (["…"] if len(ids) > 5 else [])
-            raise AmbiguousIdError(
-                ref.strip(),
-                ids[:5],
-                message=f"ambiguous id {ref.strip()!r}: matches {', '.join(shown)}"
-                " (give more digits or the whole id)",
-            )
-        return ids[0]
+        return resolved(ref, ids, short)
 
     async def _cursor(self, after: str, namespaces: Sequence[str] | None) -> str:
         """A listing's ``after``: a full id as it is (the block may be gone since), a short
         id resolved (among ``namespaces``)."""
-        try:
-            kind, value = _shortid.parse_ref(after)
-        except ValueError as err:
-            raise ValidationInputError([("after", str(err))]) from None
+        kind, value = parse_block_ref(after, "after")
         if kind == "short":
             return await self.resolve_id(after, namespaces=namespaces)
         return value
@@ -190,16 +182,7 @@ class Reads:
             bindings = await bindings_of(conn, [r.id for r in recs])
             depends = await depends_of(conn, [r.rid for r in recs])
             short = await short_ids(conn, [r.id for r in recs])
-        return [
-            record_to_block(
-                r,
-                bindings=bindings.get(r.id, []),
-                now=now,
-                cfg=self.policy,
-                depends_on=depends.get(r.rid),
-            ).model_copy(update={"short_id": short.get(r.id)})
-            for r in recs
-        ]
+        return blocks_of(recs, bindings, depends, short, now=now, cfg=self.policy)
 
     async def find_by_subject(self, sensor: str, subject: str) -> list[str]:
         """Ids of the blocks bound to ``sensor`` for ``subject``."""
@@ -509,17 +492,59 @@ def event_record(r: Sequence[Any]) -> EventRecord:
     )
 
 
+def blocks_of(
+    recs: Sequence[BlockRecord],
+    bindings: Mapping[str, list[Binding]],
+    depends: Mapping[int, list[str]],
+    short: Mapping[str, str],
+    *,
+    now: float,
+    cfg: PolicyConfig,
+) -> list[Block]:
+    """The blocks of ``recs``, each with its bindings, dependencies and short id, in
+    their state as of ``now``."""
+    return [
+        record_to_block(
+            r,
+            bindings=bindings.get(r.id, []),
+            now=now,
+            cfg=cfg,
+            depends_on=depends.get(r.rid),
+        ).model_copy(update={"short_id": short.get(r.id)})
+        for r in recs
+    ]
+
+
+def parse_block_ref(ref: str, field: str) -> tuple[str, str]:
+    """:func:`_shortid.parse_ref`, its refusal a :class:`ValidationInputError` on
+    ``field``."""
+    try:
+        return _shortid.parse_ref(ref)
+    except ValueError as err:
+        raise ValidationInputError([(field, str(err))]) from None
+
+
+def resolved(ref: str, ids: Sequence[str], short: Mapping[str, str]) -> str:
+    """The one id of ``ids`` (those found for ``ref``): :class:`NotFoundError` when there
+    is none, :class:`AmbiguousIdError` naming the first five (with their ``short`` ids)
+    when there are more."""
+    if not ids:
+        raise NotFoundError("block", ref.strip())
+    if len(ids) > 1:
+        shown = [f"{short[i]} ({i})" for i in ids[:5]] + (["…"] if len(ids) > 5 else [])
+        raise AmbiguousIdError(
+            ref.strip(),
+            list(ids[:5]),
+            message=f"ambiguous id {ref.strip()!r}: matches {', '.join(shown)}"
+            " (give more digits or the whole id)",
+        )
+    return ids[0]
+
+
 async def short_ids(conn: aiosqlite.Connection, block_ids: Sequence[str]) -> dict[str, str]:
     """Short ids from the ``id_key`` index: each key's nearest neighbours decide how many
     digits tell it apart (two index probes per block, one query per chunk of blocks)."""
-    out: dict[str, str] = {}
-    keyed: list[tuple[str, str]] = []
-    for block_id in dict.fromkeys(block_ids):
-        key = _shortid.id_key(block_id)
-        if key is None:
-            out[block_id] = block_id
-        else:
-            keyed.append((block_id, key))
+    out, keyed = _shortid.keyed(block_ids)
     for chunk in chunks(keyed, _SHORT_CHUNK):
         values = ",".join("(?, ?)" for _ in chunk)
         rows = await conn.execute_fetchall(
@@ -531,11 +556,7 @@ async def short_ids(conn: aiosqlite.Connection, block_ids: Sequence[str]) -> dic
             [v for pair in chunk for v in pair],
         )
         for block_id, key, below, above in rows:
-            shared = max(
-                (_shortid.common_prefix(key, str(n)) for n in (below, above) if n is not None),
-                default=0,
-            )
-            out[block_id] = _shortid.short_form(block_id, shared + 1)
+            out[block_id] = _shortid.from_neighbours(block_id, key, below, above)
     return out
 
 

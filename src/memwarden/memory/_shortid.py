@@ -11,12 +11,18 @@ the same way. The store keeps those digits reversed in an indexed generated colu
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "KEY_LENGTH",
     "MIN_LENGTH",
     "common_prefix",
+    "from_neighbours",
     "id_key",
+    "keyed",
     "parse_ref",
     "short_form",
 ]
@@ -47,6 +53,30 @@ def short_form(block_id: str, length: int) -> str:
     if digits is None or length > KEY_LENGTH:
         return block_id
     return digits[-max(length, MIN_LENGTH) :]
+
+
+def keyed(block_ids: Iterable[str]) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """``block_ids`` (once each) split into those with no key (their short id is the whole
+    id) and ``(id, key)`` pairs whose short ids the keys' neighbours decide."""
+    whole: dict[str, str] = {}
+    pairs: list[tuple[str, str]] = []
+    for block_id in dict.fromkeys(block_ids):
+        key = id_key(block_id)
+        if key is None:
+            whole[block_id] = block_id
+        else:
+            pairs.append((block_id, key))
+    return whole, pairs
+
+
+def from_neighbours(block_id: str, key: str, below: object, above: object) -> str:
+    """The short id of ``block_id`` given the keys just below and above its own (None
+    where there is none): one digit more than it shares with the closer of them."""
+    shared = max(
+        (common_prefix(key, str(n)) for n in (below, above) if n is not None),
+        default=0,
+    )
+    return short_form(block_id, shared + 1)
 
 
 def common_prefix(a: str, b: str) -> int:

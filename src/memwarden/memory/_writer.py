@@ -3,8 +3,10 @@
 Every write is a *job* (an async function of the connection). The writer takes all
 jobs waiting in its queue, runs them in one transaction, commits once, and only then
 resolves each caller's future. A write therefore counts as accepted exactly when its
-transaction has committed. If a job fails, everything is rolled back and each job is
-run again in a transaction of its own, so the failing one alone is refused.
+transaction has committed. If a job fails, the transaction is rolled back and each job
+runs again on its own, so the failing one fails alone. The queue and the batching are
+:class:`~memwarden.memory._batching.BatchWriter`'s; this module holds SQLite's
+transaction.
 
 A job may instead be a plain function of the ``sqlite3`` connection, run on the
 connection's own thread (:meth:`Writer.submit_on_thread`): consecutive ones run in a
@@ -20,16 +22,16 @@ import asyncio
 import contextlib
 import functools
 import sqlite3
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
 from memwarden.errors import StorageError
+from memwarden.memory._batching import BatchWriter, Pending
 from memwarden.memory._sql import in_thread
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Callable
 
     import aiosqlite
 
@@ -40,42 +42,14 @@ T = TypeVar("T")
 log = structlog.get_logger("memwarden.store")
 
 
-@dataclass(slots=True)
-class _Pending(Generic[T]):
-    fn: Callable[[aiosqlite.Connection], Awaitable[T]] | None  # None: on_thread
-    future: asyncio.Future[T]
-    weight: int = 1
-    on_thread: Callable[[sqlite3.Connection], T] | None = None
-
-
-class Writer:
+class Writer(BatchWriter["aiosqlite.Connection"]):
     """Owns the write connection and the task that commits batches of jobs."""
 
     def __init__(
         self, conn: aiosqlite.Connection, *, max_jobs: int = 256, max_weight: int = 20_000
     ) -> None:
+        super().__init__(max_jobs=max_jobs, max_weight=max_weight)
         self._conn = conn
-        self._max_jobs = max_jobs
-        self._max_weight = max_weight
-        self._queue: asyncio.Queue[_Pending[Any]] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-        self.commits = 0
-        self.jobs = 0
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="store.writer")
-
-    async def submit(
-        self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], *, weight: int = 1
-    ) -> T:
-        """Run ``fn`` inside the next transaction; returns once that transaction committed.
-
-        ``weight`` is the job's size (rows, events): one transaction takes jobs until their
-        weights reach ``max_weight``, so a flood of work commits in steps instead of one
-        long transaction that every caller would wait for.
-        """
-        return await self._submit(_Pending(fn, self._future(), max(1, weight)))
 
     async def submit_on_thread(
         self, fn: Callable[[sqlite3.Connection], T], *, weight: int = 1
@@ -84,69 +58,13 @@ class Writer:
         connection: it runs on the connection's thread, in one hand-off with the jobs of
         this kind next to it in the transaction (see the module's note). It must not
         touch the event loop, nor end the transaction."""
-        return await self._submit(_Pending(None, self._future(), max(1, weight), fn))
-
-    def _future(self) -> asyncio.Future[Any]:
         if self._closing or self._task is None:
             raise StorageError("the store is closed")
-        return asyncio.get_running_loop().create_future()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(Pending(_on_thread_only, future, max(1, weight), fn))
+        return await future
 
-    async def _submit(self, pending: _Pending[T]) -> T:
-        self._queue.put_nowait(pending)
-        return await pending.future
-
-    @property
-    def backlog(self) -> int:
-        return self._queue.qsize()
-
-    async def close(self) -> None:
-        """Stop taking jobs, commit what was accepted, then stop the task."""
-        self._closing = True
-        if self._task is None:
-            return
-        await self._queue.join()
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            first = await self._queue.get()
-            batch = [first]
-            weight = first.weight
-            while (
-                len(batch) < self._max_jobs
-                and weight < self._max_weight
-                and not self._queue.empty()
-            ):
-                batch.append(self._queue.get_nowait())
-                weight += batch[-1].weight
-            try:
-                await self._commit(batch)
-            finally:
-                for _ in batch:
-                    self._queue.task_done()
-
-    async def _commit(self, batch: list[_Pending[Any]]) -> None:
-        """Run the batch in one transaction; if a job fails, redo each job on its own.
-
-        Savepoints per job would copy every page a job touches into a sub-journal, which
-        costs more than the rare retry, so the batch is optimistic.
-        """
-        live = [p for p in batch if not p.future.cancelled() or len(batch) == 1]
-        outcome = await self._transaction(live)
-        if outcome is None:
-            return
-        if len(live) == 1:
-            self._settle(live, [outcome])
-            return
-        for pending in live:  # one job failed: isolate it
-            single = await self._transaction([pending])
-            if single is not None:
-                self._settle([pending], [single])
-
-    async def _transaction(self, jobs: list[_Pending[Any]]) -> tuple[bool, Any] | None:
+    async def _transaction(self, jobs: list[Pending[Any]]) -> tuple[bool, Any] | None:
         """Run ``jobs`` in one transaction. None when all committed (futures settled);
         otherwise the failing job's ``(False, error)`` after rolling everything back."""
         conn = self._conn
@@ -156,9 +74,9 @@ class Writer:
             i, n = 0, len(jobs)
             while i < n:
                 fn = jobs[i].fn
-                if fn is None:  # on-thread jobs: one hand-off for the run of them
+                if jobs[i].on_thread is not None:  # on-thread: one hand-off for the run
                     j = i
-                    while j < n and jobs[j].fn is None:
+                    while j < n and jobs[j].on_thread is not None:
                         j += 1
                     committed = j == n
                     try:
@@ -195,25 +113,16 @@ class Writer:
             with contextlib.suppress(sqlite3.Error, ValueError):
                 await conn.execute("ROLLBACK")
             log.exception("store_commit_failed", jobs=len(jobs))
-            failure = StorageError(f"commit failed: {err}")
-            for pending in jobs:
-                if not pending.future.done():
-                    pending.future.set_exception(failure)
+            self._fail(jobs, StorageError(f"commit failed: {err}"))
             return None
-        self.commits += 1
-        self.jobs += len(jobs)
-        self._settle(jobs, results)
+        self._committed(jobs, results)
         return None
 
-    @staticmethod
-    def _settle(jobs: list[_Pending[Any]], results: list[tuple[bool, Any]]) -> None:
-        for pending, (ok, value) in zip(jobs, results, strict=True):
-            if pending.future.done():
-                continue
-            if ok:
-                pending.future.set_result(value)
-            else:
-                pending.future.set_exception(value)
+
+async def _on_thread_only(_conn: aiosqlite.Connection) -> Any:
+    """The ``fn`` of an on-thread job, never awaited: :meth:`Writer._transaction` runs
+    the job's ``on_thread`` function instead."""
+    raise AssertionError("an on-thread job runs on the connection's thread")
 
 
 def _wrapped(err: Exception) -> Exception:

@@ -45,7 +45,7 @@ from memwarden.errors import ConfigError, StorageError
 from memwarden.memory._backup import backup_database
 from memwarden.memory._database import Database
 from memwarden.memory._schema import SCHEMA_VERSION as SQLITE_CODE_VERSION
-from memwarden.memory.pg._database import connect_error
+from memwarden.memory.pg._database import CONNECT_ERRORS, connect_error
 from memwarden.memory.pg._dsn import check_dsn, redact_dsn
 from memwarden.memory.pg._migrate import migrate
 from memwarden.memory.pg._schema import MIGRATIONS, SQLITE_SCHEMA_VERSION, SQLITE_SINCE
@@ -307,13 +307,7 @@ async def _migrated_snapshot(src: Path, tmp: Path) -> Path:
 async def _connect(dsn: str, timeout_s: float) -> PgConnection:
     try:
         conn: PgConnection = await asyncpg.connect(dsn, timeout=timeout_s)
-    except (
-        OSError,
-        OverflowError,
-        asyncpg.PostgresError,
-        asyncpg.InterfaceError,
-        ValueError,
-    ) as err:
+    except CONNECT_ERRORS as err:
         raise connect_error(dsn, err) from None
     return conn
 

@@ -35,11 +35,15 @@ if TYPE_CHECKING:
 
     from memwarden.memory.pg._types import PgConnection
 
-__all__ = ["PgDatabase", "connect_error"]
+__all__ = ["CONNECT_ERRORS", "PgDatabase", "connect_error"]
 
 T = TypeVar("T")
 
 log = structlog.get_logger("memwarden.store")
+
+# What connecting can raise (a bad DSN value, a port out of range, the network, the
+# server): connect_error turns each into a StorageError.
+CONNECT_ERRORS = (OSError, OverflowError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError)
 
 
 def connect_error(dsn: str, err: BaseException) -> StorageError:
@@ -138,13 +142,7 @@ class PgDatabase:
                 timeout=self._connect_timeout_s,
                 command_timeout=self._command_timeout_s,
             )
-        except (
-            OSError,
-            OverflowError,
-            asyncpg.PostgresError,
-            asyncpg.InterfaceError,
-            ValueError,
-        ) as err:
+        except CONNECT_ERRORS as err:
             raise connect_error(self.dsn, err) from None
         conn: PgConnection | None = None
         try:

@@ -14,16 +14,15 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from memwarden.errors import AmbiguousIdError, NotFoundError, ValidationInputError
+from memwarden.errors import NotFoundError
 from memwarden.memory import _shortid
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
     binding_from_row,
     record_from_row,
-    record_to_block,
 )
 from memwarden.memory._model import BlockState
-from memwarden.memory._reads import event_entry, event_record
+from memwarden.memory._reads import blocks_of, event_entry, event_record, parse_block_ref, resolved
 from memwarden.memory._results import BlockFilter, EventRecord, validate_input
 from memwarden.memory._sql import MAX_NAMESPACES
 
@@ -64,10 +63,7 @@ class PgReads:
         """The full id a caller means (a full id, or a short id only one block's id ends
         with); :class:`NotFoundError`, :class:`AmbiguousIdError` or
         :class:`ValidationInputError` as on SQLite."""
-        try:
-            kind, value = _shortid.parse_ref(ref)
-        except ValueError as err:
-            raise ValidationInputError([("id", str(err))]) from None
+        kind, value = parse_block_ref(ref, "id")
         async with self.db.read() as conn:
             if kind == "short":
                 scope, scope_args = _namespace_clause(namespaces, first=3)
@@ -85,17 +81,7 @@ class PgReads:
                 )
             ids = [str(r[0]) for r in rows]
             short = await _short_ids(conn, ids) if len(ids) > 1 else {}
-        if not ids:
-            raise NotFoundError("block", ref.strip())
-        if len(ids) > 1:
-            shown = [f"{short[i]} ({i})" for i in ids[:5]] + (["…"] if len(ids) > 5 else [])
-            raise AmbiguousIdError(
-                ref.strip(),
-                ids[:5],
-                message=f"ambiguous id {ref.strip()!r}: matches {', '.join(shown)}"
-                " (give more digits or the whole id)",
-            )
-        return ids[0]
+        return resolved(ref, ids, short)
 
     async def short_ids(self, block_ids: Sequence[str]) -> dict[str, str]:
         """Each block's short id (its last 8 hex digits, more while another id ends the
@@ -202,10 +188,7 @@ class PgReads:
         return [event_record(tuple(r)) for r in rows]
 
     async def _cursor(self, after: str, namespaces: Sequence[str] | None) -> str:
-        try:
-            kind, value = _shortid.parse_ref(after)
-        except ValueError as err:
-            raise ValidationInputError([("after", str(err))]) from None
+        kind, value = parse_block_ref(after, "after")
         if kind == "short":
             return await self.resolve_id(after, namespaces=namespaces)
         return value
@@ -218,16 +201,7 @@ class PgReads:
         depends = await _depends_of(conn, [r.rid for r in recs])
         short = await _short_ids(conn, ids)
         at = self.clock.time() if now is None else now
-        return [
-            record_to_block(
-                r,
-                bindings=bindings.get(r.id, []),
-                now=at,
-                cfg=self.policy,
-                depends_on=depends.get(r.rid),
-            ).model_copy(update={"short_id": short.get(r.id)})
-            for r in recs
-        ]
+        return blocks_of(recs, bindings, depends, short, now=at, cfg=self.policy)
 
 
 def _namespace_clause(namespaces: Sequence[str] | None, *, first: int) -> tuple[str, list[Any]]:
@@ -266,14 +240,7 @@ async def _depends_of(conn: PgConnection, rids: Sequence[int]) -> dict[int, list
 async def _short_ids(conn: PgConnection, block_ids: Sequence[str]) -> dict[str, str]:
     """Short ids from the ``id_key`` index: each key's nearest neighbours decide how many
     digits tell it apart (two index probes per block, one query for all)."""
-    out: dict[str, str] = {}
-    keyed: list[tuple[str, str]] = []
-    for block_id in dict.fromkeys(block_ids):
-        key = _shortid.id_key(block_id)
-        if key is None:
-            out[block_id] = block_id
-        else:
-            keyed.append((block_id, key))
+    out, keyed = _shortid.keyed(block_ids)
     if not keyed:
         return out
     rows = await conn.fetch(
@@ -286,9 +253,5 @@ async def _short_ids(conn: PgConnection, block_ids: Sequence[str]) -> dict[str, 
         [k[1] for k in keyed],
     )
     for block_id, key, below, above in rows:
-        shared = max(
-            (_shortid.common_prefix(key, str(n)) for n in (below, above) if n is not None),
-            default=0,
-        )
-        out[block_id] = _shortid.short_form(block_id, shared + 1)
+        out[block_id] = _shortid.from_neighbours(block_id, key, below, above)
     return out

@@ -12,28 +12,26 @@ A lost connection fails the jobs of the transaction it was in with
 :class:`~memwarden.errors.StorageError` (whether a COMMIT that was on its way arrived
 cannot be known: ingestion is exactly-once by the events' unique ids, so a retry is
 safe), and the next batch runs on a fresh connection from the pool.
+
+The queue and the batching are :class:`~memwarden.memory._batching.BatchWriter`'s, shared
+with SQLite; this module holds PostgreSQL's transaction and connection.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import structlog
 
 from memwarden.errors import StorageError
+from memwarden.memory._batching import BatchWriter, Pending
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from memwarden.memory.pg._types import PgConnection
 
 __all__ = ["PgWriter", "translate"]
-
-T = TypeVar("T")
 
 log = structlog.get_logger("memwarden.store")
 
@@ -67,15 +65,10 @@ def _usable(conn: PgConnection) -> bool:
         return False
 
 
-@dataclass(slots=True)
-class _Pending(Generic[T]):
-    fn: Callable[[PgConnection], Awaitable[T]]
-    future: asyncio.Future[T]
-    weight: int = 1
-
-
-class PgWriter:
+class PgWriter(BatchWriter["PgConnection"]):
     """Owns the write connection (taken from ``pool``) and the task that commits batches."""
+
+    _task_name = "store.pg_writer"
 
     def __init__(
         self,
@@ -85,46 +78,15 @@ class PgWriter:
         max_jobs: int = 256,
         max_weight: int = 20_000,
     ) -> None:
+        super().__init__(max_jobs=max_jobs, max_weight=max_weight)
         self._pool = pool
         self._conn: PgConnection | None = conn
-        self._max_jobs = max_jobs
-        self._max_weight = max_weight
-        self._queue: asyncio.Queue[_Pending[Any]] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-        self.commits = 0
-        self.jobs = 0
         self.reconnects = 0
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="store.pg_writer")
-
-    async def submit(self, fn: Callable[[PgConnection], Awaitable[T]], *, weight: int = 1) -> T:
-        """Run ``fn`` inside the next transaction; returns once that transaction committed.
-
-        ``weight`` is the job's size (rows, events): one transaction takes jobs until
-        their weights reach ``max_weight``.
-        """
-        if self._closing or self._task is None:
-            raise StorageError("the store is closed")
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Pending(fn, future, max(1, weight)))
-        return await future
-
-    @property
-    def backlog(self) -> int:
-        return self._queue.qsize()
 
     async def close(self) -> None:
         """Stop taking jobs, commit what was accepted, stop the task, give the connection
         back to the pool."""
-        self._closing = True
-        if self._task is not None:
-            await self._queue.join()
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await super().close()
         await self._drop_connection()
 
     async def _drop_connection(self, *, broken: bool = False) -> None:
@@ -146,39 +108,7 @@ class PgWriter:
             log.info("store_writer_reconnected", backend="postgresql")
         return self._conn
 
-    async def _run(self) -> None:
-        while True:
-            first = await self._queue.get()
-            batch = [first]
-            weight = first.weight
-            while (
-                len(batch) < self._max_jobs
-                and weight < self._max_weight
-                and not self._queue.empty()
-            ):
-                batch.append(self._queue.get_nowait())
-                weight += batch[-1].weight
-            try:
-                await self._commit(batch)
-            finally:
-                for _ in batch:
-                    self._queue.task_done()
-
-    async def _commit(self, batch: list[_Pending[Any]]) -> None:
-        """Run the batch in one transaction; if a job fails, redo each job on its own."""
-        live = [p for p in batch if not p.future.cancelled() or len(batch) == 1]
-        outcome = await self._transaction(live)
-        if outcome is None:
-            return
-        if len(live) == 1:
-            self._settle(live, [outcome])
-            return
-        for pending in live:  # one job failed: isolate it
-            single = await self._transaction([pending])
-            if single is not None:
-                self._settle([pending], [single])
-
-    async def _transaction(self, jobs: list[_Pending[Any]]) -> tuple[bool, Any] | None:
+    async def _transaction(self, jobs: list[Pending[Any]]) -> tuple[bool, Any] | None:
         """Run ``jobs`` in one transaction. None when all committed (futures settled) or
         the transaction itself failed (futures failed); otherwise the failing job's
         ``(False, error)`` after rolling everything back."""
@@ -204,21 +134,7 @@ class PgWriter:
             await self._drop_connection(broken=True)
             failure = StorageError(f"commit failed: {err}")
             failure.__cause__ = err
-            for pending in jobs:
-                if not pending.future.done():
-                    pending.future.set_exception(failure)
+            self._fail(jobs, failure)
             return None
-        self.commits += 1
-        self.jobs += len(jobs)
-        self._settle(jobs, results)
+        self._committed(jobs, results)
         return None
-
-    @staticmethod
-    def _settle(jobs: list[_Pending[Any]], results: list[tuple[bool, Any]]) -> None:
-        for pending, (ok, value) in zip(jobs, results, strict=True):
-            if pending.future.done():
-                continue
-            if ok:
-                pending.future.set_result(value)
-            else:
-                pending.future.set_exception(value)
