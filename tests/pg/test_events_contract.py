@@ -22,7 +22,6 @@ from memwarden.memory._codec import BLOCK_COLUMNS
 from memwarden.memory._compaction import CompactionConfig
 from memwarden.memory._model import ValidationEvent
 from memwarden.memory.pg import PgDatabase
-from memwarden.memory.pg import _apply as pg_apply
 from memwarden.memory.pg import _blocks as pg_blocks
 from memwarden.memory.pg._apply import PgEventLog, pg_sql
 from memwarden.memory.pg._blocks import PgBlocks
@@ -99,7 +98,8 @@ def _same_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     def new_id() -> str:
         return f"0190a0b0-0000-7000-8000-{next(counter):012x}"
 
-    for module in (sqlite_blocks, sqlite_apply, pg_blocks, pg_apply):
+    # PostgreSQL's event log hands out its ids through the SQLite module's shared steps.
+    for module in (sqlite_blocks, sqlite_apply, pg_blocks):
         monkeypatch.setattr(module, "new_id", new_id)
 
 

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from memwarden.memory._compaction import CompactionConfig
     from memwarden.memory._database import Database
     from memwarden.memory._model import ValidationEvent
+    from memwarden.memory._record import BlockRecord
 
 __all__ = ["ANSWERING", "EventLog", "propagate_dependencies"]
 
@@ -663,17 +664,7 @@ def _propagate(
             + " FROM dependencies d JOIN blocks k ON k.rid = d.block_rid WHERE d.depends_on IN ",
             frontier,
         )
-        rows.sort(key=_first)  # by rid: the same changes in the same order on every backend
-        staled = []
-        for row in rows:
-            rec = evidence_record(row)
-            if rec.id in seen:
-                continue
-            seen.add(rec.id)
-            before = rec.state
-            if mark_stale(rec, now, StaleReason.DEPENDENCY):
-                staled.append(rec)
-                changes.append(StateChange(rec.id, before, rec.state, rec.reliability, now, ""))
+        staled = stale_dependents(rows, seen, now, changes)
         if not staled:
             break
         conn.executemany(EVIDENCE_UPDATE, [evidence_row(r) for r in staled])
@@ -684,12 +675,37 @@ def _propagate(
             " AND g.block_rid IN ",
             [r.rid for r in staled],
         )
-        conn.executemany(
-            REVALIDATION_INSERT,
-            [
-                (new_id(), b, sensor, subject, "dependency", now, now, timeout_s)
-                for b, sensor, subject in sorted(bindings)
-            ],
-        )
+        conn.executemany(REVALIDATION_INSERT, dependency_requests(bindings, now, timeout_s))
         frontier = [r.id for r in staled]
     return changes
+
+
+def stale_dependents(
+    rows: Iterable[Iterable[Any]], seen: set[str], now: float, changes: list[StateChange]
+) -> list[BlockRecord]:
+    """One step of the dependency propagation, whatever the backend: the dependents (their
+    evidence rows, ``EVIDENCE_COLUMNS``) not ``seen`` yet that go stale now, in rid order
+    so that every backend makes the same changes in the same order; each change appended
+    to ``changes``."""
+    staled = []
+    for row in sorted((tuple(r) for r in rows), key=_first):
+        rec = evidence_record(row)
+        if rec.id in seen:
+            continue
+        seen.add(rec.id)
+        before = rec.state
+        if mark_stale(rec, now, StaleReason.DEPENDENCY):
+            staled.append(rec)
+            changes.append(StateChange(rec.id, before, rec.state, rec.reliability, now, ""))
+    return staled
+
+
+def dependency_requests(
+    bindings: Iterable[Iterable[Any]], now: float, timeout_s: float
+) -> list[tuple[Any, ...]]:
+    """The ``REVALIDATION_INSERT`` rows for the bindings (block id, sensor, subject) of
+    blocks a dependency made stale, in a stable order."""
+    return [
+        (new_id(), b, sensor, subject, "dependency", now, now, timeout_s)
+        for b, sensor, subject in sorted(tuple(r) for r in bindings)
+    ]

@@ -19,13 +19,10 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from memwarden.memory import _apply
-from memwarden.memory._apply import split_events
-from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_record, evidence_row
-from memwarden.memory._ids import new_id
-from memwarden.memory._model import StaleReason
+from memwarden.memory._apply import dependency_requests, split_events, stale_dependents
+from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_row
 from memwarden.memory._results import ApplyResult, StateChange
 from memwarden.memory._sql import EVIDENCE_UPDATE, REVALIDATION_INSERT
-from memwarden.memory.policy import mark_stale
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -270,16 +267,7 @@ async def propagate_dependencies(
             " WHERE d.depends_on = ANY($1::text[])",
             frontier,
         )
-        staled = []
-        for row in sorted(rows, key=lambda r: int(r[0])):  # by rid, as on SQLite
-            rec = evidence_record(tuple(row))
-            if rec.id in seen:
-                continue
-            seen.add(rec.id)
-            before = rec.state
-            if mark_stale(rec, now, StaleReason.DEPENDENCY):
-                staled.append(rec)
-                changes.append(StateChange(rec.id, before, rec.state, rec.reliability, now, ""))
+        staled = stale_dependents(rows, seen, now, changes)
         if not staled:
             break
         await conn.executemany(pg_sql(EVIDENCE_UPDATE), [evidence_row(r) for r in staled])
@@ -289,10 +277,7 @@ async def propagate_dependencies(
             " AND g.block_rid = ANY($1::bigint[])",
             [r.rid for r in staled],
         )
-        rows_in = [
-            (new_id(), b, sensor, subject, "dependency", now, now, timeout_s)
-            for b, sensor, subject in sorted(tuple(r) for r in bindings)
-        ]
+        rows_in = dependency_requests(bindings, now, timeout_s)
         if rows_in:
             await conn.executemany(pg_sql(REVALIDATION_INSERT), rows_in)
         frontier = [r.id for r in staled]
