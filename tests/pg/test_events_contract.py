@@ -7,7 +7,6 @@ comes again later, twice in one call or in two concurrent calls."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -26,6 +25,7 @@ from memwarden.memory.pg import _blocks as pg_blocks
 from memwarden.memory.pg._apply import PgEventLog, pg_sql
 from memwarden.memory.pg._blocks import PgBlocks
 from memwarden.memory.policy import PolicyConfig
+from tests.pg.contract import dump_tables, sequential_ids
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -77,27 +77,12 @@ class Backend:
         self.rows = rows
 
     async def dump(self) -> dict[str, list[tuple[Any, ...]]]:
-        def norm(v: Any) -> Any:
-            if isinstance(v, bytes):  # dead letters' payload: bytea on PostgreSQL
-                return v.decode()
-            return float(v) if isinstance(v, int | float) else v
-
-        return {
-            table: [
-                tuple(norm(v) for v in r)
-                for r in await self.rows(f"SELECT {cols} FROM {table} ORDER BY {order}")
-            ]
-            for table, (cols, order) in TABLES.items()
-        }
+        return await dump_tables(self.rows, TABLES)
 
 
 def _same_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ids handed out alike from here on (blocks, requests, reviews)."""
-    counter = itertools.count(1)
-
-    def new_id() -> str:
-        return f"0190a0b0-0000-7000-8000-{next(counter):012x}"
-
+    new_id = sequential_ids()
     # PostgreSQL's event log hands out its ids through the SQLite module's shared steps.
     for module in (sqlite_blocks, sqlite_apply, pg_blocks):
         monkeypatch.setattr(module, "new_id", new_id)

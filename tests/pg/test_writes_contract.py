@@ -7,7 +7,6 @@ retention points, embedding queue, audit) are equal on both."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,6 +22,7 @@ from memwarden.memory.pg import _blocks as pg_blocks
 from memwarden.memory.pg._blocks import PgBlocks
 from memwarden.memory.pg._reads import PgReads
 from memwarden.memory.policy import PolicyConfig
+from tests.pg.contract import dump_tables, sequential_ids
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -67,24 +67,12 @@ class Backend:
         self.rows = rows
 
     async def dump(self) -> dict[str, list[tuple[Any, ...]]]:
-        out = {}
-        for table, (cols, order) in TABLES.items():
-            out[table] = [
-                tuple(float(v) if isinstance(v, int | float) else v for v in r)
-                for r in await self.rows(f"SELECT {cols} FROM {table} ORDER BY {order}")
-            ]
-        return out
-
-
-def _ids() -> Callable[[], str]:
-    """Ids both backends hand out alike (UUIDv7-shaped, increasing)."""
-    counter = itertools.count(1)
-    return lambda: f"0190a0b0-0000-7000-8000-{next(counter):012x}"
+        return await dump_tables(self.rows, TABLES)
 
 
 @pytest.fixture
 async def sqlite_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Backend]:
-    monkeypatch.setattr(sqlite_blocks, "new_id", _ids())
+    monkeypatch.setattr(sqlite_blocks, "new_id", sequential_ids())
     clock = FakeClock(START)
     async with Store(tmp_path / "m.db", clock=clock) as store:
 
@@ -99,7 +87,7 @@ async def sqlite_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Asy
 async def pg_backend(
     pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Backend]:
-    monkeypatch.setattr(pg_blocks, "new_id", _ids())
+    monkeypatch.setattr(pg_blocks, "new_id", sequential_ids())
     clock = FakeClock(START)
     cfg = PolicyConfig()  # the Store's default
     async with PgDatabase(pg_server.create_database()) as db:
