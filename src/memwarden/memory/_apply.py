@@ -308,11 +308,28 @@ def _reject_unbound(
     payloads: Mapping[str, str],
 ) -> None:
     """Move the events whose ``block_id`` has no binding for their sensor to ``rejected``."""
-    blocks = list({p[8] for p in prepared if p[0] in payloads})
-    bound = {(r[0], r[1]) for r in select_in_now(conn, _BOUND_SELECT, blocks)}
+    bound = select_in_now(conn, _BOUND_SELECT, named_blocks(prepared, payloads))
+    move_unbound(prepared, rejected, payloads, bound)
+
+
+def named_blocks(prepared: list[_Prepared], payloads: Mapping[str, str]) -> list[str]:
+    """The blocks the events in ``payloads`` name by ``block_id``."""
+    return list({p[8] for p in prepared if p[0] in payloads and p[8] is not None})
+
+
+def move_unbound(
+    prepared: list[_Prepared],
+    rejected: list[tuple[str, str, str]],
+    payloads: Mapping[str, str],
+    bound: Iterable[Iterable[Any]],
+) -> None:
+    """Move the events in ``payloads`` whose block has no binding for their sensor (the
+    ``(block id, sensor)`` pairs in ``bound``) from ``prepared`` to ``rejected``, whatever
+    the backend that read ``bound``."""
+    pairs = {tuple(r)[:2] for r in bound}
     keep = []
     for p in prepared:
-        if p[0] in payloads and (p[8], p[1]) not in bound:
+        if p[0] in payloads and (p[8], p[1]) not in pairs:
             reason = f"block_id: block {p[8]!r} has no binding for sensor {p[1]!r}"
             rejected.append((p[0], reason, payloads[p[0]]))
         else:

@@ -19,7 +19,13 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from memwarden.memory import _apply
-from memwarden.memory._apply import dependency_requests, split_events, stale_dependents
+from memwarden.memory._apply import (
+    dependency_requests,
+    move_unbound,
+    named_blocks,
+    split_events,
+    stale_dependents,
+)
 from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_row
 from memwarden.memory._results import ApplyResult, StateChange
 from memwarden.memory._sql import EVIDENCE_UPDATE, REVALIDATION_INSERT
@@ -127,16 +133,8 @@ async def _reject_unbound(
     rejected: list[tuple[str, str, str]],
     payloads: Mapping[str, str],
 ) -> None:
-    blocks = list({p[8] for p in prepared if p[0] in payloads})
-    bound = {(r[0], r[1]) for r in await conn.fetch(_BOUND_SELECT, blocks)}
-    keep = []
-    for p in prepared:
-        if p[0] in payloads and (p[8], p[1]) not in bound:
-            reason = f"block_id: block {p[8]!r} has no binding for sensor {p[1]!r}"
-            rejected.append((p[0], reason, payloads[p[0]]))
-        else:
-            keep.append(p)
-    prepared[:] = keep
+    bound = await conn.fetch(_BOUND_SELECT, named_blocks(prepared, payloads))
+    move_unbound(prepared, rejected, payloads, bound)
 
 
 _BOUND_SELECT = (
