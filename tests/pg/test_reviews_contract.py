@@ -13,6 +13,7 @@ import pytest
 
 from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
 from memwarden.memory import Store
+from memwarden.memory import _reviews as sqlite_reviews
 from memwarden.memory._clock import FakeClock, from_ts
 from memwarden.memory._model import ValidationEvent
 from memwarden.memory.pg import PgDatabase
@@ -335,3 +336,73 @@ async def test_a_failed_decision_leaves_the_item_open(backend: Backend) -> None:
         await backend.api.decide_review("no-such-review", "confirm", reviewer="ann")
     done = await backend.api.decide_review(review_id, "confirm", reviewer="ann")
     assert done["review"]["status"] == "decided"
+
+
+async def escalation_script(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The review sensor's two calls: the candidates (of its blocks, and the unbound
+    low-volatility ones), and queueing one (again: the open item)."""
+    same_ids(monkeypatch)
+    s, c = b.api, b.clock
+    sqlite = isinstance(s, Store)
+
+    async def candidates(**kw: Any) -> Any:
+        if sqlite:
+            return await sqlite_reviews.escalation_candidates(s, **kw)
+        return await s.escalation_candidates(**kw)
+
+    async def queue(block_id: str, reason: str) -> Any:
+        if sqlite:
+            return await _outcome(sqlite_reviews.queue_review(s, block_id, reason=reason))
+        return await _outcome(s.queue_review(block_id, reason=reason))
+
+    ids = await s.add_many(
+        [
+            {"content": "low, unbound", "volatility": "low"},
+            {"content": "low, unbound, queued", "volatility": "low"},
+            {"content": "high, bound", "bindings": [{"sensor": "fs", "subject": "a"}]},
+            {
+                "content": "low, the review sensor's",
+                "volatility": "low",
+                "bindings": [{"sensor": "review", "subject": "people"}],
+            },
+            {"content": "medium, unbound"},
+            {"content": "low, unbound, archived", "volatility": "low"},
+        ]
+    )
+    await s.archive(ids[5], reason="test")
+    c.advance(60)
+    log = [await queue(ids[1], "asked"), await queue(ids[1], "again"), await queue("nope", "x")]
+    later = c.time() + 400 * 86400  # every window ran out
+    mine = [ids[3], ids[2], "no-such", "a\x00b", ids[3], ids[5]]
+    for kw in (
+        {"block_ids": mine, "below": 0.1, "now": later},
+        {"block_ids": mine, "below": 0.99, "now": c.time()},
+        {"block_ids": [], "below": 0.99, "now": c.time(), "limit": 1},
+        {"block_ids": mine, "below": 0.1, "now": later, "unbound_low_volatility": False},
+        {"block_ids": [f"{i:04d}" for i in range(1200)] + mine, "below": 0.99, "now": later},
+    ):
+        log.append(await candidates(**kw))
+    return log
+
+
+async def test_escalation_answers_alike(
+    sqlite_backend: Backend, pg_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The review sensor's candidates and queueing answer alike on both backends: its own
+    blocks past their window or below the bar, the unbound low-volatility ones that no
+    sensor can check, never one already queued, archived or unknown."""
+    sqlite_log = await escalation_script(sqlite_backend, monkeypatch)
+    pg_log = await escalation_script(pg_backend, monkeypatch)
+    for i, (sq, pg) in enumerate(zip(sqlite_log, pg_log, strict=True)):
+        assert pg == sq, i
+    first, again, unknown, past, low, one, own_only, many = sqlite_log
+    assert again == first
+    assert unknown[0] == "NotFoundError"
+    ids = [f"0190a0b0-0000-7000-8000-00000000000{i}" for i in range(1, 7)]
+    # Not the medium one, the queued one, the archived one, nor the unknown ids.
+    assert [block for block, _ in past] == [ids[2], ids[3], ids[0]]
+    assert past[2][1].endswith("; no sensor can check it")
+    assert [block for block, _ in low] == [ids[2], ids[3], ids[0]]
+    assert len(one) == 1
+    assert [block for block, _ in own_only] == [ids[2], ids[3]]
+    assert [block for block, _ in many] == [ids[2], ids[3], ids[0]]

@@ -53,6 +53,7 @@ __all__ = [
     "decision_audit",
     "decision_event",
     "escalation_candidates",
+    "escalation_reason",
     "get_review",
     "list_reviews",
     "listed",
@@ -117,6 +118,8 @@ class ReviewHost(Protocol):
     ) -> object: ...
 
     async def apply_events(self, events: Sequence[ValidationEvent]) -> ApplyResult: ...
+
+    async def request_review(self, block_id: str, *, reason: str) -> dict[str, Any]: ...
 
 
 def check_listing(status: str, limit: int) -> None:
@@ -433,7 +436,7 @@ async def escalation_candidates(
                 chunk,
             ) as cur:
                 for block_id, reliability, stale_at in await cur.fetchall():
-                    reason = _reason(reliability, stale_at, below, now)
+                    reason = escalation_reason(reliability, stale_at, below, now)
                     if reason:
                         found[block_id] = reason
         if unbound_low_volatility and len(found) < limit:
@@ -447,13 +450,16 @@ async def escalation_candidates(
                 (below, now, limit - len(found)),
             ) as cur:
                 for block_id, reliability, stale_at in await cur.fetchall():
-                    reason = _reason(reliability, stale_at, below, now)
+                    reason = escalation_reason(reliability, stale_at, below, now)
                     if reason:
                         found[block_id] = f"{reason}; no sensor can check it"
     return list(found.items())[:limit]
 
 
-def _reason(reliability: float, stale_at: float | None, below: float, now: float) -> str | None:
+def escalation_reason(
+    reliability: float, stale_at: float | None, below: float, now: float
+) -> str | None:
+    """Why a block needs a person, or None: reliability below ``below``, or past its window."""
     if reliability < below:
         return f"reliability {reliability:.2f} is below {below:.2f}"
     if stale_at is not None and stale_at <= now:

@@ -35,6 +35,7 @@ from memwarden.memory._reviews import (
     decision_answer,
     decision_audit,
     decision_event,
+    escalation_reason,
     listed,
     review_answer,
 )
@@ -70,6 +71,57 @@ class PgReviews:
         self.db = db
         self.host = host
         self._lock = asyncio.Lock()  # one decision at a time in this process, as on SQLite
+
+    async def queue_review(self, block_id: str, *, reason: str) -> Review:
+        """Put a block in the queue with a reason; the open item if it already has one."""
+        answer = await self.host.request_review(block_id, reason=reason)
+        async with self.db.read() as conn:
+            return await _fetch(conn, answer["review_id"])
+
+    async def escalation_candidates(
+        self,
+        *,
+        block_ids: Sequence[str],
+        below: float,
+        now: float,
+        unbound_low_volatility: bool = True,
+        limit: int = 500,
+    ) -> list[tuple[str, str]]:
+        """Blocks a human should look at, with the reason, that have no open item yet
+        (:func:`memwarden.memory._reviews.escalation_candidates`: of ``block_ids``, those
+        below ``below`` or past their window; with ``unbound_low_volatility``, the
+        low-volatility blocks no sensor can check; refuted ones never)."""
+        found: dict[str, str] = {}
+        ids = [i for i in dict.fromkeys(block_ids) if "\x00" not in i]
+        async with self.db.read() as conn:
+            for i in range(0, len(ids), 500):  # SQLite's chunks, each in id order as there
+                for block_id, reliability, stale_at in await conn.fetch(
+                    "SELECT k.id, k.reliability, k.stale_at FROM blocks k"
+                    " WHERE k.id = ANY($1::text[]) AND k.state NOT IN ('archived', 'refuted')"
+                    " AND NOT EXISTS (SELECT 1 FROM reviews r WHERE r.block_id = k.id"
+                    " AND r.status = 'pending') ORDER BY k.id",
+                    ids[i : i + 500],
+                ):
+                    reason = escalation_reason(reliability, stale_at, below, now)
+                    if reason:
+                        found[block_id] = reason
+            if unbound_low_volatility and len(found) < limit:
+                for block_id, reliability, stale_at in await conn.fetch(
+                    "SELECT k.id, k.reliability, k.stale_at FROM blocks k"
+                    " WHERE k.volatility = 'low' AND k.state NOT IN ('archived', 'refuted')"
+                    " AND (k.reliability < $1 OR k.stale_at <= $2)"
+                    " AND NOT EXISTS (SELECT 1 FROM bindings g WHERE g.block_rid = k.rid)"
+                    " AND NOT EXISTS (SELECT 1 FROM reviews r WHERE r.block_id = k.id"
+                    " AND r.status = 'pending')"
+                    " ORDER BY k.stale_at NULLS FIRST, k.rid LIMIT $3",  # SQLite's NULLs first
+                    below,
+                    now,
+                    max(0, limit - len(found)),
+                ):
+                    reason = escalation_reason(reliability, stale_at, below, now)
+                    if reason:
+                        found[block_id] = f"{reason}; no sensor can check it"
+        return list(found.items())[:limit]
 
     async def list_reviews(
         self,
