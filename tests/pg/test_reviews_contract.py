@@ -112,7 +112,9 @@ def _refuted(clock: FakeClock, event_id: str, subject: str) -> ValidationEvent:
     )
 
 
-async def script(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+async def script(  # noqa: PLR0915 - one script, read top to bottom
+    b: Backend, monkeypatch: pytest.MonkeyPatch
+) -> list[Any]:
     """Items queued by hand and by the rules, listed, shown and decided (confirm, reject,
     edit, a deleted block), with hostile inputs among them; the answers in order."""
     same_ids(monkeypatch)
@@ -203,6 +205,10 @@ async def script(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     await step(s.list_reviews(status="decided"))
     await step(s.list_reviews(status="pending"))
     await step(s.get_review(by_block[dependent], events=5))
+    huge = "x" * 100_000
+    await step(s.get_review(huge))
+    await step(s.decide_review(huge, "confirm", reviewer="ann"))
+    await step(s.list_reviews(status="all", namespaces=[f"ns{i}" for i in range(500)]))
     return log
 
 
@@ -240,6 +246,8 @@ async def test_decisions_answer_as_specified(
     assert log[29]["block"] is None
     assert log[29]["event"]["applied"] is False
     assert len(log[30]) == 4
+    assert log[33][0] == log[34][0] == "NotFoundError"
+    assert log[35] == []
     assert log[31] == []
     rows = await backend.dump()
     assert [r[3] for r in rows["reviews"]] == ["decided"] * 4

@@ -32,7 +32,6 @@ from memwarden.memory._proposals import (
     proposal_of,
     require_binding,
 )
-from memwarden.memory._sql import MAX_NAMESPACES
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -92,8 +91,6 @@ class PgProposals:
         where: list[str] = []
         args: list[Any] = []
         if namespaces is not None:
-            if len(namespaces) > MAX_NAMESPACES:  # SQLite's IN list has the same bound
-                raise ValueError(f"at most {MAX_NAMESPACES} namespaces, not {len(namespaces)}")
             args.append([n for n in namespaces if "\x00" not in n])
             where.append(f"b.namespace = ANY(${len(args)}::text[])")
         if status != "all":

@@ -39,7 +39,6 @@ from memwarden.memory._reviews import (
     listed,
     review_answer,
 )
-from memwarden.memory._sql import MAX_NAMESPACES
 from memwarden.memory.pg._database import CONNECT_ERRORS, connect_error
 from memwarden.memory.pg._writer import translate
 
@@ -140,8 +139,6 @@ class PgReviews:
             args.append(status)
             conditions.append(f"r.status = ${len(args)}")
         if namespaces is not None:
-            if len(namespaces) > MAX_NAMESPACES:  # SQLite's IN list has the same bound
-                raise ValueError(f"at most {MAX_NAMESPACES} namespaces, not {len(namespaces)}")
             args.append([n for n in namespaces if "\x00" not in n])  # NUL: no namespace
             conditions.append(f"k.namespace = ANY(${len(args)}::text[])")
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
@@ -277,6 +274,9 @@ class _ItemLock:
             await conn.close(timeout=_LOCK_CONNECT_TIMEOUT_S)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
             conn.terminate()  # the session ends: the server frees its locks
+        except BaseException:  # cancelled while letting go: end the session all the same
+            conn.terminate()
+            raise
 
 
 async def _fetch(conn: PgConnection, review_id: str) -> Review:
