@@ -16,6 +16,7 @@ another job of its batch failed.
 from __future__ import annotations
 
 import functools
+import hashlib
 from typing import TYPE_CHECKING, Any
 
 from memwarden.memory import _apply
@@ -41,9 +42,11 @@ if TYPE_CHECKING:
     from memwarden.memory.pg._types import PgConnection
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["PgEventLog", "pg_sql"]
+__all__ = ["INGEST_LOCK_KEY", "PgEventLog", "pg_sql"]
 
 _Prepared = Any  # memwarden.memory._apply._Prepared
+# pg_advisory_xact_lock key of ingestion: the first 8 bytes of sha256(b"memwarden.ingest").
+INGEST_LOCK_KEY = int.from_bytes(hashlib.sha256(b"memwarden.ingest").digest()[:8], signed=True)
 _EVENT_INSERTS = frozenset({_apply._EVENT_INSERT, _apply._EVENT_INSERT_PLAIN})  # noqa: SLF001
 _EFFECT_INSERTS = frozenset({_apply._EFFECT_INSERT, _apply._EFFECT_INSERT_PLAIN})  # noqa: SLF001
 _EVIDENCE = ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
@@ -161,6 +164,12 @@ async def _apply_job(
         )
     if not prepared:
         return result
+    # Ingestion transactions take turns across nodes (held until this one commits): with
+    # many calls grouped in one transaction, each locking its blocks, two nodes' would
+    # otherwise deadlock on each other's rows; and the seqs are then handed out in commit
+    # order, so a reader following the log by seq never sees a later seq committed before
+    # an earlier one.
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", INGEST_LOCK_KEY)
     existing = {
         r[0]
         for r in await conn.fetch(
