@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -150,3 +150,36 @@ async def test_two_nodes_adding_blocks_at_once_get_distinct_rids(
     for row in rows:  # each binding and dependency belongs to its own block
         assert row["subject"] == row["content"].replace(" ", "/")
         assert row["deps"] == 1
+
+
+async def test_a_deadlock_victim_is_run_again(nodes: tuple[Node, Node]) -> None:
+    """Two nodes' jobs lock two rows in opposite orders: PostgreSQL aborts one as the
+    deadlock victim; its writer runs the transaction again, and both writes land."""
+    a, b = nodes
+    async with a.db.read() as conn:
+        await conn.execute("INSERT INTO meta (key, value) VALUES ('x', ''), ('y', '')")
+    arrived = 0
+    both = asyncio.Event()
+
+    def job(first: str, second: str, value: str):
+        async def run(conn: Any) -> None:
+            nonlocal arrived
+            await conn.execute("UPDATE meta SET value = value || $1 WHERE key = $2", value, first)
+            if not both.is_set():
+                arrived += 1
+                if arrived == 2:
+                    both.set()
+                await both.wait()  # each holds its first row: the next lock closes the cycle
+            await conn.execute("UPDATE meta SET value = value || $1 WHERE key = $2", value, second)
+
+        return run
+
+    await asyncio.wait_for(
+        asyncio.gather(a.db.write(job("x", "y", "a")), b.db.write(job("y", "x", "b"))), 60
+    )
+    async with a.db.read() as conn:
+        rows = dict(await conn.fetch("SELECT key, value FROM meta WHERE key IN ('x', 'y')"))
+    assert sorted(rows["x"]) == ["a", "b"]
+    assert sorted(rows["y"]) == ["a", "b"]
+    writers = [a.db.writer, b.db.writer]
+    assert sum(w.conflicts for w in writers if w is not None) == 1

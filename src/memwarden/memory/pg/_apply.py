@@ -9,8 +9,15 @@ module reads what the batch needs and writes those rows with PostgreSQL's SQL
 requests and the dependency propagation have SQL of their own here (arrays instead of
 ``VALUES`` lists and ``IN``).
 
+Several writers (nodes) may ingest into one database: an ingestion job first takes a
+transaction-level advisory lock (:data:`INGEST_LOCK_KEY`; nodes' ingestion transactions
+take turns, and seqs follow commit order), appends the events with ``ON CONFLICT
+(event_id) DO NOTHING`` before any rule runs (only those stored are applied: exactly
+once by event id, whichever node delivers an event), takes their seqs from the log's
+sequence and locks the blocks they reach before reading their evidence.
+
 A job keeps nothing from one run to the next: the writer runs it again alone when
-another job of its batch failed.
+another job of its batch failed, and again when its transaction was a deadlock victim.
 """
 
 from __future__ import annotations
