@@ -38,6 +38,8 @@ FIGURES = {
     "hybrid_startup",
     "pg_driver_ingest",
     "pg_driver_read",
+    "pg_ingest",
+    "pg_ingest_two_nodes",
 }
 
 

@@ -27,12 +27,26 @@ def _normalised(value: Any) -> Any:
 async def dump_tables(
     rows: Callable[[str], Awaitable[list[tuple[Any, ...]]]],
     tables: Mapping[str, tuple[str, str]],
+    renumber: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, list[tuple[Any, ...]]]:
-    """Each table's ``(columns, order)`` rows as ``rows(sql)`` reads them, normalised."""
-    return {
+    """Each table's ``(columns, order)`` rows as ``rows(sql)`` reads them, normalised.
+
+    ``renumber``: numbers that may legitimately differ between the backends but must keep
+    their order and what they refer to (a block's rid, an event's seq: SQLite hands out
+    the highest plus one, PostgreSQL's identity also spends numbers in rolled-back
+    writes), each group as ``{table: column}``: every value of the group's columns is
+    replaced by its rank among them all (1, 2, ...), so references stay equal."""
+    dump = {
         table: [
             tuple(_normalised(v) for v in r)
             for r in await rows(f"SELECT {cols} FROM {table} ORDER BY {order}")
         ]
         for table, (cols, order) in tables.items()
     }
+    for columns in (renumber or {}).values():
+        at = {t: [c.strip() for c in tables[t][0].split(",")].index(c) for t, c in columns.items()}
+        values = sorted({r[i] for t, i in at.items() for r in dump[t] if r[i] is not None})
+        rank = {v: float(n) for n, v in enumerate(values, start=1)}
+        for t, i in at.items():
+            dump[t] = [(*r[:i], rank.get(r[i]), *r[i + 1 :]) for r in dump[t]]
+    return dump

@@ -15,6 +15,7 @@ from memwarden.errors import StorageError
 from memwarden.memory._database import Database
 from memwarden.memory._schema import SCHEMA_VERSION as SQLITE_VERSION
 from memwarden.memory.pg import SCHEMA_VERSION, SQLITE_SCHEMA_VERSION, migrate, schema_version
+from memwarden.memory.pg._ids import allocate
 from memwarden.memory.pg._schema import MIGRATIONS, SQLITE_SINCE
 
 if TYPE_CHECKING:
@@ -76,7 +77,8 @@ async def test_newer_schema_is_refused_untouched(conn) -> None:
     """A database migrated by a newer memwarden is refused with a clear message."""
     await migrate(conn)
     await conn.execute("UPDATE schema_version SET version = 99")
-    with pytest.raises(StorageError, match=r"schema version 99, newer than this memwarden \(2\)"):
+    newer = rf"schema version 99, newer than this memwarden \({SCHEMA_VERSION}\)"
+    with pytest.raises(StorageError, match=newer):
         await migrate(conn)
     assert await schema_version(conn) == 99
 
@@ -380,3 +382,72 @@ async def test_upgrade_from_version_1_backfills_points(pg_server: PgServer) -> N
         assert tuple(point) == (5.0, 5.0)
     finally:
         await conn.close()
+
+
+async def _at_version_2(conn: asyncpg.Connection) -> None:
+    for migration in MIGRATIONS[:2]:
+        await conn.execute(migration)
+    await conn.execute(
+        "CREATE TABLE schema_version (id integer PRIMARY KEY CHECK (id = 1),"
+        " version integer NOT NULL, migrated_at timestamptz NOT NULL DEFAULT now());"
+        "INSERT INTO schema_version (id, version) VALUES (1, 2)"
+    )
+
+
+async def test_upgrade_from_version_2_moves_the_identities_past_every_number(
+    pg_server: PgServer,
+) -> None:
+    """Migration 3 (several writers): a database at schema 2 whose sequences lag behind
+    the numbers in use (rids and seqs written as the highest plus one, a deleted block's
+    rid kept by its effects and compacted runs) hands out only numbers above all of them."""
+    conn = await asyncpg.connect(pg_server.create_database())
+    try:
+        await _at_version_2(conn)
+        await conn.execute(
+            "INSERT INTO blocks (rid, id, content, source, category, info_type, volatility,"
+            " tier, state, reliability, importance, validity_window_s, half_life_s,"
+            " created_at, updated_at) VALUES (7, 'b7', 'c', 'agent', 'fact', 'fact', 'stable',"
+            " 'working', 'fresh', 0.5, 0.5, 60, 60, 1, 1)"
+        )
+        await conn.execute(
+            "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at,"
+            " received_at) VALUES (40, 'e40', 'fs', 'a', 'confirmed', 1, 1)"
+        )
+        await conn.execute(  # a deleted block (rid 12) and an event compacted away (41)
+            "INSERT INTO effects (block_rid, event_seq, state_before, state_after,"
+            " reliability_before, reliability_after) VALUES (12, 41, 'fresh', 'fresh', 0.5, 0.5)"
+        )
+        await conn.execute(
+            "INSERT INTO event_runs VALUES (9, 44, 42, 'fs', 'confirmed', 3, 1, 2, 3)"
+        )
+        assert await migrate(conn) == 2
+        assert await schema_version(conn) == SCHEMA_VERSION
+        assert await allocate(conn, "blocks", "rid", 2) == [13, 14]
+        assert await allocate(conn, "events", "seq", 1) == [45]
+        # The data is untouched.
+        assert await conn.fetchval("SELECT count(*) FROM blocks") == 1
+        assert await conn.fetchval("SELECT seq FROM events") == 40
+    finally:
+        await conn.close()
+
+
+async def test_identities_of_an_empty_database_start_at_one(pg_server: PgServer) -> None:
+    """From empty (every migration in a row) the first rid and the first seq are 1, as on
+    SQLite; a number is never handed out twice, by any number of connections at once."""
+    dsn = pg_server.create_database()
+    conn = await asyncpg.connect(dsn)
+    others = [await asyncpg.connect(dsn) for _ in range(3)]
+    try:
+        await migrate(conn)
+        assert await allocate(conn, "blocks", "rid", 1) == [1]
+        assert await allocate(conn, "events", "seq", 3) == [1, 2, 3]
+        taken = await asyncio.gather(*(allocate(c, "events", "seq", 500) for c in others))
+        numbers = [n for part in taken for n in part]
+        assert len(set(numbers)) == 1500
+        assert min(numbers) == 4
+        assert all(part == sorted(part) for part in taken)
+        with pytest.raises(ValueError, match="no identity"):
+            await allocate(conn, "blocks; DROP TABLE blocks; --", "rid", 1)
+    finally:
+        for c in (conn, *others):
+            await c.close()

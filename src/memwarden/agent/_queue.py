@@ -10,29 +10,24 @@ events wait, the oldest are dropped and counted (the daemon sees the gap).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sqlite3
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Self, TypeVar
+from typing import TYPE_CHECKING
 
-import aiosqlite
 import structlog
 
-from memwarden.errors import StorageError
-from memwarden.memory._files import prepare_database
-from memwarden.memory._writer import Writer
+from memwarden.memory._localfile import LocalFile
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
-    from types import TracebackType
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    import aiosqlite
 
     from memwarden.memory import Clock
 
 __all__ = ["AgentQueue", "QueuedEvent"]
 
 log = structlog.get_logger("memwarden.agent")
-T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS queue (
@@ -71,8 +66,11 @@ class QueueStats:
     dropped: int
 
 
-class AgentQueue:
+class AgentQueue(LocalFile):
     """The durable queue; an async context manager (``async with AgentQueue(path)``)."""
+
+    schema = _SCHEMA
+    what = "agent queue"
 
     def __init__(
         self,
@@ -82,63 +80,11 @@ class AgentQueue:
         max_unsent: int = 100_000,
         history_max: int = 10_000,
     ) -> None:
-        self.path = Path(path)
+        super().__init__(path)
         self.clock = clock
         self.max_unsent = max_unsent
         self.history_max = history_max
         self.changed = asyncio.Event()  # set when events were queued (or re-queued)
-        self._wconn: aiosqlite.Connection | None = None
-        self._rconn: aiosqlite.Connection | None = None
-        self._writer: Writer | None = None
-
-    async def __aenter__(self) -> Self:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        try:
-            prepare_database(self.path)  # 0600 (and so its -wal and -shm), whatever the umask
-            self._wconn = await aiosqlite.connect(self.path, isolation_level=None)
-            await self._wconn.execute("PRAGMA journal_mode = WAL")
-            await self._wconn.execute("PRAGMA synchronous = NORMAL")
-            await self._wconn.execute("PRAGMA busy_timeout = 10000")
-            await self._wconn.executescript(_SCHEMA)
-            self._rconn = await aiosqlite.connect(self.path, isolation_level=None)
-            await self._rconn.execute("PRAGMA query_only = ON")
-        except (sqlite3.Error, OSError) as err:
-            await self._close()
-            raise StorageError(f"cannot open the agent queue at {self.path}: {err}") from err
-        except BaseException:
-            await self._close()
-            raise
-        self._writer = Writer(self._wconn)
-        self._writer.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._close()
-
-    async def _close(self) -> None:
-        if self._writer is not None:
-            await self._writer.close()
-            self._writer = None
-        for conn in (self._rconn, self._wconn):
-            if conn is not None:
-                with contextlib.suppress(sqlite3.Error, ValueError):
-                    await conn.close()
-        self._rconn = self._wconn = None
-
-    async def _write(self, job: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
-        if self._writer is None:
-            raise StorageError("the agent queue is closed")
-        return await self._writer.submit(job)
-
-    def _reader(self) -> aiosqlite.Connection:
-        if self._rconn is None:
-            raise StorageError("the agent queue is closed")
-        return self._rconn
 
     # ------------------------------------------------------------------ writes
 

@@ -8,7 +8,9 @@ created by :func:`ensure_tables`:
 - :func:`claim_revalidations`: a node's revalidation requests, claimed with ``FOR UPDATE
   SKIP LOCKED`` (``_claims``);
 - :class:`Notifier` and :func:`notify`: ``LISTEN``/``NOTIFY`` with reconnect and the
-  ``missed`` signal (``_notify``).
+  ``missed`` signal (``_notify``);
+- :class:`Spool` and :class:`SpoolingIngest`: a node's local durable spool of the events
+  it could not commit, delivered exactly once by event id after a reconnect (``_spool``).
 """
 
 from memwarden.cluster._claims import (
@@ -29,17 +31,30 @@ from memwarden.cluster._notify import (
     check_channel,
     notify,
 )
+from memwarden.cluster._spool import (
+    Ingested,
+    Spool,
+    SpooledEvent,
+    SpoolingIngest,
+    SpoolStats,
+    is_unavailable,
+)
 
 __all__ = [
     "DDL",
     "MAX_PAYLOAD_BYTES",
     "ClaimedRevalidation",
+    "Ingested",
     "Leader",
     "LeaseTimes",
     "MonotonicClock",
     "NewRevalidation",
     "Notice",
     "Notifier",
+    "Spool",
+    "SpoolStats",
+    "SpooledEvent",
+    "SpoolingIngest",
     "Subscription",
     "Term",
     "check_channel",
@@ -49,6 +64,7 @@ __all__ = [
     "enqueue_revalidations",
     "ensure_tables",
     "finish_revalidations",
+    "is_unavailable",
     "notify",
     "requeue_claims",
 ]

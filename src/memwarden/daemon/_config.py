@@ -183,6 +183,73 @@ class SchedulerSettings(BaseModel):
     heartbeat_interval: Duration = timedelta(seconds=30)
 
 
+# A node's name (docs/SCALE.md): as memwarden.cluster.check_name, which the daemon cannot
+# import (the cluster needs the postgres extra).
+_NODE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+
+
+def default_node_name() -> str:
+    """The host name as a node name: lowercased, other characters as ``-``, at most 63."""
+    name = re.sub(r"[^a-z0-9._-]", "-", socket.gethostname().lower()).lstrip("._-")[:63]
+    return name or "node"
+
+
+class ClusterSettings(BaseModel):
+    """``[cluster]``: this daemon as one node of several on one PostgreSQL database
+    (docs/SCALE.md). Unused on SQLite, where a daemon always leads."""
+
+    model_config = _FROZEN
+
+    node: str = Field(
+        default_factory=default_node_name,
+        description="This node's name, unique among the nodes: 1-63 characters of a-z, 0-9,"
+        " '.', '_' and '-', starting with a letter or digit (default: the host name).",
+    )
+    lease_ttl: Duration = Field(
+        default=timedelta(seconds=6),
+        description="A renewal of the leader's lease holds it this long (database clock).",
+    )
+    lease_renew: Duration = Field(
+        default=timedelta(seconds=2), description="The leader renews its lease this often."
+    )
+    lease_poll: Duration = Field(
+        default=timedelta(seconds=1),
+        description="A follower looks for an expired lease this often.",
+    )
+    lease_safety: Duration = Field(
+        default=timedelta(milliseconds=500),
+        description="The leader stops believing this long before its lease could expire.",
+    )
+    spool_max_unsent: Annotated[int, Field(ge=1)] = Field(
+        default=100_000,
+        description="Events the local spool keeps while the database is away; past it the"
+        " oldest are dropped (counted).",
+    )
+
+    @field_validator("node")
+    @classmethod
+    def _node_name(cls, value: str) -> str:
+        if not _NODE_NAME.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a valid node name (1-63 characters of a-z, 0-9, '.', '_'"
+                " and '-', starting with a letter or digit)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _lease_times(self) -> ClusterSettings:
+        ttl, renew = self.lease_ttl.total_seconds(), self.lease_renew.total_seconds()
+        poll, safety = self.lease_poll.total_seconds(), self.lease_safety.total_seconds()
+        if min(ttl, renew, poll, safety) <= 0:
+            raise ValueError("the lease times must be positive")
+        if renew + safety >= ttl:
+            raise ValueError(
+                f"lease_renew ({renew:g} s) + lease_safety ({safety:g} s) must be below"
+                f" lease_ttl ({ttl:g} s), or a renewal could come too late"
+            )
+        return self
+
+
 class ReadThroughSettings(BaseModel):
     """``[read_through]``: what a read with ``max_age``/``fresh`` may check, and receipts."""
 
@@ -578,6 +645,7 @@ class Settings(BaseSettings):
     api: ApiSettings = Field(default_factory=ApiSettings)
     bus: BusSettings = Field(default_factory=BusSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     read_through: ReadThroughSettings = Field(default_factory=ReadThroughSettings)
     rules: PolicyConfig = Field(default_factory=PolicyConfig)
     sensors: dict[str, SensorSettings] = Field(default_factory=dict)

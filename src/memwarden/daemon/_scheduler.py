@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from memwarden.memory import RetentionReport, RevalidationRequest, Store
     from memwarden.plugins import SensorRunner
 
-__all__ = ["RemoteRoute", "Scheduler"]
+__all__ = ["AlwaysLeader", "Leadership", "RemoteRoute", "Scheduler"]
 
 log = structlog.get_logger("memwarden.scheduler")
 ALIVE_KEY = "last_alive_at"
@@ -54,8 +54,38 @@ class RemoteRoute(Protocol):
         ...
 
 
+class Leadership(Protocol):
+    """Whether this node runs the singleton passes (docs/SCALE.md, "Singleton jobs and
+    leader election"): on PostgreSQL ``memwarden.cluster.Leader`` (a lease), on SQLite
+    :class:`AlwaysLeader`."""
+
+    async def elected(self) -> object:
+        """Return once this node leads."""
+        ...
+
+    async def deposed(self) -> None:
+        """Return once this node does not lead (at once while it does not)."""
+        ...
+
+
+class AlwaysLeader:
+    """One daemon on its own store (SQLite): it always leads."""
+
+    async def elected(self) -> object:
+        return self
+
+    async def deposed(self) -> None:
+        await asyncio.Event().wait()  # never
+
+
 class Scheduler:
-    """Owns the periodic work; each ``*_once`` method is one tick, for tests too."""
+    """Owns the periodic work; each ``*_once`` method is one tick, for tests too.
+
+    The passes over the whole memory (the sweep, decay, heuristics, consolidation,
+    compaction, retention, the series, the daemon's own passes) run only while
+    ``leadership`` says this node leads, are cancelled when it is deposed and start again
+    at its next election; the dispatch of this node's checks and its heartbeat always run.
+    """
 
     def __init__(
         self,
@@ -69,8 +99,10 @@ class Scheduler:
         on_stale: Callable[[dict[str, str]], None] | None = None,
         passes: Sequence[tuple[str, timedelta, Callable[[], Awaitable[Any]]]] = (),
         retention: RetentionConfig | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         self.store = store
+        self.leadership: Leadership = leadership or AlwaysLeader()
         self.bus = bus
         self._runners = runners
         self._remote = remote
@@ -242,30 +274,38 @@ class Scheduler:
         s = self.settings
         async with asyncio.TaskGroup() as tg:
             self._tasks = tg
-            loops: list[tuple[str, float, Callable[[], Awaitable[Any]], bool]] = [
-                ("sweep", s.sweep_interval.total_seconds(), self.sweep_once, True),
-                ("dispatch", s.dispatch_interval.total_seconds(), self.dispatch_once, True),
-                ("heartbeat", s.heartbeat_interval.total_seconds(), self.heartbeat_once, True),
+            # (name, interval, tick, first tick at once, on the leader only)
+            loops: list[tuple[str, float, Callable[[], Awaitable[Any]], bool, bool]] = [
+                ("sweep", s.sweep_interval.total_seconds(), self.sweep_once, True, True),
+                ("dispatch", s.dispatch_interval.total_seconds(), self.dispatch_once, True, False),
+                (
+                    "heartbeat",
+                    s.heartbeat_interval.total_seconds(),
+                    self.heartbeat_once,
+                    True,
+                    False,
+                ),
             ]
             passes: list[tuple[str, timedelta, Callable[[], Awaitable[Any]]]] = [
                 ("decay", s.decay_interval, self.store.decay_cycle),
                 ("heuristics", s.heuristic_interval, self.store.heuristic_cycle),
                 ("consolidation", s.consolidation_interval, self.store.consolidate),
             ]
-            loops.append(("series", SERIES_STEP_S, self.series_once, True))
+            loops.append(("series", SERIES_STEP_S, self.series_once, True, True))
             if self.store.compaction.enabled:
                 passes.append(("compaction", s.compaction_interval, self.store.compact_events))
             passes.extend(self._passes)
             if self.retention.active:  # nothing configured: nothing is ever removed
                 passes.append(("retention", self.retention.interval, self.retention_once))
-            loops.extend((name, every.total_seconds(), fn, False) for name, every, fn in passes)
-            for name, interval_s, fn, first in loops:
+            loops.extend(
+                (name, every.total_seconds(), fn, False, True) for name, every, fn in passes
+            )
+            for name, interval_s, fn, first, singleton in loops:
                 if not self._stopped:
-                    self._loops.append(
-                        tg.create_task(
-                            self._every(interval_s, fn, first=first), name=f"scheduler.{name}"
-                        )
+                    loop = (self._while_leader if singleton else self._every)(
+                        interval_s, fn, first=first
                     )
+                    self._loops.append(tg.create_task(loop, name=f"scheduler.{name}"))
 
     async def _every(
         self, interval_s: float, fn: Callable[[], Awaitable[Any]], *, first: bool = True
@@ -283,6 +323,21 @@ class Scheduler:
                     exc_info=not isinstance(err, MemwardenError),
                 )
             await sleep_on(self.store.clock, interval_s)
+
+    async def _while_leader(
+        self, interval_s: float, fn: Callable[[], Awaitable[Any]], *, first: bool = True
+    ) -> None:
+        """:meth:`_every` from each election until the deposition (then cancelled)."""
+        while True:
+            await self.leadership.elected()
+            ticks = asyncio.ensure_future(self._every(interval_s, fn, first=first))
+            deposed = asyncio.ensure_future(self.leadership.deposed())
+            try:
+                await asyncio.wait({ticks, deposed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (ticks, deposed):
+                    task.cancel()
+                await asyncio.gather(ticks, deposed, return_exceptions=True)
 
     def stop(self) -> None:
         """Start no more sweeps, dispatches or passes; checks in flight go on."""

@@ -9,13 +9,21 @@ module reads what the batch needs and writes those rows with PostgreSQL's SQL
 requests and the dependency propagation have SQL of their own here (arrays instead of
 ``VALUES`` lists and ``IN``).
 
+Several writers (nodes) may ingest into one database: an ingestion job first takes a
+transaction-level advisory lock (:data:`INGEST_LOCK_KEY`; nodes' ingestion transactions
+take turns, and seqs follow commit order), appends the events with ``ON CONFLICT
+(event_id) DO NOTHING`` before any rule runs (only those stored are applied: exactly
+once by event id, whichever node delivers an event), takes their seqs from the log's
+sequence and locks the blocks they reach before reading their evidence.
+
 A job keeps nothing from one run to the next: the writer runs it again alone when
-another job of its batch failed.
+another job of its batch failed, and again when its transaction was a deadlock victim.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from typing import TYPE_CHECKING, Any
 
 from memwarden.memory import _apply
@@ -29,6 +37,7 @@ from memwarden.memory._apply import (
 from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_row
 from memwarden.memory._results import ApplyResult, StateChange
 from memwarden.memory._sql import EVIDENCE_UPDATE, REVALIDATION_INSERT
+from memwarden.memory.pg._ids import allocate
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -40,9 +49,13 @@ if TYPE_CHECKING:
     from memwarden.memory.pg._types import PgConnection
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["PgEventLog", "pg_sql"]
+__all__ = ["INGEST_LOCK_KEY", "PgEventLog", "pg_sql"]
 
 _Prepared = Any  # memwarden.memory._apply._Prepared
+# pg_advisory_xact_lock key of ingestion: the first 8 bytes of sha256(b"memwarden.ingest").
+INGEST_LOCK_KEY = int.from_bytes(hashlib.sha256(b"memwarden.ingest").digest()[:8], signed=True)
+_EVENT_INSERTS = frozenset({_apply._EVENT_INSERT, _apply._EVENT_INSERT_PLAIN})  # noqa: SLF001
+_EFFECT_INSERTS = frozenset({_apply._EFFECT_INSERT, _apply._EFFECT_INSERT_PLAIN})  # noqa: SLF001
 _EVIDENCE = ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
 _CLOSE_ANSWERED = (
     "UPDATE revalidations r SET status = 'done', finished_at = $6, outcome = v.outcome"
@@ -158,27 +171,80 @@ async def _apply_job(
         )
     if not prepared:
         return result
-    reads = await _fetch(conn, prepared)
-    batch = _apply._drop_duplicates(prepared, reads.existing, result)  # noqa: SLF001
-    if batch:
-        applied = _apply._EventBatch(now, cfg, result)  # noqa: SLF001
-        applied.route(reads)
-        await _run(conn, applied, batch, reads.first_seq)
-    return result
-
-
-async def _fetch(conn: PgConnection, prepared: list[_Prepared]) -> Any:
-    subjects = list({p[2] for p in prepared if p[8] is None})
-    direct = list({p[8] for p in prepared if p[8] is not None})
-    reads = _apply._Reads()  # noqa: SLF001
-    reads.first_seq = int(await conn.fetchval("SELECT coalesce(max(seq), 0) FROM events")) + 1
-    reads.existing = {
+    # Ingestion transactions take turns across nodes (held until this one commits): with
+    # many calls grouped in one transaction, each locking its blocks, two nodes' would
+    # otherwise deadlock on each other's rows; and the seqs are then handed out in commit
+    # order, so a reader following the log by seq never sees a later seq committed before
+    # an earlier one.
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", INGEST_LOCK_KEY)
+    existing = {
         r[0]
         for r in await conn.fetch(
             "SELECT event_id FROM events WHERE event_id = ANY($1::text[])",
             [p[0] for p in prepared],
         )
     }
+    batch = _apply._drop_duplicates(prepared, existing, result)  # noqa: SLF001
+    batch, seqs = await _append(conn, batch, now, result)
+    if batch:
+        await _lock_blocks(conn, batch)
+        reads = await _fetch(conn, batch)
+        applied = _apply._EventBatch(now, cfg, result)  # noqa: SLF001
+        applied.route(reads)
+        await _run(conn, applied, batch, seqs)
+    return result
+
+
+_EVENT_APPEND = (
+    "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"
+    " reliability, validity_window_s, request_id, block_id, message, observed, agent, agent_seq)"
+    " SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],"
+    " $6::float8[], $7::float8[], $8::float8[], $9::float8[], $10::text[], $11::text[],"
+    " $12::text[], $13::text[], $14::text[], $15::bigint[]) ORDER BY 2"
+    " ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+)
+
+
+async def _append(
+    conn: PgConnection, batch: list[_Prepared], now: float, result: ApplyResult
+) -> tuple[list[_Prepared], list[int]]:
+    """Append the events not yet in the log, each with a seq of the log's identity (in the
+    batch's order); the events stored and their seqs. An event id another writer stored
+    meanwhile (a node ingesting the same event: ``ON CONFLICT DO NOTHING`` waited for its
+    transaction and found the id) is a duplicate, as one read before. The rows go in
+    event id order, so two writers' unique-index locks are taken in one order."""
+    if not batch:
+        return [], []
+    seqs = await allocate(conn, "events", "seq", len(batch))
+    rows = [(seq, *p[:5], now, *p[5:]) for seq, p in zip(seqs, batch, strict=True)]
+    columns = [list(c) for c in zip(*rows, strict=True)]
+    stored = {r[0] for r in await conn.fetch(_EVENT_APPEND, *columns)}
+    if len(stored) == len(batch):
+        return batch, seqs
+    kept = [(p, seq) for p, seq in zip(batch, seqs, strict=True) if p[0] in stored]
+    result.duplicates += len(batch) - len(kept)
+    return [p for p, _ in kept], [seq for _, seq in kept]
+
+
+async def _lock_blocks(conn: PgConnection, batch: list[_Prepared]) -> None:
+    """Lock the blocks the events can reach, in rid order, before reading their evidence:
+    a writer on another node applying events to the same block waits for this
+    transaction, then reads what it wrote (no lost update), and two writers lock in one
+    order."""
+    subjects = list({p[2] for p in batch if p[8] is None})
+    direct = list({p[8] for p in batch if p[8] is not None})
+    await conn.execute(
+        "SELECT rid FROM blocks WHERE rid IN (SELECT block_rid FROM bindings"
+        " WHERE subject = ANY($1::text[])) OR id = ANY($2::text[]) ORDER BY rid FOR UPDATE",
+        subjects,
+        direct,
+    )
+
+
+async def _fetch(conn: PgConnection, prepared: list[_Prepared]) -> Any:
+    subjects = list({p[2] for p in prepared if p[8] is None})
+    direct = list({p[8] for p in prepared if p[8] is not None})
+    reads = _apply._Reads()  # noqa: SLF001
     reads.routes = [
         tuple(r)
         for r in await conn.fetch(
@@ -200,12 +266,14 @@ async def _fetch(conn: PgConnection, prepared: list[_Prepared]) -> Any:
     return reads
 
 
-async def _run(conn: PgConnection, applied: Any, batch: list[_Prepared], first_seq: int) -> None:
-    """``_EventBatch.run`` with PostgreSQL's SQL."""
+async def _run(conn: PgConnection, applied: Any, batch: list[_Prepared], seqs: list[int]) -> None:
+    """``_EventBatch.run`` with PostgreSQL's SQL; the events are in the log already
+    (:func:`_append`), ``seqs`` theirs."""
     now, result = applied.now, applied.result
     answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
     result.answered = [p[7] for p in batch if p[7] is not None]
-    statements, requests = applied._rules(batch, first_seq)  # noqa: SLF001
+    # The rules number the events from 0; each number becomes the event's seq.
+    statements, requests = applied._rules(batch, 0)  # noqa: SLF001
     # As on SQLite: the requests read with the routes close by id; the bindings not routed
     # (an event naming its block) by one statement over their keys.
     by_id, _ = applied._closing()  # noqa: SLF001
@@ -222,13 +290,13 @@ async def _run(conn: PgConnection, applied: Any, batch: list[_Prepared], first_s
         columns = [list(c) for c in zip(*keys, strict=True)]
         closed += [r[0] for r in await conn.fetch(_CLOSE_ANSWERED, *columns, now)]
     for sql, rows in [*statements, requests]:
-        if rows:
+        if sql in _EVENT_INSERTS or not rows:
+            continue
+        if sql in _EFFECT_INSERTS:  # (block_rid, event number, ...): the number's seq
+            await conn.executemany(pg_sql(sql), [(r[0], seqs[r[1]], *r[2:]) for r in rows])
+        else:
             await conn.executemany(pg_sql(sql), rows)
     result.accepted = len(batch)
-    # The log's seq is handed out here, as on SQLite: keep the identity in step.
-    await conn.execute(
-        "SELECT setval(pg_get_serial_sequence('events', 'seq'), $1)", first_seq + len(batch) - 1
-    )
     fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
     if fallen:
         result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=applied.cfg))
@@ -262,7 +330,7 @@ async def propagate_dependencies(
             break
         rows = await conn.fetch(
             f"SELECT {_EVIDENCE} FROM dependencies d JOIN blocks k ON k.rid = d.block_rid"
-            " WHERE d.depends_on = ANY($1::text[])",
+            " WHERE d.depends_on = ANY($1::text[]) ORDER BY k.rid FOR UPDATE OF k",
             frontier,
         )
         staled = stale_dependents(rows, seen, now, changes)

@@ -43,6 +43,7 @@ from memwarden.memory._codec import (
 )
 from memwarden.memory._ids import new_id
 from memwarden.memory._model import BlockState
+from memwarden.memory.pg._ids import allocate
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -109,25 +110,15 @@ class PgBlocks:
             records = [all_records[i] for i in keep]
             kept_news = [validated[i] for i in keep]
             keys = [all_keys[i] for i in keep]
-            # One writer: the next rids are ours to hand out, so bindings can name them.
-            # Never reuse a deleted block's rid: its effects (the event history) keep it.
-            first = int(
-                await conn.fetchval(
-                    "SELECT greatest(coalesce((SELECT max(rid) FROM blocks), 0),"
-                    " coalesce((SELECT max(block_rid) FROM effects), 0))"
-                )
-                + 1
-            )
-            rows = [(*record_to_row(r)[:-1], first + i, keys[i]) for i, r in enumerate(records)]
+            # The rids come from the identity's sequence: several writers (nodes) may add
+            # at once. Never reused (migration 3 moved the sequence past every rid the
+            # event history keeps), not necessarily contiguous.
+            rids = await allocate(conn, "blocks", "rid", len(records))
+            rows = [(*record_to_row(r)[:-1], rids[i], keys[i]) for i, r in enumerate(records)]
             if rows:
                 await conn.executemany(_BLOCK_INSERT, rows)
-                # Keep the identity in step (a row inserted without a rid gets a new one).
-                await conn.execute(
-                    "SELECT setval(pg_get_serial_sequence('blocks', 'rid'), $1)",
-                    first + len(rows) - 1,
-                )
             binding_rows = [
-                (first + i, b.sensor, b.subject, binding_selector_json(b), now)
+                (rids[i], b.sensor, b.subject, binding_selector_json(b), now)
                 for i, n in enumerate(kept_news)
                 for b in n.bindings
             ]
@@ -139,7 +130,7 @@ class PgBlocks:
                 )
             if 0 < len(records) < 100:
                 await conn.executemany(_AUDIT, [(now, actor, "add", r.id, "{}") for r in records])
-            await _insert_dependencies(conn, kept_news, first, {r.id for r in records})
+            await _insert_dependencies(conn, kept_news, rids, {r.id for r in records})
             return found
 
         found = await self.db.write(job)
@@ -342,11 +333,11 @@ async def _replace_bindings(
 
 
 async def _insert_dependencies(
-    conn: PgConnection, news: Sequence[NewBlock], first_rid: int, new_ids: set[str]
+    conn: PgConnection, news: Sequence[NewBlock], rids: Sequence[int], new_ids: set[str]
 ) -> None:
-    """Record ``depends_on``: every target exists (or comes in the same call) in the
-    dependent block's namespace."""
-    rows = dependency_rows(news, first_rid)
+    """Record ``depends_on`` (``rids``: the new blocks' rids in order): every target exists
+    (or comes in the same call) in the dependent block's namespace."""
+    rows = [(dep, rids[i]) for dep, i in dependency_rows(news, 0)]
     if not rows:
         return
     targets = list({dep for dep, _ in rows} - new_ids)

@@ -48,7 +48,12 @@ from memwarden.memory._schema import SCHEMA_VERSION as SQLITE_CODE_VERSION
 from memwarden.memory.pg._database import CONNECT_ERRORS, connect_error
 from memwarden.memory.pg._dsn import check_dsn, redact_dsn
 from memwarden.memory.pg._migrate import migrate
-from memwarden.memory.pg._schema import MIGRATIONS, SQLITE_SCHEMA_VERSION, SQLITE_SINCE
+from memwarden.memory.pg._schema import (
+    MIGRATIONS,
+    MOVE_IDENTITIES,
+    SQLITE_SCHEMA_VERSION,
+    SQLITE_SINCE,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -541,7 +546,8 @@ async def _copy_table(
 
 
 async def _move_sequences(conn: PgConnection, tables: list[_Table]) -> None:
-    """Identity columns continue after the copied numbers."""
+    """Identity columns continue after the copied numbers (rids and seqs after every one
+    the copied rows name, deleted blocks' and compacted events' too)."""
     for table in tables:
         for column in table.identity:
             await conn.execute(
@@ -549,6 +555,7 @@ async def _move_sequences(conn: PgConnection, tables: list[_Table]) -> None:
                 f'coalesce(max("{column}"), 1), max("{column}") IS NOT NULL) '
                 f'FROM "{table.name}"'
             )
+    await conn.execute(MOVE_IDENTITIES)
 
 
 async def _verify(

@@ -35,6 +35,7 @@ from __future__ import annotations
 __all__ = [
     "ADVISORY_LOCK_KEY",
     "MIGRATIONS",
+    "MOVE_IDENTITIES",
     "SCHEMA_VERSION",
     "SQLITE_SCHEMA_VERSION",
     "SQLITE_SINCE",
@@ -500,7 +501,51 @@ SELECT rid, greatest(updated_at, coalesce(last_accessed_at, updated_at)), import
     half_life_s, tier, state, stale_at FROM blocks;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# Block rids and event seqs continue past every number in use anywhere: a deleted block's
+# rid is kept by its effects, compacted runs and retention points, a compacted event's seq
+# by its effects and runs (migration 3; and after ``memwarden migrate --to`` copied a
+# store, whose rows may name them). Migration 3 holds its own copy: a migration that
+# shipped never changes.
+MOVE_IDENTITIES = """
+SELECT setval(pg_get_serial_sequence('blocks', 'rid'), greatest(
+    (SELECT max(rid) FROM blocks), (SELECT max(block_rid) FROM effects),
+    (SELECT max(block_rid) FROM event_runs), (SELECT max(block_rid) FROM retention_points),
+    1), greatest(
+    (SELECT max(rid) FROM blocks), (SELECT max(block_rid) FROM effects),
+    (SELECT max(block_rid) FROM event_runs), (SELECT max(block_rid) FROM retention_points))
+    IS NOT NULL);
+SELECT setval(pg_get_serial_sequence('events', 'seq'), greatest(
+    (SELECT max(seq) FROM events), (SELECT max(event_seq) FROM effects),
+    (SELECT max(last_seq) FROM event_runs), 1), greatest(
+    (SELECT max(seq) FROM events), (SELECT max(event_seq) FROM effects),
+    (SELECT max(last_seq) FROM event_runs)) IS NOT NULL);
+"""
+
+_V3 = """
+-- Several writers (nodes) on one database: block rids and event seqs come from their
+-- identities' sequences (memory/pg/_ids.py), no longer the highest plus one. Until now
+-- a writer handed them out and moved the sequence along; move each past every number in
+-- use anywhere, deleted blocks' rids that the event history keeps included, so none is
+-- ever handed out twice.
+SELECT setval(pg_get_serial_sequence('blocks', 'rid'), greatest(
+    (SELECT max(rid) FROM blocks), (SELECT max(block_rid) FROM effects),
+    (SELECT max(block_rid) FROM event_runs), (SELECT max(block_rid) FROM retention_points),
+    1), greatest(
+    (SELECT max(rid) FROM blocks), (SELECT max(block_rid) FROM effects),
+    (SELECT max(block_rid) FROM event_runs), (SELECT max(block_rid) FROM retention_points))
+    IS NOT NULL);
+SELECT setval(pg_get_serial_sequence('events', 'seq'), greatest(
+    (SELECT max(seq) FROM events), (SELECT max(event_seq) FROM effects),
+    (SELECT max(last_seq) FROM event_runs), 1), greatest(
+    (SELECT max(seq) FROM events), (SELECT max(event_seq) FROM effects),
+    (SELECT max(last_seq) FROM event_runs)) IS NOT NULL);
+-- Appending an event is INSERT ... ON CONFLICT (event_id) DO NOTHING: its unique index
+-- (events_event_id_key) is the arbiter between nodes delivering one event at once.
+COMMENT ON COLUMN events.event_id IS
+    'unique: the arbiter of exactly-once ingestion between writers (ON CONFLICT DO NOTHING)';
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # The SQLite schema version whose tables this schema holds: a copy from SQLite reads the

@@ -19,7 +19,9 @@ with SQLite; this module holds PostgreSQL's transaction and connection.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import random
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -37,6 +39,15 @@ log = structlog.get_logger("memwarden.store")
 
 # What a dead or unusable connection raises (as opposed to an error in a statement).
 _CONNECTION_ERRORS = (asyncpg.InterfaceError, OSError)  # TimeoutError is an OSError
+
+
+# Deadlock victim (40P01), serialization failure (40001): another transaction won a race.
+_CONFLICT_RETRIES = 5
+
+
+def _conflict(err: BaseException) -> bool:
+    cause = err.__cause__ if isinstance(err, StorageError) else err
+    return isinstance(cause, asyncpg.DeadlockDetectedError | asyncpg.SerializationError)
 
 
 def translate(err: BaseException) -> BaseException:
@@ -82,6 +93,7 @@ class PgWriter(BatchWriter["PgConnection"]):
         self._pool = pool
         self._conn: PgConnection | None = conn
         self.reconnects = 0
+        self.conflicts = 0  # transactions run again after a deadlock or serialization failure
 
     async def close(self) -> None:
         """Stop taking jobs, commit what was accepted, stop the task, give the connection
@@ -111,7 +123,21 @@ class PgWriter(BatchWriter["PgConnection"]):
     async def _transaction(self, jobs: list[Pending[Any]]) -> tuple[bool, Any] | None:
         """Run ``jobs`` in one transaction. None when all committed (futures settled) or
         the transaction itself failed (futures failed); otherwise the failing job's
-        ``(False, error)`` after rolling everything back."""
+        ``(False, error)`` after rolling everything back.
+
+        A transaction another writer's (another node's) chose as a deadlock victim, or
+        failed for serialization, is run again, up to :data:`_CONFLICT_RETRIES` times
+        after a short random pause: the jobs keep nothing from one run to the next."""
+        for attempt in range(_CONFLICT_RETRIES + 1):
+            outcome = await self._attempt(jobs)
+            if outcome is None or attempt == _CONFLICT_RETRIES or not _conflict(outcome[1]):
+                return outcome
+            self.conflicts += 1
+            log.info("store_write_conflict_retried", backend="postgresql", attempt=attempt + 1)
+            await asyncio.sleep(random.uniform(0.0, 0.005 * 2**attempt))  # noqa: S311 - jitter
+        return None  # pragma: no cover - the loop returns
+
+    async def _attempt(self, jobs: list[Pending[Any]]) -> tuple[bool, Any] | None:
         results: list[tuple[bool, Any]] = []
         try:
             conn = await self._connection()
