@@ -456,3 +456,16 @@ def test_pg_rule_translates_or_refuses(sql: str) -> None:
     assert ", 0)" not in out
     with pytest.raises(ValueError, match="cannot translate"):
         pg_rule("coalesce(x, 0)")
+
+
+async def test_decay_commits_range_by_range(pg_backend: Backend) -> None:
+    """Each range of rids is its own writer transaction (other writes can go in
+    between): 20 blocks in ranges of 6 rids are four commits."""
+    await pg_backend.blocks.add_many([{"content": f"fact {i}"} for i in range(20)])
+    pg_backend.clock.advance(400 * DAY)
+    writer = pg_backend.maint.db.writer
+    before = writer.commits
+    report = await pg_backend.maint.decay_cycle(chunk_rows=6)
+    assert report.chunks == 4
+    assert writer.commits - before == 4
+    assert report.archived == 20
