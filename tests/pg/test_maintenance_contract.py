@@ -469,3 +469,10 @@ async def test_decay_commits_range_by_range(pg_backend: Backend) -> None:
     assert report.chunks == 4
     assert writer.commits - before == 4
     assert report.archived == 20
+
+
+async def test_blocks_leave_room_for_a_second_version(pg_backend: Backend) -> None:
+    """Migration 4 keeps half of each page of ``blocks`` free, so the decay pass's new
+    row versions go on the same page (HOT: no index touched)."""
+    rows = await pg_backend.rows("SELECT reloptions FROM pg_class WHERE relname = 'blocks'")
+    assert rows == [(["fillfactor=50"],)]

@@ -76,7 +76,9 @@ async def test_newer_schema_is_refused_untouched(conn) -> None:
     """A database migrated by a newer memwarden is refused with a clear message."""
     await migrate(conn)
     await conn.execute("UPDATE schema_version SET version = 99")
-    with pytest.raises(StorageError, match=r"schema version 99, newer than this memwarden \(2\)"):
+    with pytest.raises(
+        StorageError, match=rf"schema version 99, newer than this memwarden \({SCHEMA_VERSION}\)"
+    ):
         await migrate(conn)
     assert await schema_version(conn) == 99
 
