@@ -274,6 +274,7 @@ async def script(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     log.append(_report(await m.heuristic_cycle()))  # nothing read since: nothing changes
     log.append(_report(await m.consolidate()))
     log.append(_report(await m.consolidate(limit=1)))
+    log.append(_report(await m.consolidate(limit=-1)))  # SQLite's LIMIT -1: no limit
     c.advance(60)
     log.append(_report(await m.decay_cycle(chunk_rows=3)))
     log.append(await m.record_series())
@@ -321,7 +322,7 @@ async def test_maintenance_answers_as_specified(
     """On each backend: the passes do what the rules say (bumps, extensions, a
     promotion with its score logged, archives with reasons, runs compacted)."""
     log = await script(backend, monkeypatch)
-    heuristic, idle, consolidated, limited, decay = log[:5]
+    heuristic, idle, consolidated, limited, unlimited, decay = log[:6]
     assert heuristic["blocks"] == 4
     assert heuristic["importance_raised"] == 2  # 12 reads: +0.15, 6 reads: +0.05
     assert heuristic["half_life_extended"] >= 1
@@ -330,6 +331,8 @@ async def test_maintenance_answers_as_specified(
     assert consolidated["promoted"]  # the block read in three sessions
     assert consolidated["considered"] >= 2
     assert limited["considered"] == 1
+    # Every short_term block scored before, less the ones promoted since.
+    assert unlimited["considered"] == consolidated["considered"] - len(consolidated["promoted"])
     assert decay["scanned"] == 8
     rows = await backend.dump()
     final = log[-1]

@@ -259,8 +259,8 @@ async def retention_histogram(db: PgDatabase, *, bins: int = 10) -> list[int]:
     ranges of 0-1, lowest first (retention as the last decay cycle left it)."""
     async with db.read() as conn:
         rows = await conn.fetch(
-            # floor, not a cast: PostgreSQL's cast to an integer rounds, SQLite's truncates.
-            "SELECT floor(least(greatest(retention, 0.0), 0.999999) * $1::bigint)::bigint,"
+            # trunc, not a cast: PostgreSQL's cast to an integer rounds, SQLite's truncates.
+            "SELECT trunc(least(greatest(retention, 0.0), 0.999999) * $1::bigint)::bigint,"
             " count(*) FROM blocks WHERE state <> 'archived' GROUP BY 1",
             bins,
         )

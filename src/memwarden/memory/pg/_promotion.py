@@ -102,7 +102,8 @@ async def consolidate(
     report = ConsolidationReport(scorer=cfg.promotion.scorer)
     prefilter, base = prefilter_sql(cfg, signal=_signal)
     guard = promotion_guard(cfg, now)
-    remaining = limit  # None: no limit
+    # None (or below 0, SQLite's LIMIT -1): no limit.
+    remaining = None if limit is None or limit < 0 else limit
     async with db.read() as conn:
         ranges = await rid_ranges(conn, cfg.decay.chunk_rows)
     for lo, hi in ranges:

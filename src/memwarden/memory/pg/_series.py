@@ -42,10 +42,9 @@ async def _sample(conn: PgConnection, now: float) -> tuple[float, list[tuple[Any
     backlog = await conn.fetchval(
         "SELECT count(*) FROM revalidations WHERE status IN ('pending', 'sent')"
     )
-    # The slot number: floor, not a cast (PostgreSQL's rounds; the value is never below 0,
-    # where SQLite's truncation and floor agree).
+    # The slot number: trunc, not a cast (PostgreSQL's cast rounds, SQLite's truncates).
     counted = await conn.fetch(
-        "SELECT sensor, outcome, floor((received_at - $1) / $2)::bigint AS b, count(*)"
+        "SELECT sensor, outcome, trunc((received_at - $1) / $2)::bigint AS b, count(*)"
         " FROM (SELECT sensor, outcome, received_at FROM events"
         " ORDER BY seq DESC LIMIT $3) e WHERE received_at >= $1 AND received_at < $4"
         " GROUP BY 1, 2, 3",
