@@ -98,7 +98,7 @@ async def decay_cycle(
     # The archival rule (policy.archive_reason's guards) over the retention just stored,
     # with the numbers its reason names.
     archivable, archivable_names = pg_named(
-        f"SELECT id, retention, (:now - {pg_rule(last_touched_sql(''))}) / {_DAY},"
+        f"SELECT rid, id, retention, (:now - {pg_rule(last_touched_sql(''))}) / {_DAY},"
         f" {pg_rule(effective_half_life_sql(''))} / {_DAY}, {pg_rule(stale_sql(''))}"
         " FROM blocks WHERE rid BETWEEN :lo AND :hi AND state <> 'archived'"
         " AND tier <> 'core' AND (validated_at IS NULL OR stale_at IS NULL OR stale_at <= :now)"
@@ -113,18 +113,21 @@ async def decay_cycle(
         rows = await conn.fetch(archivable, *arguments(archivable_names, bounds))
         if not rows:
             return scanned, changed, []
-        ids = [str(r[0]) for r in rows]
+        ids = [str(r[1]) for r in rows]
         reasons = [
-            archive_reason_text(float(r[1]), below, float(r[2]), float(r[3]), stale=bool(r[4]))
+            archive_reason_text(float(r[2]), below, float(r[3]), float(r[4]), stale=bool(r[5]))
             for r in rows
         ]
+        # By rid, inside the range: the primary key's range, never a scan of the table.
         await conn.execute(
             "UPDATE blocks b SET state = 'archived', archived_at = $1, updated_at = $1,"
-            " archive_reason = v.reason FROM unnest($2::text[], $3::text[]) AS v(id, reason)"
-            " WHERE b.id = v.id",
+            " archive_reason = v.reason FROM unnest($2::bigint[], $3::text[]) AS v(rid, reason)"
+            " WHERE b.rid = v.rid AND b.rid BETWEEN $4 AND $5",
             now,
-            ids,
+            [int(r[0]) for r in rows],
             reasons,
+            lo,
+            hi,
         )
         await conn.execute(
             "INSERT INTO audit (at, actor, action, block_id, detail)"
