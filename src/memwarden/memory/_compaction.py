@@ -30,7 +30,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Protocol, TypeVar
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,15 +39,28 @@ from memwarden.memory._durations import Duration
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from contextlib import AbstractAsyncContextManager
 
     import aiosqlite
 
     from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
 
-__all__ = ["CompactionConfig", "CompactionReport", "compact"]
+__all__ = [
+    "WINDOW_SELECT",
+    "CompactionConfig",
+    "CompactionReport",
+    "CompactionSteps",
+    "Window",
+    "compact",
+    "plan_unmatched",
+    "plan_window",
+    "run_compaction",
+]
 
 T = TypeVar("T")
+C = TypeVar("C")  # a backend's connection
+C_co = TypeVar("C_co", covariant=True)
 
 log = structlog.get_logger("memwarden.store")
 
@@ -129,7 +142,7 @@ class _Run:
 
 
 @dataclass(slots=True)
-class _Window:
+class Window:
     """The deletions and run rows one writer job makes for one block."""
 
     rid: int
@@ -190,7 +203,7 @@ def _inert(
     return keys <= _INERT_DETAIL
 
 
-_WINDOW_SELECT = (
+WINDOW_SELECT = (
     "SELECT f.event_seq, e.sensor, e.outcome, e.observed_at, e.received_at,"
     " f.state_before, f.state_after, f.reliability_before, f.reliability_after, f.detail,"
     " r.first_seq, r.count, r.first_observed_at"
@@ -200,7 +213,7 @@ _WINDOW_SELECT = (
 )
 
 
-def _plan(rows: list[Any], window: _Window, cutoff: float, limit: int) -> int | None:
+def _plan(rows: list[Any], window: Window, cutoff: float, limit: int) -> int | None:
     """Find the runs in one window of a block's effects; the seq to resume at, or None."""
     open_runs: dict[str, _Run] = {}
     done = True
@@ -242,12 +255,20 @@ def _plan(rows: list[Any], window: _Window, cutoff: float, limit: int) -> int | 
     return resume if resume > first_seq else int(rows[-1][0]) + 1
 
 
+def plan_window(
+    rows: list[Any], rid: int, *, cutoff: float, limit: int, now: float
+) -> tuple[int | None, Window]:
+    """The runs to compact in one window of a block's effects (``WINDOW_SELECT``'s rows)
+    and the seq to resume at (None: the block is done)."""
+    window = Window(rid=rid, now=now)
+    return _plan(rows, window, cutoff, limit), window
+
+
 async def _compact_block_window(
     conn: aiosqlite.Connection, rid: int, start: int, *, cutoff: float, limit: int, now: float
-) -> tuple[int | None, _Window]:
-    rows = list(await conn.execute_fetchall(_WINDOW_SELECT, (rid, start, limit)))
-    window = _Window(rid=rid, now=now)
-    resume = _plan(rows, window, cutoff, limit)
+) -> tuple[int | None, Window]:
+    rows = list(await conn.execute_fetchall(WINDOW_SELECT, (rid, start, limit)))
+    resume, window = plan_window(rows, rid, cutoff=cutoff, limit=limit, now=now)
     if not window.effects:
         return resume, window
     await conn.execute("INSERT INTO compaction_guard (id) VALUES (1)")
@@ -286,29 +307,16 @@ def _in(n: int) -> str:
     return "(" + ",".join("?" * n) + ")"
 
 
-_UNMATCHED_KEY = "compaction_unmatched_seq"  # meta: events below it were looked at
+UNMATCHED_KEY = "compaction_unmatched_seq"  # meta: events below it were looked at
 
 
-async def _compact_unmatched(
-    conn: aiosqlite.Connection, *, cutoff: float, limit: int
-) -> tuple[int, int, bool]:
-    """One window of the events that reached no block: counted per sensor, outcome and
-    day, then deleted. Returns (rows looked at, events deleted, done)."""
-    async with conn.execute("SELECT value FROM meta WHERE key = ?", (_UNMATCHED_KEY,)) as cur:
-        row = await cur.fetchone()
-    start = int(row[0]) if row is not None else 0
-    rows = list(
-        await conn.execute_fetchall(
-            "SELECT e.seq, e.sensor, e.outcome, e.received_at,"
-            " EXISTS (SELECT 1 FROM effects f WHERE f.event_seq = e.seq)"
-            " FROM events e WHERE e.seq >= ? ORDER BY e.seq LIMIT ?",
-            (start, limit),
-        )
-    )
-    # The newest event stays whatever it is: seq is max(seq) + 1, and a reused seq would
-    # be skipped by a reader following the log (``events_after``).
-    async with conn.execute("SELECT coalesce(max(seq), 0) FROM events") as cur:
-        newest = int((await cur.fetchone() or (0,))[0])
+def plan_unmatched(
+    rows: list[Any], *, start: int, newest: int, cutoff: float, limit: int
+) -> tuple[list[int], list[tuple[Any, ...]], int, bool]:
+    """One window of the log (``(seq, sensor, outcome, received_at, reached)`` rows from
+    ``start``): the seqs of the events that reached no block and may go, their
+    ``unmatched_counts`` rows (sensor, day, outcome, count, first, last), the seq to
+    resume at and whether the log is done."""
     gone: list[int] = []
     counts: dict[tuple[str, str, str], list[float]] = {}
     resume = start
@@ -329,6 +337,33 @@ async def _compact_unmatched(
         seen[0] += 1
         seen[1] = min(seen[1], received_at)
         seen[2] = max(seen[2], received_at)
+    rows_out = [(*key, int(c), first, last) for key, (c, first, last) in counts.items()]
+    return gone, rows_out, resume, done
+
+
+async def _compact_unmatched(
+    conn: aiosqlite.Connection, *, cutoff: float, limit: int
+) -> tuple[int, int, bool]:
+    """One window of the events that reached no block: counted per sensor, outcome and
+    day, then deleted. Returns (rows looked at, events deleted, done)."""
+    async with conn.execute("SELECT value FROM meta WHERE key = ?", (UNMATCHED_KEY,)) as cur:
+        row = await cur.fetchone()
+    start = int(row[0]) if row is not None else 0
+    rows = list(
+        await conn.execute_fetchall(
+            "SELECT e.seq, e.sensor, e.outcome, e.received_at,"
+            " EXISTS (SELECT 1 FROM effects f WHERE f.event_seq = e.seq)"
+            " FROM events e WHERE e.seq >= ? ORDER BY e.seq LIMIT ?",
+            (start, limit),
+        )
+    )
+    # The newest event stays whatever it is: seq is max(seq) + 1, and a reused seq would
+    # be skipped by a reader following the log (``events_after``).
+    async with conn.execute("SELECT coalesce(max(seq), 0) FROM events") as cur:
+        newest = int((await cur.fetchone() or (0,))[0])
+    gone, counts, resume, done = plan_unmatched(
+        rows, start=start, newest=newest, cutoff=cutoff, limit=limit
+    )
     if gone:
         await conn.executemany(
             "INSERT INTO unmatched_counts (sensor, day, outcome, count, first_received_at,"
@@ -336,7 +371,7 @@ async def _compact_unmatched(
             " DO UPDATE SET count = count + excluded.count,"
             " first_received_at = min(first_received_at, excluded.first_received_at),"
             " last_received_at = max(last_received_at, excluded.last_received_at)",
-            [(*key, int(c), first, last) for key, (c, first, last) in counts.items()],
+            counts,
         )
         await conn.execute("INSERT INTO compaction_guard (id) VALUES (1)")
         try:
@@ -348,7 +383,7 @@ async def _compact_unmatched(
         await conn.execute(
             "INSERT INTO meta (key, value) VALUES (?, ?)"
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (_UNMATCHED_KEY, str(resume)),
+            (UNMATCHED_KEY, str(resume)),
         )
     return len(rows), len(gone), done
 
@@ -388,14 +423,58 @@ async def _prune_revalidations(
         return max(0, cur.rowcount)
 
 
+@dataclass(frozen=True, slots=True)
+class CompactionSteps(Generic[C]):
+    """A backend's steps of a compaction pass, each a function of a connection (a reader's
+    for ``busy_blocks``, the writer's inside a job for the others)."""
+
+    busy_blocks: Callable[[C], Awaitable[list[int]]]  # rids with 3 effects or more
+    # (conn, rid, start, *, cutoff, limit, now) -> (resume at, window)
+    block_window: Callable[..., Awaitable[tuple[int | None, Window]]]
+    # (conn, *, cutoff, limit) -> (rows looked at, events deleted, done)
+    unmatched: Callable[..., Awaitable[tuple[int, int, bool]]]
+    dead_letters: Callable[[C, CompactionConfig, float, int], Awaitable[int]]
+    revalidations: Callable[[C, CompactionConfig, float, int], Awaitable[int]]
+
+
+class _Db(Protocol[C_co]):
+    def read(self) -> AbstractAsyncContextManager[C_co]: ...
+
+    async def write(self, job: Callable[[Any], Awaitable[T]], *, weight: int = 1) -> T: ...
+
+
+async def _busy_blocks(conn: aiosqlite.Connection) -> list[int]:
+    rows = await conn.execute_fetchall(
+        "SELECT block_rid FROM effects GROUP BY block_rid HAVING count(*) >= 3"
+    )
+    return [int(r[0]) for r in rows]
+
+
+SQLITE_STEPS: CompactionSteps[aiosqlite.Connection] = CompactionSteps(
+    busy_blocks=_busy_blocks,
+    block_window=_compact_block_window,
+    unmatched=_compact_unmatched,
+    dead_letters=_prune_dead_letters,
+    revalidations=_prune_revalidations,
+)
+
+
 async def compact(db: Database, clock: Clock, cfg: CompactionConfig) -> CompactionReport:
     """One compaction pass over the whole event log, then the dead letters and the
     revalidation requests that are over."""
+    return await run_compaction(db, clock, cfg, SQLITE_STEPS)
+
+
+async def run_compaction(
+    db: _Db[C], clock: Clock, cfg: CompactionConfig, steps: CompactionSteps[C]
+) -> CompactionReport:
+    """:func:`compact` with a backend's ``steps`` on its database (SQLite's or
+    PostgreSQL's): each step is one writer job, so the writer is never held long."""
     submit, read = db.write, db.read
     report = CompactionReport()
 
-    async def write(fn: Callable[[aiosqlite.Connection], Awaitable[T]], *, weight: int) -> T:
-        async def timed(conn: aiosqlite.Connection) -> T:
+    async def write(fn: Callable[[C], Awaitable[T]], *, weight: int) -> T:
+        async def timed(conn: C) -> T:
             began = time.perf_counter()
             try:
                 return await fn(conn)
@@ -409,18 +488,14 @@ async def compact(db: Database, clock: Clock, cfg: CompactionConfig) -> Compacti
     cutoff = now - cfg.after.total_seconds()
     limit = cfg.window_rows
     async with read() as conn:
-        rows = await conn.execute_fetchall(
-            "SELECT block_rid FROM effects GROUP BY block_rid HAVING count(*) >= 3"
-        )
-    for (rid,) in rows:
+        rids = await steps.busy_blocks(conn)
+    for rid in rids:
         report.blocks += 1
         start: int | None = 0
         while start is not None:
 
-            async def job(
-                conn: aiosqlite.Connection, rid: int = rid, start: int = start
-            ) -> tuple[int | None, _Window]:
-                return await _compact_block_window(
+            async def job(conn: C, rid: int = rid, start: int = start) -> tuple[int | None, Window]:
+                return await steps.block_window(
                     conn, rid, start, cutoff=cutoff, limit=limit, now=now
                 )
 
@@ -430,8 +505,8 @@ async def compact(db: Database, clock: Clock, cfg: CompactionConfig) -> Compacti
             report.effects_deleted += len(window.effects)
             report.events_deleted += window.events_deleted
 
-    async def unmatched(conn: aiosqlite.Connection) -> tuple[int, int, bool]:
-        return await _compact_unmatched(conn, cutoff=cutoff, limit=limit)
+    async def unmatched(conn: C) -> tuple[int, int, bool]:
+        return await steps.unmatched(conn, cutoff=cutoff, limit=limit)
 
     while True:
         _, deleted_events, done = await write(unmatched, weight=limit)
@@ -441,8 +516,8 @@ async def compact(db: Database, clock: Clock, cfg: CompactionConfig) -> Compacti
         if done:
             break
 
-    async def prune(conn: aiosqlite.Connection) -> int:
-        return await _prune_dead_letters(conn, cfg, now, limit)
+    async def prune(conn: C) -> int:
+        return await steps.dead_letters(conn, cfg, now, limit)
 
     while True:
         deleted = await write(prune, weight=limit)
@@ -451,8 +526,8 @@ async def compact(db: Database, clock: Clock, cfg: CompactionConfig) -> Compacti
         if deleted == 0:
             break
 
-    async def finished(conn: aiosqlite.Connection) -> int:
-        return await _prune_revalidations(conn, cfg, now, limit)
+    async def finished(conn: C) -> int:
+        return await steps.revalidations(conn, cfg, now, limit)
 
     while True:
         deleted = await write(finished, weight=limit)

@@ -19,13 +19,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
     from memwarden.memory._database import Database
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["MAX_POINTS", "RetentionPoint", "read_points", "retention_at", "retention_line"]
+__all__ = [
+    "MAX_POINTS",
+    "POINTS_SELECT",
+    "RetentionPoint",
+    "points_of",
+    "read_points",
+    "retention_at",
+    "retention_line",
+]
 
 MAX_POINTS = 500  # per block, the newest (the schema's trigger trims past this)
 _FRESHNESS_STATES = frozenset({"fresh", "unverified"})
@@ -122,12 +132,20 @@ async def read_points(
 ) -> list[RetentionPoint]:
     """A block's retention points, oldest first (the newest ``limit``)."""
     async with db.read() as conn:
-        rows = await conn.execute_fetchall(
-            "SELECT at, importance, touched_at, half_life_s, tier, state, stale_at"
-            " FROM retention_points WHERE block_rid = (SELECT rid FROM blocks WHERE id = ?)"
-            " ORDER BY at DESC LIMIT ?",
-            (block_id, limit),
-        )
+        rows = await conn.execute_fetchall(POINTS_SELECT, (block_id, limit))
+    return points_of(rows)
+
+
+# A block's points, newest first (parameters: the block's id, how many).
+POINTS_SELECT = (
+    "SELECT at, importance, touched_at, half_life_s, tier, state, stale_at"
+    " FROM retention_points WHERE block_rid = (SELECT rid FROM blocks WHERE id = ?)"
+    " ORDER BY at DESC LIMIT ?"
+)
+
+
+def points_of(rows: Iterable[Sequence[Any]]) -> list[RetentionPoint]:
+    """``POINTS_SELECT``'s rows (newest first) as points, oldest first."""
     return [
         RetentionPoint(
             at=float(r[0]),

@@ -38,7 +38,17 @@ if TYPE_CHECKING:
     from memwarden.memory._scorelog import ScoreLog
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["ConsolidationReport", "consolidate", "record_accesses"]
+__all__ = [
+    "ConsolidationReport",
+    "Verdict",
+    "append_lines",
+    "consolidate",
+    "judge",
+    "prefilter_sql",
+    "promotion_guard",
+    "record_accesses",
+    "settle",
+]
 
 log = structlog.get_logger("memwarden.store")
 
@@ -61,7 +71,7 @@ _ACCESS_COLUMNS = (
 _BLOCK_SELECT = ", ".join(f"b.{c}" for c in BLOCK_COLUMNS)
 
 
-async def _append_lines(score_log: ScoreLog | None, lines: list[dict[str, Any]]) -> None:
+async def append_lines(score_log: ScoreLog | None, lines: list[dict[str, Any]]) -> None:
     """Write score-log lines off the event loop (file I/O)."""
     if score_log is None or not lines:
         return
@@ -239,7 +249,7 @@ async def record_accesses(
             )
             for r in promoted
         ]
-        await _append_lines(score_log, lines)
+        await append_lines(score_log, lines)
     return [r.id for r in promoted]
 
 
@@ -282,13 +292,20 @@ class ConsolidationReport:
         }
 
 
-def _prefilter_sql(cfg: PolicyConfig) -> tuple[str, dict[str, Any]]:
+def _json_signal(key: str) -> str:
+    return f"coalesce(json_extract(b.signals, '$.{key}'), 0) > 0"
+
+
+def prefilter_sql(
+    cfg: PolicyConfig, *, signal: Callable[[str], str] = _json_signal
+) -> tuple[str, dict[str, Any]]:
     """Blocks the consolidation pass scores: short_term, not gone, not ephemeral, and
     (for the composite scorer) with enough reads or an immediate trigger.
 
     A cheap SQL cut: whatever it drops could never be promoted. Stale, unreliable,
     flapping and cooling-down blocks pass it and are refused by the verdict, with the
-    reasons in the score log.
+    reasons in the score log. ``signal(key)`` is the backend's test "the block's signal
+    ``key`` is above 0" (SQLite: ``json_extract``).
     """
     where = (
         "b.tier = 'short_term' AND b.state NOT IN ('archived', 'refuted')"
@@ -299,8 +316,7 @@ def _prefilter_sql(cfg: PolicyConfig) -> tuple[str, dict[str, Any]]:
         c = cfg.promotion.composite
         where += (
             " AND (b.access_count >= :min_access OR b.session_count >= :trigger_sessions"
-            " OR coalesce(json_extract(b.signals, '$.user_corrections'), 0) > 0"
-            " OR coalesce(json_extract(b.signals, '$.explicit_importance'), 0) > 0)"
+            f" OR {signal('user_corrections')} OR {signal('explicit_importance')})"
         )
         params["min_access"] = min(c.minimum_access_count, c.fallback_access_count)
         params["trigger_sessions"] = c.immediate_session_count
@@ -337,6 +353,58 @@ async def _load_candidates(
     return records, times, sessions
 
 
+Verdict = tuple[BlockRecord, ScoreResult, bool, list[str]]
+"""A scored block: its record, its score, whether the verdict promotes it, the refusals."""
+
+
+def promotion_guard(cfg: PolicyConfig, now: float) -> dict[str, Any]:
+    """The values the promoting ``UPDATE`` re-checks (fresh, reliable, not cooling down)."""
+    return {
+        "now": now,
+        "min_reliability": cfg.promotion.min_reliability,
+        "cooldown_start": now - cfg.evidence.promotion_cooldown.total_seconds(),
+    }
+
+
+def judge(
+    records: Sequence[BlockRecord],
+    times: dict[str, list[float]],
+    sessions: dict[str, int],
+    now: float,
+    cfg: PolicyConfig,
+) -> list[Verdict]:
+    """Score each record with the configured scorer and give the consolidation verdict."""
+    verdicts: list[Verdict] = []
+    for rec in records:
+        result = score(PromotionInputs(rec, now, times.get(rec.id, []), sessions.get(rec.id)), cfg)
+        promote, reasons = consolidation_verdict(rec, result, now, cfg)
+        verdicts.append((rec, result, promote, reasons))
+    return verdicts
+
+
+def settle(
+    report: ConsolidationReport, verdicts: Sequence[Verdict], promoted: set[str], now: float
+) -> list[dict[str, Any]]:
+    """Count the verdicts into ``report`` (``promoted``: the ids the ``UPDATE`` promoted)
+    and return the score-log lines, one per scoring."""
+    lines = []
+    for rec, result, promote, refusals in verdicts:
+        report.considered += 1
+        report.candidates += result.candidate
+        report.fallback_used += result.fallback_used
+        done = rec.id in promoted
+        reasons = refusals
+        if done:
+            report.promoted.append(rec.id)
+        elif result.candidate:
+            reasons = refusals if not promote else ["changed since it was scored"]
+            report.refused[rec.id] = reasons
+        lines.append(
+            _score_line(result, at=now, event="consolidation", promoted=done, reasons=reasons)
+        )
+    return lines
+
+
 async def consolidate(
     db: Database,
     clock: Clock,
@@ -359,12 +427,8 @@ async def consolidate(
     started = time.perf_counter()
     now = clock.time()
     report = ConsolidationReport(scorer=cfg.promotion.scorer)
-    prefilter, base = _prefilter_sql(cfg)
-    guard = {
-        "now": now,
-        "min_reliability": cfg.promotion.min_reliability,
-        "cooldown_start": now - cfg.evidence.promotion_cooldown.total_seconds(),
-    }
+    prefilter, base = prefilter_sql(cfg)
+    guard = promotion_guard(cfg, now)
     remaining = limit if limit is not None else -1  # LIMIT -1: no limit
     async with db.read() as conn:
         ranges = await rid_ranges(conn, cfg.decay.chunk_rows)
@@ -378,33 +442,13 @@ async def consolidate(
             )
         if remaining > 0:
             remaining -= len(records)
-        verdicts: list[tuple[BlockRecord, ScoreResult, bool, list[str]]] = []
-        for rec in records:
-            result = score(
-                PromotionInputs(rec, now, times.get(rec.id, []), sessions.get(rec.id)), cfg
-            )
-            promote, reasons = consolidation_verdict(rec, result, now, cfg)
-            verdicts.append((rec, result, promote, reasons))
+        verdicts = judge(records, times, sessions, now, cfg)
         accepted = [rec for rec, _, promote, _ in verdicts if promote]
         promoted: set[str] = set()
         if accepted:
             promoted = await db.write(_promote_job(accepted, guard))
-        lines = []
-        for rec, result, promote, refusals in verdicts:
-            report.considered += 1
-            report.candidates += result.candidate
-            report.fallback_used += result.fallback_used
-            done = rec.id in promoted
-            reasons = refusals
-            if done:
-                report.promoted.append(rec.id)
-            elif result.candidate:
-                reasons = refusals if not promote else ["changed since it was scored"]
-                report.refused[rec.id] = reasons
-            lines.append(
-                _score_line(result, at=now, event="consolidation", promoted=done, reasons=reasons)
-            )
-        await _append_lines(score_log, lines)
+        lines = settle(report, verdicts, promoted, now)
+        await append_lines(score_log, lines)
     report.duration_s = time.perf_counter() - started
     log.info(
         "consolidation_done",

@@ -16,15 +16,29 @@ about 4 000 slots times a few dozen keys, a few hundred kilobytes.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
     import aiosqlite
 
     from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
 
-__all__ = ["KEEP_S", "METRICS", "STEP_S", "outcome_key", "read", "record", "slot_of"]
+__all__ = [
+    "KEEP_S",
+    "METRICS",
+    "SCAN",
+    "STEP_S",
+    "count_start",
+    "outcome_key",
+    "read",
+    "record",
+    "sample_rows",
+    "series_of",
+    "slot_of",
+]
 
 STEP_S = 300.0  # one sample per 5 minutes
 KEEP_S = 14 * 86400.0  # the series' retention: 14 days
@@ -46,32 +60,31 @@ async def _counted_from(conn: aiosqlite.Connection, now: float) -> float:
         "SELECT max(at) FROM metric_series WHERE metric = 'backlog' AND at < ?", (slot,)
     ) as cur:
         row = await cur.fetchone()
-    last = row[0] if row and row[0] is not None else slot - STEP_S
-    return max(min(float(last), slot - STEP_S), slot_of(now - KEEP_S))
+    return count_start(now, row[0] if row else None)
+
+
+def count_start(now: float, last_backlog: float | None) -> float:
+    """Where a pass at ``now`` starts counting events, given the newest ``backlog`` slot
+    before this one (None: none)."""
+    slot = slot_of(now)
+    last = slot - STEP_S if last_backlog is None else float(last_backlog)
+    return max(min(last, slot - STEP_S), slot_of(now - KEEP_S))
 
 
 async def _sample(
     conn: aiosqlite.Connection, now: float, counted_from: float
 ) -> list[tuple[str, str, float, int]]:
     slot = slot_of(now)
-    rows: list[tuple[str, str, float, int]] = []
     async with conn.execute(
         "SELECT CASE WHEN state IN ('fresh','unverified') AND stale_at <= ?"
         " THEN 'stale' ELSE state END AS s, tier, count(*) FROM blocks GROUP BY s, tier",
         (now,),
     ) as cur:
-        by_state: dict[str, int] = defaultdict(int)
-        by_tier: dict[str, int] = defaultdict(int)
-        for state, tier, n in await cur.fetchall():
-            by_state[str(state)] += int(n)
-            by_tier[str(tier)] += int(n)
-    rows += [("state", k, slot, v) for k, v in by_state.items()]
-    rows += [("tier", k, slot, v) for k, v in by_tier.items()]
+        states = list(await cur.fetchall())
     async with conn.execute(
         "SELECT count(*) FROM revalidations WHERE status IN ('pending', 'sent')"
     ) as cur:
         backlog = (await cur.fetchone() or (0,))[0]
-    rows.append(("backlog", "", slot, int(backlog)))
     # This slot so far and the ones since the previous pass (at least the one before,
     # complete now that it is over): they replace what an earlier pass wrote, so every
     # slot is complete once a pass ran after it.
@@ -82,7 +95,29 @@ async def _sample(
         " GROUP BY sensor, outcome, b",
         (counted_from, STEP_S, SCAN, counted_from, slot + STEP_S),
     ) as cur:
-        counted = await cur.fetchall()
+        counted = list(await cur.fetchall())
+    return sample_rows(now, counted_from, states, int(backlog), counted)
+
+
+def sample_rows(
+    now: float,
+    counted_from: float,
+    states: Iterable[Sequence[Any]],
+    backlog: int,
+    counted: Iterable[Sequence[Any]],
+) -> list[tuple[str, str, float, int]]:
+    """The rows of one sample: ``states`` are (state as of now, tier, count), ``counted``
+    (sensor, outcome, slot number from ``counted_from``, count)."""
+    slot = slot_of(now)
+    rows: list[tuple[str, str, float, int]] = []
+    by_state: dict[str, int] = defaultdict(int)
+    by_tier: dict[str, int] = defaultdict(int)
+    for state, tier, n in states:
+        by_state[str(state)] += int(n)
+        by_tier[str(tier)] += int(n)
+    rows += [("state", k, slot, v) for k, v in by_state.items()]
+    rows += [("tier", k, slot, v) for k, v in by_tier.items()]
+    rows.append(("backlog", "", slot, backlog))
     events: dict[tuple[str, float], int] = defaultdict(int)
     errors: dict[tuple[str, float], int] = defaultdict(int)
     for sensor, outcome, bucket, n in counted:
@@ -136,6 +171,11 @@ async def read(db: Database, metric: str, *, since: float) -> dict[str, list[tup
             " ORDER BY key, at",
             (metric, since),
         )
+    return series_of(rows)
+
+
+def series_of(rows: Iterable[Sequence[Any]]) -> dict[str, list[tuple[float, int]]]:
+    """(key, at, value) rows, ordered by key and time, as a series by key."""
     out: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for key, at, value in rows:
         out[str(key)].append((float(at), int(value)))

@@ -46,6 +46,7 @@ __all__ = [
     "save_record",
     "select_in",
     "select_in_now",
+    "split_range",
 ]
 
 T = TypeVar("T")
@@ -183,6 +184,10 @@ async def rid_ranges(conn: aiosqlite.Connection, chunk_rows: int) -> list[tuple[
         row = await cur.fetchone()
     if row is None or row[0] is None:
         return []
-    lo, hi = int(row[0]), int(row[1])
+    return split_range(int(row[0]), int(row[1]), chunk_rows)
+
+
+def split_range(lo: int, hi: int, chunk_rows: int) -> list[tuple[int, int]]:
+    """Consecutive ``(lo, hi)`` ranges of ``chunk_rows`` rids from ``lo`` to ``hi``."""
     step = max(1, chunk_rows)
     return [(start, min(hi, start + step - 1)) for start in range(lo, hi + 1, step)]

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "archive_reason",
+    "archive_reason_text",
     "effective_half_life_s",
     "heuristic_cycle",
     "is_stale",
@@ -81,10 +82,18 @@ def archive_reason(rec: BlockRecord, now: float, cfg: PolicyConfig) -> str | Non
         return None
     days = (now - rec.last_touched()) / 86400.0
     half_life_days = effective_half_life_s(rec, now, cfg) / 86400.0
-    stale = ", stale" if is_stale(rec, now) else ""
+    return archive_reason_text(
+        kept, cfg.decay.archive_below, days, half_life_days, stale=is_stale(rec, now)
+    )
+
+
+def archive_reason_text(
+    kept: float, archive_below: float, days: float, half_life_days: float, *, stale: bool
+) -> str:
+    """The words of :func:`archive_reason` (the store's SQL writes the same)."""
     return (
-        f"retention {kept:.3f} < {cfg.decay.archive_below:g} "
-        f"(untouched {days:.1f}d, half-life {half_life_days:.3g}d{stale})"
+        f"retention {kept:.3f} < {archive_below:g} "
+        f"(untouched {days:.1f}d, half-life {half_life_days:.3g}d{', stale' if stale else ''})"
     )
 
 
