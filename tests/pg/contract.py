@@ -36,3 +36,57 @@ async def dump_tables(
         ]
         for table, (cols, order) in tables.items()
     }
+
+
+async def pg_tables(conn: Any) -> dict[str, list[str]]:
+    """Each table of a PostgreSQL store with the columns both backends store (generated
+    ones left out), but the ones only a copy or a transaction uses."""
+    rows = await conn.fetch(
+        "SELECT table_name, column_name FROM information_schema.columns"
+        " WHERE table_schema = current_schema() AND is_generated = 'NEVER'"
+        " AND table_name NOT IN ('schema_version', 'copy_progress', 'compaction_guard')"
+        " ORDER BY table_name, ordinal_position"
+    )
+    out: dict[str, list[str]] = {}
+    for table, column in rows:
+        out.setdefault(table, []).append(column)
+    return out
+
+
+async def every_row(
+    rows: Callable[[str], Awaitable[list[tuple[Any, ...]]]], tables: Mapping[str, list[str]]
+) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of ``tables`` as ``rows(sql)`` reads them, normalised, in a sorted order
+    (not the backends' own: they sort NULL apart)."""
+    return {
+        table: sorted(
+            (
+                tuple(_normalised(v) for v in r)
+                for r in await rows(f"SELECT {', '.join(cols)} FROM {table}")
+            ),
+            key=repr,
+        )
+        for table, cols in tables.items()
+    }
+
+
+async def pg_holding(conn: Any, text: str) -> list[str]:
+    """``table.column`` of every text, JSON, bytea and tsvector value of a PostgreSQL
+    database that holds ``text`` (case-insensitive; a tsvector's lexemes are lowercase)."""
+    columns = await conn.fetch(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns"
+        " WHERE table_schema = current_schema() AND data_type IN"
+        " ('text', 'character varying', 'json', 'jsonb', 'bytea', 'tsvector')"
+    )
+    found = []
+    for table, column, kind in columns:
+        value = f'"{column}"'
+        if kind == "bytea":
+            value = f"encode(\"{column}\", 'escape')"
+        hits = await conn.fetchval(
+            f'SELECT count(*) FROM "{table}" WHERE strpos(lower({value}::text), lower($1)) > 0',
+            text,
+        )
+        if hits:
+            found.append(f"{table}.{column}")
+    return found

@@ -39,15 +39,15 @@ if TYPE_CHECKING:
     from memwarden.memory.pg._types import PgConnection
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["RANK_WEIGHTS", "PgSearch"]
+__all__ = ["CONFIG", "RANK_WEIGHTS", "WORDS", "PgSearch"]
 
 # ts_rank_cd's weights for {D, C, B, A}, each at most 1: SQLite's title 2.0, content 1.0,
 # tags 1.5, halved (the ratios are what ranks). Normalisation 32 (rank / (rank + 1))
 # keeps relevance in 0..1 (docs/SCALE.md).
 RANK_WEIGHTS = "{0.0, 0.75, 0.5, 1.0}"
-_CONFIG = "memwarden_search"
+CONFIG = "memwarden_search"
 # The query's words as the index saw the block's: the same punctuation-to-space rule.
-_WORDS = "regexp_replace($1, '[!-/:-@\\[-`{-~]+', ' ', 'g')"
+WORDS = "regexp_replace($1, '[!-/:-@\\[-`{-~]+', ' ', 'g')"
 _LIVE = ("fresh", "unverified", "stale")
 
 
@@ -104,7 +104,7 @@ class PgSearch:
     @staticmethod
     async def _lexemes(conn: PgConnection, text: str) -> list[str]:
         found = await conn.fetchval(
-            f"SELECT tsvector_to_array(to_tsvector('{_CONFIG}', {_WORDS}))", text
+            f"SELECT tsvector_to_array(to_tsvector('{CONFIG}', {WORDS}))", text
         )
         return list(found or [])
 

@@ -1,0 +1,386 @@
+"""Erasure on PostgreSQL: a block's content goes from every table, a tombstone says it went.
+
+The same contract as :mod:`~memwarden.memory._erasure` on SQLite (the same targets, the
+same rows removed and counted, the same tombstones, all or nothing; the choosing rules,
+the limits and the counting are that module's), with PostgreSQL's SQL:
+
+- ``blocks``, ``block_history``, ``bindings``, ``dependencies``, ``proposals``,
+  ``reviews``, ``revalidations``, ``accesses``, ``sessions``, the ``dead_letters`` and
+  ``outbox`` rows whose payload names the block: deleted; ``events`` that reached only
+  these blocks deleted, the others blanked (under the guard row, as on SQLite); ``audit``
+  details replaced by ``{"erased": true}``; ``retention_points``, ``embed_queue`` and
+  ``block_vectors`` go with the block (trigger, cascades);
+- the full-text index is the block's generated ``search`` column: it goes with the row
+  (there is no separate index to merge, as SQLite's FTS5 ``optimize``).
+
+What PostgreSQL keeps after the commit, and what ``vacuum=True`` does about it (SQLite's
+``secure_delete``, WAL checkpoint and ``VACUUM`` have no equivalent here):
+
+- a deleted or updated row is a *dead tuple*: its bytes (title, content, tags, an old
+  event's observation) stay in the table's pages, and in its TOAST table for long
+  values, until ``VACUUM`` reclaims the space, and even then the page may hold them
+  until the space is reused. No query can see them; a copy of the data files can;
+- the GIN index keeps the words (lexemes) of erased blocks as keys, with empty posting
+  lists, until it is rebuilt; B-tree indexes keep ``id`` and ``content_key`` entries
+  until ``VACUUM`` removes them;
+- ``pg_statistic`` (``pg_stats``) may hold sampled column values until the next
+  ``ANALYZE``;
+- the write-ahead log holds the rows as written (and the erasure) until its segments are
+  recycled; archived WAL (point-in-time recovery), streaming replicas and base backups
+  keep their copies: they are outside the store (:data:`UNREACHABLE`, docs/PRIVACY.md).
+
+With ``vacuum=True`` the erase is followed by ``VACUUM (ANALYZE)`` of the tables it
+touched (the dead tuples' space reclaimed, statistics resampled) and ``REINDEX INDEX
+CONCURRENTLY`` of the search and content-key indexes (their keys rebuilt from the live
+rows); both run outside the transaction, on a connection of their own, and neither
+blocks reads or writes for long. ``VACUUM`` cannot reclaim rows an older snapshot may
+still see (a long transaction, a replica with ``hot_standby_feedback``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+from memwarden.errors import ValidationInputError
+from memwarden.memory import _erasure
+from memwarden.memory._blockedit import check_text
+from memwarden.memory._erasure import (
+    ERASED_DETAIL,
+    MAX_ERASE,
+    REASON_CHARS,
+    ErasureReport,
+    ErasureTarget,
+    check_found,
+    erase_ids,
+    holds_words,
+    selection_field,
+    storable,
+    targets_of,
+    tombstone_of,
+    totals,
+)
+from memwarden.memory._fts import query_terms
+from memwarden.memory._retention import run
+from memwarden.memory._sql import namespace_clause
+from memwarden.memory.pg._retention import PgRetentionSteps
+from memwarden.memory.pg._search import CONFIG, WORDS
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from memwarden.memory._clock import Clock
+    from memwarden.memory._retention import RetentionConfig, RetentionReport
+    from memwarden.memory._scorelog import ScoreLog
+    from memwarden.memory.pg._database import PgDatabase
+    from memwarden.memory.pg._types import PgConnection
+
+__all__ = ["UNREACHABLE", "VACUUMED_TABLES", "PgErasure"]
+
+UNREACHABLE: tuple[str, ...] = (
+    *(u for u in _erasure.UNREACHABLE if "SQLite" not in u),
+    "PostgreSQL's dead tuples and index keys until VACUUM and REINDEX (erase with vacuum)",
+    "PostgreSQL's write-ahead log until recycled, archived WAL, replicas and base backups",
+    "the disk below PostgreSQL: blocks the file system or an SSD moved or kept",
+)
+# The tables an erasure deletes from or rewrites (vacuumed after it, when asked).
+VACUUMED_TABLES = (
+    "blocks",
+    "block_history",
+    "bindings",
+    "dependencies",
+    "proposals",
+    "events",
+    "effects",
+    "event_runs",
+    "reviews",
+    "revalidations",
+    "accesses",
+    "sessions",
+    "audit",
+    "dead_letters",
+    "outbox",
+    "retention_points",
+    "embed_queue",
+    "block_vectors",
+)
+_REINDEXED = ("blocks_search", "blocks_content_key")
+_COLUMNS = "id, title, state, substr(content, 1, 200)"
+
+
+def _scope(
+    namespaces: Sequence[str] | None, n: int, column: str = "namespace"
+) -> tuple[str, list[Any]]:
+    """SQLite's :func:`~memwarden.memory._sql.namespace_clause` as ``= ANY($n)``."""
+    if namespaces is None:
+        return "", []
+    namespace_clause(namespaces)  # the same limit, the same error
+    return f" AND {column} = ANY(${n}::text[])", [list(namespaces)]
+
+
+def _rows(status: str) -> int:
+    """The row count of a command's status (``DELETE 3``, ``UPDATE 0``)."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+class PgErasure:
+    """Erasure, the erasure log and retention on a :class:`PgDatabase`: the SQLite
+    Store's ``erasure_targets``, ``visible_ids``, ``erase``, ``erasures`` and
+    ``enforce_retention`` with the same signatures and answers.
+
+    ``score_log`` (set by the store once it has one) loses an erased block's lines, as
+    the SQLite store's ``erase`` does.
+    """
+
+    def __init__(self, db: PgDatabase, clock: Clock, *, score_log: ScoreLog | None = None) -> None:
+        self.db = db
+        self.clock = clock
+        self.score_log = score_log
+
+    # ------------------------------------------------------------------ choosing
+
+    async def erasure_targets(
+        self,
+        *,
+        ids: Sequence[str] = (),
+        tag: str | None = None,
+        query: str | None = None,
+        namespaces: Sequence[str] | None = None,
+    ) -> list[ErasureTarget]:
+        """The blocks an erasure by full ``ids``, ``tag`` or ``query`` (words; archived
+        blocks included) would take: what a dry run lists. An unknown id (or one of a
+        namespace not in ``namespaces``, when given) is :class:`NotFoundError`."""
+        given = selection_field(ids=ids, tag=tag, query=query)
+        async with self.db.read() as conn:
+            if ids:
+                rows = await conn.fetch(
+                    f"SELECT {_COLUMNS}, namespace FROM blocks WHERE id = ANY($1::text[])",
+                    storable(ids),
+                )
+                if namespaces is not None:
+                    rows = [r for r in rows if r[4] in namespaces]
+                check_found(ids, {r[0] for r in rows})
+            elif tag:
+                rows = await self._tagged(conn, tag, namespaces)
+            else:
+                rows = await _matching(conn, str(query), namespaces)
+        return targets_of([tuple(r)[:4] for r in rows], given)
+
+    @staticmethod
+    async def _tagged(conn: PgConnection, tag: str, namespaces: Sequence[str] | None) -> list[Any]:
+        scope, scope_args = _scope(namespaces, 3)
+        if not storable([tag]):
+            return []
+        return list(
+            await conn.fetch(
+                f"SELECT {_COLUMNS} FROM blocks WHERE tags::jsonb ? $1{scope} LIMIT $2",
+                tag,
+                MAX_ERASE + 1,
+                *scope_args,
+            )
+        )
+
+    async def visible_ids(self, block_ids: Sequence[str], namespaces: Sequence[str]) -> list[str]:
+        """Those of ``block_ids`` that are blocks of ``namespaces`` (in the given order)."""
+        async with self.db.read() as conn:
+            rows = await conn.fetch(
+                "SELECT id, namespace FROM blocks WHERE id = ANY($1::text[])",
+                storable(block_ids),
+            )
+        owned = {str(r[0]) for r in rows if r[1] in namespaces}
+        return [i for i in dict.fromkeys(block_ids) if i in owned]
+
+    # ------------------------------------------------------------------ erasing
+
+    async def erase(
+        self, block_ids: Sequence[str], *, actor: str, reason: str = "", vacuum: bool = False
+    ) -> ErasureReport:
+        """Remove these blocks' content from every table (one transaction; all or
+        nothing: an unknown id changes nothing), a tombstone per block, the score log's
+        lines; with ``vacuum``, then ``VACUUM (ANALYZE)`` the touched tables and rebuild
+        the search and content-key indexes (see the module docstring for what stays
+        until then)."""
+        ids = erase_ids(block_ids)
+        check_text("actor", actor)
+        check_text("reason", reason)
+        now = self.clock.time()
+        why = reason[:REASON_CHARS]
+
+        async def job(conn: PgConnection) -> ErasureReport:
+            found = await conn.fetch(
+                "SELECT rid, id FROM blocks WHERE id = ANY($1::text[])", storable(ids)
+            )
+            rid_of = {str(r[1]): int(r[0]) for r in found}
+            check_found(ids, set(rid_of))
+            removed = {
+                block_id: await _erase_one(conn, block_id, rid_of[block_id]) for block_id in ids
+            }
+            await conn.executemany(
+                "INSERT INTO erasures (block_id, erased_at, actor, reason, removed)"
+                " VALUES ($1, $2, $3, $4, $5)",
+                [(i, now, actor, why, json.dumps(removed.get(i, {}))) for i in ids],
+            )
+            return ErasureReport(erased=ids, removed=totals(removed), fts="row")
+
+        report = await self.db.write(job, weight=len(ids) * 10)
+        if self.score_log is not None:
+            report.score_log_lines = await asyncio.to_thread(
+                self.score_log.drop_blocks, report.erased
+            )
+        if vacuum:
+            await self.vacuum()
+            report.vacuumed = True
+            report.fts = "reindex"
+        return report
+
+    async def vacuum(self) -> None:
+        """``VACUUM (ANALYZE)`` the tables an erasure touches and rebuild the indexes that
+        keep erased words as keys, on a connection outside any transaction."""
+        async with self.db.read() as conn:
+            await conn.execute(f"VACUUM (ANALYZE) {', '.join(VACUUMED_TABLES)}")
+            for index in _REINDEXED:
+                await conn.execute(f"REINDEX INDEX CONCURRENTLY {index}")
+
+    async def erasures(
+        self, *, block_id: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """The erasure log (tombstones: id, when, who, why, rows removed), newest first."""
+        async with self.db.read() as conn:
+            if block_id:
+                if not storable([block_id]):
+                    return []
+                rows = await conn.fetch(
+                    "SELECT id, block_id, erased_at, actor, reason, removed FROM erasures"
+                    " WHERE block_id = $1 ORDER BY id DESC LIMIT $2",
+                    block_id,
+                    limit,
+                )
+            else:
+                rows = await conn.fetch(
+                    "SELECT id, block_id, erased_at, actor, reason, removed FROM erasures"
+                    " ORDER BY id DESC LIMIT $1",
+                    limit,
+                )
+        return [tombstone_of(tuple(r)) for r in rows]
+
+    # ------------------------------------------------------------------ retention
+
+    async def enforce_retention(self, cfg: RetentionConfig) -> RetentionReport:
+        """One retention pass (``[retention]``): archive, purge (erase, actor
+        ``retention``), drop old events and score lines as configured; nothing when
+        nothing is (see :mod:`~memwarden.memory._retention`)."""
+        return await run(
+            cfg,
+            steps=PgRetentionSteps(self.db),
+            clock=self.clock,
+            erase=self.erase,
+            score_log=self.score_log,
+        )
+
+
+async def _matching(conn: PgConnection, query: str, namespaces: Sequence[str] | None) -> list[Any]:
+    """Live blocks through the ``search`` column (every word of the query, each word's
+    parts in order, as SQLite's quoted FTS5 strings); archived ones, which are not in the
+    index, by their words; of ``namespaces`` only, when given."""
+    terms = query_terms(query)
+    if not terms:
+        raise ValidationInputError([("query", f"{query[:80]!r} holds no word to match")])
+    phrases = await conn.fetch(
+        f"SELECT phraseto_tsquery('{CONFIG}', {WORDS.replace('$1', 't')})::text"
+        " FROM unnest($1::text[]) AS t",
+        terms,
+    )
+    parts = [str(r[0]) for r in phrases if r[0]]
+    live: list[Any] = []
+    if len(parts) == len(terms):  # a word of no letters the index keeps matches nothing
+        scope, scope_args = _scope(namespaces, 3)
+        live = list(
+            await conn.fetch(
+                f"SELECT {_COLUMNS} FROM blocks WHERE search @@ CAST($1 AS tsquery)"
+                f" AND state <> 'archived'{scope} LIMIT $2",
+                " & ".join(f"({p})" for p in parts),
+                MAX_ERASE + 1,
+                *scope_args,
+            )
+        )
+    wanted = set(terms)
+    scope, scope_args = _scope(namespaces, 1)
+    archived = [
+        (*r[:3], r[3][:200])
+        for r in await conn.fetch(
+            "SELECT id, title, state, content, tags FROM blocks WHERE state = 'archived'" + scope,
+            *scope_args,
+        )
+        if holds_words(wanted, r[1], r[3], r[4])
+    ]
+    return live + archived
+
+
+async def _erase_one(conn: PgConnection, block_id: str, rid: int) -> dict[str, int]:
+    """SQLite's ``_erase_one``: the same tables, in the same order, counted alike."""
+    n: dict[str, int] = {}
+    seqs = sorted(
+        {
+            int(r[0])
+            for r in await conn.fetch(
+                "SELECT event_seq FROM effects WHERE block_rid = $1"
+                " UNION SELECT seq FROM events WHERE block_id = $2",
+                rid,
+                block_id,
+            )
+        }
+    )
+    # No try/finally: a failed statement aborts the transaction, which rolls back the
+    # guard row with everything else.
+    await conn.execute("INSERT INTO compaction_guard (id) VALUES (1)")
+    n["effects"] = _rows(await conn.execute("DELETE FROM effects WHERE block_rid = $1", rid))
+    n["event_runs"] = _rows(await conn.execute("DELETE FROM event_runs WHERE block_rid = $1", rid))
+    n["events"] = _rows(
+        await conn.execute(
+            "DELETE FROM events WHERE seq = ANY($1::bigint[])"
+            " AND NOT EXISTS (SELECT 1 FROM effects WHERE event_seq = events.seq)",
+            seqs,
+        )
+    )
+    n["events_blanked"] = _rows(
+        await conn.execute(
+            "UPDATE events SET message = '', observed = NULL, block_id = NULL"
+            " WHERE seq = ANY($1::bigint[])",
+            seqs,
+        )
+    )
+    await conn.execute("DELETE FROM compaction_guard")
+    for table in ("block_history", "reviews", "revalidations", "accesses", "sessions"):
+        key = "history" if table == "block_history" else table
+        n[key] = _rows(await conn.execute(f"DELETE FROM {table} WHERE block_id = $1", block_id))
+    n["audit_blanked"] = _rows(
+        await conn.execute(
+            "UPDATE audit SET detail = $1 WHERE block_id = $2", ERASED_DETAIL, block_id
+        )
+    )
+    named = block_id.encode()
+    n["dead_letters"] = _rows(
+        await conn.execute(
+            "DELETE FROM dead_letters WHERE position($1::bytea IN payload) > 0", named
+        )
+    )
+    n["outbox"] = _rows(
+        await conn.execute("DELETE FROM outbox WHERE position($1::bytea IN payload) > 0", named)
+    )
+    n["dependencies"] = _rows(
+        await conn.execute(
+            "DELETE FROM dependencies WHERE depends_on = $1 OR block_rid = $2", block_id, rid
+        )
+    )
+    n["proposals"] = _rows(  # its own, and those proposing a dependency on it
+        await conn.execute(
+            "DELETE FROM proposals WHERE block_rid = $1 OR (kind = 'depends_on' AND"
+            " CASE WHEN kind = 'depends_on' THEN proposal::jsonb ->> 'depends_on' END = $2)",
+            rid,
+            block_id,
+        )
+    )
+    n["bindings"] = _rows(await conn.execute("DELETE FROM bindings WHERE block_rid = $1", rid))
+    n["blocks"] = _rows(await conn.execute("DELETE FROM blocks WHERE rid = $1", rid))
+    return {k: v for k, v in n.items() if v}
