@@ -303,7 +303,7 @@ async def import_rows(
         rid += 1
         try:
             await _import_block(conn, i, row, rid, cols, history_cols, quarantine or {}, now)
-        except sqlite3.Error as err:  # a missing column, a value of the wrong kind
+        except (sqlite3.Error, OverflowError) as err:  # a missing column, a value too big
             raise ValidationInputError([(f"{i}", f"cannot be stored: {err}")]) from None
         report.sensors.update(str(b["sensor"]) for b in row.get("bindings", []))
         report.added.append(block_id)

@@ -229,7 +229,13 @@ async def _import_rows(
         rid += 1
         try:
             await _import_block(conn, i, row, rid, cols, quarantine, now)
-        except (asyncpg.PostgresError, asyncpg.DataError, TypeError, ValueError) as err:
+        except (
+            asyncpg.PostgresError,
+            asyncpg.DataError,
+            TypeError,
+            ValueError,
+            OverflowError,
+        ) as err:
             # a missing column, a value of the wrong kind
             if isinstance(err, ValidationInputError):
                 raise
@@ -256,7 +262,13 @@ async def _import_block(  # noqa: PLR0917 - the pieces of one object, in one pla
     rec = {k: v for k, v in row["record"].items() if k in cols["blocks"] and k != "rid"}
     if "content_key" in cols["blocks"] and isinstance(rec.get("content"), str):
         rec["content_key"] = content_key(rec["content"])  # dedupe sees imported blocks too
-    await _insert(conn, "blocks", {**rec, "rid": rid}, cols["blocks"])
+    try:
+        await _insert(conn, "blocks", {**rec, "rid": rid}, cols["blocks"])
+    except (asyncpg.DataError, asyncpg.PostgresError, OverflowError):
+        # A value of the wrong kind: SQLite stores it and refuses the block when it does
+        # not read back; the same check names the same field here.
+        check_readable(i, tuple(rec.get(c, rid if c == "rid" else None) for c in BLOCK_COLUMNS))
+        raise
     for j, b in enumerate(row.get("bindings", [])):
         values = {k: v for k, v in b.items() if k in cols["bindings"] and k != "id"}
         reason = quarantine.get((i, j))
