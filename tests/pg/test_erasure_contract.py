@@ -18,14 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from memwarden.errors import MemwardenError, ValidationInputError
+from memwarden.errors import MemwardenError, NotFoundError, ValidationInputError
 from memwarden.memory import RetentionConfig, Store, ValidationEvent, from_ts
 from memwarden.memory._clock import FakeClock
 from memwarden.memory._erasure import MAX_ERASE
 from memwarden.memory._proposals import NewProposal
 from memwarden.memory._scorelog import ScoreLog
 from memwarden.memory.pg import PgDatabase, copy_to_postgres
+from memwarden.memory.pg._blocks import PgBlocks
 from memwarden.memory.pg._erasure import PgErasure
+from memwarden.memory.policy import PolicyConfig
 from tests.pg.contract import every_row, pg_holding, pg_tables
 
 if TYPE_CHECKING:
@@ -382,3 +384,28 @@ async def test_retention_purges_archives_and_trims_alike(
     assert second["score_log_lines"] == 3
     assert third["events_deleted"] == 1  # the one that reached no block
     assert last == dict.fromkeys(last, 0)
+
+
+async def test_an_unknown_id_changes_nothing_and_a_full_erasure_takes_every_block(
+    pg_backend: Backend, world: World
+) -> None:
+    """An erasure naming one unknown id among MAX_ERASE real ones leaves every row as it
+    was; the same erasure without it takes all of them in one transaction, and no query
+    finds their words afterwards (no VACUUM asked)."""
+    api: PgErasure = pg_backend.api
+    blocks = PgBlocks(api.db, pg_backend.clock, PolicyConfig())
+    ids = await blocks.add_many(
+        [{"content": f"bulk {ALPHA} {i}", "tags": ["bulk"]} for i in range(MAX_ERASE - 1)]
+    )
+    ids.append(world.ids["alpha"])
+    before = await pg_backend.dump()
+    with pytest.raises(NotFoundError):
+        await api.erase([*ids[:-1], UNKNOWN], actor="human")
+    assert await pg_backend.dump() == before
+    assert len(await api.erasure_targets(query=ALPHA)) == MAX_ERASE
+    report = await api.erase(ids, actor="human")
+    assert report.removed["blocks"] == MAX_ERASE
+    assert not report.vacuumed
+    async with api.db.read() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM erasures") == MAX_ERASE
+        assert await pg_holding(conn, ALPHA) == []
