@@ -409,3 +409,47 @@ async def test_an_unknown_id_changes_nothing_and_a_full_erasure_takes_every_bloc
     async with api.db.read() as conn:
         assert await conn.fetchval("SELECT count(*) FROM erasures") == MAX_ERASE
         assert await pg_holding(conn, ALPHA) == []
+
+
+async def test_erase_with_vacuum_leaves_the_words_in_no_data_file(
+    pg_backend: Backend, pg_server: PgServer, world: World
+) -> None:
+    """Dead tuples keep an erased block's bytes in the table's files (a query cannot see
+    them, a copy of the files can); ``erase(vacuum=True)`` rewrites the touched tables,
+    after which no file of the database (heap, TOAST, indexes, statistics) holds them."""
+    api: PgErasure = pg_backend.api
+    # Mixed pages: live rows stay beside the erased ones (a plain VACUUM would leave the
+    # erased bytes in their free space).
+    bulk = await PgBlocks(api.db, pg_backend.clock, PolicyConfig()).add_many(
+        [{"content": f"{ALPHA} {i}" if i % 2 else f"kept {i}"} for i in range(200)]
+    )
+    async with api.db.read() as conn:
+        await conn.execute("ANALYZE")
+        await conn.execute("CHECKPOINT")
+        directory = (
+            pg_server.data
+            / "base"
+            / str(
+                await conn.fetchval(
+                    "SELECT oid FROM pg_database WHERE datname = current_database()"
+                )
+            )
+        )
+
+    def files_holding(word: str) -> list[str]:
+        return sorted(
+            f.name for f in directory.iterdir() if f.is_file() and word.encode() in f.read_bytes()
+        )
+
+    assert files_holding(ALPHA)  # the scan sees what is there
+    await api.erase([*bulk[1::2], world.ids["alpha"]], actor="human")
+    async with api.db.read() as conn:
+        await conn.execute("CHECKPOINT")
+    assert files_holding(ALPHA)  # dead tuples: still in the files
+    report = await api.erase([world.ids["beta"]], actor="human", vacuum=True)
+    assert report.vacuumed
+    async with api.db.read() as conn:
+        await conn.execute("CHECKPOINT")
+    assert files_holding(ALPHA) == []
+    assert files_holding(BETA) == []
+    assert files_holding(OTHER)  # a block not erased is still there

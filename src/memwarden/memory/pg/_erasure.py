@@ -14,27 +14,33 @@ the limits and the counting are that module's), with PostgreSQL's SQL:
   (there is no separate index to merge, as SQLite's FTS5 ``optimize``).
 
 What PostgreSQL keeps after the commit, and what ``vacuum=True`` does about it (SQLite's
-``secure_delete``, WAL checkpoint and ``VACUUM`` have no equivalent here):
+``secure_delete``, WAL checkpoint and ``VACUUM`` have no exact equivalent here; measured
+on PostgreSQL 15 by reading the data files, see docs/PRIVACY.md):
 
 - a deleted or updated row is a *dead tuple*: its bytes (title, content, tags, an old
   event's observation) stay in the table's pages, and in its TOAST table for long
-  values, until ``VACUUM`` reclaims the space, and even then the page may hold them
-  until the space is reused. No query can see them; a copy of the data files can;
+  values. No query sees them; a copy of the data files does. A plain ``VACUUM`` (or
+  autovacuum) frees the space but leaves the bytes on a page that still holds live rows
+  until new rows overwrite them;
 - the GIN index keeps the words (lexemes) of erased blocks as keys, with empty posting
-  lists, until it is rebuilt; B-tree indexes keep ``id`` and ``content_key`` entries
-  until ``VACUUM`` removes them;
-- ``pg_statistic`` (``pg_stats``) may hold sampled column values until the next
-  ``ANALYZE``;
-- the write-ahead log holds the rows as written (and the erasure) until its segments are
-  recycled; archived WAL (point-in-time recovery), streaming replicas and base backups
+  lists, until it is rebuilt; B-tree indexes keep ``id`` entries until vacuumed;
+- ``pg_statistic`` (``pg_stats``) holds sampled column values (most common values,
+  histogram bounds: a title, a tag) until the next ``ANALYZE``, and the replaced ones as
+  its own dead tuples after it;
+- the write-ahead log holds the rows as written until its segments are recycled and
+  overwritten; archived WAL (point-in-time recovery), streaming replicas and base backups
   keep their copies: they are outside the store (:data:`UNREACHABLE`, docs/PRIVACY.md).
 
-With ``vacuum=True`` the erase is followed by ``VACUUM (ANALYZE)`` of the tables it
-touched (the dead tuples' space reclaimed, statistics resampled) and ``REINDEX INDEX
-CONCURRENTLY`` of the search and content-key indexes (their keys rebuilt from the live
-rows); both run outside the transaction, on a connection of their own, and neither
-blocks reads or writes for long. ``VACUUM`` cannot reclaim rows an older snapshot may
-still see (a long transaction, a replica with ``hot_standby_feedback``).
+With ``vacuum=True`` the erase is followed by ``VACUUM (FULL, ANALYZE)`` of the tables it
+touched, then ``VACUUM FULL pg_statistic``: each is rewritten into new files with only
+its live rows (TOAST and indexes rebuilt, statistics resampled; rewriting
+``pg_statistic`` needs the database's owner, else PostgreSQL skips it with a warning)
+and the old files are deleted (what the file system then
+does with their blocks is below the store). It runs outside the transaction, on a
+connection of its own, and holds each table's ACCESS EXCLUSIVE lock while rewriting it:
+reads and writes of that table wait (seconds per 100k blocks). Like SQLite's ``VACUUM``
+it is asked for, not run by default. It cannot drop rows an older snapshot may still see
+(a long transaction, a replica with ``hot_standby_feedback``): those stay until the next.
 """
 
 from __future__ import annotations
@@ -80,7 +86,7 @@ __all__ = ["UNREACHABLE", "VACUUMED_TABLES", "PgErasure"]
 
 UNREACHABLE: tuple[str, ...] = (
     *(u for u in _erasure.UNREACHABLE if "SQLite" not in u),
-    "PostgreSQL's dead tuples and index keys until VACUUM and REINDEX (erase with vacuum)",
+    "PostgreSQL's dead tuples and index keys until VACUUM FULL (erase with vacuum)",
     "PostgreSQL's write-ahead log until recycled, archived WAL, replicas and base backups",
     "the disk below PostgreSQL: blocks the file system or an SSD moved or kept",
 )
@@ -105,7 +111,6 @@ VACUUMED_TABLES = (
     "embed_queue",
     "block_vectors",
 )
-_REINDEXED = ("blocks_search", "blocks_content_key")
 _COLUMNS = "id, title, state, substr(content, 1, 200)"
 
 
@@ -198,9 +203,8 @@ class PgErasure:
     ) -> ErasureReport:
         """Remove these blocks' content from every table (one transaction; all or
         nothing: an unknown id changes nothing), a tombstone per block, the score log's
-        lines; with ``vacuum``, then ``VACUUM (ANALYZE)`` the touched tables and rebuild
-        the search and content-key indexes (see the module docstring for what stays
-        until then)."""
+        lines; with ``vacuum``, then ``VACUUM (FULL, ANALYZE)`` the touched tables (see
+        the module docstring for what stays without it)."""
         ids = erase_ids(block_ids)
         check_text("actor", actor)
         check_text("reason", reason)
@@ -231,16 +235,17 @@ class PgErasure:
         if vacuum:
             await self.vacuum()
             report.vacuumed = True
-            report.fts = "reindex"
+            report.fts = "rebuilt"
         return report
 
     async def vacuum(self) -> None:
-        """``VACUUM (ANALYZE)`` the tables an erasure touches and rebuild the indexes that
-        keep erased words as keys, on a connection outside any transaction."""
+        """``VACUUM (FULL, ANALYZE)`` the tables an erasure touches (new files of their
+        live rows, indexes rebuilt), on a connection outside any transaction."""
         async with self.db.read() as conn:
-            await conn.execute(f"VACUUM (ANALYZE) {', '.join(VACUUMED_TABLES)}")
-            for index in _REINDEXED:
-                await conn.execute(f"REINDEX INDEX CONCURRENTLY {index}")
+            await conn.execute(f"VACUUM (FULL, ANALYZE) {', '.join(VACUUMED_TABLES)}")
+            # ANALYZE replaced the sampled values in pg_statistic: the old rows are dead
+            # tuples there. A database owner may rewrite it (others get a warning).
+            await conn.execute("VACUUM FULL pg_catalog.pg_statistic")
 
     async def erasures(
         self, *, block_id: str | None = None, limit: int = 100
