@@ -217,9 +217,13 @@ class PgErasure:
             )
             rid_of = {str(r[1]): int(r[0]) for r in found}
             check_found(ids, set(rid_of))
+            # The guard row lets the log's deletes through; the transaction ends with it gone
+            # (and a failed statement rolls it back with everything else).
+            await conn.execute("INSERT INTO compaction_guard (id) VALUES (1)")
             removed = {
                 block_id: await _erase_one(conn, block_id, rid_of[block_id]) for block_id in ids
             }
+            await conn.execute("DELETE FROM compaction_guard")
             await conn.executemany(
                 "INSERT INTO erasures (block_id, erased_at, actor, reason, removed)"
                 " VALUES ($1, $2, $3, $4, $5)",
@@ -322,70 +326,69 @@ async def _matching(conn: PgConnection, query: str, namespaces: Sequence[str] | 
     return live + archived
 
 
-async def _erase_one(conn: PgConnection, block_id: str, rid: int) -> dict[str, int]:
-    """SQLite's ``_erase_one``: the same tables, in the same order, counted alike."""
-    n: dict[str, int] = {}
-    seqs = sorted(
-        {
-            int(r[0])
-            for r in await conn.fetch(
-                "SELECT event_seq FROM effects WHERE block_rid = $1"
-                " UNION SELECT seq FROM events WHERE block_id = $2",
-                rid,
-                block_id,
-            )
-        }
-    )
-    # No try/finally: a failed statement aborts the transaction, which rolls back the
-    # guard row with everything else.
-    await conn.execute("INSERT INTO compaction_guard (id) VALUES (1)")
-    n["effects"] = _rows(await conn.execute("DELETE FROM effects WHERE block_rid = $1", rid))
-    n["event_runs"] = _rows(await conn.execute("DELETE FROM event_runs WHERE block_rid = $1", rid))
-    n["events"] = _rows(
-        await conn.execute(
-            "DELETE FROM events WHERE seq = ANY($1::bigint[])"
-            " AND NOT EXISTS (SELECT 1 FROM effects WHERE event_seq = events.seq)",
-            seqs,
-        )
-    )
-    n["events_blanked"] = _rows(
-        await conn.execute(
-            "UPDATE events SET message = '', observed = NULL, block_id = NULL"
-            " WHERE seq = ANY($1::bigint[])",
-            seqs,
-        )
-    )
-    await conn.execute("DELETE FROM compaction_guard")
-    for table in ("block_history", "reviews", "revalidations", "accesses", "sessions"):
-        key = "history" if table == "block_history" else table
-        n[key] = _rows(await conn.execute(f"DELETE FROM {table} WHERE block_id = $1", block_id))
-    n["audit_blanked"] = _rows(
-        await conn.execute(
-            "UPDATE audit SET detail = $1 WHERE block_id = $2", ERASED_DETAIL, block_id
-        )
-    )
-    named = block_id.encode()
-    n["dead_letters"] = _rows(
-        await conn.execute(
-            "DELETE FROM dead_letters WHERE position($1::bytea IN payload) > 0", named
-        )
-    )
-    n["outbox"] = _rows(
-        await conn.execute("DELETE FROM outbox WHERE position($1::bytea IN payload) > 0", named)
-    )
-    n["dependencies"] = _rows(
-        await conn.execute(
-            "DELETE FROM dependencies WHERE depends_on = $1 OR block_rid = $2", block_id, rid
-        )
-    )
-    n["proposals"] = _rows(  # its own, and those proposing a dependency on it
-        await conn.execute(
+# One block's erasure in four statements (SQLite's ``_erase_one`` runs the same deletes one
+# by one). The sub-statements of one WITH see the same snapshot, so each statement holds
+# only deletes that do not depend on one another: the events (first the effects, then the
+# events no effect holds, then the rest blanked) take three; everything else one, whose
+# foreign-key cascades run at its end and find nothing left.
+_LOG_FIRST = """
+WITH seqs AS (
+    SELECT event_seq AS seq FROM effects WHERE block_rid = $1
+    UNION SELECT seq FROM events WHERE block_id = $2
+), effects_gone AS (
+    DELETE FROM effects WHERE block_rid = $1 RETURNING 1
+), runs_gone AS (
+    DELETE FROM event_runs WHERE block_rid = $1 RETURNING 1
+)
+SELECT coalesce((SELECT array_agg(seq ORDER BY seq) FROM seqs), '{}'::bigint[]),
+    (SELECT count(*) FROM effects_gone), (SELECT count(*) FROM runs_gone)
+"""
+_EVENTS_GONE = (
+    "DELETE FROM events WHERE seq = ANY($1::bigint[])"
+    " AND NOT EXISTS (SELECT 1 FROM effects WHERE event_seq = events.seq)"
+)
+_EVENTS_BLANKED = (
+    "UPDATE events SET message = '', observed = NULL, block_id = NULL WHERE seq = ANY($1::bigint[])"
+)
+# (name in the tombstone, statement over $1 = rid, $2 = id, $3 = id as bytes, $4 = the
+# erased detail), in SQLite's order.
+_REST = (
+    ("history", "DELETE FROM block_history WHERE block_id = $2"),
+    ("reviews", "DELETE FROM reviews WHERE block_id = $2"),
+    ("revalidations", "DELETE FROM revalidations WHERE block_id = $2"),
+    ("accesses", "DELETE FROM accesses WHERE block_id = $2"),
+    ("sessions", "DELETE FROM sessions WHERE block_id = $2"),
+    ("audit_blanked", "UPDATE audit SET detail = $4 WHERE block_id = $2"),
+    ("dead_letters", "DELETE FROM dead_letters WHERE position($3::bytea IN payload) > 0"),
+    ("outbox", "DELETE FROM outbox WHERE position($3::bytea IN payload) > 0"),
+    ("dependencies", "DELETE FROM dependencies WHERE depends_on = $2 OR block_rid = $1"),
+    (  # its own, and those proposing a dependency on it
+        "proposals",
+        (
             "DELETE FROM proposals WHERE block_rid = $1 OR (kind = 'depends_on' AND"
-            " CASE WHEN kind = 'depends_on' THEN proposal::jsonb ->> 'depends_on' END = $2)",
-            rid,
-            block_id,
-        )
-    )
-    n["bindings"] = _rows(await conn.execute("DELETE FROM bindings WHERE block_rid = $1", rid))
-    n["blocks"] = _rows(await conn.execute("DELETE FROM blocks WHERE rid = $1", rid))
+            " CASE WHEN kind = 'depends_on' THEN proposal::jsonb ->> 'depends_on' END = $2)"
+        ),
+    ),
+    ("bindings", "DELETE FROM bindings WHERE block_rid = $1"),
+    ("blocks", "DELETE FROM blocks WHERE rid = $1"),
+)
+_REST_SQL = (
+    "WITH "
+    + ", ".join(f"{name} AS ({sql} RETURNING 1)" for name, sql in _REST)
+    + " SELECT "
+    + ", ".join(f"(SELECT count(*) FROM {name})" for name, _ in _REST)
+)
+
+
+async def _erase_one(conn: PgConnection, block_id: str, rid: int) -> dict[str, int]:
+    """SQLite's ``_erase_one``: the same tables, counted alike (under the guard row)."""
+    first = await conn.fetchrow(_LOG_FIRST, rid, block_id)
+    assert first is not None  # noqa: S101 - a SELECT of aggregates: always one row
+    seqs, effects, runs = first
+    n = {"effects": int(effects), "event_runs": int(runs)}
+    n["events"] = _rows(await conn.execute(_EVENTS_GONE, seqs))
+    n["events_blanked"] = _rows(await conn.execute(_EVENTS_BLANKED, seqs))
+    counts = await conn.fetchrow(_REST_SQL, rid, block_id, block_id.encode(), ERASED_DETAIL)
+    assert counts is not None  # noqa: S101 - the same
+    n.update(zip((name for name, _ in _REST), (int(c) for c in counts), strict=True))
     return {k: v for k, v in n.items() if v}
