@@ -20,7 +20,7 @@ def sequential_ids() -> Callable[[], str]:
 
 def _normalised(value: Any) -> Any:
     if isinstance(value, bytes):  # dead letters' payload: bytea on PostgreSQL
-        return value.decode()
+        return value.decode(errors="surrogateescape")  # a vector's bytes are no UTF-8
     return float(value) if isinstance(value, int | float) else value
 
 

@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from memwarden.memory._clock import Clock
     from memwarden.memory._retention import RetentionConfig, RetentionReport
     from memwarden.memory._scorelog import ScoreLog
+    from memwarden.memory._vectors import VectorIndex
     from memwarden.memory.pg._database import PgDatabase
     from memwarden.memory.pg._types import PgConnection
 
@@ -134,14 +135,23 @@ class PgErasure:
     Store's ``erasure_targets``, ``visible_ids``, ``erase``, ``erasures`` and
     ``enforce_retention`` with the same signatures and answers.
 
-    ``score_log`` (set by the store once it has one) loses an erased block's lines, as
-    the SQLite store's ``erase`` does.
+    ``score_log`` (set by the store once it has one) loses an erased block's lines, and
+    ``vectors`` (:class:`~memwarden.memory.pg._vectors.PgVectorIndex`, with an embedder)
+    the erased blocks' vectors held in memory, as the SQLite store's ``erase`` does.
     """
 
-    def __init__(self, db: PgDatabase, clock: Clock, *, score_log: ScoreLog | None = None) -> None:
+    def __init__(
+        self,
+        db: PgDatabase,
+        clock: Clock,
+        *,
+        score_log: ScoreLog | None = None,
+        vectors: VectorIndex | None = None,
+    ) -> None:
         self.db = db
         self.clock = clock
         self.score_log = score_log
+        self.vectors = vectors
 
     # ------------------------------------------------------------------ choosing
 
@@ -232,6 +242,8 @@ class PgErasure:
             return ErasureReport(erased=ids, removed=totals(removed), fts="row")
 
         report = await self.db.write(job, weight=len(ids) * 10)
+        if self.vectors is not None:  # the rows went with the blocks (cascade); memory too
+            await self.vectors.prune()
         if self.score_log is not None:
             report.score_log_lines = await asyncio.to_thread(
                 self.score_log.drop_blocks, report.erased
