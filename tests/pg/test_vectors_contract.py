@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from memwarden.embedders import StubEmbedder
+from memwarden.errors import ValidationInputError
 from memwarden.memory import Store
 from memwarden.memory._clock import FakeClock
 from memwarden.memory._vectors import VectorIndex
@@ -195,3 +196,58 @@ async def test_vector_answers_and_rows_are_the_same_on_both_backends(
     assert ours[1] == len(world.ids)  # every block queued by the insert trigger
     assert ours[8] == (len(world.ids) - 1, 0)  # all embedded but the refused text
     assert ours[11][0][0] == 1  # "deploy config": the deploy block (rid 1) first
+
+
+def _hit(h: Any) -> tuple[Any, ...]:
+    """What a vector hit says, rounded where SQL and Python compute the same factors."""
+    return (
+        h.id,
+        h.state,
+        round(h.relevance, 6),
+        round(h.freshness, 6),
+        round(h.reliability, 6),
+        round(h.retention, 6),
+        round(h.score, 6),
+        tuple(h.warnings),
+        tuple(sorted(h.parts)),
+    )
+
+
+async def _searches(search: Any, index: VectorIndex) -> list[Any]:
+    while await index.drain_once():
+        pass
+    log: list[Any] = []
+    for query in ("deploy config", "port 5432 database", "filler fact", "🐘", "poison", ""):
+        for kw in ({}, {"namespaces": ["elsewhere"]}, {"include_refuted": True, "limit": 3}):
+            log.append([_hit(h) for h in await search.search(query, mode="vector", **kw)])
+    return log
+
+
+async def test_vector_search_answers_alike_and_hybrid_fuses_both_lists(
+    tmp_path: Path, pg_server: PgServer, world: World
+) -> None:
+    """``mode=vector`` gives the same hits (ids, factors, explanation) on both backends;
+    ``mode=hybrid`` on PostgreSQL finds a block by its words or by its vector; without an
+    embedder both modes are refused as on SQLite."""
+    from memwarden.memory.pg._search import PgSearch  # noqa: PLC0415
+
+    (tmp_path / "m.db").write_bytes((world.base / "m.db").read_bytes())
+    clock = FakeClock(START + 60)
+    async with Store(tmp_path / "m.db", clock=clock, embedder=Picky(64)) as store:
+        assert store.vectors is not None
+        theirs = [*await _searches(store, store.vectors), store.default_search_mode]
+    name = f"v_{uuid.uuid4().hex[:12]}"
+    pg_server.psql(f'CREATE DATABASE "{name}" TEMPLATE "{world.database}"')
+    async with PgDatabase(pg_server.dsn(name)) as db:
+        search = PgSearch(db, clock, PolicyConfig())
+        with pytest.raises(ValidationInputError, match="needs an embedder"):
+            await search.search("x", mode="hybrid")
+        search.vectors = PgVectorIndex(db, Picky(64))
+        ours = [*await _searches(search, search.vectors), search.default_mode]
+        assert ours == theirs
+        assert ours[-1] == "hybrid"
+        hybrid = await search.search("database listens", limit=3)  # the default mode
+        assert hybrid[0].block.content.startswith("The database listens")
+        assert set(hybrid[0].parts) == {"vector_rank", "similarity", "keyword_rank", "bm25", "rrf"}
+        with pytest.raises(ValidationInputError, match="is not one of"):
+            await search.search("x", mode="semantic")
