@@ -16,7 +16,7 @@ import pytest
 
 from memwarden.embedders import StubEmbedder
 from memwarden.errors import ValidationInputError
-from memwarden.memory import Store
+from memwarden.memory import Store, ValidationEvent, from_ts
 from memwarden.memory._clock import FakeClock
 from memwarden.memory._vectors import VectorIndex
 from memwarden.memory.pg import PgDatabase, copy_to_postgres
@@ -60,7 +60,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, pg_server: PgServer) -> Worl
 
     async def build() -> list[str]:
         async with Store(base / "m.db", clock=FakeClock(START)) as store:
-            return await store.add_many(
+            ids = await store.add_many(
                 [
                     {"content": "The deploy config lives in config/app.yaml", "title": "deploy"},
                     {"content": "Timeouts are set in app.yaml, 30 s"},
@@ -70,6 +70,20 @@ def world(tmp_path_factory: pytest.TempPathFactory, pg_server: PgServer) -> Worl
                     *({"content": f"filler fact number {i}"} for i in range(20)),
                 ]
             )
+            for i in range(3):  # one refuted block: searches hide it
+                await store.apply_events(
+                    [
+                        ValidationEvent(
+                            sensor="api",
+                            subject="by-hand",
+                            outcome="refuted",
+                            observed_at=from_ts(START + i),
+                            block_id=ids[5],
+                        )
+                    ]
+                )
+            assert (await store.get(ids[5])).state == "refuted"
+            return ids
 
     ids = asyncio.run(build())
     dsn = pg_server.create_database("vectors")
@@ -220,6 +234,12 @@ async def _searches(search: Any, index: VectorIndex) -> list[Any]:
     for query in ("deploy config", "port 5432 database", "filler fact", "🐘", "poison", ""):
         for kw in ({}, {"namespaces": ["elsewhere"]}, {"include_refuted": True, "limit": 3}):
             log.append([_hit(h) for h in await search.search(query, mode="vector", **kw)])
+    for query in ("filler fact number 0", "number zero", "poison", ""):
+        for mode in ("keyword", "vector", "hybrid"):
+            for namespaces in (None, ["default"], [], ["elsewhere"]):
+                log.append(
+                    await search.count_refuted_matches(query, namespaces=namespaces, mode=mode)
+                )
     return log
 
 
@@ -246,6 +266,7 @@ async def test_vector_search_answers_alike_and_hybrid_fuses_both_lists(
         ours = [*await _searches(search, search.vectors), search.default_mode]
         assert ours == theirs
         assert ours[-1] == "hybrid"
+        assert max(x for x in ours if isinstance(x, int)) == 1  # the refuted block, found
         hybrid = await search.search("database listens", limit=3)  # the default mode
         assert hybrid[0].block.content.startswith("The database listens")
         assert set(hybrid[0].parts) == {"vector_rank", "similarity", "keyword_rank", "bm25", "rrf"}

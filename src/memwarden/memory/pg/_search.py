@@ -42,6 +42,7 @@ from memwarden.memory._search import (
     fused_relevance,
     vector_k,
 )
+from memwarden.memory._sql import namespace_clause
 from memwarden.memory.policy import effective_state, retention
 
 if TYPE_CHECKING:
@@ -133,6 +134,38 @@ class PgSearch:
         shown = {int(h.columns[_RID]) for h in ranked}
         parts = explained(shown, nearest, keyword, None if mode == "vector" else every)
         return [replace(h, parts=parts.get(int(h.columns[_RID]), {})) for h in ranked]
+
+    async def count_refuted_matches(
+        self,
+        query: str,
+        *,
+        namespaces: Sequence[str] | None = None,
+        mode: SearchMode = "keyword",
+        limit: int = 10,
+    ) -> int:
+        """How many refuted blocks a search without them hides, among ``namespaces``
+        when given: those matching every word of ``query`` (``keyword``), those among
+        its nearest vectors (``vector``), either (``hybrid``), as on SQLite."""
+        near: list[int] = []
+        if mode != "keyword" and self.vectors is not None:
+            near = [rid for rid, _ in await self.vectors.query(query, vector_k(self.policy, limit))]
+        terms = query_terms(query) if mode != "vector" else []
+        if namespaces is not None:
+            namespace_clause(namespaces)  # SQLite's limit, SQLite's error
+        async with self.db.read() as conn:
+            lexemes = await self._lexemes(conn, " ".join(terms)) if terms else []
+            if not lexemes and not near:
+                return 0
+            scope = "" if namespaces is None else " AND b.namespace = ANY($3::text[])"
+            count = await conn.fetchval(
+                "SELECT count(*) FROM blocks b WHERE b.state = 'refuted'"
+                # No words: $2 is NULL, which matches nothing.
+                " AND (b.rid = ANY($1::bigint[]) OR b.search @@ CAST($2::text AS tsquery))" + scope,
+                near,
+                _tsquery(lexemes, any_term=False) if lexemes else None,
+                *([] if namespaces is None else [list(namespaces)]),
+            )
+        return int(count)
 
     async def _keyword_candidates(
         self, query: str, cands: int, namespaces: Sequence[str] | None
