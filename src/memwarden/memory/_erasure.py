@@ -66,7 +66,7 @@ __all__ = [
     "holds_words",
     "select_targets",
     "selection_field",
-    "storable",
+    "storable_ids",
     "targets_of",
     "tombstone_of",
     "tombstones",
@@ -151,7 +151,7 @@ async def select_targets(
     scope, scope_args = namespace_clause(namespaces)
     async with db.read() as conn:
         if ids:
-            known = storable(ids)
+            known = storable_ids(ids)
             rows = await select_in(conn, f"SELECT {_COLUMNS} FROM blocks WHERE id IN ", known)
             if namespaces is not None:
                 owned = await select_in(
@@ -183,7 +183,7 @@ def selection_field(*, ids: Sequence[str], tag: str | None, query: str | None) -
     return given[0]
 
 
-def storable(values: Sequence[str]) -> list[str]:
+def storable_ids(values: Sequence[str]) -> list[str]:
     """Those of ``values`` a store can hold as text (no NUL, valid UTF-8): the others
     name no block (a lone surrogate would make SQLite's driver raise, a NUL
     PostgreSQL's)."""
@@ -342,7 +342,7 @@ def tombstone_of(row: Sequence[Any]) -> dict[str, Any]:
 
 
 async def _erase_rows(conn: aiosqlite.Connection, ids: list[str]) -> dict[str, dict[str, int]]:
-    rows = await select_in(conn, "SELECT rid, id FROM blocks WHERE id IN ", storable(ids))
+    rows = await select_in(conn, "SELECT rid, id FROM blocks WHERE id IN ", storable_ids(ids))
     rid_of = {str(r[1]): int(r[0]) for r in rows}
     check_found(ids, set(rid_of))
     removed: dict[str, dict[str, int]] = {}

@@ -62,7 +62,7 @@ from memwarden.memory._erasure import (
     erase_ids,
     holds_words,
     selection_field,
-    storable,
+    storable_ids,
     targets_of,
     tombstone_of,
     totals,
@@ -171,7 +171,7 @@ class PgErasure:
             if ids:
                 rows = await conn.fetch(
                     f"SELECT {_COLUMNS}, namespace FROM blocks WHERE id = ANY($1::text[])",
-                    storable(ids),
+                    storable_ids(ids),
                 )
                 if namespaces is not None:
                     rows = [r for r in rows if r[4] in namespaces]
@@ -185,7 +185,7 @@ class PgErasure:
     @staticmethod
     async def _tagged(conn: PgConnection, tag: str, namespaces: Sequence[str] | None) -> list[Any]:
         scope, scope_args = _scope(namespaces, 3)
-        if not storable([tag]):
+        if not storable_ids([tag]):
             return []
         return list(
             await conn.fetch(
@@ -201,7 +201,7 @@ class PgErasure:
         async with self.db.read() as conn:
             rows = await conn.fetch(
                 "SELECT id, namespace FROM blocks WHERE id = ANY($1::text[])",
-                storable(block_ids),
+                storable_ids(block_ids),
             )
         owned = {str(r[0]) for r in rows if r[1] in namespaces}
         return [i for i in dict.fromkeys(block_ids) if i in owned]
@@ -223,7 +223,7 @@ class PgErasure:
 
         async def job(conn: PgConnection) -> ErasureReport:
             found = await conn.fetch(
-                "SELECT rid, id FROM blocks WHERE id = ANY($1::text[])", storable(ids)
+                "SELECT rid, id FROM blocks WHERE id = ANY($1::text[])", storable_ids(ids)
             )
             rid_of = {str(r[1]): int(r[0]) for r in found}
             check_found(ids, set(rid_of))
@@ -269,7 +269,7 @@ class PgErasure:
         """The erasure log (tombstones: id, when, who, why, rows removed), newest first."""
         async with self.db.read() as conn:
             if block_id:
-                if not storable([block_id]):
+                if not storable_ids([block_id]):
                     return []
                 rows = await conn.fetch(
                     "SELECT id, block_id, erased_at, actor, reason, removed FROM erasures"
