@@ -113,7 +113,7 @@ class ErasureReport:
     score_log_lines: int = 0
     fts: str = "optimize"
     vacuumed: bool = False
-    wal_truncated: bool = False
+    wal_truncated: bool | None = False  # None: the backend has no WAL file (PostgreSQL)
     wal_checkpoint: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:

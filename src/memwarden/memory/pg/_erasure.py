@@ -239,7 +239,7 @@ class PgErasure:
                 " VALUES ($1, $2, $3, $4, $5)",
                 [(i, now, actor, why, json.dumps(removed.get(i, {}))) for i in ids],
             )
-            return ErasureReport(erased=ids, removed=totals(removed), fts="row")
+            return ErasureReport(erased=ids, removed=totals(removed), fts="row", wal_truncated=None)
 
         report = await self.db.write(job, weight=len(ids) * 10)
         if self.vectors is not None:  # the rows went with the blocks (cascade); memory too
