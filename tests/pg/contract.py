@@ -3,13 +3,22 @@ a backend left, normalised so that SQLite's and PostgreSQL's compare equal."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import uuid
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable, Iterator, Mapping
 
-__all__ = ["dump_tables", "sequential_ids"]
+__all__ = [
+    "database_copy",
+    "dump_tables",
+    "every_row",
+    "pg_holding",
+    "pg_tables",
+    "sequential_ids",
+]
 
 
 def sequential_ids() -> Callable[[], str]:
@@ -90,3 +99,15 @@ async def pg_holding(conn: Any, text: str) -> list[str]:
         if hits:
             found.append(f"{table}.{column}")
     return found
+
+
+@contextlib.contextmanager
+def database_copy(server: Any, template: str) -> Iterator[str]:
+    """A new database copied from ``template`` on ``server`` (a ``PgServer``), its name;
+    dropped on the way out (so a session's server keeps few files to remove)."""
+    name = f"c_{uuid.uuid4().hex[:12]}"
+    server.psql(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    try:
+        yield name
+    finally:
+        server.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -28,10 +27,10 @@ from memwarden.memory.pg import PgDatabase, copy_to_postgres
 from memwarden.memory.pg._blocks import PgBlocks
 from memwarden.memory.pg._erasure import PgErasure
 from memwarden.memory.policy import PolicyConfig
-from tests.pg.contract import every_row, pg_holding, pg_tables
+from tests.pg.contract import database_copy, every_row, pg_holding, pg_tables
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
     from tests.pgserver import PgServer
 
@@ -161,7 +160,7 @@ class Backend:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, pg_server: PgServer) -> World:
+def world(tmp_path_factory: pytest.TempPathFactory, pg_server: PgServer) -> Iterator[World]:
     """The store, built once: its SQLite file and score log, the PostgreSQL database it
     was copied to (each test takes a copy of either), and its ids."""
     base = tmp_path_factory.mktemp("world")
@@ -173,7 +172,9 @@ def world(tmp_path_factory: pytest.TempPathFactory, pg_server: PgServer) -> Worl
         async with PgDatabase(dsn) as db, db.read() as conn:
             return await pg_tables(conn)
 
-    return World(base, dsn.rsplit("/", 1)[-1], ids, asyncio.run(tables()))
+    name = dsn.rsplit("/", 1)[-1]
+    yield World(base, name, ids, asyncio.run(tables()))
+    pg_server.psql(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 @dataclass(frozen=True)
@@ -200,19 +201,19 @@ async def sqlite_backend(tmp_path: Path, world: World) -> AsyncIterator[Backend]
 
 @pytest.fixture
 async def pg_backend(pg_server: PgServer, world: World, tmp_path: Path) -> AsyncIterator[Backend]:
-    name = f"e_{uuid.uuid4().hex[:12]}"
-    pg_server.psql(f'CREATE DATABASE "{name}" TEMPLATE "{world.database}"')
     shutil.copy(world.base / "score.jsonl", tmp_path / "pg-score.jsonl")
     clock = FakeClock(START + 180)
     score_log = ScoreLog(tmp_path / "pg-score.jsonl")
     try:
-        async with PgDatabase(pg_server.dsn(name)) as db:
+        with database_copy(pg_server, world.database) as name:
+            async with PgDatabase(pg_server.dsn(name)) as db:
 
-            async def rows(sql: str) -> list[tuple[Any, ...]]:
-                async with db.read() as conn:
-                    return [tuple(r) for r in await conn.fetch(sql)]
+                async def rows(sql: str) -> list[tuple[Any, ...]]:
+                    async with db.read() as conn:
+                        return [tuple(r) for r in await conn.fetch(sql)]
 
-            yield Backend(PgErasure(db, clock, score_log=score_log), clock, rows, world.tables)
+                erasure = PgErasure(db, clock, score_log=score_log)
+                yield Backend(erasure, clock, rows, world.tables)
     finally:
         score_log.close()
 

@@ -7,7 +7,6 @@ import wrote exports again as it was."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,10 +19,10 @@ from memwarden.memory._clock import FakeClock
 from memwarden.memory.pg import PgDatabase, copy_to_postgres
 from memwarden.memory.pg._transfer import PgTransfer
 from memwarden.memory.policy import PolicyConfig
-from tests.pg.contract import every_row, pg_tables
+from tests.pg.contract import database_copy, every_row, pg_tables
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
     from tests.pgserver import PgServer
 
@@ -77,7 +76,7 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, pg_server: PgServer) -> World:
+def world(tmp_path_factory: pytest.TempPathFactory, pg_server: PgServer) -> Iterator[World]:
     """The lived-in store, built once, and the PostgreSQL database it was copied to."""
     base = tmp_path_factory.mktemp("transfer")
     asyncio.run(_world(base / "m.db", FakeClock(START)))
@@ -88,7 +87,9 @@ def world(tmp_path_factory: pytest.TempPathFactory, pg_server: PgServer) -> Worl
         async with PgDatabase(dsn) as db, db.read() as conn:
             return await pg_tables(conn)
 
-    return World(base, dsn.rsplit("/", 1)[-1], asyncio.run(tables()))
+    name = dsn.rsplit("/", 1)[-1]
+    yield World(base, name, asyncio.run(tables()))
+    pg_server.psql(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 class Backend:
@@ -130,26 +131,28 @@ async def sqlite_backend(tmp_path: Path, world: World) -> AsyncIterator[Backend]
 
 @pytest.fixture
 async def pg_backend(pg_server: PgServer, world: World) -> AsyncIterator[Backend]:
-    name = f"x_{uuid.uuid4().hex[:12]}"
-    pg_server.psql(f'CREATE DATABASE "{name}" TEMPLATE "{world.database}"')
     clock = FakeClock(START + 600)
     policy = PolicyConfig()
-    async with (
-        PgDatabase(pg_server.dsn(name)) as full,
-        PgDatabase(pg_server.create_database()) as empty,
+    with (
+        database_copy(pg_server, world.database) as full_name,
+        database_copy(pg_server, "template1") as empty_name,
     ):
+        async with (
+            PgDatabase(pg_server.dsn(full_name)) as full,
+            PgDatabase(pg_server.dsn(empty_name)) as empty,
+        ):
 
-        async def rows(sql: str) -> list[tuple[Any, ...]]:
-            async with empty.read() as conn:
-                return [tuple(r) for r in await conn.fetch(sql)]
+            async def rows(sql: str) -> list[tuple[Any, ...]]:
+                async with empty.read() as conn:
+                    return [tuple(r) for r in await conn.fetch(sql)]
 
-        yield Backend(
-            PgTransfer(full, clock, policy),
-            PgTransfer(empty, clock, policy),
-            clock,
-            rows,
-            world.tables,
-        )
+            yield Backend(
+                PgTransfer(full, clock, policy),
+                PgTransfer(empty, clock, policy),
+                clock,
+                rows,
+                world.tables,
+            )
 
 
 async def _outcome(call: Awaitable[Any], *, exact: bool = True) -> Any:

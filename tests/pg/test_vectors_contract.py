@@ -7,7 +7,6 @@ nearest list and row of ``block_vectors`` and ``embed_queue`` is equal."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,10 +23,10 @@ from memwarden.memory.pg._blocks import PgBlocks
 from memwarden.memory.pg._erasure import PgErasure
 from memwarden.memory.pg._vectors import PgVectorIndex, queue_all
 from memwarden.memory.policy import PolicyConfig
-from tests.pg.contract import every_row
+from tests.pg.contract import database_copy, every_row
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 
     from tests.pgserver import PgServer
 
@@ -55,7 +54,7 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, pg_server: PgServer) -> World:
+def world(tmp_path_factory: pytest.TempPathFactory, pg_server: PgServer) -> Iterator[World]:
     base = tmp_path_factory.mktemp("vectors")
 
     async def build() -> list[str]:
@@ -88,7 +87,9 @@ def world(tmp_path_factory: pytest.TempPathFactory, pg_server: PgServer) -> Worl
     ids = asyncio.run(build())
     dsn = pg_server.create_database("vectors")
     asyncio.run(copy_to_postgres(base / "m.db", dsn))
-    return World(base, dsn.rsplit("/", 1)[-1], ids)
+    name = dsn.rsplit("/", 1)[-1]
+    yield World(base, name, ids)
+    pg_server.psql(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 @dataclass
@@ -130,29 +131,28 @@ async def sqlite_backend(tmp_path: Path, world: World) -> AsyncIterator[Backend]
 
 @pytest.fixture
 async def pg_backend(pg_server: PgServer, world: World) -> AsyncIterator[Backend]:
-    name = f"v_{uuid.uuid4().hex[:12]}"
-    pg_server.psql(f'CREATE DATABASE "{name}" TEMPLATE "{world.database}"')
     clock = FakeClock(START + 60)
-    async with PgDatabase(pg_server.dsn(name)) as db:
-        blocks = PgBlocks(db, clock, PolicyConfig())
-        erasure = PgErasure(db, clock)
+    with database_copy(pg_server, world.database) as name:
+        async with PgDatabase(pg_server.dsn(name)) as db:
+            blocks = PgBlocks(db, clock, PolicyConfig())
+            erasure = PgErasure(db, clock)
 
-        async def rows(sql: str) -> list[tuple[Any, ...]]:
-            async with db.read() as conn:
-                return [tuple(r) for r in await conn.fetch(sql)]
+            async def rows(sql: str) -> list[tuple[Any, ...]]:
+                async with db.read() as conn:
+                    return [tuple(r) for r in await conn.fetch(sql)]
 
-        async def erase(ids: list[str]) -> Any:
-            return await erasure.erase(ids, actor="t")
+            async def erase(ids: list[str]) -> Any:
+                return await erasure.erase(ids, actor="t")
 
-        async def update(block_id: str, patch: dict[str, Any]) -> Any:
-            return await blocks.update(block_id, patch)
+            async def update(block_id: str, patch: dict[str, Any]) -> Any:
+                return await blocks.update(block_id, patch)
 
-        def make_index(dim: int) -> VectorIndex:
-            index = PgVectorIndex(db, Picky(dim), batch=7)
-            erasure.vectors = index
-            return index
+            def make_index(dim: int) -> VectorIndex:
+                index = PgVectorIndex(db, Picky(dim), batch=7)
+                erasure.vectors = index
+                return index
 
-        yield Backend(make_index, update, erase, lambda: queue_all(db), rows)
+            yield Backend(make_index, update, erase, lambda: queue_all(db), rows)
 
 
 async def script(b: Backend, ids: list[str]) -> list[Any]:
@@ -256,19 +256,24 @@ async def test_vector_search_answers_alike_and_hybrid_fuses_both_lists(
     async with Store(tmp_path / "m.db", clock=clock, embedder=Picky(64)) as store:
         assert store.vectors is not None
         theirs = [*await _searches(store, store.vectors), store.default_search_mode]
-    name = f"v_{uuid.uuid4().hex[:12]}"
-    pg_server.psql(f'CREATE DATABASE "{name}" TEMPLATE "{world.database}"')
-    async with PgDatabase(pg_server.dsn(name)) as db:
-        search = PgSearch(db, clock, PolicyConfig())
-        with pytest.raises(ValidationInputError, match="needs an embedder"):
-            await search.search("x", mode="hybrid")
-        search.vectors = PgVectorIndex(db, Picky(64))
-        ours = [*await _searches(search, search.vectors), search.default_mode]
-        assert ours == theirs
-        assert ours[-1] == "hybrid"
-        assert max(x for x in ours if isinstance(x, int)) == 1  # the refuted block, found
-        hybrid = await search.search("database listens", limit=3)  # the default mode
-        assert hybrid[0].block.content.startswith("The database listens")
-        assert set(hybrid[0].parts) == {"vector_rank", "similarity", "keyword_rank", "bm25", "rrf"}
-        with pytest.raises(ValidationInputError, match="is not one of"):
-            await search.search("x", mode="semantic")
+    with database_copy(pg_server, world.database) as name:
+        async with PgDatabase(pg_server.dsn(name)) as db:
+            search = PgSearch(db, clock, PolicyConfig())
+            with pytest.raises(ValidationInputError, match="needs an embedder"):
+                await search.search("x", mode="hybrid")
+            search.vectors = PgVectorIndex(db, Picky(64))
+            ours = [*await _searches(search, search.vectors), search.default_mode]
+            assert ours == theirs
+            assert ours[-1] == "hybrid"
+            assert max(x for x in ours if isinstance(x, int)) == 1  # the refuted block, found
+            hybrid = await search.search("database listens", limit=3)  # the default mode
+            assert hybrid[0].block.content.startswith("The database listens")
+            assert set(hybrid[0].parts) == {
+                "vector_rank",
+                "similarity",
+                "keyword_rank",
+                "bm25",
+                "rrf",
+            }
+            with pytest.raises(ValidationInputError, match="is not one of"):
+                await search.search("x", mode="semantic")
