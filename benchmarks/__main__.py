@@ -27,6 +27,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
     bench_mqtt,
     bench_pg_decay,
     bench_pg_drivers,
+    bench_pg_erasure,
     bench_pg_ingest,
     bench_read_through,
     bench_redact,

@@ -964,7 +964,7 @@ class Daemon:
             removed=report.removed,
             wal_truncated=report.wal_truncated,
         )
-        if not report.wal_truncated:
+        if report.wal_truncated is False:  # None: no WAL file to truncate (PostgreSQL)
             log.warning("erasure_wal_not_truncated", checkpoint=report.wal_checkpoint)
         return {**answer, **report.as_dict()}
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memwarden.errors import NotFoundError, StorageError, ValidationInputError
+from memwarden.memory._blockedit import check_text
 from memwarden.memory._fts import fts_query, query_terms
 from memwarden.memory._sql import chunks, namespace_clause, placeholders, select_in
 
@@ -52,18 +53,28 @@ if TYPE_CHECKING:
     from memwarden.memory._database import Database
 
 __all__ = [
+    "ERASED_DETAIL",
     "MAX_ERASE",
+    "REASON_CHARS",
     "UNREACHABLE",
     "ErasureReport",
     "ErasureTarget",
+    "check_found",
     "checkpoint",
     "erase",
+    "erase_ids",
+    "holds_words",
     "select_targets",
+    "selection_field",
+    "storable_ids",
+    "targets_of",
+    "tombstone_of",
     "tombstones",
+    "totals",
 ]
 
 MAX_ERASE = 1000  # blocks one erasure may take (a tag or a query naming more is refused)
-_REASON_CHARS = 500
+REASON_CHARS = 500
 
 UNREACHABLE: tuple[str, ...] = (
     "backups made before the erasure (memwarden backup, file-system snapshots, copies)",
@@ -74,7 +85,7 @@ UNREACHABLE: tuple[str, ...] = (
     "clients and agents that already read the block (their caches, transcripts)",
     "the disk below SQLite: blocks the file system or an SSD moved or kept",
 )
-_ERASED_DETAIL = json.dumps({"erased": True})
+ERASED_DETAIL = json.dumps({"erased": True})
 _WORD = re.compile(r"\w+", re.UNICODE)
 _TEXT_CHARS = 80
 _COLUMNS = "id, title, state, substr(content, 1, 200)"
@@ -102,7 +113,7 @@ class ErasureReport:
     score_log_lines: int = 0
     fts: str = "optimize"
     vacuumed: bool = False
-    wal_truncated: bool = False
+    wal_truncated: bool | None = False  # None: the backend has no WAL file (PostgreSQL)
     wal_checkpoint: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -136,23 +147,19 @@ async def select_targets(
     Exactly one of the three. A query is matched as words, never as FTS syntax; one
     without any word, or a selection of more than :data:`MAX_ERASE` blocks, is refused.
     """
-    given = [name for name, v in (("ids", ids), ("tag", tag), ("query", query)) if v]
-    if len(given) != 1:
-        raise ValidationInputError(
-            [("ids", "name the blocks to erase by ids, tag or query (exactly one of them)")]
-        )
+    given = selection_field(ids=ids, tag=tag, query=query)
     scope, scope_args = namespace_clause(namespaces)
     async with db.read() as conn:
         if ids:
-            rows = await select_in(conn, f"SELECT {_COLUMNS} FROM blocks WHERE id IN ", ids)
+            known = storable_ids(ids)
+            rows = await select_in(conn, f"SELECT {_COLUMNS} FROM blocks WHERE id IN ", known)
             if namespaces is not None:
-                owned = await select_in(conn, "SELECT id, namespace FROM blocks WHERE id IN ", ids)
+                owned = await select_in(
+                    conn, "SELECT id, namespace FROM blocks WHERE id IN ", known
+                )
                 visible = {r[0] for r in owned if r[1] in namespaces}
                 rows = [r for r in rows if r[0] in visible]
-            found = {r[0] for r in rows}
-            missing = [i for i in dict.fromkeys(ids) if i not in found]
-            if missing:
-                raise NotFoundError("block", missing[0])
+            check_found(ids, {r[0] for r in rows})
         elif tag:
             rows = list(
                 await conn.execute_fetchall(
@@ -163,8 +170,46 @@ async def select_targets(
             )
         else:
             rows = await _matching(conn, str(query), namespaces)
+    return targets_of(rows, given)
+
+
+def selection_field(*, ids: Sequence[str], tag: str | None, query: str | None) -> str:
+    """Which one of ``ids``, ``tag`` and ``query`` names the blocks (exactly one must)."""
+    given = [name for name, v in (("ids", ids), ("tag", tag), ("query", query)) if v]
+    if len(given) != 1:
+        raise ValidationInputError(
+            [("ids", "name the blocks to erase by ids, tag or query (exactly one of them)")]
+        )
+    return given[0]
+
+
+def storable_ids(values: Sequence[str]) -> list[str]:
+    """Those of ``values`` a store can hold as text (no NUL, valid UTF-8): the others
+    name no block (a lone surrogate would make SQLite's driver raise, a NUL
+    PostgreSQL's)."""
+    out = []
+    for value in values:
+        if "\x00" in value:
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            continue
+        out.append(value)
+    return out
+
+
+def check_found(ids: Sequence[str], found: set[str]) -> None:
+    """:class:`NotFoundError` for the first of ``ids`` not ``found``."""
+    missing = [i for i in dict.fromkeys(ids) if i not in found]
+    if missing:
+        raise NotFoundError("block", missing[0])
+
+
+def targets_of(rows: Sequence[Sequence[Any]], field_name: str) -> list[ErasureTarget]:
+    """``(id, title, state, start of content)`` rows as targets in id order; more than
+    :data:`MAX_ERASE` are refused (naming ``field_name``)."""
     if len(rows) > MAX_ERASE:
-        field_name = given[0]
         raise ValidationInputError(
             [(field_name, f"names more than {MAX_ERASE} blocks: narrow it, or erase in steps")]
         )
@@ -172,6 +217,11 @@ async def select_targets(
         (ErasureTarget(str(r[0]), str(r[1]), str(r[2]), _text(r[1], r[3])) for r in rows),
         key=_by_id,
     )
+
+
+def holds_words(wanted: set[str], title: str, content: str, tags: str) -> bool:
+    """Whether an archived block (not in the search index) holds every ``wanted`` word."""
+    return wanted <= _words(f"{title} {content} {tags}")
 
 
 def _text(title: str, content: str) -> str:
@@ -213,7 +263,7 @@ async def _matching(
         archived = [
             (*row[:3], row[3][:200])
             async for row in cur
-            if wanted <= _words(f"{row[1]} {row[3]} {row[4]}")
+            if holds_words(wanted, row[1], row[3], row[4])
         ]
     return live + archived
 
@@ -232,13 +282,11 @@ async def erase(
 ) -> ErasureReport:
     """Remove these blocks' content from every table (one transaction; all or nothing:
     an unknown id changes nothing) and leave a tombstone per block."""
-    ids = list(dict.fromkeys(block_ids))
-    if not ids:
-        raise ValidationInputError([("ids", "no block to erase")])
-    if len(ids) > MAX_ERASE:
-        raise ValidationInputError([("ids", f"more than {MAX_ERASE} blocks in one erasure")])
+    ids = erase_ids(block_ids)
+    check_text("actor", actor)
+    check_text("reason", reason)
     now = clock.time()
-    why = reason[:_REASON_CHARS]
+    why = reason[:REASON_CHARS]
 
     async def job(conn: aiosqlite.Connection) -> ErasureReport:
         async with conn.execute("PRAGMA secure_delete") as cur:
@@ -257,20 +305,46 @@ async def erase(
             await conn.execute("INSERT INTO blocks_fts(blocks_fts) VALUES ('optimize')")
         finally:
             await conn.execute(f"PRAGMA secure_delete = {before}")
-        totals: Counter[str] = Counter()
-        for per_block in removed.values():
-            totals.update(per_block)
-        return ErasureReport(erased=ids, removed=dict(sorted(totals.items())))
+        return ErasureReport(erased=ids, removed=totals(removed))
 
     return await db.write(job, weight=len(ids) * 10)
 
 
+def erase_ids(block_ids: Sequence[str]) -> list[str]:
+    """The ids one erasure takes (each once, in order): at least one, at most
+    :data:`MAX_ERASE`."""
+    ids = list(dict.fromkeys(block_ids))
+    if not ids:
+        raise ValidationInputError([("ids", "no block to erase")])
+    if len(ids) > MAX_ERASE:
+        raise ValidationInputError([("ids", f"more than {MAX_ERASE} blocks in one erasure")])
+    return ids
+
+
+def totals(removed: dict[str, dict[str, int]]) -> dict[str, int]:
+    """Rows removed per table over every block, by table name."""
+    counted: Counter[str] = Counter()
+    for per_block in removed.values():
+        counted.update(per_block)
+    return dict(sorted(counted.items()))
+
+
+def tombstone_of(row: Sequence[Any]) -> dict[str, Any]:
+    """An ``erasures`` row (id, block_id, erased_at, actor, reason, removed) as listed."""
+    return {
+        "id": int(row[0]),
+        "block_id": row[1],
+        "erased_at": float(row[2]),
+        "actor": row[3],
+        "reason": row[4],
+        "removed": json.loads(row[5]),
+    }
+
+
 async def _erase_rows(conn: aiosqlite.Connection, ids: list[str]) -> dict[str, dict[str, int]]:
-    rows = await select_in(conn, "SELECT rid, id FROM blocks WHERE id IN ", ids)
+    rows = await select_in(conn, "SELECT rid, id FROM blocks WHERE id IN ", storable_ids(ids))
     rid_of = {str(r[1]): int(r[0]) for r in rows}
-    missing = [i for i in ids if i not in rid_of]
-    if missing:
-        raise NotFoundError("block", missing[0])
+    check_found(ids, set(rid_of))
     removed: dict[str, dict[str, int]] = {}
     for block_id in ids:
         removed[block_id] = await _erase_one(conn, block_id, rid_of[block_id])
@@ -322,7 +396,7 @@ async def _erase_one(conn: aiosqlite.Connection, block_id: str, rid: int) -> dic
     n["accesses"] = await _count(conn, "DELETE FROM accesses WHERE block_id = ?", by_id)
     n["sessions"] = await _count(conn, "DELETE FROM sessions WHERE block_id = ?", by_id)
     n["audit_blanked"] = await _count(
-        conn, "UPDATE audit SET detail = ? WHERE block_id = ?", (_ERASED_DETAIL, block_id)
+        conn, "UPDATE audit SET detail = ? WHERE block_id = ?", (ERASED_DETAIL, block_id)
     )
     n["dead_letters"] = await _count(
         conn, "DELETE FROM dead_letters WHERE instr(payload, ?) > 0", by_id
@@ -391,14 +465,4 @@ async def tombstones(
             " ORDER BY id DESC LIMIT ?",
             (*args, limit),
         )
-    return [
-        {
-            "id": int(r[0]),
-            "block_id": r[1],
-            "erased_at": float(r[2]),
-            "actor": r[3],
-            "reason": r[4],
-            "removed": json.loads(r[5]),
-        }
-        for r in rows
-    ]
+    return [tombstone_of(r) for r in rows]

@@ -27,7 +27,16 @@ if TYPE_CHECKING:
     from memwarden.memory._vectors import VectorIndex
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["MODES", "RRF_K", "Search", "SearchMode"]
+__all__ = [
+    "MODES",
+    "RRF_K",
+    "Search",
+    "SearchMode",
+    "carried_candidates",
+    "explained",
+    "fused_relevance",
+    "vector_k",
+]
 
 _score = operator.itemgetter(4)  # a ranking row's score
 # Where a hit's block columns (BLOCK_COLUMNS order) hold what ranking and warnings read.
@@ -211,20 +220,12 @@ class Search:
         # Vector candidates: enough for the fusion to reorder the top ``limit`` (a block
         # past rank 5 x limit adds at most 1/(60 + 50) to its fused score); each one
         # costs a row in the ranking statement, and the nearest list is never empty.
-        k = _vector_k(cfg, limit)
+        k = vector_k(cfg, limit)
         nearest = await vectors.query(query, k)
         self._remember_nearest(query, k, nearest)
         # The fused relevance of every candidate; the explanation (``parts``) is made
         # for the results only (a dict per candidate was 250 dicts a search).
-        relevance: dict[int, float] = {}
-        if mode == "vector":
-            for rid, sim in nearest:
-                relevance[rid] = max(round(sim, 4), 0.0)
-        else:
-            for rank, (rid, _) in enumerate(keyword, 1):
-                relevance[rid] = keyword_weight / (RRF_K + rank)
-            for rank, (rid, _) in enumerate(nearest, 1):
-                relevance[rid] = relevance.get(rid, 0.0) + 1.0 / (RRF_K + rank)
+        relevance = fused_relevance(mode, keyword, nearest, keyword_weight)
         if not relevance:
             return []
         # Only the best ``carried`` by fused relevance go on to the ranking statement
@@ -234,10 +235,8 @@ class Search:
         # reliability x retention of every better one could have lifted it into the top
         # ``limit``. When those leave fewer than ``limit`` (hidden states, other
         # namespaces), every candidate is ranked again.
-        carried = max(VECTOR_CANDIDATES, 5 * limit)
         every = relevance
-        if len(relevance) > carried:
-            relevance = dict(sorted(relevance.items(), key=lambda kv: -kv[1])[:carried])
+        relevance = carried_candidates(relevance, limit)
         now = self.clock.time()
         ranking = cfg.ranking
         decay = cfg.decay
@@ -269,7 +268,7 @@ class Search:
             rows = await self._rows(sql, params, budget_factor=RANKING_BUDGET_FACTOR)
         shown = {int(row[7 + _RID_COLUMN]) for row in rows}
         fused = None if mode == "vector" else every
-        return self._hits(rows, now, _explained(shown, nearest, keyword, fused))
+        return self._hits(rows, now, explained(shown, nearest, keyword, fused))
 
     async def _keyword_candidates(
         self, query: str, cands: int, scoped: Sequence[str] | None = None
@@ -325,7 +324,7 @@ class Search:
         match = fts_query(query) if mode != "vector" else None
         near: list[int] = []
         if mode != "keyword" and self.vectors is not None:
-            near = await self._nearest_rids(query, _vector_k(self.policy, limit))
+            near = await self._nearest_rids(query, vector_k(self.policy, limit))
         if match is None and not near:
             return 0
         scope, scope_args = namespace_clause(namespaces, column="b.namespace")
@@ -362,7 +361,37 @@ class Search:
             del recent[next(iter(recent))]  # the oldest
 
 
-def _explained(
+def fused_relevance(
+    mode: SearchMode,
+    keyword: list[tuple[int, float]],
+    nearest: list[tuple[int, float]],
+    keyword_weight: float = 1.0,
+) -> dict[int, float]:
+    """Each candidate's relevance: its similarity (``vector``), or its reciprocal-rank
+    fusion of the keyword and the vector lists (``hybrid``; ``keyword_weight`` on the
+    keyword ranks)."""
+    relevance: dict[int, float] = {}
+    if mode == "vector":
+        for rid, sim in nearest:
+            relevance[rid] = max(round(sim, 4), 0.0)
+    else:
+        for rank, (rid, _) in enumerate(keyword, 1):
+            relevance[rid] = keyword_weight / (RRF_K + rank)
+        for rank, (rid, _) in enumerate(nearest, 1):
+            relevance[rid] = relevance.get(rid, 0.0) + 1.0 / (RRF_K + rank)
+    return relevance
+
+
+def carried_candidates(relevance: dict[int, float], limit: int) -> dict[int, float]:
+    """The best ``max(VECTOR_CANDIDATES, 5 x limit)`` candidates by fused relevance:
+    those the ranking step scores first (see ``Search._fused``)."""
+    carried = max(VECTOR_CANDIDATES, 5 * limit)
+    if len(relevance) <= carried:
+        return relevance
+    return dict(sorted(relevance.items(), key=lambda kv: -kv[1])[:carried])
+
+
+def explained(
     shown: set[int],
     nearest: list[tuple[int, float]],
     keyword: list[tuple[int, float]],
@@ -383,7 +412,7 @@ def _explained(
     return parts
 
 
-def _vector_k(cfg: PolicyConfig, limit: int) -> int:
+def vector_k(cfg: PolicyConfig, limit: int) -> int:
     """How many nearest vectors a search of ``limit`` results takes as candidates."""
     return min(max(cfg.ranking.candidates, limit), max(VECTOR_CANDIDATES, 5 * limit))
 

@@ -38,7 +38,17 @@ if TYPE_CHECKING:
 
     import aiosqlite
 
-__all__ = ["EXPORT_FORMAT", "ImportReport", "export_rows", "import_rows", "is_export_row"]
+__all__ = [
+    "EXPORT_FORMAT",
+    "ImportReport",
+    "check_readable",
+    "check_rows",
+    "export_object",
+    "export_rows",
+    "history_entry",
+    "import_rows",
+    "is_export_row",
+]
 
 EXPORT_FORMAT = "memwarden.export/1"
 _OUTCOMES = frozenset(o.value for o in Outcome)
@@ -128,24 +138,7 @@ async def export_rows(
         f" WHERE f.block_rid IN ({rmarks}) ORDER BY f.block_rid, f.event_seq",
         rids,
     ):
-        run = (
-            None
-            if row["_run_count"] is None
-            else {
-                "count": row["_run_count"],
-                "first_observed_at": row["_run_first_observed_at"],
-                "last_observed_at": row["_run_last_observed_at"],
-                "compacted_at": row["_run_compacted_at"],
-                "first_event_id": row["_run_first_event_id"],
-            }
-        )
-        history[row["_rid"]].append(
-            {
-                "event": {c: row[c] for c in event_cols},
-                "effect": {c: row[f"_effect_{c}"] for c in effect_cols},
-                "run": run,
-            }
-        )
+        history[row["_rid"]].append(history_entry(row, event_cols, effect_cols))
     versions: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in await _dicts(
         conn,
@@ -157,20 +150,57 @@ async def export_rows(
     for block in blocks:
         rec = dict(records[block["id"]])
         rid = rec.pop("_rid")
-        view = {k: v for k, v in block.items() if k != "short_id"}  # short ids are per store
         out.append(
-            {
-                "format": EXPORT_FORMAT,
-                "id": block["id"],
-                "block": view,
-                "record": rec,
-                "bindings": bindings[rid],
-                "depends_on": depends[rid],
-                "history": history[rid],
-                "versions": versions[block["id"]],
-            }
+            export_object(
+                block, rec, bindings[rid], depends[rid], history[rid], versions[block["id"]]
+            )
         )
     return out
+
+
+def history_entry(
+    row: Mapping[str, Any], event_cols: Sequence[str], effect_cols: Sequence[str]
+) -> dict[str, Any]:
+    """One event of a block's history as exported: the event, its effect on the block,
+    and the compacted run it ends (``_effect_*`` and ``_run_*`` keys of ``row``)."""
+    run = (
+        None
+        if row["_run_count"] is None
+        else {
+            "count": row["_run_count"],
+            "first_observed_at": row["_run_first_observed_at"],
+            "last_observed_at": row["_run_last_observed_at"],
+            "compacted_at": row["_run_compacted_at"],
+            "first_event_id": row["_run_first_event_id"],
+        }
+    )
+    return {
+        "event": {c: row[c] for c in event_cols},
+        "effect": {c: row[f"_effect_{c}"] for c in effect_cols},
+        "run": run,
+    }
+
+
+def export_object(  # noqa: PLR0917 - the parts of one object, in one place
+    block: Mapping[str, Any],
+    record: dict[str, Any],
+    bindings: list[dict[str, Any]],
+    depends_on: list[str],
+    history: list[dict[str, Any]],
+    versions: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The export object of one block (``block``: its public view)."""
+    view = {k: v for k, v in block.items() if k != "short_id"}  # short ids are per store
+    return {
+        "format": EXPORT_FORMAT,
+        "id": block["id"],
+        "block": view,
+        "record": record,
+        "bindings": bindings,
+        "depends_on": depends_on,
+        "history": history,
+        "versions": versions,
+    }
 
 
 def _check_row(i: int, row: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -202,7 +232,34 @@ def _check_row(i: int, row: Mapping[str, Any]) -> list[tuple[str, str]]:
             or not isinstance(h.get("effect"), dict)
         ):
             problems.append((f"{i}.history.{j}", "not an event with its effect"))
+    for name in ("record", "bindings", "depends_on", "history", "versions"):
+        problems.extend(_text_problems(f"{i}.{name}", row.get(name)))
     return problems
+
+
+def _text_problems(path: str, value: Any) -> list[tuple[str, str]]:
+    """Strings under ``value`` that no store keeps as given: with NUL (PostgreSQL text
+    cannot hold one, so neither backend takes it) or not valid UTF-8."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return [(path, "must not contain NUL characters")]
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            return [(path, f"is not valid UTF-8 text (bad character at position {err.start})")]
+        return []
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _text_problems(f"{path}.{k}", v)]
+    if isinstance(value, list):
+        return [p for j, v in enumerate(value) for p in _text_problems(f"{path}.{j}", v)]
+    return []
+
+
+def check_rows(rows: Sequence[Mapping[str, Any]]) -> None:
+    """:class:`ValidationInputError` naming every malformed export object of ``rows``."""
+    problems = [p for i, row in enumerate(rows) for p in _check_row(i, row)]
+    if problems:
+        raise ValidationInputError(problems)
 
 
 async def import_rows(
@@ -219,9 +276,7 @@ async def import_rows(
     Raises :class:`ValidationInputError` naming the object when one is malformed or does
     not read back as a valid block; the caller's transaction then writes nothing.
     """
-    problems = [p for i, row in enumerate(rows) for p in _check_row(i, row)]
-    if problems:
-        raise ValidationInputError(problems)
+    check_rows(rows)
     report = ImportReport()
     ids = [str(r["id"]) for r in rows]
     existing: set[str] = set()
@@ -248,7 +303,7 @@ async def import_rows(
         rid += 1
         try:
             await _import_block(conn, i, row, rid, cols, history_cols, quarantine or {}, now)
-        except sqlite3.Error as err:  # a missing column, a value of the wrong kind
+        except (sqlite3.Error, OverflowError) as err:  # a missing column, a value too big
             raise ValidationInputError([(f"{i}", f"cannot be stored: {err}")]) from None
         report.sensors.update(str(b["sensor"]) for b in row.get("bindings", []))
         report.added.append(block_id)
@@ -343,10 +398,15 @@ async def _check_readable(conn: aiosqlite.Connection, i: int, block_id: str) -> 
     async with conn.execute(
         f"SELECT {', '.join(BLOCK_COLUMNS)} FROM blocks WHERE id = ?", (block_id,)
     ) as cur:
-        row = await cur.fetchone()
+        check_readable(i, await cur.fetchone())
+
+
+def check_readable(i: int, row: Sequence[Any] | None) -> None:
+    """:class:`ValidationInputError` unless the ``BLOCK_COLUMNS`` row of the ``i``-th
+    imported object reads back as a valid block."""
     try:
-        assert row is not None  # noqa: S101 - inserted just above
-        rec = record_from_row(row)
+        assert row is not None  # noqa: S101 - inserted just before
+        rec = record_from_row(tuple(row))
         record_to_block(rec, bindings=[], now=rec.created_at, cfg=_POLICY)
     except (ValueError, TypeError, KeyError, AttributeError, ValidationError) as err:
         raise ValidationInputError([(f"{i}.record", f"not a valid block: {err}")]) from None

@@ -30,7 +30,7 @@ from memwarden.memory._clock import SystemClock, sleep_on
 from memwarden.memory._sql import namespace_clause
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import AsyncIterator, Sequence
 
     import aiosqlite
 
@@ -176,36 +176,19 @@ class VectorIndex:
     async def load(self) -> int:
         """Read this model's stored vectors into memory; queue blocks of another model."""
         np = self.np
-        async with self.db.read() as conn:
-            [(count,)] = list(
-                await conn.execute_fetchall(
-                    "SELECT count(*) FROM block_vectors WHERE model = ?", (self.model,)
+        self._reserve(await self._stored_count())
+        self._loading = True
+        try:
+            async for rows in self._stored_batches():
+                self._put_many(
+                    [int(rid) for rid, _ in rows],
+                    np.frombuffer(b"".join(blob for _, blob in rows), dtype=np.int8),
                 )
-            )
-            self._reserve(int(count))
-            self._loading = True
-            try:
-                async with conn.execute(
-                    "SELECT block_rid, vector FROM block_vectors WHERE model = ? AND dim = ?",
-                    (self.model, self.dim),
-                ) as cur:
-                    while rows := await cur.fetchmany(8192):
-                        self._put_many(
-                            [int(rid) for rid, _ in rows],
-                            np.frombuffer(b"".join(blob for _, blob in rows), dtype=np.int8),
-                        )
-            finally:
-                self._loading = False
-                self._centred_at = 0
-                self._recentre()
-            [(other,)] = list(
-                await conn.execute_fetchall(
-                    "SELECT count(*) FROM block_vectors WHERE model != ? OR dim != ?",
-                    (self.model, self.dim),
-                )
-            )
-            # The vectors are in the matrix now: give back the page cache they filled.
-            await conn.execute("PRAGMA shrink_memory")
+        finally:
+            self._loading = False
+            self._centred_at = 0
+            self._recentre()
+        other = await self._other_models()
         if other:
             await self.reembed(only_other_models=True)
         trimmed = _give_back_freed_memory()
@@ -290,11 +273,7 @@ class VectorIndex:
     async def prune(self) -> int:
         """Drop from memory the vectors whose block is gone (erased: ``memwarden forget``);
         how many. The stored rows went with their blocks (foreign key, cascade)."""
-        async with self.db.read() as conn:
-            kept = {
-                int(r)
-                for (r,) in await conn.execute_fetchall("SELECT block_rid FROM block_vectors")
-            }
+        kept = await self._stored_rids()
         gone = [int(rid) for rid in self._rids[: self._size] if int(rid) not in kept]
         for rid in gone:
             self._drop(rid)
@@ -532,27 +511,16 @@ class VectorIndex:
         if namespaces is None:
             return self._size
         np = self.np
-        scope, args = namespace_clause(namespaces)
         # The namespaces' rids (their index covers them) looked up in the held rows: a
         # join with block_vectors would read every vector's row (0.2 s at 100 000, this
         # 0.05-0.1).
-        async with self.db.read() as conn:
-            rows = await conn.execute_fetchall(f"SELECT rid FROM blocks WHERE true{scope}", args)
-        rids = np.fromiter((r for (r,) in rows), dtype=np.int64)
+        rids = np.fromiter(await self._rids_of(namespaces), dtype=np.int64)
         rids = rids[(rids >= 0) & (rids < len(self._row_of))]
         return int(np.count_nonzero(self._row_of[rids] >= 0))
 
     async def drain_once(self) -> int:
         """Embed one batch of queued blocks; how many were taken off the queue."""
-        async with self.db.read() as conn:
-            rows = list(
-                await conn.execute_fetchall(
-                    "SELECT q.block_rid, q.gen, b.title, b.content, b.state"
-                    " FROM embed_queue q LEFT JOIN blocks b ON b.rid = q.block_rid"
-                    " ORDER BY q.block_rid LIMIT ?",
-                    (self.batch,),
-                )
-            )
+        rows = await self._queued()
         if not rows:
             return 0
         live = [r for r in rows if r[2] is not None]
@@ -560,37 +528,11 @@ class VectorIndex:
             f"{title}\n{content}" if title else str(content) for _, _, title, content, _ in live
         ]
         vecs = await asyncio.to_thread(self._embed_each, [int(r[0]) for r in live], texts)
-        model, dim = self.model, self.dim
         done: list[tuple[int, int]] = [(int(r[0]), int(r[1])) for r in rows]
         stored = [
             (int(r[0]), v.tobytes()) for r, v in zip(live, vecs, strict=True) if v is not None
         ]
-
-        async def job(conn: aiosqlite.Connection) -> list[int]:
-            # Only the queue rows not queued again meanwhile (an edit bumps gen) are done.
-            kept: list[int] = []
-            gens = dict(done)
-            for rid, blob in stored:
-                cur = await conn.execute(
-                    "DELETE FROM embed_queue WHERE block_rid = ? AND gen = ?", (rid, gens[rid])
-                )
-                if cur.rowcount:
-                    await conn.execute(
-                        "INSERT INTO block_vectors (block_rid, model, dim, vector)"
-                        " SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM blocks WHERE rid = ?)"
-                        " ON CONFLICT (block_rid) DO UPDATE SET model = excluded.model,"
-                        " dim = excluded.dim, vector = excluded.vector",
-                        (rid, model, dim, blob, rid),
-                    )
-                    kept.append(rid)
-            made = {s[0] for s in stored}
-            gone = [rid for rid, _ in done if rid not in made]
-            for rid in gone:  # deleted meanwhile, or its text could not be embedded
-                await conn.execute("DELETE FROM embed_queue WHERE block_rid = ?", (rid,))
-                await conn.execute("DELETE FROM block_vectors WHERE block_rid = ?", (rid,))
-            return kept
-
-        kept = await self.db.write(job, weight=len(rows))
+        kept = await self._store(done, stored)
         np = self.np
         by_rid = {rid: np.frombuffer(blob, dtype=np.int8) for rid, blob in stored}
         for rid in kept:
@@ -628,7 +570,105 @@ class VectorIndex:
 
     async def reembed(self, *, only_other_models: bool = False) -> int:
         """Queue every block again (a model change: ``memwarden reembed``); how many."""
+        n = await self._requeue(only_other_models=only_other_models)
+        self.notify()
+        return n
 
+    # ------------------------------------------------------------------ the SQL
+    # What the index reads and writes, in SQLite's SQL (memory/pg/_vectors.py has
+    # PostgreSQL's): the rest of the class is the same on both backends.
+
+    async def _stored_count(self) -> int:
+        async with self.db.read() as conn:
+            [(count,)] = list(
+                await conn.execute_fetchall(
+                    "SELECT count(*) FROM block_vectors WHERE model = ?", (self.model,)
+                )
+            )
+        return int(count)
+
+    async def _stored_batches(self) -> AsyncIterator[list[tuple[int, bytes]]]:
+        """This model's stored vectors, ``(rid, bytes)`` in batches."""
+        async with self.db.read() as conn:
+            async with conn.execute(
+                "SELECT block_rid, vector FROM block_vectors WHERE model = ? AND dim = ?",
+                (self.model, self.dim),
+            ) as cur:
+                while rows := await cur.fetchmany(8192):
+                    yield [(int(r[0]), bytes(r[1])) for r in rows]
+            # The vectors are in the matrix now: give back the page cache they filled.
+            await conn.execute("PRAGMA shrink_memory")
+
+    async def _other_models(self) -> int:
+        async with self.db.read() as conn:
+            [(other,)] = list(
+                await conn.execute_fetchall(
+                    "SELECT count(*) FROM block_vectors WHERE model != ? OR dim != ?",
+                    (self.model, self.dim),
+                )
+            )
+        return int(other)
+
+    async def _stored_rids(self) -> set[int]:
+        async with self.db.read() as conn:
+            return {
+                int(r)
+                for (r,) in await conn.execute_fetchall("SELECT block_rid FROM block_vectors")
+            }
+
+    async def _rids_of(self, namespaces: Sequence[str]) -> list[int]:
+        scope, args = namespace_clause(namespaces)
+        async with self.db.read() as conn:
+            rows = await conn.execute_fetchall(f"SELECT rid FROM blocks WHERE true{scope}", args)
+        return [int(r) for (r,) in rows]
+
+    async def _queued(self) -> list[tuple[Any, ...]]:
+        """A batch of the queue: ``(rid, gen, title, content, state)``, title None for a
+        block gone meanwhile."""
+        async with self.db.read() as conn:
+            return [
+                tuple(r)
+                for r in await conn.execute_fetchall(
+                    "SELECT q.block_rid, q.gen, b.title, b.content, b.state"
+                    " FROM embed_queue q LEFT JOIN blocks b ON b.rid = q.block_rid"
+                    " ORDER BY q.block_rid LIMIT ?",
+                    (self.batch,),
+                )
+            ]
+
+    async def _store(
+        self, done: list[tuple[int, int]], stored: list[tuple[int, bytes]]
+    ) -> list[int]:
+        """Store the vectors made of queue rows ``done`` ``(rid, gen)``; the rids stored
+        (those not queued again meanwhile: an edit bumps gen)."""
+        model, dim = self.model, self.dim
+
+        async def job(conn: aiosqlite.Connection) -> list[int]:
+            kept: list[int] = []
+            gens = dict(done)
+            for rid, blob in stored:
+                cur = await conn.execute(
+                    "DELETE FROM embed_queue WHERE block_rid = ? AND gen = ?", (rid, gens[rid])
+                )
+                if cur.rowcount:
+                    await conn.execute(
+                        "INSERT INTO block_vectors (block_rid, model, dim, vector)"
+                        " SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM blocks WHERE rid = ?)"
+                        " ON CONFLICT (block_rid) DO UPDATE SET model = excluded.model,"
+                        " dim = excluded.dim, vector = excluded.vector",
+                        (rid, model, dim, blob, rid),
+                    )
+                    kept.append(rid)
+            made = {s[0] for s in stored}
+            gone = [rid for rid, _ in done if rid not in made]
+            for rid in gone:  # deleted meanwhile, or its text could not be embedded
+                await conn.execute("DELETE FROM embed_queue WHERE block_rid = ?", (rid,))
+                await conn.execute("DELETE FROM block_vectors WHERE block_rid = ?", (rid,))
+            return kept
+
+        return await self.db.write(job, weight=len(done))
+
+    async def _requeue(self, *, only_other_models: bool) -> int:
         async def job(conn: aiosqlite.Connection) -> int:
             where = (
                 " WHERE rid IN (SELECT block_rid FROM block_vectors WHERE model != ? OR dim != ?)"
@@ -641,6 +681,4 @@ class VectorIndex:
             cur = await conn.execute(sql, (self.model, self.dim) if only_other_models else ())
             return int(cur.rowcount)
 
-        n = await self.db.write(job)
-        self.notify()
-        return n
+        return await self.db.write(job)

@@ -15,40 +15,63 @@ a rare word does not weigh more than a common one, and the scores are on another
 Orderings agree where one block is clearly the better match; they may differ between
 blocks of similar text. Freshness, reliability and retention are computed by the rules
 in :mod:`memwarden.memory.policy` on the candidates (SQLite computes the same in SQL).
-Vector and hybrid modes are not ported yet.
+Vector and hybrid modes (with a :class:`~memwarden.memory.pg._vectors.PgVectorIndex` as
+``vectors``) are SQLite's: the same nearest vectors, the same fusion by rank
+(:func:`~memwarden.memory._search.fused_relevance`), the same re-ranking; in hybrid mode
+the keyword list is ranked by ``ts_rank_cd``, so its order, and the fused order with it,
+may differ where BM25 and cover density disagree.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, cast
 
 from memwarden.errors import ValidationInputError
 from memwarden.memory._codec import BLOCK_COLUMNS, record_from_row
 from memwarden.memory._fts import query_terms
 from memwarden.memory._model import BlockState
 from memwarden.memory._results import SearchHit
-from memwarden.memory._search import _warnings
+from memwarden.memory._search import (
+    ANY_WORD_WEIGHT,
+    MODES,
+    _warnings,
+    carried_candidates,
+    explained,
+    fused_relevance,
+    vector_k,
+)
+from memwarden.memory._sql import namespace_clause
 from memwarden.memory.policy import effective_state, retention
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from memwarden.memory._clock import Clock
+    from memwarden.memory._search import SearchMode
+    from memwarden.memory._vectors import VectorIndex
     from memwarden.memory.pg._database import PgDatabase
     from memwarden.memory.pg._types import PgConnection
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["RANK_WEIGHTS", "PgSearch"]
+__all__ = ["CONFIG", "RANK_WEIGHTS", "WORDS", "PgSearch"]
 
 # ts_rank_cd's weights for {D, C, B, A}, each at most 1: SQLite's title 2.0, content 1.0,
 # tags 1.5, halved (the ratios are what ranks). Normalisation 32 (rank / (rank + 1))
 # keeps relevance in 0..1 (docs/SCALE.md).
 RANK_WEIGHTS = "{0.0, 0.75, 0.5, 1.0}"
-_CONFIG = "memwarden_search"
+CONFIG = "memwarden_search"
 # The query's words as the index saw the block's: the same punctuation-to-space rule.
-_WORDS = "regexp_replace($1, '[!-/:-@\\[-`{-~]+', ' ', 'g')"
+WORDS = "regexp_replace($1, '[!-/:-@\\[-`{-~]+', ' ', 'g')"
 _LIVE = ("fresh", "unverified", "stale")
+_RID = BLOCK_COLUMNS.index("rid")
+# A candidate's bindings and dependencies, as JSON text (SQLite's json_group_array).
+_ATTACHED = """coalesce((SELECT json_agg(json_build_array(g.sensor, g.subject, g.selector)
+                                  ORDER BY g.id)
+                  FROM bindings g WHERE g.block_rid = b.rid)::text, '[]'),
+        coalesce((SELECT json_agg(d.depends_on ORDER BY d.depends_on)
+                  FROM dependencies d WHERE d.block_rid = b.rid)::text, '[]')"""
 
 
 def _tsquery(lexemes: Sequence[str], *, any_term: bool) -> str:
@@ -64,6 +87,138 @@ class PgSearch:
         self.db = db
         self.clock = clock
         self.policy = policy
+        # Set when an embedder is configured (a PgVectorIndex, memory/pg/_vectors.py).
+        self.vectors: VectorIndex | None = None
+
+    @property
+    def default_mode(self) -> SearchMode:
+        """``hybrid`` with an embedder, ``keyword`` without (as on SQLite)."""
+        return "hybrid" if self.vectors is not None else "keyword"
+
+    async def _fused(
+        self,
+        query: str,
+        *,
+        limit: int,
+        include_refuted: bool,
+        mode: SearchMode,
+        namespaces: Sequence[str] | None,
+    ) -> list[SearchHit]:
+        """Vector or hybrid search, as SQLite's ``Search._fused``: the nearest vectors
+        (and, hybrid, the keyword matches), fused by rank, re-ranked by freshness x
+        reliability x retention. The keyword list is ranked by ``ts_rank_cd`` here (the
+        explanation's ``bm25`` part holds it)."""
+        vectors = self.vectors
+        if vectors is None:  # checked by search(); here for the type checker
+            return []
+        cfg = self.policy
+        cands = max(cfg.ranking.candidates, limit)
+        keyword: list[tuple[int, float]] = []
+        keyword_weight = 1.0
+        if mode == "hybrid":
+            keyword, every_word = await self._keyword_candidates(query, cands, namespaces)
+            if not every_word:  # matched on some words only: weaker evidence
+                keyword_weight = ANY_WORD_WEIGHT
+        nearest = await vectors.query(query, vector_k(cfg, limit))
+        every = fused_relevance(mode, keyword, nearest, keyword_weight)
+        if not every:
+            return []
+        relevance = carried_candidates(every, limit)
+        now = self.clock.time()
+        states = [*_LIVE, BlockState.REFUTED.value] if include_refuted else list(_LIVE)
+        async with self.db.read() as conn:
+            rows = await self._given(conn, relevance, states, namespaces)
+            if len(rows) < limit and len(every) > len(relevance):
+                rows = await self._given(conn, every, states, namespaces)
+        ranked = self._ranked(rows, now, limit)
+        shown = {int(h.columns[_RID]) for h in ranked}
+        parts = explained(shown, nearest, keyword, None if mode == "vector" else every)
+        return [replace(h, parts=parts.get(int(h.columns[_RID]), {})) for h in ranked]
+
+    async def count_refuted_matches(
+        self,
+        query: str,
+        *,
+        namespaces: Sequence[str] | None = None,
+        mode: SearchMode = "keyword",
+        limit: int = 10,
+    ) -> int:
+        """How many refuted blocks a search without them hides, among ``namespaces``
+        when given: those matching every word of ``query`` (``keyword``), those among
+        its nearest vectors (``vector``), either (``hybrid``), as on SQLite."""
+        near: list[int] = []
+        if mode != "keyword" and self.vectors is not None:
+            near = [rid for rid, _ in await self.vectors.query(query, vector_k(self.policy, limit))]
+        terms = query_terms(query) if mode != "vector" else []
+        if namespaces is not None:
+            namespace_clause(namespaces)  # SQLite's limit, SQLite's error
+        async with self.db.read() as conn:
+            lexemes = await self._lexemes(conn, " ".join(terms)) if terms else []
+            if not lexemes and not near:
+                return 0
+            scope = "" if namespaces is None else " AND b.namespace = ANY($3::text[])"
+            count = await conn.fetchval(
+                "SELECT count(*) FROM blocks b WHERE b.state = 'refuted'"
+                # No words: $2 is NULL, which matches nothing.
+                " AND (b.rid = ANY($1::bigint[]) OR b.search @@ CAST($2::text AS tsquery))" + scope,
+                near,
+                _tsquery(lexemes, any_term=False) if lexemes else None,
+                *([] if namespaces is None else [list(namespaces)]),
+            )
+        return int(count)
+
+    async def _keyword_candidates(
+        self, query: str, cands: int, namespaces: Sequence[str] | None
+    ) -> tuple[list[tuple[int, float]], bool]:
+        """The ``cands`` best keyword matches (rid, relevance) of any state in the index
+        (as SQLite's), every word first, then any word; and whether they had every word."""
+        terms = query_terms(query)
+        if not terms:
+            return [], True
+        states = [*_LIVE, BlockState.REFUTED.value]
+        async with self.db.read() as conn:
+            lexemes = await self._lexemes(conn, " ".join(terms))
+            if not lexemes:
+                return [], True
+            rows = await self._candidates(
+                conn, _tsquery(lexemes, any_term=False), states, namespaces, cands
+            )
+            every_word = True
+            if not rows and len(lexemes) > 1:
+                rows = await self._candidates(
+                    conn, _tsquery(lexemes, any_term=True), states, namespaces, cands
+                )
+                every_word = False
+        return [(int(r[3][_RID]), r[0]) for r in rows], every_word
+
+    @staticmethod
+    async def _given(
+        conn: PgConnection,
+        relevance: dict[int, float],
+        states: list[str],
+        namespaces: Sequence[str] | None,
+    ) -> list[tuple[float, str, str, tuple[Any, ...]]]:
+        """The candidates ``relevance`` names, of ``states`` (and ``namespaces``), with
+        their bindings and dependencies, as :meth:`_candidates` gives them."""
+        scope = "" if namespaces is None else " AND b.namespace = ANY($3::text[])"
+        args: list[object] = [list(relevance), states]
+        if namespaces is not None:
+            args.append(sorted(set(namespaces)))
+        rows = await conn.fetch(
+            f"""
+            SELECT {_ATTACHED}, {", ".join("b." + c for c in BLOCK_COLUMNS)}
+            FROM blocks b WHERE b.rid = ANY($1::bigint[]) AND b.state = ANY($2::text[]){scope}
+            """,
+            *args,
+        )
+        # In the candidates' order (the ranking's sort keeps it among equal scores, as
+        # SQLite's statement does).
+        at = {int(r[2 + _RID]): r for r in rows}
+        return [
+            (rel, str(at[rid][0]), str(at[rid][1]), tuple(at[rid])[2:])
+            for rid, rel in relevance.items()
+            if rid in at
+        ]
 
     async def search(
         self,
@@ -78,9 +233,20 @@ class PgSearch:
         retention (see the module docstring for how relevance differs from SQLite's)."""
         if not 1 <= limit <= 1000:
             raise ValidationInputError([("limit", f"{limit} is not between 1 and 1000")])
-        if mode not in (None, "keyword"):
-            raise ValidationInputError(
-                [("mode", f"{mode!r} is not available on PostgreSQL yet (keyword only)")]
+        mode = mode or self.default_mode
+        if mode not in MODES:
+            raise ValidationInputError([("mode", f"{mode!r} is not one of {', '.join(MODES)}")])
+        if mode != "keyword":
+            if self.vectors is None:
+                raise ValidationInputError(
+                    [("mode", f"{mode!r} needs an embedder ([search] embedder in the config)")]
+                )
+            return await self._fused(
+                query,
+                limit=limit,
+                include_refuted=include_refuted,
+                mode=cast("SearchMode", mode),
+                namespaces=namespaces,
             )
         terms = query_terms(query)
         if not terms:
@@ -104,7 +270,7 @@ class PgSearch:
     @staticmethod
     async def _lexemes(conn: PgConnection, text: str) -> list[str]:
         found = await conn.fetchval(
-            f"SELECT tsvector_to_array(to_tsvector('{_CONFIG}', {_WORDS}))", text
+            f"SELECT tsvector_to_array(to_tsvector('{CONFIG}', {WORDS}))", text
         )
         return list(found or [])
 
@@ -122,12 +288,7 @@ class PgSearch:
             args.append(sorted(set(namespaces)))
         rows = await conn.fetch(
             f"""
-            SELECT ts_rank_cd('{RANK_WEIGHTS}', b.search, q, 32) AS relevance,
-                coalesce((SELECT json_agg(json_build_array(g.sensor, g.subject, g.selector)
-                                          ORDER BY g.id)
-                          FROM bindings g WHERE g.block_rid = b.rid)::text, '[]'),
-                coalesce((SELECT json_agg(d.depends_on ORDER BY d.depends_on)
-                          FROM dependencies d WHERE d.block_rid = b.rid)::text, '[]'),
+            SELECT ts_rank_cd('{RANK_WEIGHTS}', b.search, q, 32) AS relevance, {_ATTACHED},
                 {", ".join("b." + c for c in BLOCK_COLUMNS)}
             FROM blocks b, CAST($1 AS tsquery) AS q
             WHERE b.search @@ q AND b.state <> 'archived' AND b.state = ANY($2::text[]){scope}
