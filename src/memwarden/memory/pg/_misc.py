@@ -62,10 +62,10 @@ _STALE = (
     "(b.state = 'stale' OR (b.state IN ('fresh', 'unverified')"
     " AND coalesce(b.stale_at <= $1, false)))"
 )
-_HALF_LIFE = f"(b.half_life_s * CASE WHEN {_STALE} THEN $4 ELSE 1.0 END)"
+_HALF_LIFE = f"(b.half_life_s * CASE WHEN {_STALE} THEN $4::float8 ELSE 1.0 END)"
 _RETENTION = (
-    "greatest(CASE WHEN b.tier = 'core' THEN $3 ELSE $2 END,"
-    f" CASE WHEN $1 <= {_TOUCHED} THEN b.importance"
+    "greatest(CASE WHEN b.tier = 'core' THEN $3::float8 ELSE $2::float8 END,"
+    f" CASE WHEN $1::float8 <= {_TOUCHED} THEN b.importance"
     f" WHEN {_HALF_LIFE} <= 0.0 THEN 0.0"
     f" ELSE b.importance * power(2.0::float8, greatest(({_TOUCHED} - $1) / {_HALF_LIFE},"
     " -900.0)) END)"
