@@ -104,6 +104,7 @@ __all__ = [
     "DueBlock",
     "EventRecord",
     "FactEvidence",
+    "NotOnPostgresYetError",
     "SearchHit",
     "StateChange",
     "Store",
@@ -113,13 +114,18 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+class NotOnPostgresYetError(StorageError):
+    """A store method not yet ported to PostgreSQL was called on that backend."""
+
+
 def _pending_on_pg(
     owner: str,
 ) -> Callable[
     [Callable[Concatenate[Store, P], Awaitable[T]]], Callable[Concatenate[Store, P], Awaitable[T]]
 ]:
     """A method not yet ported to PostgreSQL (``owner``: the work that ports it): on that
-    backend it raises :class:`StorageError` naming itself; on SQLite it runs as is. The
+    backend it raises :class:`NotOnPostgresYetError` (a :class:`StorageError`) naming
+    itself; on SQLite it runs as is. The
     one place to look when a port lands: remove the decorator, dispatch to the new part."""
 
     def decorate(
@@ -130,7 +136,7 @@ def _pending_on_pg(
         @functools.wraps(method)
         async def run(self: Store, /, *args: P.args, **kwargs: P.kwargs) -> T:
             if self.pg_db is not None:
-                raise StorageError(f"{name} is not available on PostgreSQL yet ({owner})")
+                raise NotOnPostgresYetError(f"{name} is not available on PostgreSQL yet ({owner})")
             return await method(self, *args, **kwargs)
 
         return run
