@@ -64,3 +64,16 @@ def test_an_unreachable_server_is_one_line_without_the_password(runner: CliRunne
     assert result.exit_code == 1
     assert "cannot connect to PostgreSQL" in result.output
     assert "hunter2" not in result.output
+
+
+def test_backup_refuses_a_postgresql_store(runner: CliRunner, tmp_path: Path) -> None:
+    """`backup` copies SQLite files: with ``[store] url`` on PostgreSQL it says to use
+    pg_dump, never copying some stale file from the state dir."""
+    (tmp_path / "memwarden.toml").write_text(
+        '[store]\nurl = "postgresql://mw:hunter2@db.example/memory"\n'
+    )
+    result = runner.invoke(app, ["backup", str(tmp_path / "copy.db")])
+    assert result.exit_code == 1
+    assert "pg_dump" in result.output
+    assert "hunter2" not in result.output
+    assert not (tmp_path / "copy.db").exists()

@@ -110,6 +110,14 @@ def database_here() -> Path:
         for problem in e.problems:
             err.print(problem, markup=False, highlight=False, soft_wrap=True)
         raise fail(str(e)) from None
+    if settings.store.postgresql:  # backup and migrate read a SQLite file
+        from memwarden.memory import shown_location  # noqa: PLC0415
+
+        shown = shown_location(settings.database)
+        raise fail(
+            f"the configured store is on PostgreSQL ({shown}), not a SQLite file: pass --db"
+            " FILE (back up a PostgreSQL store with pg_dump: docs/DEPLOY.md)"
+        )
     db = settings.db_path
     return db if db.is_absolute() else file.absolute().parent / db
 
