@@ -22,7 +22,8 @@ a :class:`~memwarden.memory.pg.PgDatabase` instead (imported only then: asyncpg 
 extra). A part's attribute is typed as the union of both backends' classes, which keep
 the same signatures; what only one backend has is said at the method. The methods not
 yet ported to PostgreSQL carry :func:`_pending_on_pg` (grep it): on that backend they
-raise :class:`StorageError` naming themselves; SQLite is unchanged.
+raise :class:`NotOnPostgresYetError` (a :class:`StorageError`) naming themselves; SQLite
+is unchanged.
 """
 
 from __future__ import annotations
@@ -125,8 +126,8 @@ def _pending_on_pg(
 ]:
     """A method not yet ported to PostgreSQL (``owner``: the work that ports it): on that
     backend it raises :class:`NotOnPostgresYetError` (a :class:`StorageError`) naming
-    itself; on SQLite it runs as is. The
-    one place to look when a port lands: remove the decorator, dispatch to the new part."""
+    itself; on SQLite it runs as is. When a port lands: remove the decorator and build
+    the new part in :meth:`Store._open_pg` (or dispatch to it at the method)."""
 
     def decorate(
         method: Callable[Concatenate[Store, P], Awaitable[T]],
