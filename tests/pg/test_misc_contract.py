@@ -231,6 +231,21 @@ async def script(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:  # n
     await step(s.count_refuted_matches("port nothing-matches"))
     await step(s.count_refuted_matches("'; -- \"", mode="hybrid"))
     await step(s.count_refuted_matches("port", mode="vector"))
+    # A NUL (which PostgreSQL text cannot hold) names nothing stored, on both backends.
+    nul = "a\x00b"
+    await step(s.get_meta(nul))
+    await step(s.get_record(nul))
+    await step(s.sensors_bound([nul, ids[0]]))
+    await step(s.validity_windows([nul]))
+    await step(s.bindings_for_sensor(nul))
+    await step(s.versions(nul))
+    await step(s.dependents(nul))
+    await step(s.agent_high_water([nul]))
+    await step(s.coverage([nul, "fs"]))
+    await step(s.counts(namespaces=[nul]))
+    await step(s.health(namespaces=[nul, "default"]))
+    await step(s.record_access([nul, ids[1]], session=nul))
+    await step(s.count_refuted_matches(nul))
     return log
 
 
@@ -253,6 +268,8 @@ async def test_misc_answers_as_specified(backend: Backend, monkeypatch: pytest.M
     ]
     assert len(rows["outbox"]) == 1  # 5 put, capped at 3, 2 delivered
     assert rows["meta"][0] == ("alive", "123.5")
+    assert log[-2] == ("ValidationInputError", "session: must not contain a NUL character")
+    assert log[-13] is None  # get_meta of a key with a NUL
 
 
 async def test_both_backends_answer_alike(

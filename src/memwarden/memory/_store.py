@@ -33,7 +33,7 @@ import functools
 import json
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypeVar, cast
 
-from memwarden.errors import StorageError
+from memwarden.errors import StorageError, ValidationInputError
 from memwarden.memory import (
     _compaction,
     _decayline,
@@ -772,7 +772,11 @@ class Store:
     async def record_access(
         self, block_ids: Sequence[str], *, session: str | None = None
     ) -> list[str]:
-        """Count a retrieval of each block (in ``session``); returns the ids made core."""
+        """Count a retrieval of each block (in ``session``); returns the ids made core.
+        A session id holding a NUL is refused (:class:`ValidationInputError`) on both
+        backends: PostgreSQL text cannot store one."""
+        if session is not None and "\x00" in session:
+            raise ValidationInputError([("session", "must not contain a NUL character")])
         if self._misc is not None:
             return await self._misc.record_access(
                 block_ids, session=session, score_log=self.score_log

@@ -28,6 +28,7 @@ from memwarden.memory._promotion import (
     _core_detail,
     _score_line,
 )
+from memwarden.memory.pg._reads import storable
 from memwarden.memory.pg._search import PgSearch, _tsquery
 from memwarden.memory.policy import HealthInputs, ScoreResult, health_report, record_access
 
@@ -185,7 +186,7 @@ class PgMisc:
             rows = await conn.fetch(
                 "SELECT a.agent, (SELECT max(agent_seq) FROM events WHERE agent = a.agent)"
                 " FROM unnest($1::text[]) AS a(agent)",
-                list(dict.fromkeys(agents)),
+                storable(dict.fromkeys(agents)),
             )
         return {str(agent): int(seq) for agent, seq in rows if seq is not None}
 
@@ -211,7 +212,7 @@ class PgMisc:
         select = f"SELECT {', '.join(_ACCESS_COLUMNS)} FROM blocks WHERE id = ANY($1::text[])"
 
         async def job(conn: PgConnection) -> list[BlockRecord]:
-            unique = list(dict.fromkeys(ids))
+            unique = storable(dict.fromkeys(ids))
             records = {
                 row[1]: _access_record(tuple(row)) for row in await conn.fetch(select, unique)
             }
@@ -317,7 +318,7 @@ class PgMisc:
         now = self.clock.time()
         decay = cfg.decay
         args: list[Any] = [now, decay.floor, decay.core_floor, decay.stale_half_life_factor]
-        names = sorted(set(namespaces)) if namespaces is not None else None
+        names = sorted(set(storable(namespaces))) if namespaces is not None else None
         scope = owned = ""
         if names is not None:
             scope = " AND b.namespace = ANY($5::text[])"
@@ -377,10 +378,11 @@ class PgMisc:
             if not lexemes:
                 return 0
             scope = "" if namespaces is None else " AND namespace = ANY($2::text[])"
+            names = None if namespaces is None else storable(namespaces)
             count = await conn.fetchval(
                 "SELECT count(*) FROM blocks WHERE state = 'refuted'"
                 f" AND search @@ CAST($1 AS tsquery){scope}",
                 _tsquery(lexemes, any_term=False),
-                *([list(namespaces)] if namespaces is not None else []),
+                *([names] if names is not None else []),
             )
         return int(count)

@@ -37,7 +37,7 @@ from memwarden.memory._sql import MAX_NAMESPACES
 from memwarden.memory.policy import coverage_of
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from memwarden.memory._clock import Clock
     from memwarden.memory._model import Binding, Block
@@ -46,7 +46,17 @@ if TYPE_CHECKING:
     from memwarden.memory.pg._types import PgConnection
     from memwarden.memory.policy import CoverageDict, PolicyConfig
 
-__all__ = ["PgReads"]
+__all__ = ["NUL", "PgReads", "storable"]
+
+# PostgreSQL text cannot hold a NUL (SQLite's can): a key with one names nothing stored,
+# so a read leaves it out (or answers "none") where SQLite finds no row.
+NUL = "\x00"
+
+
+def storable(values: Iterable[str]) -> list[str]:
+    """``values`` without those holding a NUL (which no PostgreSQL text row can equal)."""
+    return [v for v in values if NUL not in v]
+
 
 log = structlog.get_logger("memwarden.store")
 
@@ -201,6 +211,8 @@ class PgReads:
 
     async def get_record(self, block_id: str) -> BlockRecord:
         """The raw record of a block (for rules and explanations)."""
+        if NUL in block_id:
+            raise NotFoundError("block", block_id)
         async with self.db.read() as conn:
             row = await conn.fetchrow(_BLOCK_SELECT + " WHERE id = $1", block_id)
         if row is None:
@@ -214,7 +226,7 @@ class PgReads:
             for block_id, sensor in await conn.fetch(
                 "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
                 " WHERE k.id = ANY($1::text[])",
-                list(block_ids),
+                storable(block_ids),
             ):
                 out.setdefault(block_id, set()).add(sensor)
         return out
@@ -225,12 +237,14 @@ class PgReads:
         async with self.db.read() as conn:
             rows = await conn.fetch(
                 "SELECT id, validity_window_s FROM blocks WHERE id = ANY($1::text[])",
-                list(block_ids),
+                storable(block_ids),
             )
         return {block_id: timedelta(seconds=window_s) for block_id, window_s in rows}
 
     async def bindings_for_sensor(self, sensor: str) -> list[tuple[str, Binding]]:
         """Every (block id, binding) a sensor owns: what it must watch."""
+        if NUL in sensor:
+            return []
         async with self.db.read() as conn:
             rows = await conn.fetch(
                 "SELECT k.id, b.sensor, b.subject, b.selector FROM bindings b"
@@ -249,6 +263,8 @@ class PgReads:
 
     async def versions(self, block_id: str) -> list[dict[str, Any]]:
         """A block's earlier texts (``block_history``), oldest first."""
+        if NUL in block_id:
+            return []
         async with self.db.read() as conn:
             rows = await conn.fetch(
                 "SELECT version, title, content, tags, replaced_at, replaced_by"
@@ -306,6 +322,8 @@ class PgReads:
 
     async def dependents(self, block_id: str) -> list[str]:
         """Ids of the blocks that depend on this one, in id order."""
+        if NUL in block_id:
+            return []
         async with self.db.read() as conn:
             rows = await conn.fetch(
                 "SELECT b.id FROM dependencies d JOIN blocks b ON b.rid = d.block_rid"
@@ -370,13 +388,15 @@ class PgReads:
                 " AND sensor = ANY($1::text[])) c ON c.block_rid = b.rid"
                 f" WHERE b.state <> 'archived'{scope}"
                 " GROUP BY b.source, b.tier",
-                sorted(set(alive)),
+                sorted(set(storable(alive))),
                 *scope_args,
             )
         return coverage_of((str(s), str(t), int(n), int(c or 0)) for s, t, n, c in rows)
 
     async def get_meta(self, key: str) -> str | None:
         """A small fact the daemon keeps about itself."""
+        if NUL in key:
+            return None
         async with self.db.read() as conn:
             value = await conn.fetchval("SELECT value FROM meta WHERE key = $1", key)
         return None if value is None else str(value)
@@ -404,7 +424,7 @@ def _namespace_clause(namespaces: Sequence[str] | None, *, first: int) -> tuple[
         return "", []
     if len(namespaces) > MAX_NAMESPACES:
         raise ValueError(f"at most {MAX_NAMESPACES} namespaces, not {len(namespaces)}")
-    return f" AND namespace = ANY(${first}::text[])", [list(namespaces)]
+    return f" AND namespace = ANY(${first}::text[])", [storable(namespaces)]
 
 
 async def _bindings_of(conn: PgConnection, block_ids: Sequence[str]) -> dict[str, list[Binding]]:
