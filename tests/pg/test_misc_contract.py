@@ -10,6 +10,9 @@ ported, the SQLite-only parts)."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -27,7 +30,6 @@ from tests.pg.contract import dump_tables, sequential_ids
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
-    from pathlib import Path
 
     from tests.pgserver import PgServer
 
@@ -382,3 +384,21 @@ async def test_an_unreachable_server_is_one_storage_error_without_the_password()
         await store.open()
     assert "hunter2" not in str(err.value)
     assert "cannot connect" in str(err.value)
+
+
+def test_a_sqlite_store_never_imports_the_postgresql_driver(tmp_path: Path) -> None:
+    """asyncpg is the ``postgres`` extra: a SQLite store (and its URL form, and the
+    settings) work without it."""
+    code = (
+        "import sys\n"
+        "from memwarden.memory import Store, store_location\n"
+        "from memwarden.daemon import load_settings\n"
+        f"Store({str(tmp_path / 'a.db')!r}); Store('sqlite:///x.db'); store_location('b.db')\n"
+        f"load_settings(None, env={{}}, home={str(tmp_path)!r})\n"
+        "assert 'asyncpg' not in sys.modules, 'asyncpg imported'\n"
+        "assert 'memwarden.memory.pg' not in sys.modules, 'memory.pg imported'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
