@@ -248,6 +248,10 @@ async def script(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:  # n
     await step(s.health(namespaces=[nul, "default"]))
     await step(s.record_access([nul, ids[1]], session=nul))
     await step(s.count_refuted_matches(nul))
+    await step(s.get(nul))
+    await step(s.find_by_subject(nul, "a.yaml"))
+    await step(s.find_by_subject("fs", nul))
+    await step(s.events_for(nul))
     return log
 
 
@@ -270,8 +274,9 @@ async def test_misc_answers_as_specified(backend: Backend, monkeypatch: pytest.M
     ]
     assert len(rows["outbox"]) == 1  # 5 put, capped at 3, 2 delivered
     assert rows["meta"][0] == ("alive", "123.5")
-    assert log[-2] == ("ValidationInputError", "session: must not contain a NUL character")
-    assert log[-13] is None  # get_meta of a key with a NUL
+    assert log[-6] == ("ValidationInputError", "session: must not contain a NUL character")
+    assert log[-17] is None  # get_meta of a key with a NUL
+    assert log[-4][0] == "NotFoundError"
 
 
 async def test_both_backends_answer_alike(

@@ -73,6 +73,8 @@ class PgReads:
 
     async def get(self, block_id: str) -> Block:
         """A block with its bindings, its short id and its state as of now."""
+        if NUL in block_id:
+            raise NotFoundError("block", block_id)
         async with self.db.read() as conn:
             row = await conn.fetchrow(_BLOCK_SELECT + " WHERE id = $1", block_id)
             if row is None:
@@ -109,7 +111,7 @@ class PgReads:
         """Each block's short id (its last 8 hex digits, more while another id ends the
         same way)."""
         async with self.db.read() as conn:
-            return await _short_ids(conn, block_ids)
+            return await _short_ids(conn, storable(block_ids))
 
     async def list_blocks(self, flt: BlockFilter | Mapping[str, Any] | None = None) -> list[Block]:
         """Blocks matching a filter, ordered by id (time of creation), keyset-paginated."""
@@ -159,6 +161,8 @@ class PgReads:
 
     async def find_by_subject(self, sensor: str, subject: str) -> list[str]:
         """Ids of the blocks bound to ``sensor`` for ``subject``."""
+        if NUL in sensor or NUL in subject:
+            return []
         async with self.db.read() as conn:
             rows = await conn.fetch(
                 "SELECT k.id FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
@@ -194,6 +198,8 @@ class PgReads:
 
     async def events_for(self, block_id: str, *, limit: int = 50) -> list[EventRecord]:
         """A block's validation history, newest first."""
+        if NUL in block_id:
+            return []
         async with self.db.read() as conn:
             rows = await conn.fetch(
                 "SELECT e.seq, e.event_id, e.sensor, e.subject, e.outcome, e.observed_at,"
