@@ -524,7 +524,7 @@ def add(
 
 
 def _bind_mode(
-    *, auto_bind: bool, suggest: bool, db: Path | None, bindings: bool
+    *, auto_bind: bool, suggest: bool, db: str | None, bindings: bool
 ) -> Literal["auto", "suggest"] | None:
     if not (auto_bind or suggest):
         return None
@@ -638,7 +638,7 @@ def get(
         )
 
 
-def _believed(block_id: str, as_of: str, *, db: Path | None, json_out: bool) -> None:
+def _believed(block_id: str, as_of: str, *, db: str | None, json_out: bool) -> None:
     reached: list[Endpoint] = []  # the daemon's address, for the block's console URL
 
     async def api(c: AsyncClient) -> Mapping[str, Any]:

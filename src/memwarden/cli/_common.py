@@ -48,11 +48,13 @@ out = Console()
 err = Console(stderr=True)
 
 DbOpt = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
         "--db",
-        help="Work on this database file directly instead of the running daemon (writes "
-        "pass the privacy policy of ./memwarden.toml and the file's state dir).",
+        help="Work on this database directly instead of the running daemon: a SQLite file,"
+        " sqlite:///path or a postgresql:// URL (writes pass the privacy policy of"
+        " ./memwarden.toml and the state dir: the file's, or the settings' home for"
+        " PostgreSQL).",
         envvar="MEMWARDEN_DB",
     ),
 ]
@@ -108,12 +110,20 @@ def database_here() -> Path:
         for problem in e.problems:
             err.print(problem, markup=False, highlight=False, soft_wrap=True)
         raise fail(str(e)) from None
+    if settings.store.postgresql:  # backup and migrate read a SQLite file
+        from memwarden.memory import shown_location  # noqa: PLC0415
+
+        shown = shown_location(settings.database)
+        raise fail(
+            f"the configured store is on PostgreSQL ({shown}), not a SQLite file: pass --db"
+            " FILE (back up a PostgreSQL store with pg_dump: docs/DEPLOY.md)"
+        )
     db = settings.db_path
     return db if db.is_absolute() else file.absolute().parent / db
 
 
 def call(
-    db: Path | None,
+    db: str | Path | None,
     *,
     api: Callable[[AsyncClient], Awaitable[Any]],
     local: Callable[[Store], Awaitable[Any]],
@@ -129,12 +139,13 @@ def call(
     from memwarden.memory import Store  # noqa: PLC0415
 
     configure_logging("warning", "console", stream="stderr")
-    if db is not None and not create and not db.is_file():
-        raise fail(f"--db {db}: no such database file")
+    where = _db_location(db)
+    if isinstance(where, Path) and not create and not where.is_file():
+        raise fail(f"--db {where}: no such database file")
 
     async def go() -> Any:
-        if db is not None:
-            async with Store(db) as store:
+        if where is not None:
+            async with Store(where) as store:
                 return await local(store)
         async with client() as c:
             return await api(c)
@@ -151,7 +162,19 @@ def call(
         raise fail(str(e)) from None
 
 
-def privacy_for(db: Path) -> PrivacyDoors:
+def _db_location(db: str | Path | None) -> Path | str | None:
+    """``--db`` as the store names it: a file's path or a PostgreSQL URL (exit 2 if bad)."""
+    from memwarden.memory import store_location  # noqa: PLC0415
+
+    if db is None:
+        return None
+    try:
+        return store_location(db)
+    except ConfigError as e:
+        raise fail(f"--db: {e}", 2) from None
+
+
+def privacy_for(db: str | Path) -> PrivacyDoors:
     """The privacy doors a write with ``--db`` passes, as the daemon's would: the policy of
     ./memwarden.toml (or the defaults and ``MEMWARDEN_`` variables), overridden by one a
     ``PUT /v1/privacy`` kept in the database's state dir, and that dir's key
@@ -171,7 +194,10 @@ def privacy_for(db: Path) -> PrivacyDoors:
         if settings.store.path is not None and not settings.store.path.is_absolute():
             update["store"] = settings.store.model_copy(update={"path": base / settings.store.path})
         settings = settings.model_copy(update=update) if update else settings
-    return privacy_for_database(db, settings)
+    where = _db_location(db)
+    if not isinstance(where, Path):  # PostgreSQL: the settings' state dir holds the key
+        return privacy_for_database(settings.db_path, settings)
+    return privacy_for_database(where, settings)
 
 
 def id_table(ids: list[str], *columns: str) -> Table:

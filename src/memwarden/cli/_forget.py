@@ -105,7 +105,7 @@ def _interactive() -> bool:
 
 
 def _run(
-    db: Path | None,
+    db: str | None,
     *,
     ids: list[str],
     tag: str | None,

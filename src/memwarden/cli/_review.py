@@ -28,8 +28,6 @@ from memwarden.cli._common import (
 from memwarden.errors import MemwardenError
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from memwarden.client import AsyncClient
     from memwarden.memory import Store
 
@@ -217,7 +215,7 @@ def _decide(
     by: str | None,
     comment: str,
     content: str | None,
-    db: Path | None,
+    db: str | None,
     json_out: bool,
 ) -> None:
     reviewer = _reviewer(by)

@@ -30,6 +30,7 @@ __all__ = [
     "Liveness",
     "RevalidateAnswer",
     "SearchHealth",
+    "StoreInfo",
     "SuggestAnswer",
     "Suggestion",
     "Tombstone",
@@ -57,6 +58,12 @@ class SearchHealth(TypedDict):
     embedding_backlog: int
 
 
+class StoreInfo(TypedDict):
+    """Which database engine holds the memory (``[store]``; never its address or password)."""
+
+    backend: Literal["sqlite", "postgresql"]
+
+
 class HealthAnswer(HealthReportDict):
     """``GET /v1/health``: the 0-100 score, its status and warnings (worst first), and what
     is behind them, and the coverage (the share of live facts with a binding whose
@@ -67,6 +74,7 @@ class HealthAnswer(HealthReportDict):
     sensors: list[dict[str, Any]]
     dead_letters: int
     coverage: Coverage  # the share of live facts a running sensor can check
+    store: StoreInfo
     mqtt: NotRequired[dict[str, Any]]
     search: NotRequired[SearchHealth]
 

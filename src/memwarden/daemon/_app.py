@@ -52,6 +52,7 @@ from memwarden.memory import (
     BlockPatch,
     BlockState,
     NewBlock,
+    NotOnPostgresYetError,
     RevalidationReason,
     Store,
     SystemClock,
@@ -250,7 +251,7 @@ class Daemon:
                 else None
             )
             store = Store(
-                s.db_path,
+                s.database,
                 embedder=embedder,
                 embed_batch=s.search.embed_batch,
                 clock=self.clock,
@@ -266,9 +267,7 @@ class Daemon:
             stack.callback(self._clear)
             alive = await store.get_meta(ALIVE_KEY)
             down_since = float(alive) if alive else None
-            requeued = await store.requeue_sent_revalidations()
-            if requeued:
-                log.info("revalidations_requeued", count=requeued)
+            await _requeue_sent(store)
             self._bus = Bus(
                 store,
                 queue_per_source=s.bus.queue_per_source,
@@ -325,7 +324,8 @@ class Daemon:
                 log.info(
                     "daemon_ready",
                     config=str(self.config_file) if self.config_file else None,
-                    db=str(s.db_path),
+                    db=store.location,  # a PostgreSQL URL without its password
+                    backend=store.backend,
                     sensors=sorted(self.runners),
                     down_since=down_since,
                     synchronous=s.store.synchronous_for(mqtt=s.mqtt is not None),
@@ -1134,7 +1134,10 @@ class Daemon:
     ) -> dict[str, dict[str, Any]]:
         """The receipt of each block (see :func:`memwarden.daemon._freshness.receipt`)."""
         rt = rt or ReadThrough()
-        evidence = await self.store.receipts_for([b.id for b in blocks])
+        try:
+            evidence = await self.store.receipts_for([b.id for b in blocks])
+        except NotOnPostgresYetError:  # until that part is ported: receipts without evidence
+            evidence = {}
         live = self.liveness()
         now = self.clock.time()
         checked, checking = set(rt.checked), set(rt.timed_out) | set(rt.later)
@@ -1256,10 +1259,9 @@ class Daemon:
         if session is not None:  # told later when one of these is refuted or goes stale
             self.sessions.read(session, [h.id for h in hits])
         receipts = await self.receipts([h.block for h in hits], rt)
+        checked = await self.store.receipts_for(rt.checked) if rt.checked else {}
         observations = {  # what each check for this read saw (the block's last event)
-            block_id: ev.last_event
-            for block_id, ev in (await self.store.receipts_for(rt.checked)).items()
-            if ev.last_event is not None
+            block_id: ev.last_event for block_id, ev in checked.items() if ev.last_event is not None
         }
         best = max((h.relevance for h in hits), default=0.0)
         short = await self.store.short_ids([h.id for h in hits])
@@ -1323,7 +1325,10 @@ class Daemon:
             failing_sensors=failing, sensors_total=len(self.runners), namespaces=namespaces
         )
         warnings = [w.as_dict() for w in report.warnings]
-        quarantined = [b.as_dict() for b in await self.store.quarantined_bindings()]
+        try:
+            quarantined = [b.as_dict() for b in await self.store.quarantined_bindings()]
+        except NotOnPostgresYetError:  # until that part is ported (docs/SCALE.md)
+            quarantined = []
         if namespaces is not None and quarantined:
             visible = set(
                 await self.store.visible_ids([q["block_id"] for q in quarantined], namespaces)
@@ -1348,6 +1353,7 @@ class Daemon:
             "sensors": self.sensor_status(),
             "dead_letters": counts.get("dead_letters", 0),
             "coverage": await self.coverage(namespaces=namespaces),
+            "store": {"backend": self.store.backend},
         }
         if self.mqtt is not None:
             answer["mqtt"] = await self.mqtt.health()
@@ -1564,6 +1570,17 @@ def _binding_problems(runner: SensorRunner, row: StoredBinding) -> list[tuple[st
 
 def _rule_text(problems: Sequence[tuple[str, str]]) -> str:
     return "; ".join(f"{f}: {m}" if f else m for f, m in problems)
+
+
+async def _requeue_sent(store: Store) -> None:
+    """Requests a dead daemon left ``sent``: pending again, before the scheduler runs."""
+    try:
+        requeued = await store.requeue_sent_revalidations()
+    except NotOnPostgresYetError as err:  # until that part is ported (docs/SCALE.md)
+        log.warning("revalidations_not_requeued", error=str(err))
+        return
+    if requeued:
+        log.info("revalidations_requeued", count=requeued)
 
 
 def _single_error(group: BaseExceptionGroup[BaseException]) -> MemwardenError | None:

@@ -93,11 +93,18 @@ def default_home(environ: Mapping[str, str] | None = None) -> Path:
 
 
 class StoreSettings(BaseModel):
-    """``[store]``: the SQLite database."""
+    """``[store]``: the database (SQLite by default; PostgreSQL with ``url``)."""
 
     model_config = _FROZEN
 
     path: Path | None = Field(default=None, description="Default: <home>/memwarden.db")
+    url: str | None = Field(
+        default=None,
+        description="Instead of path: sqlite:///path/to/file.db, or"
+        " postgresql://user:password@host:port/database for a PostgreSQL store"
+        " (docs/SCALE.md; needs the postgres extra). The password is never logged.",
+        repr=False,
+    )
     synchronous: Literal["auto", "normal", "full"] = Field(
         default="auto",
         description="SQLite's fsync policy: normal survives a crash or kill -9 of the daemon;"
@@ -126,6 +133,39 @@ class StoreSettings(BaseModel):
         " the file's free space. Off saves some write time (docs/BENCHMARKS.md) but an"
         " erasure then reaches older copies only with --vacuum.",
     )
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from memwarden.memory._location import store_location  # noqa: PLC0415
+
+        try:
+            store_location(value)
+        except ConfigError as err:  # its message never repeats a password
+            raise ValueError(str(err)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_location(self) -> StoreSettings:
+        if self.url is not None and self.path is not None:
+            raise ValueError("set [store] path or [store] url, not both")
+        return self
+
+    @property
+    def postgresql(self) -> bool:
+        """Whether the store is on PostgreSQL."""
+        return isinstance(self.location(Path()), str)
+
+    def location(self, default: Path) -> Path | str:
+        """The SQLite file (``path``, the file of a ``sqlite://`` url, else ``default``)
+        or the PostgreSQL URL."""
+        from memwarden.memory._location import store_location  # noqa: PLC0415
+
+        if self.url is not None:
+            return store_location(self.url)
+        return self.path or default
 
     def synchronous_for(self, *, mqtt: bool) -> Literal["normal", "full"]:
         """The mode in effect: ``auto`` is ``full`` with the MQTT bridge on."""
@@ -716,7 +756,14 @@ class Settings(BaseSettings):
 
     @property
     def db_path(self) -> Path:
-        return self.store.path or self.home / "memwarden.db"
+        """The SQLite file (for a PostgreSQL store: where it would be, unused)."""
+        where = self.store.location(self.home / "memwarden.db")
+        return where if isinstance(where, Path) else self.home / "memwarden.db"
+
+    @property
+    def database(self) -> Path | str:
+        """The store the daemon opens: the SQLite file, or the PostgreSQL URL."""
+        return self.store.location(self.home / "memwarden.db")
 
     @property
     def plugin_allowlist(self) -> list[str] | None:

@@ -13,6 +13,7 @@ from memwarden.memory._decayline import RetentionPoint, retention_line
 from memwarden.memory._durations import Duration, format_duration, parse_duration
 from memwarden.memory._erasure import MAX_ERASE, UNREACHABLE, ErasureReport, ErasureTarget
 from memwarden.memory._ids import new_id
+from memwarden.memory._location import shown_location, store_location
 from memwarden.memory._maintenance import DecayReport
 from memwarden.memory._model import (
     Binding,
@@ -52,7 +53,7 @@ from memwarden.memory._retention import RetentionConfig, RetentionReport, Retent
 from memwarden.memory._scorelog import ScoreLog
 from memwarden.memory._series import KEEP_S as SERIES_KEEP_S
 from memwarden.memory._series import STEP_S as SERIES_STEP_S
-from memwarden.memory._store import Store
+from memwarden.memory._store import NotOnPostgresYetError, Store
 from memwarden.memory._transfer import ImportReport
 
 __all__ = [
@@ -86,6 +87,7 @@ __all__ = [
     "InfoType",
     "NewBlock",
     "NewProposal",
+    "NotOnPostgresYetError",
     "OutboxMessage",
     "OutboxStats",
     "Outcome",
@@ -113,7 +115,9 @@ __all__ = [
     "new_id",
     "parse_duration",
     "retention_line",
+    "shown_location",
     "sleep_on",
+    "store_location",
     "to_ts",
     "validate_input",
 ]

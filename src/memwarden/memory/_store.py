@@ -15,15 +15,25 @@ to a part, a module a newcomer can read alone:
 
 Each part receives the :class:`~memwarden.memory._database.Database` (plus the clock and
 the rules it needs), never the store.
+
+**Two backends, one façade.** ``Store(path)`` (or ``Store("sqlite:///path")``) is SQLite;
+``Store("postgresql://…")`` builds the PostgreSQL parts of :mod:`memwarden.memory.pg` on
+a :class:`~memwarden.memory.pg.PgDatabase` instead (imported only then: asyncpg is an
+extra). A part's attribute is typed as the union of both backends' classes, which keep
+the same signatures; what only one backend has is said at the method. The methods not
+yet ported to PostgreSQL carry :func:`_pending_on_pg` (grep it): on that backend they
+raise :class:`NotOnPostgresYetError` (a :class:`StorageError`) naming themselves; SQLite
+is unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypeVar, cast
 
+from memwarden.errors import StorageError, ValidationInputError
 from memwarden.memory import (
     _compaction,
     _decayline,
@@ -44,6 +54,7 @@ from memwarden.memory._blocks import Blocks
 from memwarden.memory._clock import Clock, SystemClock
 from memwarden.memory._database import Database
 from memwarden.memory._evidence import Evidence
+from memwarden.memory._location import store_location
 from memwarden.memory._model import RevalidationReason, StaleReason
 from memwarden.memory._reads import Reads
 from memwarden.memory._results import (
@@ -64,8 +75,9 @@ from memwarden.memory._vectors import EmbedderLike, VectorIndex, queue_all
 from memwarden.memory.policy import PolicyConfig
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
     from datetime import timedelta
+    from pathlib import Path
     from types import TracebackType
 
     import aiosqlite
@@ -78,6 +90,12 @@ if TYPE_CHECKING:
         ValidationEvent,
     )
     from memwarden.memory._record import BlockRecord
+    from memwarden.memory.pg._apply import PgEventLog
+    from memwarden.memory.pg._blocks import PgBlocks
+    from memwarden.memory.pg._database import PgDatabase
+    from memwarden.memory.pg._misc import PgMisc
+    from memwarden.memory.pg._reads import PgReads
+    from memwarden.memory.pg._search import PgSearch
     from memwarden.memory.policy import CoverageDict, HealthReport
 
 __all__ = [
@@ -87,10 +105,44 @@ __all__ = [
     "DueBlock",
     "EventRecord",
     "FactEvidence",
+    "NotOnPostgresYetError",
     "SearchHit",
     "StateChange",
     "Store",
 ]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class NotOnPostgresYetError(StorageError):
+    """A store method not yet ported to PostgreSQL was called on that backend."""
+
+
+def _pending_on_pg(
+    owner: str,
+) -> Callable[
+    [Callable[Concatenate[Store, P], Awaitable[T]]], Callable[Concatenate[Store, P], Awaitable[T]]
+]:
+    """A method not yet ported to PostgreSQL (``owner``: the work that ports it): on that
+    backend it raises :class:`NotOnPostgresYetError` (a :class:`StorageError`) naming
+    itself; on SQLite it runs as is. When a port lands: remove the decorator and build
+    the new part in :meth:`Store._open_pg` (or dispatch to it at the method)."""
+
+    def decorate(
+        method: Callable[Concatenate[Store, P], Awaitable[T]],
+    ) -> Callable[Concatenate[Store, P], Awaitable[T]]:
+        name = method.__name__
+
+        @functools.wraps(method)
+        async def run(self: Store, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            if self.pg_db is not None:
+                raise NotOnPostgresYetError(f"{name} is not available on PostgreSQL yet ({owner})")
+            return await method(self, *args, **kwargs)
+
+        return run
+
+    return decorate
 
 
 class Store:
@@ -99,8 +151,20 @@ class Store:
     Use it as an async context manager (``async with Store(path) as store``). Writes go
     through one writer task and return once committed; reads use a pool of their own
     connections and never wait for the writer. ``store.db`` is the
-    :class:`~memwarden.memory._database.Database` underneath.
+    :class:`~memwarden.memory._database.Database` underneath (SQLite), ``store.pg_db``
+    the :class:`~memwarden.memory.pg.PgDatabase` (PostgreSQL).
+
+    ``path`` is a file path, ``sqlite:///path``, or a ``postgresql://`` (``postgres://``)
+    URL. On PostgreSQL the SQLite-only settings (``synchronous``: every commit is durable
+    there; ``inline_read_ms``, ``secure_delete``) do not apply.
     """
+
+    _blocks: Blocks | PgBlocks
+    _events: EventLog | PgEventLog
+    _search: Search | PgSearch
+    _reads: Reads | PgReads
+    _revalidations: Revalidations
+    _evidence: Evidence
 
     def __init__(
         self,
@@ -118,21 +182,29 @@ class Store:
         embedder: EmbedderLike | None = None,
         embed_batch: int = 256,
     ) -> None:
-        self.path = Path(path)
+        where = store_location(path)
         self.compaction = compaction or _compaction.CompactionConfig()
         self.clock: Clock = clock or SystemClock()
         self.policy = policy or PolicyConfig()
-        self.db = Database(
-            self.path,
+        # A path is opened (and closed) with the store; a ScoreLog given stays the caller's.
+        self._score_log_path = None if isinstance(score_log, ScoreLog) else score_log
+        self.score_log: ScoreLog | None = score_log if isinstance(score_log, ScoreLog) else None
+        self.vectors: VectorIndex | None = None
+        self._misc: PgMisc | None = None
+        self.pg_db: PgDatabase | None = None
+        if isinstance(where, str):
+            self._path: Path | None = None
+            self._open_pg(where, readers, max_jobs_per_commit, embedder)
+            return
+        self._path = where
+        self._db: Database | None = Database(
+            where,
             readers=readers,
             synchronous=synchronous,
             max_jobs_per_commit=max_jobs_per_commit,
             inline_read_ms=inline_read_ms,
             secure_delete=secure_delete,
         )
-        # A path is opened (and closed) with the store; a ScoreLog given stays the caller's.
-        self._score_log_path = None if isinstance(score_log, ScoreLog) else score_log
-        self.score_log: ScoreLog | None = score_log if isinstance(score_log, ScoreLog) else None
         self._blocks = Blocks(self.db, self.clock, self.policy)
         self._events = EventLog(self.db, self.clock, self.policy, self.compaction)
         self._revalidations = Revalidations(self.db, self.clock, self.policy)
@@ -146,6 +218,61 @@ class Store:
         self._search.vectors = self.vectors
         self._reads = Reads(self.db, self.clock, self.policy)
         self._evidence = Evidence(self.db)
+
+    def _open_pg(
+        self, dsn: str, readers: int, max_jobs: int, embedder: EmbedderLike | None
+    ) -> None:
+        """The PostgreSQL parts on one :class:`PgDatabase` (asyncpg is imported here)."""
+        if embedder is not None:  # pgerase's vectors; refused at start, not on first search
+            raise StorageError("search by meaning is not available on PostgreSQL yet")
+        from memwarden.memory.pg._apply import PgEventLog  # noqa: PLC0415 - an extra's driver
+        from memwarden.memory.pg._blocks import PgBlocks  # noqa: PLC0415
+        from memwarden.memory.pg._database import PgDatabase  # noqa: PLC0415
+        from memwarden.memory.pg._misc import PgMisc  # noqa: PLC0415
+        from memwarden.memory.pg._reads import PgReads  # noqa: PLC0415
+        from memwarden.memory.pg._search import PgSearch  # noqa: PLC0415
+
+        self._db = None
+        self.pg_db = db = PgDatabase(dsn, readers=readers, max_jobs_per_commit=max_jobs)
+        self._blocks = PgBlocks(db, self.clock, self.policy)
+        self._events = PgEventLog(db, self.clock, self.policy, self.compaction)
+        self._search = PgSearch(db, self.clock, self.policy)
+        self._reads = PgReads(db, self.clock, self.policy)
+        self._misc = PgMisc(db, self.clock, self.policy, self.compaction)
+
+    # ------------------------------------------------------------------ backend
+
+    @property
+    def backend(self) -> Literal["sqlite", "postgresql"]:
+        """Which database engine holds this store."""
+        return "sqlite" if self.pg_db is None else "postgresql"
+
+    @property
+    def location(self) -> str:
+        """Where the store is, safe to show: the file's path, or the URL without its
+        password."""
+        return str(self._path) if self.pg_db is None else self.pg_db.shown
+
+    @property
+    def path(self) -> Path:
+        """The SQLite file (:class:`StorageError` on PostgreSQL: there is no file)."""
+        if self._path is None:
+            raise StorageError(f"the store is on PostgreSQL ({self.location}): it has no file")
+        return self._path
+
+    @property
+    def db(self) -> Database:
+        """The SQLite database (:class:`StorageError` on PostgreSQL: see ``pg_db``)."""
+        db = self._db
+        if db is None:
+            raise StorageError(f"the store is on PostgreSQL ({self.location}), not SQLite")
+        return db
+
+    @property
+    def _database(self) -> Database | PgDatabase:
+        if self.pg_db is not None:
+            return self.pg_db
+        return self.db
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -163,9 +290,9 @@ class Store:
 
     async def open(self) -> Self:
         """Open (creating or migrating) the database and start the writer."""
-        if self.db.is_open:
+        if self._database.is_open:
             return self
-        await self.db.open()
+        await self._database.open()
         if self.vectors is not None:
             await self.vectors.load()
         if self._score_log_path is not None:
@@ -174,9 +301,9 @@ class Store:
 
     async def close(self) -> None:
         """Commit what was accepted, stop the writer and close every connection."""
-        if not self.db.is_open:
+        if not self._database.is_open:
             return
-        await self.db.close()
+        await self._database.close()
         if self._score_log_path is not None and self.score_log is not None:
             self.score_log.close()
             self.score_log = None
@@ -190,7 +317,7 @@ class Store:
     @property
     def write_backlog(self) -> int:
         """Jobs waiting for the writer."""
-        return self.db.write_backlog
+        return self._database.write_backlog
 
     # ------------------------------------------------------------------ blocks: writes
 
@@ -265,6 +392,7 @@ class Store:
     # ------------------------------------------------------------------ erasure
     # Implemented in _erasure.py; these methods are its public face.
 
+    @_pending_on_pg("pgerase")
     async def erasure_targets(
         self,
         *,
@@ -280,10 +408,12 @@ class Store:
             self.db, ids=ids, tag=tag, query=query, namespaces=namespaces
         )
 
+    @_pending_on_pg("pgerase")
     async def visible_ids(self, block_ids: Sequence[str], namespaces: Sequence[str]) -> list[str]:
         """Those of ``block_ids`` that are blocks of ``namespaces``."""
-        return await self._reads.visible_ids(block_ids, namespaces)
+        return await cast("Reads", self._reads).visible_ids(block_ids, namespaces)
 
+    @_pending_on_pg("pgerase")
     async def erase(
         self, block_ids: Sequence[str], *, actor: str, reason: str = "", vacuum: bool = False
     ) -> _erasure.ErasureReport:
@@ -305,6 +435,7 @@ class Store:
         report.wal_truncated = answer["busy"] == 0
         return report
 
+    @_pending_on_pg("pgerase")
     async def enforce_retention(
         self, cfg: _retention.RetentionConfig
     ) -> _retention.RetentionReport:
@@ -312,6 +443,7 @@ class Store:
         lines as configured; nothing when nothing is (see :mod:`~memwarden.memory._retention`)."""
         return await _retention.enforce(self, cfg)
 
+    @_pending_on_pg("pgerase")
     async def erasures(
         self, *, block_id: str | None = None, limit: int = 100
     ) -> list[dict[str, Any]]:
@@ -342,16 +474,23 @@ class Store:
 
     async def dead_letter(self, *, source: str, reason: str, payload: str | bytes) -> None:
         """Keep a rejected input with the reason (never applied)."""
-        await self._events.dead_letter(source=source, reason=reason, payload=payload)
+        if self._misc is not None:
+            await self._misc.dead_letter(source=source, reason=reason, payload=payload)
+            return
+        await cast("EventLog", self._events).dead_letter(
+            source=source, reason=reason, payload=payload
+        )
 
     # ------------------------------------------------------------------ staleness
 
+    @_pending_on_pg("pgqueue")
     async def due_for_revalidation(
         self, *, limit: int = 1000, now: float | None = None
     ) -> list[DueBlock]:
         """Fresh or unverified blocks whose window has run out, oldest first (index range scan)."""
         return await self._revalidations.due_for_revalidation(limit=limit, now=now)
 
+    @_pending_on_pg("pgqueue")
     async def mark_stale(
         self,
         block_ids: Sequence[str],
@@ -368,23 +507,27 @@ class Store:
             block_ids, reason=reason, request=request, send_at=send_at
         )
 
+    @_pending_on_pg("pgqueue")
     async def due_revalidations(
         self, *, limit: int = 200, now: float | None = None
     ) -> list[RevalidationRequest]:
         """Pending revalidation requests whose send time has come, oldest first."""
         return await self._revalidations.due_revalidations(limit=limit, now=now)
 
+    @_pending_on_pg("pgqueue")
     async def set_revalidation_status(
         self, request_ids: Sequence[str], status: str, *, outcome: str | None = None
     ) -> None:
         """Mark requests ``sent``, ``done``, ``failed`` or ``expired``."""
         await self._revalidations.set_revalidation_status(request_ids, status, outcome=outcome)
 
+    @_pending_on_pg("pgqueue")
     async def put_back_revalidation(self, request_id: str, *, send_at: float) -> bool:
         """A sent request that was not run (its binding's check is still running):
         pending again, sent at ``send_at``. False if it was answered meanwhile."""
         return await self._revalidations.put_back_revalidation(request_id, send_at=send_at)
 
+    @_pending_on_pg("pgqueue")
     async def requeue_sent_revalidations(self) -> int:
         """Requests left ``sent`` by a daemon that died before the answer: pending again.
 
@@ -392,6 +535,7 @@ class Store:
         """
         return await self._revalidations.requeue_sent_revalidations()
 
+    @_pending_on_pg("pgqueue")
     async def request_revalidation(
         self,
         block_id: str,
@@ -408,6 +552,7 @@ class Store:
             block_id, reason=reason, send_at=send_at
         )
 
+    @_pending_on_pg("pgqueue")
     async def request_checks(
         self, block_ids: Sequence[str], *, reason: RevalidationReason
     ) -> dict[str, list[tuple[str, float]]]:
@@ -421,11 +566,13 @@ class Store:
 
     # ------------------------------------------------------------------ evidence
 
+    @_pending_on_pg("pgqueue")
     async def receipts_for(self, block_ids: Sequence[str]) -> dict[str, FactEvidence]:
         """What a receipt needs about each block, in one read: its error streak, its open
         checks and the confirmation behind its current validation."""
         return await self._evidence.receipts_for(block_ids)
 
+    @_pending_on_pg("pgqueue")
     async def believed_at(self, block_id: str, at: float) -> dict[str, Any]:
         """What we believed about a block at ``at``: its content version, state,
         reliability, validation and the last evidence committed before then.
@@ -510,24 +657,28 @@ class Store:
         only those events (found by a binary search on the log's order)."""
         return await self._reads.recent_event_counts(since=since, bucket_s=bucket_s)
 
+    @_pending_on_pg("pgmaint")
     async def record_series(self) -> int:
         """Sample blocks by state and tier, the revalidation backlog and each sensor's
         events and errors into the current 5-minute slot of the time series, dropping
         rows past its 14-day retention (:mod:`~memwarden.memory._series`)."""
         return await _series.record(self.db, self.clock)
 
+    @_pending_on_pg("pgmaint")
     async def series(self, metric: str, *, since: float) -> dict[str, list[tuple[float, int]]]:
         """One metric of the time series since ``since``, by key: (slot start, value)."""
         return await _series.read(self.db, metric, since=since)
 
+    @_pending_on_pg("pgmaint")
     async def retention_points(self, block_id: str) -> list[_decayline.RetentionPoint]:
         """The block's retention history: the decay formula's inputs at each change,
         oldest first (:mod:`~memwarden.memory._decayline`); none for an unknown id."""
         return await _decayline.read_points(self.db, block_id)
 
+    @_pending_on_pg("pgmaint")
     async def retention_histogram(self, *, bins: int = 10) -> list[int]:
         """Live blocks by retention, in ``bins`` equal ranges of 0-1 (the decay picture)."""
-        return await self._reads.retention_histogram(bins=bins)
+        return await cast("Reads", self._reads).retention_histogram(bins=bins)
 
     async def dependents(self, block_id: str) -> list[str]:
         """Ids of the blocks that depend on this one."""
@@ -584,9 +735,12 @@ class Store:
 
     @property
     def default_search_mode(self) -> SearchMode:
-        """``hybrid`` with an embedder, ``keyword`` without."""
-        return self._search.default_mode
+        """``hybrid`` with an embedder, ``keyword`` without (PostgreSQL: ``keyword``)."""
+        if self._misc is not None:
+            return "keyword"
+        return cast("Search", self._search).default_mode
 
+    @_pending_on_pg("pgerase")
     async def reembed(self) -> int:
         """Queue every block for a new vector (after a model change); how many."""
         if self.vectors is None:  # a daemon with an embedder embeds them when it runs
@@ -603,7 +757,11 @@ class Store:
     ) -> int:
         """How many refuted blocks a search of ``query`` in ``mode`` hides: those
         matching its words, or among its nearest vectors, or either (hybrid)."""
-        return await self._search.count_refuted_matches(
+        if self._misc is not None:
+            return await self._misc.count_refuted_matches(
+                query, namespaces=namespaces, mode=mode, limit=limit
+            )
+        return await cast("Search", self._search).count_refuted_matches(
             query, namespaces=namespaces, mode=mode, limit=limit
         )
 
@@ -614,23 +772,34 @@ class Store:
     async def record_access(
         self, block_ids: Sequence[str], *, session: str | None = None
     ) -> list[str]:
-        """Count a retrieval of each block (in ``session``); returns the ids made core."""
+        """Count a retrieval of each block (in ``session``); returns the ids made core.
+        A session id holding a NUL is refused (:class:`ValidationInputError`) on both
+        backends: PostgreSQL text cannot store one."""
+        if session is not None and "\x00" in session:
+            raise ValidationInputError([("session", "must not contain a NUL character")])
+        if self._misc is not None:
+            return await self._misc.record_access(
+                block_ids, session=session, score_log=self.score_log
+            )
         return await _promotion.record_accesses(
             self.db, self.clock, self.policy, block_ids, session=session, score_log=self.score_log
         )
 
+    @_pending_on_pg("pgmaint")
     async def decay_cycle(self, *, chunk_rows: int | None = None) -> _maintenance.DecayReport:
         """Recompute retention set-based and archive what decayed below the threshold."""
         return await _maintenance.decay_cycle(
             self.db, self.clock, self.policy, chunk_rows=chunk_rows
         )
 
+    @_pending_on_pg("pgmaint")
     async def heuristic_cycle(self, *, chunk_rows: int | None = None) -> dict[str, Any]:
         """The self-tuning rules' self-tuning pass over the blocks read since the previous one."""
         return await _maintenance.heuristic_cycle(
             self.db, self.policy, chunk_rows=chunk_rows, now=self.clock.time()
         )
 
+    @_pending_on_pg("pgmaint")
     async def consolidate(self, *, limit: int | None = None) -> _promotion.ConsolidationReport:
         """The consolidation pass: score short_term blocks, promote the ones that pass."""
         return await _promotion.consolidate(
@@ -640,14 +809,17 @@ class Store:
     # ------------------------------------------------------------------ quarantine
     # Implemented in _quarantine.py; these methods are its public face.
 
+    @_pending_on_pg("pgreview")
     async def stored_bindings(self, sensors: Sequence[str]) -> list[_quarantine.StoredBinding]:
         """Every stored binding of these sensors, raw (quarantined ones included)."""
         return await _quarantine.stored_bindings(self.db, sensors)
 
+    @_pending_on_pg("pgreview")
     async def quarantined_bindings(self) -> list[_quarantine.StoredBinding]:
         """The bindings quarantined because today's rules refuse them."""
         return await _quarantine.quarantined(self.db)
 
+    @_pending_on_pg("pgreview")
     async def set_quarantine(
         self,
         failing: Sequence[tuple[_quarantine.StoredBinding, str]],
@@ -658,12 +830,14 @@ class Store:
             self.db, self.clock, failing, released, apply=self.apply_events
         )
 
+    @_pending_on_pg("pgmaint")
     async def compact_events(
         self, cfg: _compaction.CompactionConfig | None = None
     ) -> _compaction.CompactionReport:
         """Compact old runs of identical outcomes in the event log; prune dead letters."""
         return await _compaction.compact(self.db, self.clock, cfg or self.compaction)
 
+    @_pending_on_pg("pgqueue")
     async def explain(self, block_id: str) -> Explanation:
         """Why a block stands where it does: state, reliability, retention, rank, promotion."""
         return await _explain.explain(self.db, self.clock, self.policy, block_id)
@@ -677,6 +851,12 @@ class Store:
     ) -> HealthReport:
         """The 0-100 health score and its warnings, from aggregate queries (over the
         blocks of ``namespaces`` only, when given)."""
+        if self._misc is not None:
+            return await self._misc.health(
+                failing_sensors=failing_sensors,
+                sensors_total=sensors_total,
+                namespaces=namespaces,
+            )
         return await _explain.health(
             self.db,
             self.clock,
@@ -691,6 +871,7 @@ class Store:
     # ------------------------------------------------------------------ transfer
     # Implemented in _transfer.py; these methods are its public face.
 
+    @_pending_on_pg("pgerase")
     async def export_blocks(
         self, *, after: str | None = None, limit: int = 500
     ) -> list[dict[str, Any]]:
@@ -700,6 +881,7 @@ class Store:
         async with self.db.read() as conn:
             return await _transfer.export_rows(conn, [b.model_dump(mode="json") for b in blocks])
 
+    @_pending_on_pg("pgerase")
     async def import_blocks(
         self,
         rows: Sequence[Mapping[str, Any]],
@@ -732,31 +914,44 @@ class Store:
     ) -> int:
         """Keep ``(topic, payload, qos, retain)`` messages to publish later; returns how many
         of the oldest were dropped to stay within ``max_rows``."""
+        if self._misc is not None:
+            return await self._misc.outbox_put(messages, max_rows=max_rows)
         return await _outbox.put(self.db, self.clock, messages, max_rows=max_rows)
 
     async def outbox_peek(self, *, limit: int = 500) -> list[_outbox.OutboxMessage]:
         """The oldest messages waiting to be published."""
+        if self._misc is not None:
+            return await self._misc.outbox_peek(limit=limit)
         return await _outbox.peek(self.db, limit=limit)
 
     async def outbox_delete(self, ids: Sequence[int]) -> None:
         """Forget messages that were published."""
+        if self._misc is not None:
+            await self._misc.outbox_delete(ids)
+            return
         await _outbox.delete(self.db, ids)
 
     async def outbox_stats(self) -> _outbox.OutboxStats:
         """How many messages wait, and how many were ever dropped because the outbox was full."""
+        if self._misc is not None:
+            return await self._misc.outbox_stats()
         return await _outbox.stats(self.db)
 
     async def agent_high_water(self, agents: Sequence[str]) -> dict[str, int]:
         """The highest ``seq`` stored for each remote agent run (absent when none)."""
+        if self._misc is not None:
+            return await self._misc.agent_high_water(agents)
         return await _outbox.agent_high_water(self.db, agents)
 
     # ------------------------------------------------------------------ proposals
     # Implemented in _proposals.py; these methods are its public face.
 
+    @_pending_on_pg("pgreview")
     async def add_proposals(self, proposals: Iterable[_proposals.NewProposal]) -> int:
         """Store the proposals not made before (a rejected one is not made again)."""
         return await _proposals.add_proposals(self.db, self.clock, proposals)
 
+    @_pending_on_pg("pgreview")
     async def list_proposals(
         self,
         *,
@@ -770,9 +965,11 @@ class Store:
             self.db, status=status, block_id=block_id, limit=limit, namespaces=namespaces
         )
 
+    @_pending_on_pg("pgreview")
     async def get_proposal(self, proposal_id: str) -> _proposals.Proposal:
         return await _proposals.get(self.db, proposal_id)
 
+    @_pending_on_pg("pgreview")
     async def decide_proposal(
         self,
         proposal_id: str,
@@ -787,17 +984,20 @@ class Store:
             self.db, self.clock, proposal_id, accept=accept, actor=actor, binding=binding
         )
 
+    @_pending_on_pg("pgreview")
     async def retire_proposals(self) -> int:
         """Pending proposals that no longer apply (the block bound since, archived or
         refuted) become ``obsolete``; how many."""
         return await _proposals.retire(self.db, self.clock)
 
+    @_pending_on_pg("pgreview")
     async def unbound_live(
         self, *, after_rid: int = 0, limit: int = 100
     ) -> list[tuple[int, str, str, str, str]]:
         """Live blocks without a binding, by rid: ``(rid, id, title, content, namespace)``."""
         return await _proposals.unbound_live(self.db, after_rid=after_rid, limit=limit)
 
+    @_pending_on_pg("pgreview")
     async def bound_to(
         self,
         subjects: Iterable[tuple[str, str]],
@@ -813,6 +1013,7 @@ class Store:
     # ------------------------------------------------------------------ human review queue
     # Implemented in _reviews.py; these methods are its public face.
 
+    @_pending_on_pg("pgreview")
     async def list_reviews(
         self, *, status: str = "pending", limit: int = 100, namespaces: Sequence[str] | None = None
     ) -> list[dict[str, Any]]:
@@ -820,10 +1021,12 @@ class Store:
         (of ``namespaces``' blocks only, when given)."""
         return await _reviews.list_reviews(self, status=status, limit=limit, namespaces=namespaces)
 
+    @_pending_on_pg("pgreview")
     async def get_review(self, review_id: str, *, events: int = 10) -> dict[str, Any]:
         """One review item with its block and the block's last events (the evidence)."""
         return await _reviews.get_review(self, review_id, events=events)
 
+    @_pending_on_pg("pgreview")
     async def decide_review(
         self,
         review_id: str,

@@ -1,21 +1,30 @@
-"""The store's reads of blocks on PostgreSQL: ``get``, ``resolve_id``, ``list_blocks``,
-``short_ids`` — the first of the store's parts ported to this backend.
+"""The store's reads on PostgreSQL: blocks (``get``, ``resolve_id``, ``list_blocks``,
+``short_ids``, ``get_record``), bindings, history, the event log's counts, the store's
+counts and coverage, and ``meta``.
 
 The same contract as :class:`~memwarden.memory._reads.Reads` on SQLite, over the same
 result types: rows are turned into records, bindings and :class:`Block` by the same
 codec (:mod:`~memwarden.memory._codec`), so a block read here equals the one read from
 the SQLite store it was copied from (``tests/pg/test_reads_contract.py`` checks both
-backends with one parametrised fixture). Only the SQL differs: ``$n`` parameters, a tag
-found with ``tags::jsonb ? $n`` (SQLite: ``json_each``), arrays instead of ``IN`` lists.
+backends with one parametrised fixture; ``tests/pg/test_misc_contract.py`` the rest).
+Only the SQL differs: ``$n`` parameters, a tag found with ``tags::jsonb ? $n`` (SQLite:
+``json_each``), arrays instead of ``IN`` lists, ``trunc(x)::bigint`` for SQLite's
+``CAST(x AS INTEGER)`` (which truncates; PostgreSQL's cast rounds).
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
+
+import structlog
+from pydantic import ValidationError
 
 from memwarden.errors import NotFoundError
 from memwarden.memory import _shortid
+from memwarden.memory._clock import from_ts
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
     binding_from_row,
@@ -25,18 +34,31 @@ from memwarden.memory._model import BlockState
 from memwarden.memory._reads import blocks_of, event_entry, event_record, parse_block_ref, resolved
 from memwarden.memory._results import BlockFilter, EventRecord, validate_input
 from memwarden.memory._sql import MAX_NAMESPACES
+from memwarden.memory.policy import coverage_of
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from memwarden.memory._clock import Clock
     from memwarden.memory._model import Binding, Block
     from memwarden.memory._record import BlockRecord
     from memwarden.memory.pg._database import PgDatabase
     from memwarden.memory.pg._types import PgConnection
-    from memwarden.memory.policy import PolicyConfig
+    from memwarden.memory.policy import CoverageDict, PolicyConfig
 
-__all__ = ["PgReads"]
+__all__ = ["NUL", "PgReads", "storable"]
+
+# PostgreSQL text cannot hold a NUL (SQLite's can): a key with one names nothing stored,
+# so a read leaves it out (or answers "none") where SQLite finds no row.
+NUL = "\x00"
+
+
+def storable(values: Iterable[str]) -> list[str]:
+    """``values`` without those holding a NUL (which no PostgreSQL text row can equal)."""
+    return [v for v in values if NUL not in v]
+
+
+log = structlog.get_logger("memwarden.store")
 
 _BLOCK_SELECT = f"SELECT {', '.join(BLOCK_COLUMNS)} FROM blocks"
 
@@ -51,6 +73,8 @@ class PgReads:
 
     async def get(self, block_id: str) -> Block:
         """A block with its bindings, its short id and its state as of now."""
+        if NUL in block_id:
+            raise NotFoundError("block", block_id)
         async with self.db.read() as conn:
             row = await conn.fetchrow(_BLOCK_SELECT + " WHERE id = $1", block_id)
             if row is None:
@@ -87,7 +111,7 @@ class PgReads:
         """Each block's short id (its last 8 hex digits, more while another id ends the
         same way)."""
         async with self.db.read() as conn:
-            return await _short_ids(conn, block_ids)
+            return await _short_ids(conn, storable(block_ids))
 
     async def list_blocks(self, flt: BlockFilter | Mapping[str, Any] | None = None) -> list[Block]:
         """Blocks matching a filter, ordered by id (time of creation), keyset-paginated."""
@@ -137,6 +161,8 @@ class PgReads:
 
     async def find_by_subject(self, sensor: str, subject: str) -> list[str]:
         """Ids of the blocks bound to ``sensor`` for ``subject``."""
+        if NUL in sensor or NUL in subject:
+            return []
         async with self.db.read() as conn:
             rows = await conn.fetch(
                 "SELECT k.id FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
@@ -172,6 +198,8 @@ class PgReads:
 
     async def events_for(self, block_id: str, *, limit: int = 50) -> list[EventRecord]:
         """A block's validation history, newest first."""
+        if NUL in block_id:
+            return []
         async with self.db.read() as conn:
             rows = await conn.fetch(
                 "SELECT e.seq, e.event_id, e.sensor, e.subject, e.outcome, e.observed_at,"
@@ -186,6 +214,198 @@ class PgReads:
                 limit,
             )
         return [event_record(tuple(r)) for r in rows]
+
+    async def get_record(self, block_id: str) -> BlockRecord:
+        """The raw record of a block (for rules and explanations)."""
+        if NUL in block_id:
+            raise NotFoundError("block", block_id)
+        async with self.db.read() as conn:
+            row = await conn.fetchrow(_BLOCK_SELECT + " WHERE id = $1", block_id)
+        if row is None:
+            raise NotFoundError("block", block_id)
+        return record_from_row(tuple(row))
+
+    async def sensors_bound(self, block_ids: Sequence[str]) -> dict[str, set[str]]:
+        """For each of these blocks that exists, the sensors it has a binding for."""
+        out: dict[str, set[str]] = {}
+        async with self.db.read() as conn:
+            for block_id, sensor in await conn.fetch(
+                "SELECT k.id, g.sensor FROM bindings g JOIN blocks k ON k.rid = g.block_rid"
+                " WHERE k.id = ANY($1::text[])",
+                storable(block_ids),
+            ):
+                out.setdefault(block_id, set()).add(sensor)
+        return out
+
+    async def validity_windows(self, block_ids: Sequence[str]) -> dict[str, timedelta]:
+        """For each of these blocks that exists, its validity window (its own, else its
+        volatility's): what a polling sensor answering for it renews."""
+        async with self.db.read() as conn:
+            rows = await conn.fetch(
+                "SELECT id, validity_window_s FROM blocks WHERE id = ANY($1::text[])",
+                storable(block_ids),
+            )
+        return {block_id: timedelta(seconds=window_s) for block_id, window_s in rows}
+
+    async def bindings_for_sensor(self, sensor: str) -> list[tuple[str, Binding]]:
+        """Every (block id, binding) a sensor owns: what it must watch."""
+        if NUL in sensor:
+            return []
+        async with self.db.read() as conn:
+            rows = await conn.fetch(
+                "SELECT k.id, b.sensor, b.subject, b.selector FROM bindings b"
+                " JOIN blocks k ON k.rid = b.block_rid"
+                " WHERE b.sensor = $1 AND k.state <> 'archived' AND b.quarantine IS NULL"
+                " ORDER BY b.id",
+                sensor,
+            )
+        out = []
+        for block_id, name, subject, selector in rows:
+            try:
+                out.append((block_id, binding_from_row(name, subject, selector)))
+            except (ValueError, ValidationError) as err:  # stored by an older memwarden
+                log.warning("binding_unreadable", sensor=name, block_id=block_id, error=str(err))
+        return out
+
+    async def versions(self, block_id: str) -> list[dict[str, Any]]:
+        """A block's earlier texts (``block_history``), oldest first."""
+        if NUL in block_id:
+            return []
+        async with self.db.read() as conn:
+            rows = await conn.fetch(
+                "SELECT version, title, content, tags, replaced_at, replaced_by"
+                " FROM block_history WHERE block_id = $1 ORDER BY version",
+                block_id,
+            )
+        return [
+            {
+                "version": int(r[0]),
+                "title": r[1],
+                "content": r[2],
+                "tags": json.loads(r[3]) if r[3] else [],
+                "replaced_at": from_ts(r[4]).isoformat(),
+                "replaced_by": r[5],
+            }
+            for r in rows
+        ]
+
+    async def event_counts(
+        self, *, since: float, bucket_s: float, scan: int = 50_000
+    ) -> dict[str, dict[int, dict[str, int]]]:
+        """Events received since ``since`` by sensor, bucket and outcome (the newest
+        ``scan`` events at most)."""
+        async with self.db.read() as conn:
+            rows = await conn.fetch(
+                "SELECT sensor, outcome, trunc((received_at - $1) / $2)::bigint AS b, count(*)"
+                " FROM (SELECT sensor, outcome, received_at FROM events"
+                " ORDER BY seq DESC LIMIT $3) e WHERE received_at >= $1"
+                " GROUP BY sensor, outcome, b",
+                since,
+                bucket_s,
+                scan,
+            )
+        return _by_sensor(rows)
+
+    async def recent_event_counts(
+        self, *, since: float, bucket_s: float
+    ) -> dict[str, dict[int, dict[str, int]]]:
+        """Like :meth:`event_counts`, reading only the events received since ``since``:
+        the first such ``seq`` by a binary search on the primary key (the log is in
+        commit order), then those events."""
+        async with self.db.read() as conn:
+            first = await _first_seq_since(conn, since)
+            if first is None:
+                return {}
+            rows = await conn.fetch(
+                "SELECT sensor, outcome, trunc((received_at - $1) / $2)::bigint AS b, count(*)"
+                " FROM events WHERE seq >= $3 AND received_at >= $1"
+                " GROUP BY sensor, outcome, b",
+                since,
+                bucket_s,
+                first,
+            )
+        return _by_sensor(rows)
+
+    async def dependents(self, block_id: str) -> list[str]:
+        """Ids of the blocks that depend on this one, in id order."""
+        if NUL in block_id:
+            return []
+        async with self.db.read() as conn:
+            rows = await conn.fetch(
+                "SELECT b.id FROM dependencies d JOIN blocks b ON b.rid = d.block_rid"
+                " WHERE d.depends_on = $1 ORDER BY b.id",
+                block_id,
+            )
+        return [str(r[0]) for r in rows]
+
+    async def counts(self, *, namespaces: Sequence[str] | None = None) -> dict[str, Any]:
+        """Blocks by state (as of now), tier and volatility; events; pending work (the
+        blocks, revalidations and reviews of ``namespaces`` only, when given)."""
+        now = self.clock.time()
+        scope, scope_args = _namespace_clause(namespaces, first=2)
+        owned, owned_args = _namespace_clause(namespaces, first=1)
+        if namespaces is not None:
+            owned = f" AND block_id IN (SELECT id FROM blocks WHERE true{owned})"
+        async with self.db.read() as conn:
+            rows = await conn.fetch(
+                "SELECT CASE WHEN state IN ('fresh','unverified') AND stale_at <= $1"
+                " THEN 'stale' ELSE state END AS s, tier, volatility, count(*)"
+                f" FROM blocks WHERE true{scope} GROUP BY s, tier, volatility",
+                now,
+                *scope_args,
+            )
+            events = await conn.fetchval("SELECT max(seq) FROM events") or 0
+            backlog = await conn.fetchval(
+                f"SELECT count(*) FROM revalidations WHERE status IN ('pending', 'sent'){owned}",
+                *owned_args,
+            )
+            reviews = await conn.fetchval(
+                f"SELECT count(*) FROM reviews WHERE status = 'pending'{owned}", *owned_args
+            )
+            dead = await conn.fetchval("SELECT count(*) FROM dead_letters")
+        by_state: dict[str, int] = defaultdict(int)
+        by_tier: dict[str, int] = defaultdict(int)
+        by_volatility: dict[str, int] = defaultdict(int)
+        for state, tier, volatility, n in rows:
+            by_state[state] += n
+            by_tier[tier] += n
+            by_volatility[volatility] += n
+        return {
+            "blocks": sum(by_state.values()),
+            "by_state": dict(by_state),
+            "by_tier": dict(by_tier),
+            "by_volatility": dict(by_volatility),
+            "events": int(events),
+            "revalidation_backlog": int(backlog),
+            "pending_reviews": int(reviews),
+            "dead_letters": int(dead),
+        }
+
+    async def coverage(
+        self, alive: Sequence[str], *, namespaces: Sequence[str] | None = None
+    ) -> CoverageDict:
+        """The share of live blocks with an unquarantined binding whose sensor is in
+        ``alive``, by source and tier (of ``namespaces``' blocks only, when given)."""
+        scope, scope_args = _namespace_clause(namespaces, first=2)
+        async with self.db.read() as conn:
+            rows = await conn.fetch(
+                "SELECT b.source, b.tier, count(*), count(c.block_rid) FROM blocks b"
+                " LEFT JOIN (SELECT DISTINCT block_rid FROM bindings WHERE quarantine IS NULL"
+                " AND sensor = ANY($1::text[])) c ON c.block_rid = b.rid"
+                f" WHERE b.state <> 'archived'{scope}"
+                " GROUP BY b.source, b.tier",
+                sorted(set(storable(alive))),
+                *scope_args,
+            )
+        return coverage_of((str(s), str(t), int(n), int(c or 0)) for s, t, n, c in rows)
+
+    async def get_meta(self, key: str) -> str | None:
+        """A small fact the daemon keeps about itself."""
+        if NUL in key:
+            return None
+        async with self.db.read() as conn:
+            value = await conn.fetchval("SELECT value FROM meta WHERE key = $1", key)
+        return None if value is None else str(value)
 
     async def _cursor(self, after: str, namespaces: Sequence[str] | None) -> str:
         kind, value = parse_block_ref(after, "after")
@@ -210,7 +430,7 @@ def _namespace_clause(namespaces: Sequence[str] | None, *, first: int) -> tuple[
         return "", []
     if len(namespaces) > MAX_NAMESPACES:
         raise ValueError(f"at most {MAX_NAMESPACES} namespaces, not {len(namespaces)}")
-    return f" AND namespace = ANY(${first}::text[])", [list(namespaces)]
+    return f" AND namespace = ANY(${first}::text[])", [storable(namespaces)]
 
 
 async def _bindings_of(conn: PgConnection, block_ids: Sequence[str]) -> dict[str, list[Binding]]:
@@ -255,3 +475,36 @@ async def _short_ids(conn: PgConnection, block_ids: Sequence[str]) -> dict[str, 
     for block_id, key, below, above in rows:
         out[block_id] = _shortid.from_neighbours(block_id, key, below, above)
     return out
+
+
+def _by_sensor(rows: Sequence[Any]) -> dict[str, dict[int, dict[str, int]]]:
+    out: dict[str, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
+    for sensor, outcome, bucket, n in rows:
+        out[str(sensor)][int(bucket)][str(outcome)] = int(n)
+    return {k: dict(v) for k, v in out.items()}
+
+
+async def _first_seq_since(conn: PgConnection, since: float) -> int | None:
+    """The ``seq`` of the first event received at or after ``since`` (None: none was),
+    by binary search over the primary key (gaps from deleted events are skipped)."""
+    bounds = await conn.fetchrow("SELECT min(seq), max(seq) FROM events")
+    if bounds is None or bounds[1] is None:
+        return None
+    lo, hi = int(bounds[0]), int(bounds[1])
+
+    async def at_or_after(seq: int) -> tuple[int, float]:
+        row = await conn.fetchrow(
+            "SELECT seq, received_at FROM events WHERE seq >= $1 ORDER BY seq LIMIT 1", seq
+        )
+        assert row is not None  # noqa: S101 - seq <= max(seq): there is one
+        return int(row[0]), float(row[1])
+
+    if (await at_or_after(hi))[1] < since:
+        return None
+    while lo < hi:  # the smallest position whose first event at or after it is recent
+        mid = (lo + hi) // 2
+        if (await at_or_after(mid))[1] >= since:
+            hi = mid
+        else:
+            lo = mid + 1
+    return (await at_or_after(lo))[0]
