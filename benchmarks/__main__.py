@@ -26,6 +26,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
     bench_ids,
     bench_mqtt,
     bench_pg_drivers,
+    bench_pg_sweep,
     bench_read_through,
     bench_redact,
     bench_regex,

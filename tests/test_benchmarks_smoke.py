@@ -38,6 +38,7 @@ FIGURES = {
     "hybrid_startup",
     "pg_driver_ingest",
     "pg_driver_read",
+    "pg_sweep",
 }
 
 
