@@ -107,7 +107,7 @@ class PgRevalidations:
         at = self.clock.time() if now is None else now
         async with self.db.read() as conn:
             rows = await conn.fetch(DUE_SQL, at, max(0, limit))
-        return [DueBlock(*r) for r in rows]
+        return list(map(DueBlock._make, rows))
 
     async def mark_stale(
         self,
