@@ -20,7 +20,7 @@ from memwarden.memory._codec import BLOCK_COLUMNS, record_from_row
 from memwarden.memory._evidence import belief, error_streak, receipts
 from memwarden.memory._explain import EXPLAIN_EVENT_LIMIT, explanation
 from memwarden.memory.pg._reads import PgReads
-from memwarden.memory.pg._revalidation import storable
+from memwarden.memory.pg._revalidation import without_nul
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -46,7 +46,7 @@ class PgEvidence:
     async def receipts_for(self, block_ids: Sequence[str]) -> dict[str, FactEvidence]:
         """What a receipt needs about each block, in one read: its error streak, its open
         checks and the confirmation behind its current validation."""
-        ids = storable(dict.fromkeys(block_ids))
+        ids = without_nul(dict.fromkeys(block_ids))
         if not ids:
             return {}
         async with self.db.read() as conn:
@@ -95,7 +95,7 @@ class PgEvidence:
         """What we believed about a block at ``at``: its content version, state,
         reliability, validation and the last evidence committed before then (rebuilt
         from the event log, the block's history and the audit log, as on SQLite)."""
-        if not storable([block_id]):
+        if not without_nul([block_id]):
             raise NotFoundError("block", block_id)
         async with self.db.read() as conn:
             row = await conn.fetchrow(
@@ -135,7 +135,7 @@ class PgEvidence:
 
     async def explain(self, block_id: str) -> Explanation:
         """Why a block stands where it does: state, reliability, retention, rank, promotion."""
-        if not storable([block_id]):
+        if not without_nul([block_id]):
             raise NotFoundError("block", block_id)
         now = self.clock.time()
         async with self.db.read() as conn:

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from memwarden.memory.pg._types import PgConnection
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["DUE_SQL", "PgRevalidations", "storable"]
+__all__ = ["DUE_SQL", "PgRevalidations", "without_nul"]
 
 # The sweep's read. Ties in stale_at go by rid, as SQLite's index gives them (its entries
 # of one key are in rowid order): the same blocks, in the same order, on both backends.
@@ -81,7 +81,7 @@ _SET_STATUS = (
 _INSERT = pg_sql(REVALIDATION_INSERT)
 
 
-def storable(values: Iterable[str]) -> list[str]:
+def without_nul(values: Iterable[str]) -> list[str]:
     """``values`` without the ones PostgreSQL text cannot hold (NUL): such an id names no
     row, here as on SQLite."""
     return [v for v in values if "\x00" not in v]
@@ -124,7 +124,7 @@ class PgRevalidations:
         now = self.clock.time()
         cfg = self.policy
         deadline = cfg.staleness.revalidation_timeout.total_seconds()
-        ids = storable(dict.fromkeys(block_ids))
+        ids = without_nul(dict.fromkeys(block_ids))
 
         async def job(conn: PgConnection) -> list[str]:
             rows = await conn.fetch(
@@ -164,7 +164,7 @@ class PgRevalidations:
         """Mark requests ``sent``, ``done``, ``failed`` or ``expired``."""
         now = self.clock.time()
         final = status != "sent"
-        ids = storable(request_ids)
+        ids = without_nul(request_ids)
 
         async def job(conn: PgConnection) -> None:
             await conn.execute(_SET_STATUS, ids, status, int(not final), final, now, outcome)
@@ -175,7 +175,7 @@ class PgRevalidations:
     async def put_back_revalidation(self, request_id: str, *, send_at: float) -> bool:
         """A sent request that was not run (its binding's check is still running):
         pending again, sent at ``send_at``. False if it was answered meanwhile."""
-        if not storable([request_id]):
+        if not without_nul([request_id]):
             return False
 
         async def job(conn: PgConnection) -> bool:
@@ -219,7 +219,7 @@ class PgRevalidations:
         A binding that already has an open request keeps it (one check per binding);
         a ``manual`` request also brings a waiting retry forward to now.
         """
-        if not storable([block_id]):
+        if not without_nul([block_id]):
             raise NotFoundError("block", block_id)
         now = self.clock.time()
         timeout_s = self.policy.staleness.revalidation_timeout.total_seconds()
@@ -267,7 +267,7 @@ class PgRevalidations:
         now = self.clock.time()
         timeout_s = self.policy.staleness.revalidation_timeout.total_seconds()
         ids = list(dict.fromkeys(block_ids))
-        keys = storable(ids)
+        keys = without_nul(ids)
 
         async def job(conn: PgConnection) -> dict[str, list[tuple[str, float]]]:
             bindings = await conn.fetch(
