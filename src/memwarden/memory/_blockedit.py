@@ -36,6 +36,7 @@ __all__ = [
     "find_duplicates",
     "history_row",
     "missing_dependencies",
+    "storable",
     "update_detail",
     "validate_news",
     "validate_patch",
@@ -55,6 +56,17 @@ def check_text(name: str, value: str) -> None:
             problem = f"is not valid UTF-8 text (bad character at position {err.start})"
     if problem is not None:
         raise ValidationInputError([(name, problem)])
+
+
+def storable(text: str) -> str:
+    """A machine-made text (a proposal's reason, a quarantine rule) as both backends can
+    store it: each NUL and each unpaired surrogate becomes U+FFFD."""
+    text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
 
 
 def validate_news(news: Sequence[NewBlock | Mapping[str, Any]]) -> list[NewBlock]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from memwarden.errors import NotFoundError, ValidationInputError
+from memwarden.memory._blockedit import check_text, storable
 from memwarden.memory._clock import from_ts
 from memwarden.memory._codec import binding_selector_json
 from memwarden.memory._ids import new_id
@@ -31,15 +32,21 @@ if TYPE_CHECKING:
     from memwarden.memory._model import Binding
 
 __all__ = [
+    "PROPOSAL_SELECT",
     "NewProposal",
     "Proposal",
     "ProposalKind",
     "ProposalStatus",
     "add_proposals",
     "bound_to",
+    "check_pending",
     "decide",
     "get",
     "list_proposals",
+    "new_rows",
+    "no_target",
+    "proposal_of",
+    "require_binding",
     "retire",
     "unbound_live",
 ]
@@ -94,13 +101,15 @@ class Proposal:
         }
 
 
-_SELECT = (
+# Without parameters: PostgreSQL runs it as it is.
+PROPOSAL_SELECT = (
     "SELECT p.id, b.id, p.kind, p.proposal, p.confidence, p.why, p.status, p.created_at,"
     " p.decided_at, p.decided_by FROM proposals p JOIN blocks b ON b.rid = p.block_rid"
 )
 
 
-def _row(row: Sequence[Any]) -> Proposal:
+def proposal_of(row: Sequence[Any]) -> Proposal:
+    """A stored proposal from its row of :data:`PROPOSAL_SELECT`."""
     return Proposal(
         id=row[0],
         block_id=row[1],
@@ -115,13 +124,46 @@ def _row(row: Sequence[Any]) -> Proposal:
     )
 
 
-async def add_proposals(db: Database, clock: Clock, proposals: Iterable[NewProposal]) -> int:
-    """Store the proposals not made before (for a block that still exists); how many."""
-    now = clock.time()
-    rows = [
-        (new_id(), p.kind, p.key, p.key, round(p.confidence, 3), p.why[:WHY_MAX], now, p.block_id)
+def new_rows(
+    proposals: Iterable[NewProposal], now: float
+) -> list[tuple[str, str, str, str, float, str, float, str]]:
+    """``(id, kind, key, proposal, confidence, why, created_at, block_id)`` of each."""
+    return [
+        (
+            new_id(),
+            p.kind,
+            p.key,
+            p.key,
+            round(p.confidence, 3),
+            storable(p.why[:WHY_MAX]),
+            now,
+            p.block_id,
+        )
         for p in proposals
     ]
+
+
+def check_pending(status: str) -> None:
+    """Only a pending proposal can be decided."""
+    if status != "pending":
+        raise ValidationInputError([("proposal", f"is {status} already, not pending")])
+
+
+def require_binding(binding: Binding | None) -> Binding:
+    """The binding an accepted binding proposal adds (its sensor validated it)."""
+    if binding is None:
+        raise ValidationInputError([("proposal", "a binding proposal needs its binding")])
+    return binding
+
+
+def no_target(target: str) -> ValidationInputError:
+    """A dependency proposal whose target is gone."""
+    return ValidationInputError([("proposal.depends_on", f"no block {target!r}")])
+
+
+async def add_proposals(db: Database, clock: Clock, proposals: Iterable[NewProposal]) -> int:
+    """Store the proposals not made before (for a block that still exists); how many."""
+    rows = new_rows(proposals, clock.time())
     if not rows:
         return 0
 
@@ -161,17 +203,19 @@ async def list_proposals(
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     async with db.read() as conn:
         rows = await conn.execute_fetchall(
-            f"{_SELECT}{clause} ORDER BY p.created_at, p.id LIMIT ?", [*args, limit]
+            f"{PROPOSAL_SELECT}{clause} ORDER BY p.created_at, p.id LIMIT ?", [*args, limit]
         )
-    return [_row(r) for r in rows]
+    return [proposal_of(r) for r in rows]
 
 
 async def get(db: Database, proposal_id: str) -> Proposal:
     async with db.read() as conn:
-        rows = list(await conn.execute_fetchall(f"{_SELECT} WHERE p.id = ?", (proposal_id,)))
+        rows = list(
+            await conn.execute_fetchall(f"{PROPOSAL_SELECT} WHERE p.id = ?", (proposal_id,))
+        )
     if not rows:
         raise NotFoundError("proposal", proposal_id)
-    return _row(rows[0])
+    return proposal_of(rows[0])
 
 
 async def decide(
@@ -185,6 +229,7 @@ async def decide(
 ) -> Proposal:
     """Accept (apply it: ``binding`` is the proposal as the sensor validated it) or reject
     a pending proposal, in one transaction; the proposal as decided."""
+    check_text("actor", actor)
     now = clock.time()
 
     async def job(conn: aiosqlite.Connection) -> None:
@@ -197,8 +242,7 @@ async def decide(
         if row is None:
             raise NotFoundError("proposal", proposal_id)
         rid, kind, raw, status, block_id = row
-        if status != "pending":
-            raise ValidationInputError([("proposal", f"is {status} already, not pending")])
+        check_pending(status)
         action = "proposal_rejected"
         if accept:
             action = "proposal_accepted"
@@ -227,8 +271,7 @@ async def _apply(  # noqa: PLR0917 - one step of decide's transaction
     actor: str,
 ) -> None:
     if kind == "binding":
-        if binding is None:
-            raise ValidationInputError([("proposal", "a binding proposal needs its binding")])
+        binding = require_binding(binding)
         await conn.execute(
             "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at)"
             " VALUES (?, ?, ?, ?, ?)",
@@ -255,7 +298,7 @@ async def _apply(  # noqa: PLR0917 - one step of decide's transaction
     target = str(proposal.get("depends_on", ""))
     async with conn.execute("SELECT 1 FROM blocks WHERE id = ?", (target,)) as cur:
         if await cur.fetchone() is None:
-            raise ValidationInputError([("proposal.depends_on", f"no block {target!r}")])
+            raise no_target(target)
     await conn.execute(
         "INSERT OR IGNORE INTO dependencies (depends_on, block_rid) VALUES (?, ?)", (target, rid)
     )

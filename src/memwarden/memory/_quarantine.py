@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from memwarden.errors import ValidationInputError
+from memwarden.memory._blockedit import storable
 from memwarden.memory._clock import from_ts
 from memwarden.memory._model import Binding, Outcome, ValidationEvent
 
@@ -30,7 +31,14 @@ if TYPE_CHECKING:
     from memwarden.memory._database import Database
     from memwarden.memory._results import ApplyResult
 
-__all__ = ["StoredBinding", "quarantined", "set_quarantine", "stored_bindings"]
+__all__ = [
+    "StoredBinding",
+    "fresh_failures",
+    "quarantine_events",
+    "quarantined",
+    "set_quarantine",
+    "stored_bindings",
+]
 
 _MESSAGE_MAX = 4096
 
@@ -112,6 +120,32 @@ def _event_id(binding: StoredBinding, rule: str) -> str:
     return f"quarantine-{binding.id}-{digest}"
 
 
+def fresh_failures(
+    failing: Sequence[tuple[StoredBinding, str]],
+) -> list[tuple[StoredBinding, str]]:
+    """The pairs that change a row: newly quarantined, or under another rule (the rule as
+    stored: a NUL or a lone surrogate of a validator's message becomes U+FFFD)."""
+    cleaned = [(b, storable(rule)) for b, rule in failing]
+    return [(b, rule) for b, rule in cleaned if b.quarantine != rule]
+
+
+def quarantine_events(
+    fresh: Sequence[tuple[StoredBinding, str]], now: float
+) -> list[ValidationEvent]:
+    """An ``error`` event for each newly quarantined binding's block, naming the rule."""
+    return [
+        ValidationEvent(
+            event_id=_event_id(b, rule),
+            sensor=b.sensor,
+            block_id=b.block_id,
+            outcome=Outcome.ERROR,
+            observed_at=from_ts(now),
+            message=f"binding quarantined: {rule}"[:_MESSAGE_MAX],
+        )
+        for b, rule in fresh
+    ]
+
+
 async def set_quarantine(
     db: Database,
     clock: Clock,
@@ -127,21 +161,9 @@ async def set_quarantine(
     a crash between the two writes never doubles it). Returns how many changed.
     """
     now = clock.time()
-    fresh = [(b, rule) for b, rule in failing if b.quarantine != rule]
+    fresh = fresh_failures(failing)
     if fresh:
-        await apply(
-            [
-                ValidationEvent(
-                    event_id=_event_id(b, rule),
-                    sensor=b.sensor,
-                    block_id=b.block_id,
-                    outcome=Outcome.ERROR,
-                    observed_at=from_ts(now),
-                    message=f"binding quarantined: {rule}"[:_MESSAGE_MAX],
-                )
-                for b, rule in fresh
-            ]
-        )
+        await apply(quarantine_events(fresh, now))
     release = list(released)
     if not fresh and not release:
         return 0

@@ -22,33 +22,51 @@ import json
 import weakref
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memwarden.errors import NotFoundError, ValidationInputError
+from memwarden.memory._blockedit import check_text
 from memwarden.memory._clock import from_ts
+from memwarden.memory._ids import new_id
 from memwarden.memory._model import MAX_CONTENT_CHARS, Outcome, ValidationEvent
 from memwarden.memory._sql import placeholders
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+    from memwarden.memory._clock import Clock
+    from memwarden.memory._model import Block
+    from memwarden.memory._results import EventRecord
     from memwarden.memory._store import ApplyResult, Store
 
 __all__ = [
+    "REVIEW_COLUMNS",
     "REVIEW_RELIABILITY",
     "Decision",
     "Review",
+    "ReviewHost",
+    "already_decided",
+    "check_decision",
+    "check_listing",
     "decide_review",
+    "decision_answer",
+    "decision_audit",
+    "decision_event",
     "escalation_candidates",
+    "escalation_reason",
     "get_review",
     "list_reviews",
+    "listed",
     "queue_review",
+    "review_answer",
 ]
 
 REVIEW_RELIABILITY = 0.95  # a person's confirmation
 MAX_COMMENT_CHARS = 4096  # an event message holds at most this much
 _STATUSES = ("pending", "decided", "all")
-_COLUMNS = "id, block_id, reason, status, created_at, decided_at, decided_by, decision, comment"
+REVIEW_COLUMNS = (
+    "id, block_id, reason, status, created_at, decided_at, decided_by, decision, comment"
+)
 
 # One decision at a time per store in this process: the check that an item is still
 # pending, the event and the closing of the item are three writer jobs.
@@ -84,10 +102,71 @@ class Review:
         return d
 
 
+class ReviewHost(Protocol):
+    """What a review decision needs of the store besides its own rows: the block, its
+    events, an edit and the event log (the SQLite :class:`Store` and the PostgreSQL
+    façade both are one)."""
+
+    clock: Clock
+
+    async def get(self, block_id: str) -> Block: ...
+
+    async def events_for(self, block_id: str, *, limit: int = 50) -> list[EventRecord]: ...
+
+    async def update(
+        self, block_id: str, patch: Mapping[str, Any], *, actor: str = "agent"
+    ) -> object: ...
+
+    async def apply_events(self, events: Sequence[ValidationEvent]) -> ApplyResult: ...
+
+    async def request_review(self, block_id: str, *, reason: str) -> dict[str, Any]: ...
+
+
+def check_listing(status: str, limit: int) -> None:
+    """A listing's ``status`` and ``limit``, or :class:`ValidationInputError`."""
+    if status not in _STATUSES:
+        raise ValidationInputError([("status", f"{status!r} is not one of {', '.join(_STATUSES)}")])
+    if not 1 <= limit <= 10_000:
+        raise ValidationInputError([("limit", f"{limit} is not between 1 and 10000")])
+
+
+def listed(row: Sequence[Any]) -> dict[str, Any]:
+    """A listing's item from its row: the review's columns, then the block's title,
+    content, state and reliability (all None once the block is gone)."""
+    item = Review(*row[:9]).as_dict()
+    title, content, state, reliability = row[9:]
+    item["block"] = (
+        None
+        if state is None
+        else {
+            "id": row[1],
+            "title": title,
+            "content": content[:200],
+            "state": state,
+            "reliability": reliability,
+        }
+    )
+    return item
+
+
+async def review_answer(host: ReviewHost, review: Review, *, events: int) -> dict[str, Any]:
+    """``get_review``'s answer: the item, its block (None once deleted) and its events."""
+    try:
+        block = await host.get(review.block_id)
+    except NotFoundError:
+        return {"review": review.as_dict(), "block": None, "events": []}
+    history = await host.events_for(review.block_id, limit=events)
+    return {
+        "review": review.as_dict(),
+        "block": block.model_dump(mode="json"),
+        "events": [e.as_dict() for e in history],
+    }
+
+
 async def _fetch(store: Store, review_id: str) -> Review:
     async with (
         store.db.read() as conn,
-        conn.execute(f"SELECT {_COLUMNS} FROM reviews WHERE id = ?", (review_id,)) as cur,
+        conn.execute(f"SELECT {REVIEW_COLUMNS} FROM reviews WHERE id = ?", (review_id,)) as cur,
     ):
         row = await cur.fetchone()
     if row is None:
@@ -111,10 +190,7 @@ async def list_reviews(
     """Items with ``status`` (``pending``, ``decided`` or ``all``), oldest pending first
     (newest first for decided ones), each with a summary of its block; with
     ``namespaces``, only items whose block is of one of them."""
-    if status not in _STATUSES:
-        raise ValidationInputError([("status", f"{status!r} is not one of {', '.join(_STATUSES)}")])
-    if not 1 <= limit <= 10_000:
-        raise ValidationInputError([("limit", f"{limit} is not between 1 and 10000")])
+    check_listing(status, limit)
     conditions = [] if status == "all" else ["r.status = ?"]
     args: list[Any] = [] if status == "all" else [status]
     if namespaces is not None:
@@ -123,50 +199,25 @@ async def list_reviews(
     where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
     order = "r.created_at, r.id" if status == "pending" else "r.created_at DESC, r.id DESC"
     sql = (
-        f"SELECT {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))},"
+        f"SELECT {', '.join('r.' + c.strip() for c in REVIEW_COLUMNS.split(','))},"
         " k.title, k.content, k.state, k.reliability"
         f" FROM reviews r LEFT JOIN blocks k ON k.id = r.block_id {where}"
         f" ORDER BY {order} LIMIT ?"
     )
     async with store.db.read() as conn, conn.execute(sql, [*args, limit]) as cur:
         rows = await cur.fetchall()
-    out = []
-    for row in rows:
-        item = Review(*row[:9]).as_dict()
-        title, content, state, reliability = row[9:]
-        item["block"] = (
-            None
-            if state is None
-            else {
-                "id": row[1],
-                "title": title,
-                "content": content[:200],
-                "state": state,
-                "reliability": reliability,
-            }
-        )
-        out.append(item)
-    return out
+    return [listed(row) for row in rows]
 
 
 async def get_review(store: Store, review_id: str, *, events: int = 10) -> dict[str, Any]:
     """One item with its block (None once deleted) and the block's last ``events``."""
-    review = await _fetch(store, review_id)
-    try:
-        block = await store.get(review.block_id)
-    except NotFoundError:
-        return {"review": review.as_dict(), "block": None, "events": []}
-    history = await store.events_for(review.block_id, limit=events)
-    return {
-        "review": review.as_dict(),
-        "block": block.model_dump(mode="json"),
-        "events": [e.as_dict() for e in history],
-    }
+    return await review_answer(store, await _fetch(store, review_id), events=events)
 
 
-def _check_decision(
+def check_decision(
     decision: Decision | str, reviewer: str, comment: str, new_content: str | None
 ) -> Decision:
+    """The decision asked for, or every error of the input at once."""
     errors: list[tuple[str, str]] = []
     try:
         choice = Decision(decision)
@@ -179,6 +230,11 @@ def _check_decision(
         errors.append(("decided_by", "is longer than 128 characters"))
     if len(comment) > MAX_COMMENT_CHARS:
         errors.append(("comment", f"is longer than {MAX_COMMENT_CHARS} characters"))
+    for name, text in (("decided_by", reviewer), ("comment", comment)):
+        try:  # stored as given: no NUL, valid UTF-8 (neither backend takes others)
+            check_text(name, text)
+        except ValidationInputError as err:
+            errors.extend(err.errors)
     if choice == Decision.EDIT:
         if not new_content:
             errors.append(("content", "an edit needs the new content"))
@@ -211,33 +267,75 @@ async def decide_review(
     requests the review sensor holds for the block are answered by it. Raises
     :class:`ValidationInputError` for an item already decided.
     """
-    choice = _check_decision(decision, reviewer, comment, new_content)
+    choice = check_decision(decision, reviewer, comment, new_content)
     reviewer = reviewer.strip()
     lock = _locks.setdefault(store, asyncio.Lock())
     async with lock:
         review = await _fetch(store, review_id)
         if review.status != "pending":
-            already = f"already decided ({review.decision} by {review.decided_by})"
-            raise ValidationInputError([("id", f"review {review_id} is {already}")])
+            raise already_decided(review)
         if choice == Decision.EDIT:
-            assert new_content is not None  # noqa: S101 - checked by _check_decision
+            assert new_content is not None  # noqa: S101 - checked by check_decision
             await store.update(review.block_id, {"content": new_content}, actor=reviewer)
         request_id = await _open_request(store, review.block_id, sensor)
-        event = ValidationEvent(
-            sensor=sensor,
-            subject=review.block_id,
-            block_id=review.block_id,
-            outcome=Outcome.REFUTED if choice == Decision.REJECT else Outcome.CONFIRMED,
-            observed_at=from_ts(store.clock.time()),
-            observed={"decision": choice.value, "decided_by": reviewer},
-            reliability=REVIEW_RELIABILITY,
-            message=comment,
-            request_id=request_id,
+        event = decision_event(
+            review, choice, reviewer, comment, sensor, request_id, store.clock.time()
         )
         result = await (apply or store.apply_events)([event])
         decided = await _close(store, review, choice, reviewer, comment, sensor, event)
+    return await decision_answer(store, decided, event, result)
+
+
+def already_decided(review: Review) -> ValidationInputError:
+    """The conflict of deciding an item someone decided already."""
+    already = f"already decided ({review.decision} by {review.decided_by})"
+    return ValidationInputError([("id", f"review {review.id} is {already}")])
+
+
+def decision_event(  # noqa: PLR0917 - the decision's parts, one place for both backends
+    review: Review,
+    choice: Decision,
+    reviewer: str,
+    comment: str,
+    sensor: str,
+    request_id: str | None,
+    now: float,
+) -> ValidationEvent:
+    """The event a decision becomes: from ``sensor``, for the item's block, confirmed or
+    refuted, with the comment as its message and the reviewer in its observed value."""
+    return ValidationEvent(
+        event_id=new_id(),
+        sensor=sensor,
+        subject=review.block_id,
+        block_id=review.block_id,
+        outcome=Outcome.REFUTED if choice == Decision.REJECT else Outcome.CONFIRMED,
+        observed_at=from_ts(now),
+        observed={"decision": choice.value, "decided_by": reviewer},
+        reliability=REVIEW_RELIABILITY,
+        message=comment,
+        request_id=request_id,
+    )
+
+
+def decision_audit(review: Review, choice: Decision, comment: str, event: ValidationEvent) -> str:
+    """The audit row's detail of a decision."""
+    return json.dumps(
+        {
+            "review_id": review.id,
+            "decision": choice.value,
+            "comment": comment,
+            "event_id": event.event_id,
+        }
+    )
+
+
+async def decision_answer(
+    host: ReviewHost, decided: Review, event: ValidationEvent, result: ApplyResult
+) -> dict[str, Any]:
+    """``decide_review``'s answer: the item as decided, its block as it is now (None once
+    deleted) and whether the event was applied."""
     try:
-        block: dict[str, Any] | None = (await store.get(review.block_id)).model_dump(mode="json")
+        block: dict[str, Any] | None = (await host.get(decided.block_id)).model_dump(mode="json")
     except NotFoundError:
         block = None
     return {
@@ -296,14 +394,7 @@ async def _close(  # noqa: PLR0917 - a private step of decide_review, called onc
                 reviewer,
                 "review",
                 review.block_id,
-                json.dumps(
-                    {
-                        "review_id": review.id,
-                        "decision": choice.value,
-                        "comment": comment,
-                        "event_id": event.event_id,
-                    }
-                ),
+                decision_audit(review, choice, comment, event),
             ),
         )
 
@@ -345,7 +436,7 @@ async def escalation_candidates(
                 chunk,
             ) as cur:
                 for block_id, reliability, stale_at in await cur.fetchall():
-                    reason = _reason(reliability, stale_at, below, now)
+                    reason = escalation_reason(reliability, stale_at, below, now)
                     if reason:
                         found[block_id] = reason
         if unbound_low_volatility and len(found) < limit:
@@ -359,13 +450,16 @@ async def escalation_candidates(
                 (below, now, limit - len(found)),
             ) as cur:
                 for block_id, reliability, stale_at in await cur.fetchall():
-                    reason = _reason(reliability, stale_at, below, now)
+                    reason = escalation_reason(reliability, stale_at, below, now)
                     if reason:
                         found[block_id] = f"{reason}; no sensor can check it"
     return list(found.items())[:limit]
 
 
-def _reason(reliability: float, stale_at: float | None, below: float, now: float) -> str | None:
+def escalation_reason(
+    reliability: float, stale_at: float | None, below: float, now: float
+) -> str | None:
+    """Why a block needs a person, or None: reliability below ``below``, or past its window."""
     if reliability < below:
         return f"reliability {reliability:.2f} is below {below:.2f}"
     if stale_at is not None and stale_at <= now:
