@@ -40,6 +40,7 @@ FIGURES = {
     "pg_driver_read",
     "pg_ingest",
     "pg_ingest_two_nodes",
+    "pg_sweep",
 }
 
 

@@ -37,13 +37,15 @@ if TYPE_CHECKING:
 
     from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
-    from memwarden.memory._results import Explanation
+    from memwarden.memory._record import BlockRecord
+    from memwarden.memory._results import EventRecord, Explanation
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["explain", "health"]
+__all__ = ["EXPLAIN_EVENT_LIMIT", "explain", "explanation", "health"]
 
 _EXPLAIN_HISTORY = 20  # reliability changes shown by explain
 _EXPLAIN_EVENTS = 10  # events shown by explain
+EXPLAIN_EVENT_LIMIT = max(_EXPLAIN_HISTORY, _EXPLAIN_EVENTS)  # events explain reads
 _DAY = 86400.0
 _BLOCK_SELECT = ", ".join(f"b.{c}" for c in BLOCK_COLUMNS)
 
@@ -67,7 +69,6 @@ def _freshness(state: str, cfg: PolicyConfig) -> float:
 
 async def explain(db: Database, clock: Clock, policy: PolicyConfig, block_id: str) -> Explanation:
     """Everything that decides how a block is treated now, and why (JSON-serializable)."""
-    cfg = policy
     now = clock.time()
     async with db.read() as conn:
         async with conn.execute(
@@ -85,15 +86,27 @@ async def explain(db: Database, clock: Clock, policy: PolicyConfig, block_id: st
             "SELECT count(*) FROM sessions WHERE block_id = ?", (block_id,)
         ) as cur:
             sessions = (await cur.fetchone() or (0,))[0]
-    events = await Reads(db, clock, policy).events_for(
-        block_id, limit=max(_EXPLAIN_HISTORY, _EXPLAIN_EVENTS)
-    )
+    events = await Reads(db, clock, policy).events_for(block_id, limit=EXPLAIN_EVENT_LIMIT)
+    return explanation(rec, now, times=times, sessions=sessions, events=events, cfg=policy)
 
+
+def explanation(
+    rec: BlockRecord,
+    now: float,
+    *,
+    times: Sequence[float],
+    sessions: int,
+    events: Sequence[EventRecord],
+    cfg: PolicyConfig,
+) -> Explanation:
+    """The explanation of a block from its record, its access times (oldest first), its
+    session count and its latest ``EXPLAIN_EVENT_LIMIT`` events (newest first): the
+    rules only, shared by both backends."""
     state = effective_state(rec, now)
     stale = is_stale(rec, now)
     kept = retention(rec, now, cfg)
     freshness = _freshness(state, cfg)
-    inputs = PromotionInputs(rec, now, times, sessions)
+    inputs = PromotionInputs(rec, now, list(times), sessions)
     configured = score(inputs, cfg)
     promote, refusals = consolidation_verdict(rec, configured, now, cfg)
     other = score_multi_axis if cfg.promotion.scorer == "composite" else score_composite

@@ -8,7 +8,8 @@ the sweep share one check.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from memwarden.memory._apply import propagate_dependencies
 from memwarden.memory._clock import from_ts
@@ -30,15 +31,22 @@ from memwarden.memory._sql import (
 from memwarden.memory.policy import mark_stale
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Sequence
 
     import aiosqlite
 
     from memwarden.memory._clock import Clock
     from memwarden.memory._database import Database
+    from memwarden.memory._record import BlockRecord
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["Revalidations"]
+__all__ = [
+    "Revalidations",
+    "due_requests",
+    "open_requests",
+    "request_rows",
+    "stale_records",
+]
 
 
 class Revalidations:
@@ -81,12 +89,7 @@ class Revalidations:
         ids = list(dict.fromkeys(block_ids))
 
         async def job(conn: aiosqlite.Connection) -> list[str]:
-            rows = await select_in(conn, EVIDENCE_SELECT, ids)
-            changed = []
-            for row in rows:
-                rec = evidence_record(row)
-                if mark_stale(rec, now, reason):
-                    changed.append(rec)
+            changed = stale_records(await select_in(conn, EVIDENCE_SELECT, ids), now, reason)
             await conn.executemany(EVIDENCE_UPDATE, [evidence_row(r) for r in changed])
             if request and changed:
                 bindings = await select_in(
@@ -98,19 +101,7 @@ class Revalidations:
                 )
                 await conn.executemany(
                     REVALIDATION_INSERT,
-                    [
-                        (
-                            new_id(),
-                            b,
-                            s,
-                            subj,
-                            reason.value,
-                            now,
-                            (send_at or {}).get(b, now),
-                            deadline,
-                        )
-                        for b, s, subj in bindings
-                    ],
+                    request_rows(bindings, reason.value, now, deadline, send_at or {}),
                 )
             if changed:
                 await propagate_dependencies(conn, [r.id for r in changed], now=now, cfg=cfg)
@@ -136,27 +127,7 @@ class Revalidations:
             ) as cur,
         ):
             rows = await cur.fetchall()
-        out = []
-        seen = set()
-        for rid, block_id, sensor, subject, reason, created, deadline_s, attempts, sel in rows:
-            if rid in seen:
-                continue
-            seen.add(rid)
-            out.append(
-                RevalidationRequest(
-                    id=rid,
-                    block_id=block_id,
-                    sensor=sensor,
-                    subject=subject,
-                    binding=binding_from_row(sensor, subject, sel),
-                    reason=RevalidationReason(reason),
-                    created_at=from_ts(at),
-                    deadline=from_ts(at + deadline_s),
-                    attempts=attempts,
-                    queued_at=from_ts(created),
-                )
-            )
-        return out
+        return due_requests(rows, at)
 
     async def set_revalidation_status(
         self, request_ids: Sequence[str], status: str, *, outcome: str | None = None
@@ -223,14 +194,12 @@ class Revalidations:
         async def job(conn: aiosqlite.Connection) -> list[str]:
             rec = await load_record(conn, block_id)
             async with conn.execute(
-                "SELECT sensor, subject FROM bindings WHERE block_rid = ? AND quarantine IS NULL",
-                (rec.rid,),
+                "SELECT ?, sensor, subject FROM bindings"
+                " WHERE block_rid = ? AND quarantine IS NULL",
+                (block_id, rec.rid),
             ) as cur:
                 bindings = await cur.fetchall()
-            rows = [
-                (new_id(), block_id, sensor, subject, reason.value, now, send_at or now, timeout_s)
-                for sensor, subject in bindings
-            ]
+            rows = request_rows(bindings, reason.value, now, timeout_s, send_at or now)
             await conn.executemany(REVALIDATION_INSERT, rows)
             if reason == RevalidationReason.MANUAL:
                 # Someone asked for a check now: a soft refutation's retry waiting for
@@ -242,7 +211,8 @@ class Revalidations:
                     (now, block_id, now),
                 )
             async with conn.execute(
-                "SELECT id FROM revalidations WHERE block_id = ? AND status IN ('pending','sent')",
+                "SELECT id FROM revalidations WHERE block_id = ? AND status IN ('pending','sent')"
+                " ORDER BY id",
                 (block_id,),
             ) as cur:
                 return [r[0] for r in await cur.fetchall()]
@@ -270,20 +240,89 @@ class Revalidations:
                 ids,
             )
             await conn.executemany(
-                REVALIDATION_INSERT,
-                [
-                    (new_id(), b, sensor, subject, reason.value, now, now, timeout_s)
-                    for b, sensor, subject in bindings
-                ],
+                REVALIDATION_INSERT, request_rows(bindings, reason.value, now, timeout_s)
             )
-            out: dict[str, list[tuple[str, float]]] = {b: [] for b in ids}
-            for rid, block_id, send_at in await select_in(
-                conn,
-                "SELECT id, block_id, send_at FROM revalidations"
-                " WHERE status IN ('pending', 'sent') AND block_id IN ",
+            return open_requests(
                 ids,
-            ):
-                out[block_id].append((rid, send_at))
-            return out
+                await select_in(
+                    conn,
+                    "SELECT id, block_id, send_at FROM revalidations"
+                    " WHERE status IN ('pending', 'sent') AND block_id IN ",
+                    ids,
+                ),
+            )
 
         return await self.db.write(job)
+
+
+# ------------------------------------------------------------------ shared by the backends
+# The rules of the queue without SQL: the PostgreSQL store's PgRevalidations (memory/pg/
+# _revalidation.py) reads and writes the same rows and runs these on them.
+
+
+def stale_records(
+    rows: Iterable[Iterable[Any]], now: float, reason: StaleReason
+) -> list[BlockRecord]:
+    """The blocks (their evidence rows, ``EVIDENCE_COLUMNS``) that go stale now for
+    ``reason``, marked so, in rid order (every backend changes them in one order)."""
+    changed = []
+    for row in sorted((tuple(r) for r in rows), key=lambda r: r[0]):
+        rec = evidence_record(row)
+        if mark_stale(rec, now, reason):
+            changed.append(rec)
+    return changed
+
+
+def request_rows(
+    bindings: Iterable[Iterable[Any]],
+    reason: str,
+    now: float,
+    timeout_s: float,
+    send_at: Mapping[str, float] | float | None = None,
+) -> list[tuple[Any, ...]]:
+    """The ``REVALIDATION_INSERT`` rows asking for a check of each binding (block id,
+    sensor, subject), sorted so every backend hands out the ids in one order. Sent at
+    ``send_at`` (per block id when a mapping; ``now`` when missing)."""
+    rows = []
+    for block_id, sensor, subject in sorted(tuple(r) for r in bindings):
+        at = send_at.get(block_id, now) if isinstance(send_at, Mapping) else send_at or now
+        rows.append((new_id(), block_id, sensor, subject, reason, now, at, timeout_s))
+    return rows
+
+
+def due_requests(rows: Iterable[Iterable[Any]], at: float) -> list[RevalidationRequest]:
+    """Requests from the rows of the due query (id, block id, sensor, subject, reason,
+    created_at, deadline_s, attempts, selector), each once, as sent at ``at``."""
+    out = []
+    seen = set()
+    for row in rows:
+        rid, block_id, sensor, subject, reason, created, deadline_s, attempts, sel = row
+        if rid in seen:
+            continue
+        seen.add(rid)
+        out.append(
+            RevalidationRequest(
+                id=rid,
+                block_id=block_id,
+                sensor=sensor,
+                subject=subject,
+                binding=binding_from_row(sensor, subject, sel),
+                reason=RevalidationReason(reason),
+                created_at=from_ts(at),
+                deadline=from_ts(at + deadline_s),
+                attempts=attempts,
+                queued_at=from_ts(created),
+            )
+        )
+    return out
+
+
+def open_requests(
+    block_ids: Sequence[str], rows: Iterable[Iterable[Any]]
+) -> dict[str, list[tuple[str, float]]]:
+    """Per block (every one asked about), its open requests ``(id, send_at)`` by id,
+    from rows of (request id, block id, send_at)."""
+    out: dict[str, list[tuple[str, float]]] = {b: [] for b in block_ids}
+    for rid, block_id, send_at in sorted(tuple(r) for r in rows):
+        out[block_id].append((rid, send_at))
+    return out
