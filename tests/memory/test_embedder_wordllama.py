@@ -163,7 +163,7 @@ async def test_a_broken_tokenizer_is_a_config_error_before_the_store_opens(
     store = Store(tmp_path / "m.db", embedder=emb)
     with pytest.raises(ConfigError, match=r"search\.embedder"):
         await store.open()
-    await store.close()
+    assert not store.db.is_open  # closed again, no writer or reader thread left
 
 
 def test_a_missing_tokenizer_is_a_config_error_at_load(
