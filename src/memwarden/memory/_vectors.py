@@ -212,43 +212,48 @@ class VectorIndex:
         """This model's stored vectors, appended in slices of ``_LOAD_ROWS`` by rid.
 
         Each slice is one row: its rids and its vectors concatenated by SQLite
-        (``group_concat``, which joins a BLOB's bytes as they are), so Python makes no
-        object per vector (half the time of fetching 100 000 rows). A slice whose
-        bytes do not add up (a database in UTF-16, where the text conversion would
-        change them) is read again row by row."""
+        (``group_concat``, which joins a BLOB's bytes as they are in a UTF-8 database),
+        so Python makes no object per vector (half the time of fetching 100 000 rows).
+        In a database of another encoding (the text conversion would change the bytes,
+        tested) or when a slice's bytes do not add up, the rows are read one by one."""
         np = self.np
         [(encoding,)] = list(await conn.execute_fetchall("PRAGMA encoding"))
-        utf8 = str(encoding).upper() == "UTF-8"
+        joined = str(encoding).upper() == "UTF-8"
+        args = (self.model, self.dim, _LOAD_ROWS)
         after = -1
         while True:
-            cur = await conn.execute(
-                "SELECT count(*), max(block_rid), group_concat(block_rid),"
-                " CAST(group_concat(vector, '') AS BLOB) FROM (SELECT block_rid, vector"
-                " FROM block_vectors WHERE block_rid > ? AND model = ? AND dim = ?"
-                " ORDER BY block_rid LIMIT ?)",
-                (after, self.model, self.dim, _LOAD_ROWS),
+            if joined:
+                [(count, last, rids, blob)] = list(
+                    await conn.execute_fetchall(
+                        "SELECT count(*), max(block_rid), group_concat(block_rid),"
+                        " CAST(group_concat(vector, '') AS BLOB) FROM (SELECT block_rid,"
+                        " vector FROM block_vectors WHERE block_rid > ? AND model = ?"
+                        " AND dim = ? ORDER BY block_rid LIMIT ?)",
+                        (after, *args),
+                    )
+                )
+                if not count:
+                    return
+                if isinstance(blob, bytes) and len(blob) == count * self.dim:
+                    ids = np.array(str(rids).split(","), dtype=np.int64)
+                    if len(ids) == count:
+                        self._put_many(ids, np.frombuffer(blob, dtype=np.int8))
+                        after = int(last)
+                        continue
+            rows = list(
+                await conn.execute_fetchall(
+                    "SELECT block_rid, vector FROM block_vectors WHERE block_rid > ?"
+                    " AND model = ? AND dim = ? ORDER BY block_rid LIMIT ?",
+                    (after, *args),
+                )
             )
-            [(count, last, rids, blob)] = list(await cur.fetchall())
-            await cur.close()
-            if not count:
+            if not rows:
                 return
-            if utf8 and isinstance(blob, bytes) and len(blob) == count * self.dim:
-                ids = np.array(str(rids).split(","), dtype=np.int64)
-                if len(ids) == count:
-                    self._put_many(ids, np.frombuffer(blob, dtype=np.int8))
-                    after = int(last)
-                    continue
-            rows = await conn.execute_fetchall(
-                "SELECT block_rid, vector FROM block_vectors"
-                " WHERE block_rid > ? AND block_rid <= ? AND model = ? AND dim = ?"
-                " ORDER BY block_rid",
-                (after, last, self.model, self.dim),
-            )
             self._put_many(
                 np.array([int(rid) for rid, _ in rows], dtype=np.int64),
                 np.frombuffer(b"".join(vec for _, vec in rows), dtype=np.int8),
             )
-            after = int(last)
+            after = int(rows[-1][0])
 
     def _reserve(self, n: int) -> None:
         np = self.np
