@@ -115,3 +115,62 @@ def test_a_long_text_is_pooled_in_slices_with_the_same_vector(monkeypatch: pytes
     np.testing.assert_allclose(sliced, whole, atol=1e-5)
     single = np.asarray(emb.embed(texts[:1]))
     np.testing.assert_allclose(single[0], whole[0], atol=1e-5)
+
+
+def _package_copy(tmp_path: Path, tokenizer: bytes | None) -> Path:
+    """A wordllama package directory with the real weights and ``tokenizer`` as its
+    tokenizer file (``None``: no tokenizer file)."""
+    real = wl_module._package_dir()
+    (tmp_path / "weights").mkdir(parents=True)
+    (tmp_path / "tokenizers").mkdir()
+    name = "l2_supercat_256.safetensors"
+    (tmp_path / "weights" / name).symlink_to(real / "weights" / name)
+    if tokenizer is not None:
+        (tmp_path / "tokenizers" / "l2_supercat_tokenizer_config.json").write_bytes(tokenizer)
+    return tmp_path
+
+
+def test_the_tokenizer_parsed_in_a_thread_gives_the_same_vectors():
+    """The tokenizer is parsed beside the caller; embedding waits for it, and
+    wait_ready() returns once it is there."""
+    emb = load_embedder("wordllama")
+    got = np.asarray(emb.embed(TEXTS))
+    emb.wait_ready()
+    again = load_embedder("wordllama")
+    again.wait_ready()
+    np.testing.assert_array_equal(np.asarray(again.embed(TEXTS)), got)
+
+
+@pytest.mark.parametrize(
+    "tokenizer",
+    [b"{not json", b"\xff\xfe\x00garbage", b'{"model": 3}'],
+    ids=["json", "bytes", "shape"],
+)
+async def test_a_broken_tokenizer_is_a_config_error_before_the_store_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokenizer: bytes
+):
+    """A tokenizer file that does not parse (it is parsed in a thread) is a ConfigError
+    from wait_ready(), from embed(), and so from opening a store with it: still at start."""
+    from memwarden.memory import Store  # noqa: PLC0415 - this test only
+
+    package = _package_copy(tmp_path / "pkg", tokenizer)
+    monkeypatch.setattr(wl_module, "_package_dir", lambda: package)
+    emb = wl_module.WordLlamaEmbedder()
+    with pytest.raises(ConfigError, match=r"search\.embedder: the wordllama model"):
+        emb.wait_ready()
+    with pytest.raises(ConfigError, match=r"search\.embedder"):
+        emb.embed(["x"])
+    store = Store(tmp_path / "m.db", embedder=emb)
+    with pytest.raises(ConfigError, match=r"search\.embedder"):
+        await store.open()
+    assert not store.db.is_open  # closed again, no writer or reader thread left
+
+
+def test_a_missing_tokenizer_is_a_config_error_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """No tokenizer file: refused at construction, nothing started."""
+    package = _package_copy(tmp_path / "pkg", None)
+    monkeypatch.setattr(wl_module, "_package_dir", lambda: package)
+    with pytest.raises(ConfigError, match=r"search\.embedder: .* not usable .*no "):
+        wl_module.WordLlamaEmbedder()

@@ -3,6 +3,8 @@ exactly, fused with BM25 (the deterministic stub embedder; the quality set uses 
 
 from __future__ import annotations
 
+import contextlib
+import random
 import sqlite3
 from datetime import UTC, datetime
 
@@ -413,3 +415,47 @@ async def test_the_embedding_backlog_and_vectors_count_per_namespace(make_store)
     assert await vectors.count() == 3
     assert await vectors.count(namespaces=["ours"]) == 1
     assert await vectors.count(namespaces=["theirs", "ours"]) == 3
+
+
+@pytest.mark.parametrize("encoding", ["UTF-8", "UTF-16le"])
+async def test_loading_reads_every_stored_vector_byte_for_byte(
+    tmp_path, clock, monkeypatch, encoding
+):
+    """Vectors are read in slices joined by SQLite: every byte value (NUL, bytes that are
+    no UTF-8) comes back as stored, past gaps in the rids and another model's rows, in
+    a UTF-16 database too (read row by row there); the other model's block is queued."""
+    from memwarden.memory import _vectors  # noqa: PLC0415 - this test only
+
+    monkeypatch.setattr(_vectors, "_LOAD_ROWS", 7)  # several slices
+    path = tmp_path / "m.db"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute(f"PRAGMA encoding = '{encoding}'")
+        conn.execute("CREATE TABLE t (x)")
+        conn.execute("DROP TABLE t")
+    async with Store(path, clock=clock, embedder=StubEmbedder(64)) as store:
+        blocks = await store.add_many([{"content": f"note {i}"} for i in range(40)])
+        await _drain(store)
+        for block in blocks[10:25]:  # a gap of 15 rids, wider than a slice
+            await store.delete(block)
+    rng = random.Random(7)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA encoding").fetchone()[0] == encoding
+        rids = [r for (r,) in conn.execute("SELECT block_rid FROM block_vectors ORDER BY 1")]
+        stored = {}
+        for rid in rids:
+            blob = bytes([0, 0xFF, 0x80, 0xC3, 0x28]) + rng.randbytes(59)
+            stored[rid] = blob
+            conn.execute("UPDATE block_vectors SET vector = ? WHERE block_rid = ?", (blob, rid))
+        other = rids[3]
+        conn.execute("UPDATE block_vectors SET model = 'another' WHERE block_rid = ?", (other,))
+        del stored[other]
+        conn.commit()
+    async with Store(path, clock=clock, embedder=StubEmbedder(64)) as store:
+        vectors = store.vectors
+        assert vectors is not None
+        assert len(vectors) == len(stored) == 24
+        n = len(vectors)
+        assert vectors._rids[:n].tolist() == sorted(stored)
+        for row, rid in enumerate(sorted(stored)):
+            assert vectors._matrix[row].tobytes() == stored[rid]
+        assert await vectors.pending() == 1  # the other model's block, queued again

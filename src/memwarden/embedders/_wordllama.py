@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,29 +103,65 @@ class WordLlamaEmbedder:
         package = _package_dir()
         weights = package / "weights" / f"{_CONFIG}_{_FULL_DIM}.safetensors"
         tokenizer = package / "tokenizers" / f"{_CONFIG}_tokenizer_config.json"
+        self._where = f"the wordllama model {_CONFIG}/{_FULL_DIM} in {package}"
         try:
             self._table: Any = _table(np, weights)
-            self._tokenizer: Any = Tokenizer.from_file(str(tokenizer))
         except ConfigError:
             raise
         except Exception as err:
             raise ConfigError(
-                f"search.embedder: the wordllama model {_CONFIG}/{_FULL_DIM} is not usable"
-                f" in {package} (nothing is downloaded): {type(err).__name__}: {err}"
+                f"search.embedder: {self._where} is not usable (nothing is downloaded):"
+                f" {type(err).__name__}: {err}"
             ) from err
+        if not tokenizer.is_file():
+            raise ConfigError(
+                f"search.embedder: {self._where} is not usable (nothing is downloaded):"
+                f" no {tokenizer}"
+            )
         if self._table.shape[1] != _FULL_DIM:
             raise ConfigError(f"search.embedder: {weights} is not {_FULL_DIM}-dimensional")
-        self._tokenizer.no_padding()
-        self._tokenizer.no_truncation()
+        # Parsing the tokenizer's 1.8 MB JSON takes 0.1-0.2 s, and tokenizers lets go
+        # of the GIL meanwhile: it runs in a thread, so a daemon reads its stored
+        # vectors at the same time; the first embed, or wait_ready() (which the store
+        # calls before it is open), waits for it and raises what it raised.
+        self._tokenizer: Any = None
+        self._tokenizer_error: BaseException | None = None
+        self._parsing = threading.Thread(
+            target=self._parse, args=(Tokenizer, tokenizer), name="wordllama-tokenizer"
+        )
+        self._parsing.start()
         self._np = np
         self.dim = dim
         # The same vectors as before this loader (WordLlama's own, with the table in
         # half precision): the id, and so the stored vectors, stay valid.
         self.model_id = f"wordllama/{_CONFIG}/{dim}/f16"
 
+    def _parse(self, tokenizer_class: Any, path: Path) -> None:
+        try:
+            tokenizer = tokenizer_class.from_file(str(path))
+            tokenizer.no_padding()
+            tokenizer.no_truncation()
+        except BaseException as err:  # noqa: BLE001 - raised again by wait_ready()
+            self._tokenizer_error = err
+        else:
+            self._tokenizer = tokenizer
+
+    def wait_ready(self) -> None:
+        """Wait until the tokenizer is parsed; a ConfigError if it could not be."""
+        if self._tokenizer is not None:
+            return
+        self._parsing.join()
+        err = self._tokenizer_error
+        if err is not None:
+            raise ConfigError(
+                f"search.embedder: {self._where} is not usable (nothing is downloaded):"
+                f" {type(err).__name__}: {err}"
+            ) from err
+
     def embed(self, texts: Sequence[str]) -> Any:
         """Unit vectors (float32, one row per text); a text with no token: zeros."""
         np = self._np
+        self.wait_ready()
         texts = list(texts)
         if len(texts) == 1:  # a query: the fewest numpy calls (about 20 us, not 50)
             ids = self._tokenizer.encode(texts[0], add_special_tokens=False).ids

@@ -294,7 +294,11 @@ class Store:
             return self
         await self._database.open()
         if self.vectors is not None:
-            await self.vectors.load()
+            try:
+                await self.vectors.load()
+            except BaseException:  # a model that failed to load (ConfigError): not left open
+                await self.db.close()
+                raise
         if self._score_log_path is not None:
             self.score_log = ScoreLog(self._score_log_path)
         return self

@@ -82,12 +82,36 @@ class PgVectorIndex(VectorIndex):
                 )
         return int(n)
 
-    async def _stored_count(self) -> int:
+    async def _load_stored(self) -> int:
+        """This model's vectors into the matrix, streamed in batches from a cursor; the
+        number of stored vectors of other models (to re-embed)."""
+        np = self.np
         async with self.pg.read() as conn:
-            n = await conn.fetchval(
-                "SELECT count(*) FROM block_vectors WHERE model = $1", self.model
+            self._reserve(
+                int(
+                    await conn.fetchval(
+                        "SELECT count(*) FROM block_vectors WHERE model = $1", self.model
+                    )
+                )
             )
-        return int(n)
+        self._loading = True
+        try:
+            async for rows in self._stored_batches():
+                self._put_many(
+                    np.array([rid for rid, _ in rows], dtype=np.int64),
+                    np.frombuffer(b"".join(blob for _, blob in rows), dtype=np.int8),
+                )
+        finally:
+            self._loading = False
+            self._centred_at = 0
+            self._recentre()
+        async with self.pg.read() as conn:
+            other = await conn.fetchval(
+                "SELECT count(*) FROM block_vectors WHERE model <> $1 OR dim <> $2",
+                self.model,
+                self.dim,
+            )
+        return int(other)
 
     async def _stored_batches(self) -> AsyncIterator[list[tuple[int, bytes]]]:
         async with self.pg.read() as conn, conn.transaction(readonly=True):
@@ -104,15 +128,6 @@ class PgVectorIndex(VectorIndex):
                     batch = []
             if batch:
                 yield batch
-
-    async def _other_models(self) -> int:
-        async with self.pg.read() as conn:
-            n = await conn.fetchval(
-                "SELECT count(*) FROM block_vectors WHERE model <> $1 OR dim <> $2",
-                self.model,
-                self.dim,
-            )
-        return int(n)
 
     async def _stored_rids(self) -> set[int]:
         async with self.pg.read() as conn:
