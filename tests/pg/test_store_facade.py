@@ -110,7 +110,9 @@ CASES: dict[str, Callable[[Store, dict[str, Any]], Awaitable[Any]]] = {
     "record_access": lambda s, w: s.record_access([w["bound"]], session="s1"),
     "record_series": lambda s, w: s.record_series(),
     "reembed": lambda s, w: s.reembed(),
-    "request_checks": lambda s, w: s.request_checks([w["bound"]], reason=RevalidationReason.ON_READ),
+    "request_checks": lambda s, w: s.request_checks(
+        [w["bound"]], reason=RevalidationReason.ON_READ
+    ),
     "request_revalidation": lambda s, w: s.request_revalidation(w["bound"]),
     "request_review": lambda s, w: s.request_review(w["bound"], reason="check it"),
     "requeue_sent_revalidations": lambda s, w: s.requeue_sent_revalidations(),
