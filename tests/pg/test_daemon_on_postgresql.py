@@ -5,7 +5,8 @@ its backend in ``/v1/health``, stops, and a second daemon on the same database f
 block as it was left; the password is in no log line. With the scheduler's passes all
 ticking: the sweep marks an expired block stale and queues its check, decay,
 heuristics, consolidation, compaction and the time series run without a failed tick, a
-review is decided and a block erased through the HTTP API."""
+review is decided and a block erased through the HTTP API, and the embedding task fills
+the vectors a search by meaning uses."""
 
 from __future__ import annotations
 
@@ -138,6 +139,7 @@ def test_the_scheduler_reviews_and_erasure_run_on_postgresql(
         MEMWARDEN_SCHEDULER__HEURISTIC_INTERVAL="1s",
         MEMWARDEN_SCHEDULER__CONSOLIDATION_INTERVAL="1s",
         MEMWARDEN_SCHEDULER__COMPACTION_INTERVAL="1s",
+        MEMWARDEN_SEARCH__EMBEDDER="stub",  # search by meaning, on PostgreSQL too
     )
     with memwarden_running(home, env=env) as running:
         url, auth = running.url, running.auth
@@ -216,6 +218,23 @@ def test_the_scheduler_reviews_and_erasure_run_on_postgresql(
         tombstones = httpx.get(f"{url}/v1/erasures", headers=auth, timeout=10)
         assert tombstones.status_code == 200, tombstones.text
         assert secret in tombstones.text
+
+        # The embedding task filled the vectors: a search by meaning finds a block.
+        def vectors() -> int:
+            got = httpx.get(f"{url}/v1/health", headers=auth, timeout=10)
+            return int(got.json()["search"]["vectors"])
+
+        eventually_blocking(
+            lambda: vectors() >= 2, what="the blocks embedded", process=running.process
+        )
+        near = httpx.get(
+            f"{url}/v1/search",
+            params={"q": "The edge host listens on port 8443", "mode": "vector"},
+            headers=auth,
+            timeout=10,
+        )
+        assert near.status_code == 200, near.text
+        assert expiring in [h["block"]["id"] for h in near.json()["results"]]
 
         # Every periodic pass ran (their log lines), none failed a tick.
         for done in ("decay_cycle_done", "heuristic_cycle_done", "consolidation_done"):
