@@ -1,6 +1,6 @@
 """``--db postgresql://…``: the CLI's offline commands work on a PostgreSQL store as on a
-file (the same ``Store``); what is not on that backend yet fails with one line, never a
-traceback; a bad ``--db`` URL exits 2 without showing its password."""
+file (the same ``Store``), export, import and forget included; a bad ``--db`` URL exits
+2 without showing its password."""
 
 from __future__ import annotations
 
@@ -43,13 +43,40 @@ def test_add_list_search_get_on_postgresql(runner: CliRunner, pg_server: PgServe
     assert json.loads(got.stdout)["content"] == "The cache lives on redis-7"
 
 
-def test_what_is_not_on_postgresql_yet_is_one_line(runner: CliRunner, pg_server: PgServer) -> None:
-    dsn = pg_server.create_database()
-    assert runner.invoke(app, ["add", "a fact", "--db", dsn]).exit_code == 0
-    result = runner.invoke(app, ["export", "out.jsonl", "--db", dsn])
-    assert result.exit_code == 1
-    assert "is not available on PostgreSQL yet" in result.output
-    assert "Traceback" not in result.output
+def test_export_import_and_forget_on_postgresql(
+    runner: CliRunner, pg_server: PgServer, tmp_path: Path
+) -> None:
+    """``export`` from one PostgreSQL store, ``import`` into another (whole blocks, same
+    ids), ``forget`` there: the block is gone, a tombstone stays, and the answer lists
+    what PostgreSQL keeps out of an erasure's reach."""
+    source, target = pg_server.create_database(), pg_server.create_database()
+    added = runner.invoke(app, ["add", "The queue is rabbitmq-3", "--db", source, "--json"])
+    assert added.exit_code == 0, added.output
+    block_id = json.loads(added.stdout)["id"]
+    dump = tmp_path / "out.jsonl"
+    exported = runner.invoke(app, ["export", str(dump), "--db", source])
+    assert exported.exit_code == 0, exported.output
+    [row] = [json.loads(line) for line in dump.read_text().splitlines()]
+    assert row["block"]["id"] == block_id
+    imported = runner.invoke(app, ["import", str(dump), "--db", target])
+    assert imported.exit_code == 0, imported.output
+    assert "imported 1 block(s), 0 already here" in imported.output
+    again = runner.invoke(app, ["import", str(dump), "--db", target])
+    assert "imported 0 block(s), 1 already here" in again.output
+    got = runner.invoke(app, ["get", block_id, "--db", target, "--json"])
+    assert json.loads(got.stdout)["content"] == "The queue is rabbitmq-3"
+
+    forgot = runner.invoke(app, ["forget", block_id, "--yes", "--db", target, "--json"])
+    assert forgot.exit_code == 0, forgot.output
+    answer = json.loads(forgot.stdout)
+    assert answer["erased"] == [block_id]
+    assert any("VACUUM FULL" in u for u in answer["unreachable"])
+    assert not any("SQLite" in u for u in answer["unreachable"])
+    gone = runner.invoke(app, ["get", block_id, "--db", target])
+    assert gone.exit_code != 0
+    assert "Traceback" not in gone.output
+    kept = runner.invoke(app, ["get", block_id, "--db", source, "--json"])
+    assert kept.exit_code == 0, kept.output  # the source keeps its copy
 
 
 def test_a_bad_db_url_exits_2_without_the_password(runner: CliRunner) -> None:

@@ -4,8 +4,8 @@ same clock): meta, dead letters, records, bindings, validity windows, history, d
 event counts, counts, coverage, health, the outbox, agents' high-water marks, retrievals
 (core promotion) and the refuted matches a search hides. Each answer and the rows left
 (outbox, dead letters, accesses, sessions, audit, meta) are equal on both; a last group
-checks what only the façade decides (the backend, the URL forms, the methods not yet
-ported, the SQLite-only parts)."""
+checks what only the façade decides (the backend, the URL forms, an embedder's index,
+the SQLite-only parts)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pydantic import BaseModel
 
+from memwarden.embedders import StubEmbedder
 from memwarden.errors import ConfigError, MemwardenError, StorageError
 from memwarden.memory import Store
 from memwarden.memory import _apply as sqlite_apply
@@ -26,6 +27,7 @@ from memwarden.memory._clock import FakeClock, from_ts
 from memwarden.memory._location import shown_location, store_location
 from memwarden.memory._model import ValidationEvent
 from memwarden.memory.pg import _blocks as pg_blocks
+from memwarden.memory.pg._vectors import PgVectorIndex
 from tests.pg.contract import dump_tables, sequential_ids
 
 if TYPE_CHECKING:
@@ -304,19 +306,10 @@ async def test_the_facade_says_its_backend(sqlite_backend: Backend, pg_backend: 
     assert pg_backend.store.default_search_mode == "keyword"
 
 
-async def test_unported_methods_refuse_by_name_on_postgresql(pg_backend: Backend) -> None:
+async def test_what_is_sqlites_alone_says_so_on_postgresql(pg_backend: Backend) -> None:
     s = pg_backend.store
-    for call, name in [
-        (s.due_for_revalidation(), "due_for_revalidation"),
-        (s.decay_cycle(), "decay_cycle"),
-        (s.list_reviews(), "list_reviews"),
-        (s.erase(["x"], actor="t"), "erase"),
-        (s.retention_histogram(), "retention_histogram"),
-        (s.visible_ids(["x"], ["default"]), "visible_ids"),
-    ]:
-        with pytest.raises(StorageError, match=f"^{name} is not available on PostgreSQL yet"):
-            await call
-    # What is SQLite's alone says so, without a traceback from deep inside.
+    # Every method runs on PostgreSQL (tests/pg/test_store_facade.py); what is SQLite's
+    # alone (its Database, its file) says so, without a traceback from deep inside.
     with pytest.raises(StorageError, match="on PostgreSQL"):
         _ = s.db
     with pytest.raises(StorageError, match="no file"):
@@ -333,9 +326,12 @@ async def test_a_store_on_postgresql_keeps_blocks_across_reopen(pg_server: PgSer
         assert [h.id for h in hits] == [block.id]
 
 
-def test_embedder_on_postgresql_is_refused_at_construction() -> None:
-    with pytest.raises(StorageError, match="search by meaning is not available on PostgreSQL"):
-        Store("postgresql://u@localhost/db", embedder=object())  # type: ignore[arg-type]
+def test_an_embedder_on_postgresql_gets_its_vector_index() -> None:
+    """Search by meaning on PostgreSQL: the store's vectors are a PgVectorIndex (built
+    without connecting), hybrid is the default mode."""
+    store = Store("postgresql://u@localhost/db", embedder=StubEmbedder())
+    assert isinstance(store.vectors, PgVectorIndex)
+    assert store.default_search_mode == "hybrid"
 
 
 @pytest.mark.parametrize(

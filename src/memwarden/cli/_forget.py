@@ -120,7 +120,7 @@ def _run(
         )
 
     async def local(s: Store) -> dict[str, Any]:
-        from memwarden.memory import UNREACHABLE, ScoreLog  # noqa: PLC0415 - lazily
+        from memwarden.memory import ScoreLog  # noqa: PLC0415 - lazily
 
         full = [await s.resolve_id(ref) for ref in ids]
         targets = await s.erasure_targets(ids=full, tag=tag, query=query)
@@ -128,15 +128,17 @@ def _run(
             "dry_run": dry_run,
             "blocks": [t.as_dict() for t in targets],
             "erased": [],
-            "unreachable": list(UNREACHABLE),
+            "unreachable": list(s.unreachable),
         }
         if dry_run or not targets:
             return answer
         assert db is not None  # noqa: S101 - call() runs local only with --db
         said = await privacy_for(db).text(reason, "agent", "reason")  # as the API's door
         report = await s.erase([t.id for t in targets], actor="cli", reason=said, vacuum=vacuum)
-        score_log = Path(s.path).parent / _SCORE_LOG
-        if score_log.exists():
+        # A file store's daemon keeps its score log beside it; a PostgreSQL URL names no
+        # directory (the daemon that erases through the API drops its own log's lines).
+        score_log = Path(s.path).parent / _SCORE_LOG if s.backend == "sqlite" else None
+        if score_log is not None and score_log.exists():
             with ScoreLog(score_log) as log:
                 report.score_log_lines = await asyncio.to_thread(log.drop_blocks, report.erased)
         return {**answer, **report.as_dict()}

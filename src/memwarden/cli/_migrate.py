@@ -62,8 +62,8 @@ def migrate(
 
     The source is read in one snapshot (with the daemon running: the moment it began).
 
-    Then ``[store] url = "postgresql://…"`` runs the daemon on the copy (in part so far:
-    docs/SCALE.md, "What is built"; docs/DEPLOY.md).
+    Then ``[store] url = "postgresql://…"`` runs the daemon on the copy (docs/SCALE.md,
+    "What is built"; docs/DEPLOY.md).
     """
     from rich.progress import Progress  # noqa: PLC0415
 
@@ -127,7 +127,7 @@ def migrate(
         )
     out.print(
         "rebuilt, not copied: the full-text index (a generated column in PostgreSQL). "
-        "The daemon runs on it with [store] url (in part so far: docs/SCALE.md).",
+        "The daemon runs on it with [store] url (docs/DEPLOY.md, docs/SCALE.md).",
         highlight=False,
         soft_wrap=True,
     )

@@ -47,17 +47,14 @@ from memwarden.errors import (
 )
 from memwarden.hosting import build_runner
 from memwarden.memory import (
-    UNREACHABLE,
     Binding,
     BlockPatch,
     BlockState,
     NewBlock,
-    NotOnPostgresYetError,
     RevalidationReason,
     Store,
     SystemClock,
     Volatility,
-    _reviews,
     from_ts,
     validate_input,
 )
@@ -860,12 +857,11 @@ class Daemon:
         comment: str = "",
         new_content: str | None = None,
     ) -> dict[str, Any]:
-        """Decide a review item (``_reviews.decide_review``) with its comment and new
+        """Decide a review item (``Store.decide_review``) with its comment and new
         content passed through the privacy policy (source ``review``) first."""
         comment, new_content = await self.privacy.review(comment, new_content)
         sensor = next((n for n, r in sorted(self.runners.items()) if r.kind == "review"), "review")
-        return await _reviews.decide_review(
-            self.store,
+        return await self.store.decide_review(
             review_id,
             decision,
             reviewer=reviewer,
@@ -946,7 +942,7 @@ class Daemon:
         answer: dict[str, Any] = {
             "dry_run": dry_run,
             "blocks": [t.as_dict() for t in targets],
-            "unreachable": list(UNREACHABLE),
+            "unreachable": list(self.store.unreachable),
         }
         if dry_run or not targets:
             return {**answer, "erased": []}
@@ -1134,10 +1130,7 @@ class Daemon:
     ) -> dict[str, dict[str, Any]]:
         """The receipt of each block (see :func:`memwarden.daemon._freshness.receipt`)."""
         rt = rt or ReadThrough()
-        try:
-            evidence = await self.store.receipts_for([b.id for b in blocks])
-        except NotOnPostgresYetError:  # until that part is ported: receipts without evidence
-            evidence = {}
+        evidence = await self.store.receipts_for([b.id for b in blocks])
         live = self.liveness()
         now = self.clock.time()
         checked, checking = set(rt.checked), set(rt.timed_out) | set(rt.later)
@@ -1325,10 +1318,7 @@ class Daemon:
             failing_sensors=failing, sensors_total=len(self.runners), namespaces=namespaces
         )
         warnings = [w.as_dict() for w in report.warnings]
-        try:
-            quarantined = [b.as_dict() for b in await self.store.quarantined_bindings()]
-        except NotOnPostgresYetError:  # until that part is ported (docs/SCALE.md)
-            quarantined = []
+        quarantined = [b.as_dict() for b in await self.store.quarantined_bindings()]
         if namespaces is not None and quarantined:
             visible = set(
                 await self.store.visible_ids([q["block_id"] for q in quarantined], namespaces)
@@ -1574,11 +1564,7 @@ def _rule_text(problems: Sequence[tuple[str, str]]) -> str:
 
 async def _requeue_sent(store: Store) -> None:
     """Requests a dead daemon left ``sent``: pending again, before the scheduler runs."""
-    try:
-        requeued = await store.requeue_sent_revalidations()
-    except NotOnPostgresYetError as err:  # until that part is ported (docs/SCALE.md)
-        log.warning("revalidations_not_requeued", error=str(err))
-        return
+    requeued = await store.requeue_sent_revalidations()
     if requeued:
         log.info("revalidations_requeued", count=requeued)
 

@@ -24,7 +24,7 @@ import structlog
 
 from memwarden.daemon._freshness import CheckStats
 from memwarden.errors import MemwardenError
-from memwarden.memory import SERIES_STEP_S, NotOnPostgresYetError, RetentionConfig, sleep_on
+from memwarden.memory import SERIES_STEP_S, RetentionConfig, sleep_on
 from memwarden.memory.policy import plan_revalidations, put_back_in
 
 if TYPE_CHECKING:
@@ -312,18 +312,9 @@ class Scheduler:
     ) -> None:
         if not first:
             await sleep_on(self.store.clock, interval_s)
-        unavailable = False
         while True:
             try:
                 await fn()
-            except NotOnPostgresYetError as err:  # said once, not at every tick
-                if not unavailable:
-                    log.warning(
-                        "scheduler_pass_unavailable",
-                        task=getattr(fn, "__name__", "?"),
-                        error=str(err),
-                    )
-                unavailable = True
             except Exception as err:  # one failed tick never stops the daemon
                 log.error(
                     "scheduler_tick_failed",

@@ -53,7 +53,7 @@ from memwarden.memory._retention import RetentionConfig, RetentionReport, Retent
 from memwarden.memory._scorelog import ScoreLog
 from memwarden.memory._series import KEEP_S as SERIES_KEEP_S
 from memwarden.memory._series import STEP_S as SERIES_STEP_S
-from memwarden.memory._store import NotOnPostgresYetError, Store
+from memwarden.memory._store import Store
 from memwarden.memory._transfer import ImportReport
 
 __all__ = [
@@ -87,7 +87,6 @@ __all__ = [
     "InfoType",
     "NewBlock",
     "NewProposal",
-    "NotOnPostgresYetError",
     "OutboxMessage",
     "OutboxStats",
     "Outcome",

@@ -20,18 +20,18 @@ the rules it needs), never the store.
 ``Store("postgresql://…")`` builds the PostgreSQL parts of :mod:`memwarden.memory.pg` on
 a :class:`~memwarden.memory.pg.PgDatabase` instead (imported only then: asyncpg is an
 extra). A part's attribute is typed as the union of both backends' classes, which keep
-the same signatures; what only one backend has is said at the method. The methods not
-yet ported to PostgreSQL carry :func:`_pending_on_pg` (grep it): on that backend they
-raise :class:`NotOnPostgresYetError` (a :class:`StorageError`) naming themselves; SQLite
-is unchanged.
+the same signatures; the PostgreSQL parts that SQLite has as module functions are held
+in :class:`_PgParts`, and a method dispatches to them when they are there. Every public
+method runs on both backends (``tests/pg/test_store_facade.py``); what only one backend
+has is said at the method.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import dataclasses
 import json
-from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
 from memwarden.errors import StorageError, ValidationInputError
 from memwarden.memory import (
@@ -93,9 +93,17 @@ if TYPE_CHECKING:
     from memwarden.memory.pg._apply import PgEventLog
     from memwarden.memory.pg._blocks import PgBlocks
     from memwarden.memory.pg._database import PgDatabase
+    from memwarden.memory.pg._erasure import PgErasure
+    from memwarden.memory.pg._evidence import PgEvidence
+    from memwarden.memory.pg._maintenance import PgMaintenance
     from memwarden.memory.pg._misc import PgMisc
+    from memwarden.memory.pg._proposals import PgProposals
+    from memwarden.memory.pg._quarantine import PgQuarantine
     from memwarden.memory.pg._reads import PgReads
+    from memwarden.memory.pg._revalidation import PgRevalidations
+    from memwarden.memory.pg._reviews import PgReviews
     from memwarden.memory.pg._search import PgSearch
+    from memwarden.memory.pg._transfer import PgTransfer
     from memwarden.memory.policy import CoverageDict, HealthReport
 
 __all__ = [
@@ -105,44 +113,25 @@ __all__ = [
     "DueBlock",
     "EventRecord",
     "FactEvidence",
-    "NotOnPostgresYetError",
     "SearchHit",
     "StateChange",
     "Store",
 ]
 
-P = ParamSpec("P")
-T = TypeVar("T")
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _PgParts:
+    """The PostgreSQL parts whose SQLite counterparts are module functions (or need the
+    file): a :class:`Store` on PostgreSQL holds one, and its methods dispatch to it."""
 
-class NotOnPostgresYetError(StorageError):
-    """A store method not yet ported to PostgreSQL was called on that backend."""
-
-
-def _pending_on_pg(
-    owner: str,
-) -> Callable[
-    [Callable[Concatenate[Store, P], Awaitable[T]]], Callable[Concatenate[Store, P], Awaitable[T]]
-]:
-    """A method not yet ported to PostgreSQL (``owner``: the work that ports it): on that
-    backend it raises :class:`NotOnPostgresYetError` (a :class:`StorageError`) naming
-    itself; on SQLite it runs as is. When a port lands: remove the decorator and build
-    the new part in :meth:`Store._open_pg` (or dispatch to it at the method)."""
-
-    def decorate(
-        method: Callable[Concatenate[Store, P], Awaitable[T]],
-    ) -> Callable[Concatenate[Store, P], Awaitable[T]]:
-        name = method.__name__
-
-        @functools.wraps(method)
-        async def run(self: Store, /, *args: P.args, **kwargs: P.kwargs) -> T:
-            if self.pg_db is not None:
-                raise NotOnPostgresYetError(f"{name} is not available on PostgreSQL yet ({owner})")
-            return await method(self, *args, **kwargs)
-
-        return run
-
-    return decorate
+    misc: PgMisc
+    maintenance: PgMaintenance
+    reviews: PgReviews
+    proposals: PgProposals
+    quarantine: PgQuarantine
+    erasure: PgErasure
+    transfer: PgTransfer
+    evidence: PgEvidence
 
 
 class Store:
@@ -163,8 +152,8 @@ class Store:
     _events: EventLog | PgEventLog
     _search: Search | PgSearch
     _reads: Reads | PgReads
-    _revalidations: Revalidations
-    _evidence: Evidence
+    _revalidations: Revalidations | PgRevalidations
+    _evidence: Evidence | PgEvidence
 
     def __init__(
         self,
@@ -191,10 +180,11 @@ class Store:
         self.score_log: ScoreLog | None = score_log if isinstance(score_log, ScoreLog) else None
         self.vectors: VectorIndex | None = None
         self._misc: PgMisc | None = None
+        self._pg: _PgParts | None = None
         self.pg_db: PgDatabase | None = None
         if isinstance(where, str):
             self._path: Path | None = None
-            self._open_pg(where, readers, max_jobs_per_commit, embedder)
+            self._open_pg(where, readers, max_jobs_per_commit, embedder, embed_batch)
             return
         self._path = where
         self._db: Database | None = Database(
@@ -220,25 +210,57 @@ class Store:
         self._evidence = Evidence(self.db)
 
     def _open_pg(
-        self, dsn: str, readers: int, max_jobs: int, embedder: EmbedderLike | None
+        self, dsn: str, readers: int, max_jobs: int, embedder: EmbedderLike | None, batch: int
     ) -> None:
         """The PostgreSQL parts on one :class:`PgDatabase` (asyncpg is imported here)."""
-        if embedder is not None:  # pgerase's vectors; refused at start, not on first search
-            raise StorageError("search by meaning is not available on PostgreSQL yet")
         from memwarden.memory.pg._apply import PgEventLog  # noqa: PLC0415 - an extra's driver
         from memwarden.memory.pg._blocks import PgBlocks  # noqa: PLC0415
         from memwarden.memory.pg._database import PgDatabase  # noqa: PLC0415
+        from memwarden.memory.pg._erasure import PgErasure  # noqa: PLC0415
+        from memwarden.memory.pg._evidence import PgEvidence  # noqa: PLC0415
+        from memwarden.memory.pg._maintenance import PgMaintenance  # noqa: PLC0415
         from memwarden.memory.pg._misc import PgMisc  # noqa: PLC0415
+        from memwarden.memory.pg._proposals import PgProposals  # noqa: PLC0415
+        from memwarden.memory.pg._quarantine import PgQuarantine  # noqa: PLC0415
         from memwarden.memory.pg._reads import PgReads  # noqa: PLC0415
+        from memwarden.memory.pg._revalidation import PgRevalidations  # noqa: PLC0415
+        from memwarden.memory.pg._reviews import PgReviews  # noqa: PLC0415
         from memwarden.memory.pg._search import PgSearch  # noqa: PLC0415
+        from memwarden.memory.pg._transfer import PgTransfer  # noqa: PLC0415
+        from memwarden.memory.pg._vectors import PgVectorIndex  # noqa: PLC0415
 
         self._db = None
         self.pg_db = db = PgDatabase(dsn, readers=readers, max_jobs_per_commit=max_jobs)
-        self._blocks = PgBlocks(db, self.clock, self.policy)
-        self._events = PgEventLog(db, self.clock, self.policy, self.compaction)
-        self._search = PgSearch(db, self.clock, self.policy)
-        self._reads = PgReads(db, self.clock, self.policy)
-        self._misc = PgMisc(db, self.clock, self.policy, self.compaction)
+        clock, policy = self.clock, self.policy
+        self._blocks = PgBlocks(db, clock, policy)
+        self._events = PgEventLog(db, clock, policy, self.compaction)
+        self._revalidations = PgRevalidations(db, clock, policy)
+        self._search = PgSearch(db, clock, policy)
+        self.vectors = (
+            PgVectorIndex(db, embedder, batch=batch, clock=clock) if embedder is not None else None
+        )
+        self._search.vectors = self.vectors
+        self._reads = PgReads(db, clock, policy)
+        self._evidence = evidence = PgEvidence(db, clock, policy)
+        self._misc = misc = PgMisc(db, clock, policy, self.compaction)
+        self._pg = _PgParts(
+            misc=misc,
+            maintenance=PgMaintenance(db, clock, policy, self.compaction),
+            reviews=PgReviews(db, self),
+            proposals=PgProposals(db, clock),
+            quarantine=PgQuarantine(db, clock, apply=self.apply_events),
+            erasure=PgErasure(db, clock, vectors=self.vectors),
+            transfer=PgTransfer(db, clock, policy),
+            evidence=evidence,
+        )
+        self._share_score_log()
+
+    def _share_score_log(self) -> None:
+        """The PostgreSQL parts that write the score log read it from their attribute:
+        given the store's (at open and close, as the store opens and closes its log)."""
+        if self._pg is not None:
+            self._pg.maintenance.score_log = self.score_log
+            self._pg.erasure.score_log = self.score_log
 
     # ------------------------------------------------------------------ backend
 
@@ -252,6 +274,16 @@ class Store:
         """Where the store is, safe to show: the file's path, or the URL without its
         password."""
         return str(self._path) if self.pg_db is None else self.pg_db.shown
+
+    @property
+    def unreachable(self) -> tuple[str, ...]:
+        """What an erasure cannot reach on this backend (an erasure's answer lists it):
+        :data:`memwarden.memory.UNREACHABLE`, or PostgreSQL's own list."""
+        if self.pg_db is None:
+            return _erasure.UNREACHABLE
+        from memwarden.memory.pg._erasure import UNREACHABLE  # noqa: PLC0415 - an extra
+
+        return UNREACHABLE
 
     @property
     def path(self) -> Path:
@@ -301,6 +333,7 @@ class Store:
                 raise
         if self._score_log_path is not None:
             self.score_log = ScoreLog(self._score_log_path)
+            self._share_score_log()
         return self
 
     async def close(self) -> None:
@@ -311,6 +344,7 @@ class Store:
         if self._score_log_path is not None and self.score_log is not None:
             self.score_log.close()
             self.score_log = None
+            self._share_score_log()
 
     def _queued(self) -> None:
         """Blocks were added or their text changed: wake the embedding task (the
@@ -396,7 +430,6 @@ class Store:
     # ------------------------------------------------------------------ erasure
     # Implemented in _erasure.py; these methods are its public face.
 
-    @_pending_on_pg("pgerase")
     async def erasure_targets(
         self,
         *,
@@ -408,16 +441,20 @@ class Store:
         """The blocks an erasure by full ``ids``, ``tag`` or ``query`` (words; archived
         blocks included) would take: what a dry run lists. An unknown id (or one of a
         namespace not in ``namespaces``, when given) is :class:`NotFoundError`."""
+        if self._pg is not None:
+            return await self._pg.erasure.erasure_targets(
+                ids=ids, tag=tag, query=query, namespaces=namespaces
+            )
         return await _erasure.select_targets(
             self.db, ids=ids, tag=tag, query=query, namespaces=namespaces
         )
 
-    @_pending_on_pg("pgerase")
     async def visible_ids(self, block_ids: Sequence[str], namespaces: Sequence[str]) -> list[str]:
         """Those of ``block_ids`` that are blocks of ``namespaces``."""
+        if self._pg is not None:
+            return await self._pg.erasure.visible_ids(block_ids, namespaces)
         return await cast("Reads", self._reads).visible_ids(block_ids, namespaces)
 
-    @_pending_on_pg("pgerase")
     async def erase(
         self, block_ids: Sequence[str], *, actor: str, reason: str = "", vacuum: bool = False
     ) -> _erasure.ErasureReport:
@@ -426,7 +463,13 @@ class Store:
         the events that reached them, reviews, the score log, the outbox; a tombstone per
         block stays. Then the WAL is checkpointed and truncated (after a ``VACUUM`` of
         the whole file, with ``vacuum``). All or nothing: an unknown id changes nothing.
+        On PostgreSQL, ``vacuum`` is ``VACUUM (FULL, ANALYZE)`` of the tables it touched
+        (:mod:`~memwarden.memory.pg._erasure`).
         """
+        if self._pg is not None:
+            return await self._pg.erasure.erase(
+                block_ids, actor=actor, reason=reason, vacuum=vacuum
+            )
         report = await _erasure.erase(self.db, self.clock, block_ids, actor=actor, reason=reason)
         if self.vectors is not None:  # the rows went with the blocks (cascade); memory too
             await self.vectors.prune()
@@ -439,19 +482,21 @@ class Store:
         report.wal_truncated = answer["busy"] == 0
         return report
 
-    @_pending_on_pg("pgerase")
     async def enforce_retention(
         self, cfg: _retention.RetentionConfig
     ) -> _retention.RetentionReport:
         """One retention pass (``[retention]``): archive, purge, drop old events and score
         lines as configured; nothing when nothing is (see :mod:`~memwarden.memory._retention`)."""
+        if self._pg is not None:
+            return await self._pg.erasure.enforce_retention(cfg)
         return await _retention.enforce(self, cfg)
 
-    @_pending_on_pg("pgerase")
     async def erasures(
         self, *, block_id: str | None = None, limit: int = 100
     ) -> list[dict[str, Any]]:
         """The erasure log (tombstones: id, when, who, why, rows removed), newest first."""
+        if self._pg is not None:
+            return await self._pg.erasure.erasures(block_id=block_id, limit=limit)
         return await _erasure.tombstones(self.db, block_id=block_id, limit=limit)
 
     async def get_meta(self, key: str) -> str | None:
@@ -487,14 +532,12 @@ class Store:
 
     # ------------------------------------------------------------------ staleness
 
-    @_pending_on_pg("pgqueue")
     async def due_for_revalidation(
         self, *, limit: int = 1000, now: float | None = None
     ) -> list[DueBlock]:
         """Fresh or unverified blocks whose window has run out, oldest first (index range scan)."""
         return await self._revalidations.due_for_revalidation(limit=limit, now=now)
 
-    @_pending_on_pg("pgqueue")
     async def mark_stale(
         self,
         block_ids: Sequence[str],
@@ -511,27 +554,23 @@ class Store:
             block_ids, reason=reason, request=request, send_at=send_at
         )
 
-    @_pending_on_pg("pgqueue")
     async def due_revalidations(
         self, *, limit: int = 200, now: float | None = None
     ) -> list[RevalidationRequest]:
         """Pending revalidation requests whose send time has come, oldest first."""
         return await self._revalidations.due_revalidations(limit=limit, now=now)
 
-    @_pending_on_pg("pgqueue")
     async def set_revalidation_status(
         self, request_ids: Sequence[str], status: str, *, outcome: str | None = None
     ) -> None:
         """Mark requests ``sent``, ``done``, ``failed`` or ``expired``."""
         await self._revalidations.set_revalidation_status(request_ids, status, outcome=outcome)
 
-    @_pending_on_pg("pgqueue")
     async def put_back_revalidation(self, request_id: str, *, send_at: float) -> bool:
         """A sent request that was not run (its binding's check is still running):
         pending again, sent at ``send_at``. False if it was answered meanwhile."""
         return await self._revalidations.put_back_revalidation(request_id, send_at=send_at)
 
-    @_pending_on_pg("pgqueue")
     async def requeue_sent_revalidations(self) -> int:
         """Requests left ``sent`` by a daemon that died before the answer: pending again.
 
@@ -539,7 +578,6 @@ class Store:
         """
         return await self._revalidations.requeue_sent_revalidations()
 
-    @_pending_on_pg("pgqueue")
     async def request_revalidation(
         self,
         block_id: str,
@@ -556,7 +594,6 @@ class Store:
             block_id, reason=reason, send_at=send_at
         )
 
-    @_pending_on_pg("pgqueue")
     async def request_checks(
         self, block_ids: Sequence[str], *, reason: RevalidationReason
     ) -> dict[str, list[tuple[str, float]]]:
@@ -570,13 +607,11 @@ class Store:
 
     # ------------------------------------------------------------------ evidence
 
-    @_pending_on_pg("pgqueue")
     async def receipts_for(self, block_ids: Sequence[str]) -> dict[str, FactEvidence]:
         """What a receipt needs about each block, in one read: its error streak, its open
         checks and the confirmation behind its current validation."""
         return await self._evidence.receipts_for(block_ids)
 
-    @_pending_on_pg("pgqueue")
     async def believed_at(self, block_id: str, at: float) -> dict[str, Any]:
         """What we believed about a block at ``at``: its content version, state,
         reliability, validation and the last evidence committed before then.
@@ -661,27 +696,31 @@ class Store:
         only those events (found by a binary search on the log's order)."""
         return await self._reads.recent_event_counts(since=since, bucket_s=bucket_s)
 
-    @_pending_on_pg("pgmaint")
     async def record_series(self) -> int:
         """Sample blocks by state and tier, the revalidation backlog and each sensor's
         events and errors into the current 5-minute slot of the time series, dropping
         rows past its 14-day retention (:mod:`~memwarden.memory._series`)."""
+        if self._pg is not None:
+            return await self._pg.maintenance.record_series()
         return await _series.record(self.db, self.clock)
 
-    @_pending_on_pg("pgmaint")
     async def series(self, metric: str, *, since: float) -> dict[str, list[tuple[float, int]]]:
         """One metric of the time series since ``since``, by key: (slot start, value)."""
+        if self._pg is not None:
+            return await self._pg.maintenance.series(metric, since=since)
         return await _series.read(self.db, metric, since=since)
 
-    @_pending_on_pg("pgmaint")
     async def retention_points(self, block_id: str) -> list[_decayline.RetentionPoint]:
         """The block's retention history: the decay formula's inputs at each change,
         oldest first (:mod:`~memwarden.memory._decayline`); none for an unknown id."""
+        if self._pg is not None:
+            return await self._pg.maintenance.retention_points(block_id)
         return await _decayline.read_points(self.db, block_id)
 
-    @_pending_on_pg("pgmaint")
     async def retention_histogram(self, *, bins: int = 10) -> list[int]:
         """Live blocks by retention, in ``bins`` equal ranges of 0-1 (the decay picture)."""
+        if self._pg is not None:
+            return await self._pg.maintenance.retention_histogram(bins=bins)
         return await cast("Reads", self._reads).retention_histogram(bins=bins)
 
     async def dependents(self, block_id: str) -> list[str]:
@@ -739,15 +778,16 @@ class Store:
 
     @property
     def default_search_mode(self) -> SearchMode:
-        """``hybrid`` with an embedder, ``keyword`` without (PostgreSQL: ``keyword``)."""
-        if self._misc is not None:
-            return "keyword"
-        return cast("Search", self._search).default_mode
+        """``hybrid`` with an embedder, ``keyword`` without."""
+        return self._search.default_mode
 
-    @_pending_on_pg("pgerase")
     async def reembed(self) -> int:
         """Queue every block for a new vector (after a model change); how many."""
         if self.vectors is None:  # a daemon with an embedder embeds them when it runs
+            if self.pg_db is not None:
+                from memwarden.memory.pg._vectors import queue_all as pg_queue_all  # noqa: PLC0415
+
+                return await pg_queue_all(self.pg_db)
             return await queue_all(self.db)
         return await self.vectors.reembed()
 
@@ -761,11 +801,11 @@ class Store:
     ) -> int:
         """How many refuted blocks a search of ``query`` in ``mode`` hides: those
         matching its words, or among its nearest vectors, or either (hybrid)."""
-        if self._misc is not None:
+        if self._misc is not None and self.vectors is None:
             return await self._misc.count_refuted_matches(
                 query, namespaces=namespaces, mode=mode, limit=limit
             )
-        return await cast("Search", self._search).count_refuted_matches(
+        return await self._search.count_refuted_matches(
             query, namespaces=namespaces, mode=mode, limit=limit
         )
 
@@ -789,23 +829,26 @@ class Store:
             self.db, self.clock, self.policy, block_ids, session=session, score_log=self.score_log
         )
 
-    @_pending_on_pg("pgmaint")
     async def decay_cycle(self, *, chunk_rows: int | None = None) -> _maintenance.DecayReport:
         """Recompute retention set-based and archive what decayed below the threshold."""
+        if self._pg is not None:
+            return await self._pg.maintenance.decay_cycle(chunk_rows=chunk_rows)
         return await _maintenance.decay_cycle(
             self.db, self.clock, self.policy, chunk_rows=chunk_rows
         )
 
-    @_pending_on_pg("pgmaint")
     async def heuristic_cycle(self, *, chunk_rows: int | None = None) -> dict[str, Any]:
         """The self-tuning rules' self-tuning pass over the blocks read since the previous one."""
+        if self._pg is not None:
+            return await self._pg.maintenance.heuristic_cycle(chunk_rows=chunk_rows)
         return await _maintenance.heuristic_cycle(
             self.db, self.policy, chunk_rows=chunk_rows, now=self.clock.time()
         )
 
-    @_pending_on_pg("pgmaint")
     async def consolidate(self, *, limit: int | None = None) -> _promotion.ConsolidationReport:
         """The consolidation pass: score short_term blocks, promote the ones that pass."""
+        if self._pg is not None:
+            return await self._pg.maintenance.consolidate(limit=limit)
         return await _promotion.consolidate(
             self.db, self.clock, self.policy, limit=limit, score_log=self.score_log
         )
@@ -813,37 +856,42 @@ class Store:
     # ------------------------------------------------------------------ quarantine
     # Implemented in _quarantine.py; these methods are its public face.
 
-    @_pending_on_pg("pgreview")
     async def stored_bindings(self, sensors: Sequence[str]) -> list[_quarantine.StoredBinding]:
         """Every stored binding of these sensors, raw (quarantined ones included)."""
+        if self._pg is not None:
+            return await self._pg.quarantine.stored_bindings(sensors)
         return await _quarantine.stored_bindings(self.db, sensors)
 
-    @_pending_on_pg("pgreview")
     async def quarantined_bindings(self) -> list[_quarantine.StoredBinding]:
         """The bindings quarantined because today's rules refuse them."""
+        if self._pg is not None:
+            return await self._pg.quarantine.quarantined_bindings()
         return await _quarantine.quarantined(self.db)
 
-    @_pending_on_pg("pgreview")
     async def set_quarantine(
         self,
         failing: Sequence[tuple[_quarantine.StoredBinding, str]],
         released: Sequence[int] = (),
     ) -> int:
         """Quarantine ``(binding, rule)`` pairs (an error event each), release others."""
+        if self._pg is not None:
+            return await self._pg.quarantine.set_quarantine(failing, released)
         return await _quarantine.set_quarantine(
             self.db, self.clock, failing, released, apply=self.apply_events
         )
 
-    @_pending_on_pg("pgmaint")
     async def compact_events(
         self, cfg: _compaction.CompactionConfig | None = None
     ) -> _compaction.CompactionReport:
         """Compact old runs of identical outcomes in the event log; prune dead letters."""
+        if self._pg is not None:
+            return await self._pg.maintenance.compact_events(cfg or self.compaction)
         return await _compaction.compact(self.db, self.clock, cfg or self.compaction)
 
-    @_pending_on_pg("pgqueue")
     async def explain(self, block_id: str) -> Explanation:
         """Why a block stands where it does: state, reliability, retention, rank, promotion."""
+        if self._pg is not None:
+            return await self._pg.evidence.explain(block_id)
         return await _explain.explain(self.db, self.clock, self.policy, block_id)
 
     async def health(
@@ -875,17 +923,17 @@ class Store:
     # ------------------------------------------------------------------ transfer
     # Implemented in _transfer.py; these methods are its public face.
 
-    @_pending_on_pg("pgerase")
     async def export_blocks(
         self, *, after: str | None = None, limit: int = 500
     ) -> list[dict[str, Any]]:
         """A page of whole blocks (by id, after ``after``) as export objects: record,
         bindings, dependencies, validation history and earlier versions."""
+        if self._pg is not None:
+            return await self._pg.transfer.export_blocks(after=after, limit=limit)
         blocks = await self.list_blocks({"after": after, "limit": limit})
         async with self.db.read() as conn:
             return await _transfer.export_rows(conn, [b.model_dump(mode="json") for b in blocks])
 
-    @_pending_on_pg("pgerase")
     async def import_blocks(
         self,
         rows: Sequence[Mapping[str, Any]],
@@ -895,6 +943,10 @@ class Store:
     ) -> _transfer.ImportReport:
         """Store export objects whose block ids are new, as they were (state, validation,
         history); blocks already here are left unchanged. All or nothing per call."""
+        if self._pg is not None:
+            added = await self._pg.transfer.import_blocks(rows, quarantine=quarantine, actor=actor)
+            self._queued()
+            return added
         now = self.clock.time()
 
         async def job(conn: aiosqlite.Connection) -> _transfer.ImportReport:
@@ -950,12 +1002,12 @@ class Store:
     # ------------------------------------------------------------------ proposals
     # Implemented in _proposals.py; these methods are its public face.
 
-    @_pending_on_pg("pgreview")
     async def add_proposals(self, proposals: Iterable[_proposals.NewProposal]) -> int:
         """Store the proposals not made before (a rejected one is not made again)."""
+        if self._pg is not None:
+            return await self._pg.proposals.add_proposals(proposals)
         return await _proposals.add_proposals(self.db, self.clock, proposals)
 
-    @_pending_on_pg("pgreview")
     async def list_proposals(
         self,
         *,
@@ -965,15 +1017,19 @@ class Store:
         namespaces: Sequence[str] | None = None,
     ) -> list[_proposals.Proposal]:
         """Proposals of a status (and block; of ``namespaces``' blocks), oldest first."""
+        if self._pg is not None:
+            return await self._pg.proposals.list_proposals(
+                status=status, block_id=block_id, limit=limit, namespaces=namespaces
+            )
         return await _proposals.list_proposals(
             self.db, status=status, block_id=block_id, limit=limit, namespaces=namespaces
         )
 
-    @_pending_on_pg("pgreview")
     async def get_proposal(self, proposal_id: str) -> _proposals.Proposal:
+        if self._pg is not None:
+            return await self._pg.proposals.get_proposal(proposal_id)
         return await _proposals.get(self.db, proposal_id)
 
-    @_pending_on_pg("pgreview")
     async def decide_proposal(
         self,
         proposal_id: str,
@@ -984,24 +1040,29 @@ class Store:
     ) -> _proposals.Proposal:
         """Accept (apply it; ``binding``: a binding proposal as its sensor validated it) or
         reject a pending proposal."""
+        if self._pg is not None:
+            return await self._pg.proposals.decide_proposal(
+                proposal_id, accept=accept, actor=actor, binding=binding
+            )
         return await _proposals.decide(
             self.db, self.clock, proposal_id, accept=accept, actor=actor, binding=binding
         )
 
-    @_pending_on_pg("pgreview")
     async def retire_proposals(self) -> int:
         """Pending proposals that no longer apply (the block bound since, archived or
         refuted) become ``obsolete``; how many."""
+        if self._pg is not None:
+            return await self._pg.proposals.retire_proposals()
         return await _proposals.retire(self.db, self.clock)
 
-    @_pending_on_pg("pgreview")
     async def unbound_live(
         self, *, after_rid: int = 0, limit: int = 100
     ) -> list[tuple[int, str, str, str, str]]:
         """Live blocks without a binding, by rid: ``(rid, id, title, content, namespace)``."""
+        if self._pg is not None:
+            return await self._pg.proposals.unbound_live(after_rid=after_rid, limit=limit)
         return await _proposals.unbound_live(self.db, after_rid=after_rid, limit=limit)
 
-    @_pending_on_pg("pgreview")
     async def bound_to(
         self,
         subjects: Iterable[tuple[str, str]],
@@ -1010,6 +1071,10 @@ class Store:
         namespace: str | None = None,
     ) -> dict[tuple[str, str], list[str]]:
         """The live blocks bound to each ``(sensor, subject)`` (of ``namespace`` only)."""
+        if self._pg is not None:
+            return await self._pg.proposals.bound_to(
+                subjects, per_subject=per_subject, namespace=namespace
+            )
         return await _proposals.bound_to(
             self.db, subjects, per_subject=per_subject, namespace=namespace
         )
@@ -1017,20 +1082,23 @@ class Store:
     # ------------------------------------------------------------------ human review queue
     # Implemented in _reviews.py; these methods are its public face.
 
-    @_pending_on_pg("pgreview")
     async def list_reviews(
         self, *, status: str = "pending", limit: int = 100, namespaces: Sequence[str] | None = None
     ) -> list[dict[str, Any]]:
         """Review items (``pending``, ``decided`` or ``all``), each with its block's summary
         (of ``namespaces``' blocks only, when given)."""
+        if self._pg is not None:
+            return await self._pg.reviews.list_reviews(
+                status=status, limit=limit, namespaces=namespaces
+            )
         return await _reviews.list_reviews(self, status=status, limit=limit, namespaces=namespaces)
 
-    @_pending_on_pg("pgreview")
     async def get_review(self, review_id: str, *, events: int = 10) -> dict[str, Any]:
         """One review item with its block and the block's last events (the evidence)."""
+        if self._pg is not None:
+            return await self._pg.reviews.get_review(review_id, events=events)
         return await _reviews.get_review(self, review_id, events=events)
 
-    @_pending_on_pg("pgreview")
     async def decide_review(
         self,
         review_id: str,
@@ -1040,8 +1108,21 @@ class Store:
         comment: str = "",
         new_content: str | None = None,
         sensor: str = "review",
+        apply: Callable[[Sequence[ValidationEvent]], Awaitable[ApplyResult]] | None = None,
     ) -> dict[str, Any]:
-        """Confirm, reject or edit (``new_content``) a review item, recording who decided."""
+        """Confirm, reject or edit (``new_content``) a review item, recording who decided.
+        The decision's event goes through ``apply`` (the daemon's bus; by default
+        :meth:`apply_events`) while the item is still open."""
+        if self._pg is not None:
+            return await self._pg.reviews.decide_review(
+                review_id,
+                decision,
+                reviewer=reviewer,
+                comment=comment,
+                new_content=new_content,
+                sensor=sensor,
+                apply=apply,
+            )
         return await _reviews.decide_review(
             self,
             review_id,
@@ -1050,4 +1131,40 @@ class Store:
             comment=comment,
             new_content=new_content,
             sensor=sensor,
+            apply=apply,
+        )
+
+    async def queue_review(self, block_id: str, *, reason: str) -> _reviews.Review:
+        """Put a block in the review queue with a reason; the open item if it already
+        has one (what a review sensor queues)."""
+        if self._pg is not None:
+            return await self._pg.reviews.queue_review(block_id, reason=reason)
+        return await _reviews.queue_review(self, block_id, reason=reason)
+
+    async def escalation_candidates(
+        self,
+        *,
+        block_ids: Sequence[str],
+        below: float,
+        now: float,
+        unbound_low_volatility: bool = True,
+        limit: int = 500,
+    ) -> list[tuple[str, str]]:
+        """Blocks a human should look at, with the reason, that have no open item yet
+        (:func:`memwarden.memory._reviews.escalation_candidates`)."""
+        if self._pg is not None:
+            return await self._pg.reviews.escalation_candidates(
+                block_ids=block_ids,
+                below=below,
+                now=now,
+                unbound_low_volatility=unbound_low_volatility,
+                limit=limit,
+            )
+        return await _reviews.escalation_candidates(
+            self,
+            block_ids=block_ids,
+            below=below,
+            now=now,
+            unbound_low_volatility=unbound_low_volatility,
+            limit=limit,
         )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memwarden.memory._reviews import escalation_candidates, queue_review
 from memwarden.plugins._capabilities import QueuedReview
 
 if TYPE_CHECKING:
@@ -34,8 +33,7 @@ class StoreReviewQueue:
         unbound_low_volatility: bool,
         limit: int,
     ) -> list[tuple[str, str]]:
-        return await escalation_candidates(
-            self._store,
+        return await self._store.escalation_candidates(
             block_ids=block_ids,
             below=below,
             now=now,
@@ -44,5 +42,5 @@ class StoreReviewQueue:
         )
 
     async def queue(self, block_id: str, *, reason: str) -> QueuedReview:
-        review = await queue_review(self._store, block_id, reason=reason)
+        review = await self._store.queue_review(block_id, reason=reason)
         return QueuedReview(id=review.id, reason=review.reason)
