@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
 import threading
 from typing import TYPE_CHECKING, Any
@@ -237,3 +238,33 @@ async def test_a_failing_on_thread_job_is_refused_alone(tmp_path: Path):
             keys = {r[0] for r in await conn.execute_fetchall("SELECT key FROM meta")}
         assert {"a", "b", "c"} <= keys
         assert not {"bad", "dup"} & keys
+
+
+async def test_on_thread_jobs_run_with_the_cyclic_collector_paused(tmp_path: Path):
+    """While a run of on-thread jobs executes, the cyclic garbage collector waits; it is
+    back on after the run, a failing one too, and stays off when it was off before."""
+    async with Database(tmp_path / "d.db") as db:
+        seen: list[bool] = []
+
+        def job(raw: sqlite3.Connection) -> int:
+            seen.append(gc.isenabled())
+            return raw.execute("SELECT 1").fetchone()[0]
+
+        def failing(raw: sqlite3.Connection) -> int:
+            seen.append(gc.isenabled())
+            raise ValueError("no")
+
+        assert gc.isenabled()
+        assert await db.write_on_thread(job) == 1
+        assert gc.isenabled()
+        with pytest.raises(ValueError, match="no"):
+            await db.write_on_thread(failing)
+        assert gc.isenabled()
+        assert seen == [False, False]
+
+        gc.disable()
+        try:
+            assert await db.write_on_thread(job) == 1
+            assert not gc.isenabled()
+        finally:
+            gc.enable()

@@ -16,6 +16,7 @@ from tests.memory.gradual_example import CONTENT as GRADUAL_CONTENT
 from tests.memory.gradual_example import DAYS as GRADUAL_DAYS
 from tests.memory.gradual_example import STEADY_SIGNALS, Day
 
+import memwarden.memory._maintenance as maintenance
 from memwarden.memory import BlockRecord, Explanation, FakeClock, ValidationEvent, from_ts
 from memwarden.memory._codec import BLOCK_COLUMNS, record_to_row
 from memwarden.memory._results import ExplainRank, ExplainRetention, ExplainState, ExplainValidation
@@ -386,6 +387,36 @@ async def test_decay_cycle_archives_old_unvalidated_blocks_only(store, clock):
 
     await store.restore(old.id)
     assert old.id in {h.block.id for h in await store.search("kumquat")}
+
+
+async def test_decay_cycle_reports_the_first_archived_blocks_and_counts_them_all(
+    store, clock, monkeypatch: pytest.MonkeyPatch
+):
+    """The report lists the first archived blocks (rid order, up to its limit, across
+    chunks) with the reason each one stored, and counts every archived block; each has
+    its audit row."""
+    monkeypatch.setattr(maintenance, "_REPORT_LIMIT", 3)
+    added = [
+        await store.add({"content": f"decaying note {i}", "importance": 0.5}) for i in range(5)
+    ]
+    kept = await store.add({"content": "a core note", "tier": "core"})
+    clock.advance(100 * D)
+
+    report = await store.decay_cycle(chunk_rows=2)
+
+    assert report.chunks == 3
+    assert report.archived == 5
+    assert [i for i, _ in report.archived_blocks] == [b.id for b in added[:3]]
+    for block_id, reason in report.archived_blocks:
+        assert (await store.get(block_id)).archive_reason == reason
+    assert (await store.get(kept.id)).state != "archived"
+    async with store.db.read() as conn:
+        rows = await conn.execute_fetchall(
+            "SELECT block_id, json_extract(detail, '$.reason') FROM audit"
+            " WHERE actor = 'decay' ORDER BY id"
+        )
+    assert [r[0] for r in rows] == [b.id for b in added]
+    assert [tuple(r) for r in rows[:3]] == report.archived_blocks
 
 
 async def test_decay_cycle_stores_the_rule_retention(store, clock):
