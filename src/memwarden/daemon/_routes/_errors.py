@@ -117,12 +117,34 @@ async def _conflict(_: Request, exc: VersionConflictError) -> JSONResponse:
     )
 
 
+def _unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the PostgreSQL store cannot be reached just now."""
+    try:
+        from memwarden.cluster import is_unavailable  # noqa: PLC0415 - the postgres extra
+    except ImportError:  # no asyncpg: the store is SQLite
+        return False
+    return is_unavailable(exc)
+
+
+def _storage_unavailable(exc: BaseException) -> JSONResponse:
+    return JSONResponse(
+        {"detail": f"storage unavailable: {exc}"},
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
+
+
 async def _failed(_: Request, exc: MemwardenError) -> JSONResponse:
+    if isinstance(exc, StorageError) and _unavailable(exc):
+        return _storage_unavailable(exc)
     code = 503 if isinstance(exc, StorageError) else 400
     return JSONResponse({"detail": str(exc)}, status_code=code)
 
 
 async def _crashed(_: Request, exc: Exception) -> JSONResponse:
+    if _unavailable(exc):  # the driver's own error: a connection refused or lost
+        log.warning("api_storage_unavailable", error=f"{type(exc).__name__}: {exc}")
+        return _storage_unavailable(exc)
     log.error("api_error", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
     return JSONResponse({"detail": "internal error (see the daemon log)"}, status_code=500)
 
