@@ -54,6 +54,17 @@ def _health(d: DaemonProcess) -> dict[str, Any]:
     return dict(got.json())
 
 
+def _metrics(d: DaemonProcess) -> dict[str, float]:
+    got = httpx.get(f"{d.url}/metrics", headers=d.auth, timeout=10)
+    assert got.status_code == 200, got.text
+    out = {}
+    for line in got.text.splitlines():
+        if line.startswith(("memwarden_spool", "memwarden_cluster", "memwarden_storage")):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
 def _cluster(d: DaemonProcess) -> dict[str, Any]:
     return dict(_health(d)["cluster"])
 
@@ -198,6 +209,8 @@ def test_two_nodes_one_leader_kill_9_hands_over_and_keeps_every_event(
     assert lc["leader_holder"] == fc["leader_holder"]
     assert str(lc["leader_holder"]).startswith(lc["node"] + "/")
     assert "password" not in json.dumps(lc)
+    assert _metrics(leader)["memwarden_cluster_leader"] == 1.0
+    assert _metrics(follower)["memwarden_cluster_leader"] == 0.0
 
     # Events acknowledged by each node before the kill.
     prefix = f"k{uuid.uuid4().hex[:8]}-"
@@ -277,6 +290,9 @@ def test_database_stopped_mid_stream_events_spooled_then_delivered_once(
     assert health["cluster"]["spool"]["unsent"] == 30
     assert health["cluster"]["leader_holder"] is None
     assert (tmp_path / "a" / "spool.db").exists()
+    cut_off = _metrics(d)
+    assert cut_off["memwarden_spool_unsent"] == 30
+    assert cut_off["memwarden_storage_up"] == 0
 
     own_server.start()
     eventually_blocking(
@@ -293,5 +309,9 @@ def test_database_stopped_mid_stream_events_spooled_then_delivered_once(
     spool = _cluster(d)["spool"]
     assert spool["delivered"] == 30
     assert spool["dropped"] == 0
+    back = _metrics(d)
+    assert back["memwarden_spool_unsent"] == 0
+    assert back["memwarden_spool_delivered_total"] == 30
+    assert back["memwarden_storage_up"] == 1
     got = httpx.get(f"{d.url}/v1/blocks/{block_id}", headers=d.auth, timeout=10)
     assert got.status_code == 200, got.text

@@ -179,7 +179,9 @@ class Bus:
         if not events:
             return ApplyResult()
         if self._ingest is None:
-            return await self._store.apply_events(events, bound_only=bound_only)
+            if bound_only:
+                return await self._store.apply_events(events, bound_only=True)
+            return await self._store.apply_events(events)
         answer = await self._ingest.apply_events(events, bound_only=bound_only)
         if answer.spooled or answer.result is None:
             self.spooled += len(events)
