@@ -19,7 +19,7 @@ behind it, so a node's events reach the log in the order they came. Its
 :meth:`SpoolingIngest.run` task delivers the spool, retrying with capped full-jitter
 backoff until the database answers again.
 
-How the daemon is meant to use it (it does not yet)::
+How the daemon uses it on PostgreSQL (``daemon/_cluster.py``), in essence::
 
     async with Spool(home / "spool.db", clock=clock) as spool:
         ingest = SpoolingIngest(store.apply_events, spool)
