@@ -7,6 +7,7 @@ answer ``spooled`` (reads 503 ``storage unavailable``), then deliver it all once
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -134,6 +135,39 @@ def _passes(d: DaemonProcess) -> list[tuple[float, int]]:
     ]
 
 
+def _long_poll_woken_by_the_other_node(
+    follower: DaemonProcess, leader: DaemonProcess, prefix: str
+) -> list[str]:
+    """A long-poll of the log on ``follower`` wakes when ``leader`` commits an event
+    (the ``memwarden_events`` notice), long before its wait ends; the id sent."""
+    # A long-poll of the log on one node wakes when the other node commits events.
+    log = httpx.get(
+        f"{follower.url}/v1/events", headers=follower.auth, params={"limit": 1000}, timeout=10
+    ).json()
+    last = max(e["seq"] for e in log)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        began = time.monotonic()
+        polled = pool.submit(
+            httpx.get,
+            f"{follower.url}/v1/events",
+            headers=follower.auth,
+            params={"after": last, "wait": "20s"},
+            timeout=30,
+        )
+        eventually_blocking(  # the poll is in: it waits (no event after `last` yet)
+            lambda: not polled.done() and time.monotonic() - began > 0.5, what="waiting"
+        )
+        woke_by = [f"{prefix}w-0"]
+        sent = time.monotonic()
+        assert _post(leader, woke_by)["accepted"] == 1
+        answer = polled.result(timeout=30)
+        waited = time.monotonic() - sent
+    assert answer.status_code == 200, answer.text
+    assert [e["event_id"] for e in answer.json()] == woke_by
+    assert waited < 5, f"the other node's long-poll woke {waited:.1f} s after the commit"
+    return woke_by
+
+
 @pytest.fixture
 def nodes() -> Iterator[list[DaemonProcess]]:
     """Daemons the test starts; every one still running is killed at the end."""
@@ -221,6 +255,8 @@ def test_two_nodes_one_leader_kill_9_hands_over_and_keeps_every_event(
         assert answer["accepted"] + answer["duplicates"] == 25, answer
         assert answer["spooled"] == 0
         acked += ids
+
+    acked += _long_poll_woken_by_the_other_node(follower, leader, prefix)
 
     eventually_blocking(lambda: _passes(leader), timeout_s=10, what="the leader's singleton passes")
     killed_at = time.time()

@@ -374,7 +374,13 @@ class Daemon:
         return [
             tg.create_task(self.cluster.ingest.run(), name="spool"),
             tg.create_task(self.cluster.heartbeat(self._node_lost), name="node"),
+            tg.create_task(self.cluster.wake_on_events(self._wake_followers), name="listen"),
         ]
+
+    async def _wake_followers(self) -> None:
+        """Another node (or this one) committed events: long-polls of the log re-read."""
+        async with self._applied:
+            self._applied.notify_all()
 
     async def _spool_delivered(self, result: ApplyResult) -> None:
         await self.bus.delivered(result)

@@ -8,6 +8,8 @@ needs the ``postgres`` extra); on SQLite the daemon always leads and has no spoo
   stop;
 - the leader's lease (:class:`~memwarden.cluster.Leader`): the scheduler's singleton
   passes run while this node holds it; released on a clean stop;
+- the ``memwarden_events`` listener (:class:`~memwarden.cluster.Notifier`): a commit of
+  events on any node wakes this node's followers of the log (``GET /v1/events?wait=``);
 - the local spool (:class:`~memwarden.cluster.SpoolingIngest` over ``<home>/spool.db``):
   the bus's ingestion, so events are kept while the database cannot be reached, and
   delivered after it returns.
@@ -25,6 +27,7 @@ from memwarden.cluster import (
     Leader,
     LeaseTimes,
     NodeRegistry,
+    Notifier,
     Spool,
     SpoolingIngest,
     is_unavailable,
@@ -32,6 +35,7 @@ from memwarden.cluster import (
 )
 from memwarden.errors import ConfigError, MemwardenError
 from memwarden.memory import sleep_on
+from memwarden.memory.pg._apply import EVENTS_CHANNEL
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -74,6 +78,10 @@ class ClusterNode:
         )
         self.spool = Spool(settings.home / "spool.db", clock=clock, max_unsent=c.spool_max_unsent)
         self.ingest = SpoolingIngest(store.apply_events, self.spool, on_delivered=on_delivered)
+        # Wake-ups when any node commits events (the log's followers re-read after them).
+        self.notifier = Notifier(
+            dsn, channels=[EVENTS_CHANNEL], application_name=f"memwarden notifier {c.node}"
+        )
         self.failure: ConfigError | None = None  # the node's name taken over meanwhile
 
     async def __aenter__(self) -> Self:
@@ -81,7 +89,9 @@ class ClusterNode:
         await self.spool.__aenter__()
         try:
             await self.leader.__aenter__()
+            await self.notifier.__aenter__()
         except BaseException:
+            await self.leader.stop()
             await self.spool.__aexit__(None, None, None)
             raise
         return self
@@ -92,6 +102,7 @@ class ClusterNode:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        await self.notifier.__aexit__(exc_type, exc, tb)
         await self.leader.stop()  # the lease released: the next node leads at its next poll
         with contextlib.suppress(MemwardenError):
             async with self._conn() as conn:
@@ -124,6 +135,16 @@ class ClusterNode:
                 )
                 on_lost(self.failure)
                 return
+
+    async def wake_on_events(self, wake: Callable[[], Awaitable[None]]) -> None:
+        """Call ``wake`` whenever a node (this one too) committed events, or notices may
+        have been lost (a reconnect): the log's long-polls re-read after their cursor."""
+        sub = self.notifier.subscribe(EVENTS_CHANNEL)
+        try:
+            async for _notice in sub:
+                await wake()
+        finally:
+            self.notifier.unsubscribe(sub)
 
     async def health(self) -> dict[str, Any]:
         """``cluster`` of ``/v1/health``: the node, whether it leads, the lease's holder
