@@ -72,13 +72,9 @@ async def test_silent_for_30_s_the_name_is_taken_and_the_old_instance_learns_it(
 
 async def test_a_dead_process_on_this_host_is_a_crashed_predecessor(dsn):
     """Same host, its pid gone: taken over at once; its pid alive: refused."""
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    pid = int(dead.stdout)
+    dead = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await dead.wait()  # reaped: its pid names no process now
+    pid = dead.pid
     first = NodeRegistry(dsn, node="n2")
     await first.register()
     await _sql(dsn, "UPDATE cluster_nodes SET pid = $1", pid)
