@@ -4,6 +4,7 @@ instance whose name was taken over learns it at its next heartbeat."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 import asyncpg
