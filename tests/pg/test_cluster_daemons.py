@@ -351,3 +351,34 @@ def test_database_stopped_mid_stream_events_spooled_then_delivered_once(
     assert back["memwarden_storage_up"] == 1
     got = httpx.get(f"{d.url}/v1/blocks/{block_id}", headers=d.auth, timeout=10)
     assert got.status_code == 200, got.text
+
+
+def test_a_node_stopped_while_cut_off_keeps_its_spool_for_its_next_start(
+    own_server: PgServer, tmp_path: Path, nodes: list[DaemonProcess]
+) -> None:
+    """Events spooled while the database is away survive a clean stop of the node (the
+    stop itself succeeds without the database) and are delivered by its next start."""
+    dsn = own_server.create_database("spool")
+    database = dsn.rsplit("/", 1)[1]
+    home = tmp_path / "a"
+    d = start_memwarden(home, env=_env(home, dsn, "node-a"))
+    nodes.append(d)
+    _add_bound_block(d)
+    prefix = f"r{uuid.uuid4().hex[:8]}-"
+    own_server.stop("fast")
+    spooled = [f"{prefix}{i}" for i in range(12)]
+    assert _post(d, spooled)["spooled"] == 12
+    assert d.stop() == 0
+    assert "daemon_stopped" in d.log()
+    own_server.start()
+    again = start_memwarden(home, env=_env(home, dsn, "node-a"))
+    nodes.append(again)
+    eventually_blocking(
+        lambda: _cluster(again)["spool"]["unsent"] == 0,
+        timeout_s=30,
+        what="the spool delivered by the next start",
+        process=again.process,
+    )
+    stored = _stored(own_server, database, prefix)
+    assert sorted(stored) == sorted(spooled)
+    assert set(stored.values()) == {1}

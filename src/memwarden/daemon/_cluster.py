@@ -33,7 +33,7 @@ from memwarden.cluster import (
     is_unavailable,
     lease_holder,
 )
-from memwarden.errors import ConfigError, MemwardenError
+from memwarden.errors import ConfigError
 from memwarden.memory import sleep_on
 from memwarden.memory.pg._apply import EVENTS_CHANNEL
 
@@ -104,9 +104,11 @@ class ClusterNode:
     ) -> None:
         await self.notifier.__aexit__(exc_type, exc, tb)
         await self.leader.stop()  # the lease released: the next node leads at its next poll
-        with contextlib.suppress(MemwardenError):
+        try:
             async with self._conn() as conn:
                 await self.registry.stopped(conn)
+        except Exception as err:  # noqa: BLE001 - the database away: the name frees in 30 s
+            log.warning("cluster_node_not_unregistered", node=self.node, error=str(err))
         await self.spool.__aexit__(exc_type, exc, tb)
 
     @contextlib.asynccontextmanager

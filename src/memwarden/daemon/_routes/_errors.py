@@ -117,13 +117,11 @@ async def _conflict(_: Request, exc: VersionConflictError) -> JSONResponse:
     )
 
 
-def _unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` says the PostgreSQL store cannot be reached just now."""
-    try:
-        from memwarden.cluster import is_unavailable  # noqa: PLC0415 - the postgres extra
-    except ImportError:  # no asyncpg: the store is SQLite
-        return False
-    return is_unavailable(exc)
+def _unavailable(request: Request, exc: BaseException) -> bool:
+    """Whether ``exc`` says the daemon's PostgreSQL store cannot be reached just now
+    (never on SQLite: an OSError there is not the database being away)."""
+    daemon = getattr(request.app.state, "daemon", None)
+    return daemon is not None and bool(daemon.store_unavailable(exc))
 
 
 def _storage_unavailable(exc: BaseException) -> JSONResponse:
@@ -134,15 +132,15 @@ def _storage_unavailable(exc: BaseException) -> JSONResponse:
     )
 
 
-async def _failed(_: Request, exc: MemwardenError) -> JSONResponse:
-    if isinstance(exc, StorageError) and _unavailable(exc):
+async def _failed(request: Request, exc: MemwardenError) -> JSONResponse:
+    if isinstance(exc, StorageError) and _unavailable(request, exc):
         return _storage_unavailable(exc)
     code = 503 if isinstance(exc, StorageError) else 400
     return JSONResponse({"detail": str(exc)}, status_code=code)
 
 
-async def _crashed(_: Request, exc: Exception) -> JSONResponse:
-    if _unavailable(exc):  # the driver's own error: a connection refused or lost
+async def _crashed(request: Request, exc: Exception) -> JSONResponse:
+    if _unavailable(request, exc):  # the driver's own error: a connection refused or lost
         log.warning("api_storage_unavailable", error=f"{type(exc).__name__}: {exc}")
         return _storage_unavailable(exc)
     log.error("api_error", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
