@@ -224,7 +224,7 @@ async def test_tables_created_by_many_nodes_at_once(dsn):
         names = await conns[0].fetch(
             "SELECT tablename FROM pg_tables WHERE tablename LIKE 'cluster_%' ORDER BY 1"
         )
-        assert [r[0] for r in names] == ["cluster_leases", "cluster_revalidations"]
+        assert [r[0] for r in names] == ["cluster_leases", "cluster_nodes", "cluster_revalidations"]
     finally:
         for c in conns:
             await c.close()

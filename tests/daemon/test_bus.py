@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 from datetime import UTC, datetime
@@ -171,3 +172,54 @@ async def test_failing_listener_does_not_stop_the_bus(tmp_path):
             await asyncio.gather(consumer, return_exceptions=True)
         assert seen == [1, 1]
         assert [e["event"] for e in logs].count("on_applied_failed") == 2
+
+
+class _FakeIngest:
+    """A node's spool in front of the store (``SpoolingIngest``'s shape): ``away``
+    spools, otherwise the store applies."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.away = False
+        self.spooled: list[ValidationEvent] = []
+
+    async def apply_events(self, events, *, bound_only=False):
+        from memwarden.cluster import Ingested  # noqa: PLC0415 - the postgres extra
+
+        if self.away:
+            self.spooled.extend(events)
+            return Ingested(None, spooled=True)
+        return Ingested(await self.store.apply_events(events, bound_only=bound_only))
+
+
+async def test_with_a_spool_events_are_spooled_not_applied_then_told_once_delivered(tmp_path):
+    """With an ingest in front of the store: a spooled submit answers ``spooled`` (not
+    accepted) and tells no one; a sensor's batch spooled is not retried or counted; a
+    delivered batch is counted and told like any other."""
+    pytest.importorskip("asyncpg")
+    told = []
+
+    async def on_applied(result):
+        told.append(result)
+
+    async with Store(tmp_path / "m.db") as store:
+        ingest = _FakeIngest(store)
+        bus = Bus(store, on_applied=on_applied, ingest=ingest)
+        assert (await bus.submit("remote:http", [_event("x")])).accepted == 1
+        assert len(told) == 1
+        ingest.away = True
+        result = await bus.submit("remote:http", [_event("x"), _event("x")])
+        assert (result.accepted, result.spooled) == (0, 2)
+        assert len(told) == 1  # nothing committed: nobody told
+        runner = asyncio.create_task(bus.run())
+        await bus.put("s", _event("s"))
+        await bus.drain()
+        assert len(ingest.spooled) == 3
+        assert (bus.accepted, bus.spooled) == (1, 3)
+        delivered = await store.apply_events(ingest.spooled)
+        await bus.delivered(delivered)
+        assert bus.accepted == 4
+        assert told[-1] is delivered
+        runner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await runner

@@ -21,6 +21,7 @@ __all__ = [
     "BelievedAt",
     "BindAnswer",
     "BlockPage",
+    "ClusterHealth",
     "Coverage",
     "CoverageShare",
     "DryRun",
@@ -30,6 +31,7 @@ __all__ = [
     "Liveness",
     "RevalidateAnswer",
     "SearchHealth",
+    "SpoolHealth",
     "StoreInfo",
     "SuggestAnswer",
     "Suggestion",
@@ -64,6 +66,27 @@ class StoreInfo(TypedDict):
     backend: Literal["sqlite", "postgresql"]
 
 
+class SpoolHealth(TypedDict):
+    """A node's local spool (docs/SCALE.md): events kept while the database was away."""
+
+    unsent: int  # in the spool now, to be delivered
+    dropped: int  # dropped (oldest first) past [cluster] spool_max_unsent, ever
+    delivered: int  # delivered to the database and removed, ever
+
+
+class ClusterHealth(TypedDict):
+    """This daemon as a node on PostgreSQL (``[cluster]``; docs/SCALE.md): its name and
+    instance id, whether it leads (runs the singleton passes), the lease's holder now
+    (``<node>/<random>``; None when nobody holds a valid lease or the database is away)
+    and its spool."""
+
+    node: str
+    instance: str
+    leader: bool
+    leader_holder: str | None
+    spool: SpoolHealth
+
+
 class HealthAnswer(HealthReportDict):
     """``GET /v1/health``: the 0-100 score, its status and warnings (worst first), and what
     is behind them, and the coverage (the share of live facts with a binding whose
@@ -75,6 +98,7 @@ class HealthAnswer(HealthReportDict):
     dead_letters: int
     coverage: Coverage  # the share of live facts a running sensor can check
     store: StoreInfo
+    cluster: NotRequired[ClusterHealth]  # on PostgreSQL only
     mqtt: NotRequired[dict[str, Any]]
     search: NotRequired[SearchHealth]
 
@@ -167,6 +191,7 @@ class EventsAccepted(TypedDict):
     unmatched: int
     rejected: list[dict[str, str]]
     capped: list[dict[str, str]]
+    spooled: int
 
 
 class ForgetAnswer(TypedDict):

@@ -5,6 +5,8 @@ created by :func:`ensure_tables`:
 
 - :class:`Leader`: a lease row with heartbeats; one node runs the singleton jobs and
   another takes over within seconds of its death (``_leader``);
+- :class:`NodeRegistry`: a node's row in ``cluster_nodes`` (a random instance id,
+  heartbeats; a second live instance of one name is refused) (``_nodes``);
 - :func:`claim_revalidations`: a node's revalidation requests, claimed with ``FOR UPDATE
   SKIP LOCKED`` (``_claims``);
 - :class:`Notifier` and :func:`notify`: ``LISTEN``/``NOTIFY`` with reconnect and the
@@ -23,6 +25,7 @@ from memwarden.cluster._claims import (
 )
 from memwarden.cluster._ddl import DDL, connect, ensure_tables
 from memwarden.cluster._leader import Leader, LeaseTimes, MonotonicClock, Term, check_name
+from memwarden.cluster._nodes import ALIVE_S, BEAT_S, LeaseHolder, NodeRegistry, lease_holder
 from memwarden.cluster._notify import (
     MAX_PAYLOAD_BYTES,
     Notice,
@@ -41,14 +44,18 @@ from memwarden.cluster._spool import (
 )
 
 __all__ = [
+    "ALIVE_S",
+    "BEAT_S",
     "DDL",
     "MAX_PAYLOAD_BYTES",
     "ClaimedRevalidation",
     "Ingested",
     "Leader",
+    "LeaseHolder",
     "LeaseTimes",
     "MonotonicClock",
     "NewRevalidation",
+    "NodeRegistry",
     "Notice",
     "Notifier",
     "Spool",
@@ -65,6 +72,7 @@ __all__ = [
     "ensure_tables",
     "finish_revalidations",
     "is_unavailable",
+    "lease_holder",
     "notify",
     "requeue_claims",
 ]

@@ -7,6 +7,8 @@ own schema can adopt them as they are: nothing here depends on the store's table
 
 - ``cluster_leases``: one row per lease (``_leader``). Times are the **database's**
   (``timestamptz``, ``clock_timestamp()``): every node judges expiry by one clock.
+- ``cluster_nodes``: one row per node name, its instance and heartbeats (``_nodes``;
+  the database's times).
 - ``cluster_revalidations``: revalidation requests addressed to a node (``_claims``).
   Times are POSIX seconds from the caller's injected clock, as in the SQLite store.
 
@@ -69,6 +71,16 @@ CREATE INDEX IF NOT EXISTS cluster_revalidations_due
 -- At most one open request per binding (concurrent sweeps and reads share one check).
 CREATE UNIQUE INDEX IF NOT EXISTS cluster_revalidations_open
     ON cluster_revalidations (block_id, sensor, subject) WHERE status IN ('pending', 'claimed');
+-- One row per node name: the instance holding it and its heartbeats (``_nodes``).
+CREATE TABLE IF NOT EXISTS cluster_nodes (
+    node text PRIMARY KEY,
+    instance text NOT NULL,
+    host text NOT NULL,
+    pid integer,
+    started_at timestamptz NOT NULL,
+    heartbeat_at timestamptz NOT NULL,
+    stopped_at timestamptz
+);
 -- Requeueing a dead node's claims.
 CREATE INDEX IF NOT EXISTS cluster_revalidations_claimed
     ON cluster_revalidations (claimed_by, claimed_at) WHERE status = 'claimed';

@@ -19,7 +19,7 @@ behind it, so a node's events reach the log in the order they came. Its
 :meth:`SpoolingIngest.run` task delivers the spool, retrying with capped full-jitter
 backoff until the database answers again.
 
-How the daemon is meant to use it (it does not yet)::
+How the daemon uses it on PostgreSQL (``daemon/_cluster.py``), in essence::
 
     async with Spool(home / "spool.db", clock=clock) as spool:
         ingest = SpoolingIngest(store.apply_events, spool)
@@ -270,8 +270,13 @@ class SpoolingIngest:
         backoff: Backoff | None = None,
         unavailable: Callable[[BaseException], bool] = is_unavailable,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        on_delivered: Callable[[ApplyResult], Awaitable[None]] | None = None,
     ) -> None:
         self._apply = apply_events
+        # Told the store's result of each delivered batch (after its commit; the daemon's
+        # bus bookkeeping: answered requests, session notices). An error there is logged:
+        # the batch is committed and leaves the spool all the same.
+        self._on_delivered = on_delivered
         self.spool = spool
         self.batch = batch
         self._backoff = backoff or Backoff(base_s=0.2, cap_s=10.0)
@@ -297,6 +302,17 @@ class SpoolingIngest:
         dropped = await self.spool.put(events, bound_only=bound_only)
         return Ingested(None, spooled=True, dropped=dropped)
 
+    async def _delivering(
+        self, events: Sequence[ValidationEvent], *, bound_only: bool = False
+    ) -> ApplyResult:
+        result = await self._apply(events, bound_only=bound_only)
+        if self._on_delivered is not None:
+            try:
+                await self._on_delivered(result)
+            except Exception as err:  # noqa: BLE001 - committed: never delivered twice for it
+                log.error("spool_on_delivered_failed", error=f"{type(err).__name__}: {err}")
+        return result
+
     async def run(self) -> None:
         """Deliver the spool whenever it holds events, until cancelled; an unreachable
         store is tried again after a backoff (any other error too, logged: the events
@@ -309,7 +325,7 @@ class SpoolingIngest:
                     await self.spool.changed.wait()
                 continue
             try:
-                delivered = await self.spool.deliver(self._apply, batch=self.batch)
+                delivered = await self.spool.deliver(self._delivering, batch=self.batch)
             except Exception as err:  # noqa: BLE001 - retried: the events stay spooled
                 self.failures += 1
                 self.last_error = str(err)

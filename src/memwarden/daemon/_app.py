@@ -77,13 +77,14 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-    from memwarden.client import HealthAnswer, SearchHealth
+    from memwarden.client import ClusterHealth, HealthAnswer, SearchHealth
     from memwarden.daemon._answers import (
         CoverageDict,
         SearchAnswerDict,
         SearchFactors,
         SearchResultDict,
     )
+    from memwarden.daemon._cluster import ClusterNode
     from memwarden.daemon._suggest import ProposeReport
     from memwarden.memory import (
         ApplyResult,
@@ -146,6 +147,9 @@ class Daemon:
         self._store: Store | None = None
         self._bus: Bus | None = None
         self._scheduler: Scheduler | None = None
+        # On PostgreSQL: this node's registration, lease and spool (daemon/_cluster.py).
+        self.cluster: ClusterNode | None = None
+        self._fatal: MemwardenError | None = None  # why the daemon stopped itself
         self.reloads = 0
         self.erased = 0  # blocks erased since start (memwarden_blocks_erased_total)
         self.metrics = DaemonMetrics()
@@ -220,6 +224,8 @@ class Daemon:
             if single is None:
                 raise
             raise single from None
+        if self._fatal is not None:  # stopped itself (its node name taken over)
+            raise self._fatal
 
     async def _run(self) -> None:
         s = self.settings
@@ -262,6 +268,7 @@ class Daemon:
             )
             self._store = await stack.enter_async_context(store)
             stack.callback(self._clear)
+            await self._join_cluster(stack, store)  # PostgreSQL: closed before the store
             alive = await store.get_meta(ALIVE_KEY)
             down_since = float(alive) if alive else None
             await _requeue_sent(store)
@@ -272,6 +279,7 @@ class Daemon:
                 on_applied=self._on_applied,
                 screen=self._screen_events,
                 scrub=self._scrub,
+                ingest=self.cluster.ingest if self.cluster is not None else None,
             )
             if s.mqtt is not None:  # closed after the TaskGroup, before the store
                 self.mqtt = await stack.enter_async_context(
@@ -297,6 +305,7 @@ class Daemon:
                 if s.suggest.propose
                 else [],
                 retention=s.retention,
+                leadership=self.cluster.leader if self.cluster is not None else None,
             )
             self._scheduler.stats.observe = self.metrics.observe_check
             if self._signals:
@@ -305,6 +314,7 @@ class Daemon:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
                 background = [tg.create_task(self._bus.run(), name="bus")]
+                background.extend(self._cluster_tasks(tg))
                 await self._start_sensors(s.sensors)
                 background.append(tg.create_task(self._scheduler.run(), name="scheduler"))
                 background.append(tg.create_task(self._refresh_bindings(), name="bindings"))
@@ -336,6 +346,47 @@ class Daemon:
                 await self._serve()
                 await self._shutdown(background)
         log.info("daemon_stopped")
+
+    async def _join_cluster(self, stack: contextlib.AsyncExitStack, store: Store) -> None:
+        """On PostgreSQL: this node's registration, lease and spool (the cluster needs
+        the postgres extra, imported here); a ConfigError when another live instance
+        has this node's name."""
+        if store.backend != "postgresql":
+            return
+        from memwarden.daemon._cluster import ClusterNode  # noqa: PLC0415
+
+        node = ClusterNode(
+            self.settings,
+            store,
+            clock=self.clock,
+            dsn=str(self.settings.database),
+            on_delivered=self._spool_delivered,
+        )
+        self.cluster = await stack.enter_async_context(node)
+
+    def _cluster_tasks(self, tg: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
+        """On PostgreSQL: the spool's delivery and the node's heartbeat."""
+        if self.cluster is None:
+            return []
+        return [
+            tg.create_task(self.cluster.ingest.run(), name="spool"),
+            tg.create_task(self.cluster.heartbeat(self._node_lost), name="node"),
+            tg.create_task(self.cluster.wake_on_events(self._wake_followers), name="listen"),
+        ]
+
+    async def _wake_followers(self) -> None:
+        """Another node (or this one) committed events: long-polls of the log re-read."""
+        async with self._applied:
+            self._applied.notify_all()
+
+    async def _spool_delivered(self, result: ApplyResult) -> None:
+        await self.bus.delivered(result)
+
+    def _node_lost(self, err: MemwardenError) -> None:
+        """Another instance took this node's name: stop, and exit with that error."""
+        log.error("daemon_stopping_node_taken", error=str(err))
+        self._fatal = err
+        self.request_stop()
 
     async def _serve(self) -> None:
         while not self._stop.is_set():
@@ -1311,7 +1362,46 @@ class Daemon:
 
     async def health(self, *, namespaces: Sequence[str] | None = None) -> HealthAnswer:
         """The 0-100 health score with its warnings, and the counts behind it; with
-        ``namespaces`` (an agent's), of their blocks only."""
+        ``namespaces`` (an agent's), of their blocks only. A node cut off from its
+        PostgreSQL database answers ``red`` with the reason, its node and spool."""
+        try:
+            return await self._health(namespaces=namespaces)
+        except Exception as err:
+            if self.cluster is None or not self.store_unavailable(err):
+                raise
+            return await self._health_cut_off(err)
+
+    def store_unavailable(self, err: BaseException) -> bool:
+        """Whether ``err`` says the (PostgreSQL) store cannot be reached just now."""
+        if self.cluster is None:
+            return False
+        from memwarden.daemon._cluster import is_unavailable  # noqa: PLC0415
+
+        return is_unavailable(err)
+
+    async def _health_cut_off(self, err: BaseException) -> HealthAnswer:
+        assert self.cluster is not None  # noqa: S101 - the caller checked
+        answer: HealthAnswer = {
+            "score": 0,
+            "status": "red",
+            "warnings": [
+                {
+                    "severity": "critical",
+                    "category": "storage",
+                    "message": f"storage unavailable: {err} (events are kept in the spool)",
+                }
+            ],
+            "counts": {},
+            "quarantined_bindings": [],
+            "sensors": self.sensor_status(),
+            "dead_letters": 0,
+            "coverage": {"live": 0, "checkable": 0, "share": None, "by_source": {}, "by_tier": {}},
+            "store": {"backend": self.store.backend},
+            "cluster": cast("ClusterHealth", await self.cluster.health()),
+        }
+        return answer
+
+    async def _health(self, *, namespaces: Sequence[str] | None = None) -> HealthAnswer:
         failing = [n for n, r in self.runners.items() if r.status in ("failed", "backoff")]
         counts = await self.store.counts(namespaces=namespaces)
         report = await self.store.health(
@@ -1345,6 +1435,8 @@ class Daemon:
             "coverage": await self.coverage(namespaces=namespaces),
             "store": {"backend": self.store.backend},
         }
+        if self.cluster is not None:
+            answer["cluster"] = cast("ClusterHealth", await self.cluster.health())
         if self.mqtt is not None:
             answer["mqtt"] = await self.mqtt.health()
         answer["search"] = await self.search_health(namespaces=namespaces)

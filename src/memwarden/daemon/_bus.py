@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from pydantic import ValidationError
@@ -36,13 +36,29 @@ if TYPE_CHECKING:
         Awaitable[list[ValidationEvent | ValidationInputError]],
     ]
 
-__all__ = ["Bus"]
+__all__ = ["Bus", "Ingest"]
 
 log = structlog.get_logger("memwarden.bus")
 
 
+class _Ingested(Protocol):
+    @property
+    def result(self) -> ApplyResult | None: ...
+    @property
+    def spooled(self) -> bool: ...
+
+
+class Ingest(Protocol):
+    """The store's ingestion with a node's spool in front (on PostgreSQL:
+    ``memwarden.cluster.SpoolingIngest``): the store's result, or ``spooled``."""
+
+    async def apply_events(
+        self, events: Sequence[ValidationEvent], *, bound_only: bool = False
+    ) -> _Ingested: ...
+
+
 class Bus:
-    """Carries events from sources to the store."""
+    """Carries events from sources to the store (through ``ingest`` when given)."""
 
     def __init__(
         self,
@@ -53,8 +69,11 @@ class Bus:
         on_applied: Callable[[ApplyResult], Awaitable[None] | None] | None = None,
         screen: Screen | None = None,
         scrub: Callable[[str], str] | None = None,
+        ingest: Ingest | None = None,
     ) -> None:
         self._store = store
+        self._ingest = ingest
+        self.spooled = 0  # events kept in the node's spool (the database away)
         self._screen = screen
         self._scrub = scrub  # a dead letter's payload as it may be stored
         self._queue_size = queue_per_source
@@ -138,11 +157,11 @@ class Bus:
                 else:
                     kept.append(screened)
             events = kept
-        result = (
-            await self._store.apply_events(events, bound_only=bound_only)
-            if events
-            else ApplyResult()
-        )
+        result = await self._store_events(events, bound_only=bound_only)
+        if result is None:  # in the spool: applied (and counted) once delivered
+            result = ApplyResult(spooled=len(events))
+            result.rejected.extend(rejected)
+            return result
         self._count(source, result)
         if self._on_applied is not None and events:
             maybe = self._on_applied(result)
@@ -152,6 +171,30 @@ class Bus:
             self.by_outcome[(ev.sensor, ev.outcome.value)] += 1
         result.rejected.extend(rejected)
         return result
+
+    async def _store_events(
+        self, events: Sequence[ValidationEvent], *, bound_only: bool = False
+    ) -> ApplyResult | None:
+        """The store's result, or None when the events went to the spool."""
+        if not events:
+            return ApplyResult()
+        if self._ingest is None:
+            if bound_only:
+                return await self._store.apply_events(events, bound_only=True)
+            return await self._store.apply_events(events)
+        answer = await self._ingest.apply_events(events, bound_only=bound_only)
+        if answer.spooled or answer.result is None:
+            self.spooled += len(events)
+            return None
+        return answer.result
+
+    async def delivered(self, result: ApplyResult) -> None:
+        """A batch from the spool was committed: counted and told like any other."""
+        self._count(None, result)
+        if self._on_applied is not None:
+            maybe = self._on_applied(result)
+            if maybe is not None:
+                await maybe
 
     async def reject(self, source: str, kind: str, reason: str, payload: str | bytes) -> None:
         """Count, log (once per kind and source) and dead-letter a bad input."""
@@ -209,7 +252,7 @@ class Bus:
         delay = 0.05
         while True:
             try:
-                result = await self._store.apply_events(batch)
+                result = await self._store_events(batch)
             except ValidationInputError as err:
                 # Never dropped silently: each event is dead-lettered with the reason.
                 for ev in batch:
@@ -222,6 +265,8 @@ class Bus:
                 delay = min(delay * 2, 5.0)
                 continue
             break
+        if result is None:  # spooled: counted when delivered
+            return
         for ev in batch:
             self.by_source[ev.sensor] += 1
             self.by_outcome[(ev.sensor, ev.outcome.value)] += 1

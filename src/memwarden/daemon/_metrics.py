@@ -68,6 +68,39 @@ class _DaemonCollector(Collector):
         self.counts = counts
         self.coverage = coverage
 
+    def _cluster(self) -> Iterator[Metric]:
+        """On PostgreSQL: whether this node leads, whether its database answers, and
+        its local spool (docs/SCALE.md)."""
+        cluster = self.counts.get("cluster")
+        if not isinstance(cluster, dict):
+            return
+        yield GaugeMetricFamily(
+            "memwarden_cluster_leader",
+            "1 while this node holds the leader's lease (runs the singleton passes).",
+            value=1.0 if cluster["leader"] else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "memwarden_storage_up",
+            "1 when the PostgreSQL database answered this scrape, 0 while it cannot be reached.",
+            value=0.0 if self.counts.get("storage_unavailable") else 1.0,
+        )
+        spool = cluster["spool"]
+        yield GaugeMetricFamily(
+            "memwarden_spool_unsent",
+            "Events in this node's local spool, waiting for the database.",
+            value=float(spool["unsent"]),
+        )
+        yield CounterMetricFamily(
+            "memwarden_spool_dropped",
+            "Spooled events dropped (oldest first) past [cluster] spool_max_unsent.",
+            value=float(spool["dropped"]),
+        )
+        yield CounterMetricFamily(
+            "memwarden_spool_delivered",
+            "Spooled events delivered to the database.",
+            value=float(spool["delivered"]),
+        )
+
     def _coverage(self) -> Iterator[Metric]:
         """The share of live facts a running sensor can check (omitted while none live)."""
         cov = self.coverage
@@ -215,15 +248,26 @@ class _DaemonCollector(Collector):
         yield errors
         yield success
         yield from self._coverage()
+        yield from self._cluster()
         if self.daemon.mqtt is not None:  # memwarden_mqtt_gaps_total{agent} and friends
             yield from self.daemon.mqtt.metrics()
 
 
 async def render(daemon: Daemon) -> tuple[bytes, str]:
     """The exposition text and its content type."""
-    counts = await daemon.store.counts()
-    coverage = await daemon.coverage()
-    counts["search"] = await daemon.search_health()
+    try:
+        counts: dict[str, Any] = dict(await daemon.store.counts())
+        coverage = await daemon.coverage()
+        counts["search"] = await daemon.search_health()
+    except Exception as err:
+        if not daemon.store_unavailable(err):
+            raise
+        # Cut off from the database: what the node itself knows (the bus, its sensors,
+        # its spool), without the store's counts.
+        counts = {"storage_unavailable": True}
+        coverage = {"live": 0, "checkable": 0, "share": None, "by_source": {}, "by_tier": {}}
+    if daemon.cluster is not None:
+        counts["cluster"] = await daemon.cluster.health()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_DaemonCollector(daemon, counts, coverage))
     body = generate_latest(registry) + generate_latest(daemon.metrics.registry)

@@ -302,8 +302,10 @@ class Scheduler:
             )
             for name, interval_s, fn, first, singleton in loops:
                 if not self._stopped:
-                    loop = (self._while_leader if singleton else self._every)(
-                        interval_s, fn, first=first
+                    loop = (
+                        self._while_leader(interval_s, fn, first=first, name=name)
+                        if singleton
+                        else self._every(interval_s, fn, first=first)
                     )
                     self._loops.append(tg.create_task(loop, name=f"scheduler.{name}"))
 
@@ -325,12 +327,25 @@ class Scheduler:
             await sleep_on(self.store.clock, interval_s)
 
     async def _while_leader(
-        self, interval_s: float, fn: Callable[[], Awaitable[Any]], *, first: bool = True
+        self,
+        interval_s: float,
+        fn: Callable[[], Awaitable[Any]],
+        *,
+        first: bool = True,
+        name: str = "",
     ) -> None:
-        """:meth:`_every` from each election until the deposition (then cancelled)."""
+        """:meth:`_every` from each election until the deposition (then cancelled); each
+        tick is logged (debug ``singleton_pass``, with the lease's epoch when it has one)."""
         while True:
-            await self.leadership.elected()
-            ticks = asyncio.ensure_future(self._every(interval_s, fn, first=first))
+            term = await self.leadership.elected()
+            epoch = getattr(term, "epoch", None)
+
+            async def tick(epoch: int | None = epoch) -> Any:
+                log.debug("singleton_pass", task=name, epoch=epoch)
+                return await fn()
+
+            tick.__name__ = getattr(fn, "__name__", name)
+            ticks = asyncio.ensure_future(self._every(interval_s, tick, first=first))
             deposed = asyncio.ensure_future(self.leadership.deposed())
             try:
                 await asyncio.wait({ticks, deposed}, return_when=asyncio.FIRST_COMPLETED)

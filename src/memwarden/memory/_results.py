@@ -143,6 +143,9 @@ class ApplyResult:
     reviews: int = 0
     answered: list[str] = field(default_factory=list)  # revalidation request ids answered
     erased: int = 0  # events naming an erased block: dropped, neither stored nor dead-lettered
+    # Kept in the node's local spool (PostgreSQL unreachable): committed there, applied
+    # once the database answers again (docs/SCALE.md); the daemon's bus sets it.
+    spooled: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,12 +117,32 @@ async def _conflict(_: Request, exc: VersionConflictError) -> JSONResponse:
     )
 
 
-async def _failed(_: Request, exc: MemwardenError) -> JSONResponse:
+def _unavailable(request: Request, exc: BaseException) -> bool:
+    """Whether ``exc`` says the daemon's PostgreSQL store cannot be reached just now
+    (never on SQLite: an OSError there is not the database being away)."""
+    daemon = getattr(request.app.state, "daemon", None)
+    return daemon is not None and bool(daemon.store_unavailable(exc))
+
+
+def _storage_unavailable(exc: BaseException) -> JSONResponse:
+    return JSONResponse(
+        {"detail": f"storage unavailable: {exc}"},
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
+
+
+async def _failed(request: Request, exc: MemwardenError) -> JSONResponse:
+    if isinstance(exc, StorageError) and _unavailable(request, exc):
+        return _storage_unavailable(exc)
     code = 503 if isinstance(exc, StorageError) else 400
     return JSONResponse({"detail": str(exc)}, status_code=code)
 
 
-async def _crashed(_: Request, exc: Exception) -> JSONResponse:
+async def _crashed(request: Request, exc: Exception) -> JSONResponse:
+    if _unavailable(request, exc):  # the driver's own error: a connection refused or lost
+        log.warning("api_storage_unavailable", error=f"{type(exc).__name__}: {exc}")
+        return _storage_unavailable(exc)
     log.error("api_error", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
     return JSONResponse({"detail": "internal error (see the daemon log)"}, status_code=500)
 

@@ -39,6 +39,13 @@ class EventsAccepted(BaseModel):
         default_factory=list,
         description="Values above the sensor's cap, stored clamped: event, field, given, stored.",
     )
+    spooled: int = Field(
+        default=0,
+        description="Events kept in this node's local spool because its PostgreSQL database"
+        " could not be reached (or others wait there before them): committed to the spool,"
+        " stored and applied once the database answers again, exactly once by event id"
+        " (docs/SCALE.md). Not yet counted in accepted or duplicates.",
+    )
 
 
 async def _authorise(daemon: Daemon, payloads: list[Any]) -> tuple[list[Any], list[dict[str, str]]]:
@@ -66,7 +73,14 @@ async def _authorise(daemon: Daemon, payloads: list[Any]) -> tuple[list[Any], li
         )
         events.append((i, event))
         out.append(event)
-    unbound = await daemon.gate.first_unbound(daemon.store, [e for _, e in events])
+    try:
+        unbound = await daemon.gate.first_unbound(daemon.store, [e for _, e in events])
+    except Exception as err:
+        if not daemon.store_unavailable(err):
+            raise
+        # The database away: the events go to the spool with bound_only, and the store
+        # refuses (dead-letters) an unbound one when they are delivered.
+        unbound = None
     if unbound is not None:
         position, why = unbound
         raise EventRefused(events[position][0], why)
@@ -128,6 +142,9 @@ async def follow_events(
 async def ingest(request: Request, _: Reporter, daemon: DaemonDep) -> EventsAccepted:
     """Ingest events from remote sensors (the MQTT payload schema); answers after commit.
 
+    On PostgreSQL, while the database cannot be reached, the events are committed to the
+    node's local spool instead and counted in ``spooled`` (delivered later).
+
     Only sensors configured ``remote = true`` (with ``"http"`` in ``report_via``) may
     report, and only about blocks bound to them. One refused event refuses the whole
     request (403 for who, 422 for an ``observed_at`` ahead of our clock) and nothing
@@ -148,6 +165,7 @@ async def ingest(request: Request, _: Reporter, daemon: DaemonDep) -> EventsAcce
         unmatched=result.unmatched,
         rejected=[{"event": i, "reason": r} for i, r in result.rejected],
         capped=capped,
+        spooled=result.spooled,
     )
 
 

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 __all__ = ["INGEST_LOCK_KEY", "PgEventLog", "pg_sql"]
 
 _Prepared = Any  # memwarden.memory._apply._Prepared
+# The channel a committed ingestion notifies, with its last seq (a wake-up, never data).
+EVENTS_CHANNEL = "memwarden_events"
 # pg_advisory_xact_lock key of ingestion: the first 8 bytes of sha256(b"memwarden.ingest").
 INGEST_LOCK_KEY = int.from_bytes(hashlib.sha256(b"memwarden.ingest").digest()[:8], signed=True)
 _EVENT_INSERTS = frozenset({_apply._EVENT_INSERT, _apply._EVENT_INSERT_PLAIN})  # noqa: SLF001
@@ -192,6 +194,9 @@ async def _apply_job(
         applied = _apply._EventBatch(now, cfg, result)  # noqa: SLF001
         applied.route(reads)
         await _run(conn, applied, batch, seqs)
+        # Wakes the other nodes' followers of the log (`GET /v1/events?wait=`): delivered
+        # at commit, and only if this transaction commits (docs/SCALE.md).
+        await conn.execute("SELECT pg_notify($1, $2)", EVENTS_CHANNEL, str(max(seqs)))
     return result
 
 

@@ -190,6 +190,8 @@ class PgDatabase:
             raise
         except (asyncpg.PostgresError, asyncpg.InterfaceError) as err:
             raise translate(err) from err
+        except OSError as err:  # a (re)connect of the pool refused or timed out
+            raise StorageError(f"cannot reach PostgreSQL at {self.shown}: {err}") from err
 
     async def write(self, job: Callable[[PgConnection], Awaitable[T]], *, weight: int = 1) -> T:
         """Run ``job`` (an async function of the writer's connection) in the writer's next

@@ -1,0 +1,173 @@
+"""This daemon as one node of several on one PostgreSQL database (docs/SCALE.md).
+
+Built only when the store is on PostgreSQL (it imports ``memwarden.cluster``, which
+needs the ``postgres`` extra); on SQLite the daemon always leads and has no spool.
+
+- the node's row in ``cluster_nodes`` (:class:`~memwarden.cluster.NodeRegistry`): refused
+  at start while another live instance has this node name; heartbeats; freed on a clean
+  stop;
+- the leader's lease (:class:`~memwarden.cluster.Leader`): the scheduler's singleton
+  passes run while this node holds it; released on a clean stop;
+- the ``memwarden_events`` listener (:class:`~memwarden.cluster.Notifier`): a commit of
+  events on any node wakes this node's followers of the log (``GET /v1/events?wait=``);
+- the local spool (:class:`~memwarden.cluster.SpoolingIngest` over ``<home>/spool.db``):
+  the bus's ingestion, so events are kept while the database cannot be reached, and
+  delivered after it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Self
+
+import structlog
+
+from memwarden.cluster import (
+    BEAT_S,
+    Leader,
+    LeaseTimes,
+    NodeRegistry,
+    Notifier,
+    Spool,
+    SpoolingIngest,
+    is_unavailable,
+    lease_holder,
+)
+from memwarden.errors import ConfigError
+from memwarden.memory import sleep_on
+from memwarden.memory.pg._apply import EVENTS_CHANNEL
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+    from types import TracebackType
+
+    from memwarden.daemon._config import Settings
+    from memwarden.memory import ApplyResult, Clock, Store
+
+__all__ = ["ClusterNode", "is_unavailable"]
+
+log = structlog.get_logger("memwarden.cluster")
+
+
+class ClusterNode:
+    """Registration, lease and spool of one node; an async context manager."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        *,
+        clock: Clock,
+        dsn: str,
+        on_delivered: Callable[[ApplyResult], Awaitable[None]] | None = None,
+    ) -> None:
+        c = settings.cluster
+        self.node = c.node
+        self.store = store
+        self.clock = clock
+        self.registry = NodeRegistry(dsn, node=c.node)
+        self.leader = Leader(
+            dsn,
+            node=c.node,
+            times=LeaseTimes(
+                ttl_s=c.lease_ttl.total_seconds(),
+                renew_s=c.lease_renew.total_seconds(),
+                poll_s=c.lease_poll.total_seconds(),
+                safety_s=c.lease_safety.total_seconds(),
+            ),
+        )
+        self.spool = Spool(settings.home / "spool.db", clock=clock, max_unsent=c.spool_max_unsent)
+        self.ingest = SpoolingIngest(store.apply_events, self.spool, on_delivered=on_delivered)
+        # Wake-ups when any node commits events (the log's followers re-read after them).
+        self.notifier = Notifier(
+            dsn, channels=[EVENTS_CHANNEL], application_name=f"memwarden notifier {c.node}"
+        )
+        self.failure: ConfigError | None = None  # the node's name taken over meanwhile
+
+    async def __aenter__(self) -> Self:
+        await self.registry.register()  # ConfigError: another live instance has the name
+        await self.spool.__aenter__()
+        try:
+            await self.leader.__aenter__()
+            await self.notifier.__aenter__()
+        except BaseException:
+            await self.leader.stop()
+            await self.spool.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.notifier.__aexit__(exc_type, exc, tb)
+        await self.leader.stop()  # the lease released: the next node leads at its next poll
+        try:
+            async with self._conn() as conn:
+                await self.registry.stopped(conn)
+        except Exception as err:  # noqa: BLE001 - the database away: the name frees in 30 s
+            log.warning("cluster_node_not_unregistered", node=self.node, error=str(err))
+        await self.spool.__aexit__(exc_type, exc, tb)
+
+    @contextlib.asynccontextmanager
+    async def _conn(self) -> AsyncIterator[Any]:
+        pg = self.store.pg_db
+        if pg is None:  # pragma: no cover - built only on PostgreSQL
+            raise ConfigError("the cluster needs a PostgreSQL store")
+        async with pg.read() as conn:
+            yield conn
+
+    async def heartbeat(self, on_lost: Callable[[ConfigError], None]) -> None:
+        """Heartbeat every few seconds until cancelled; ``on_lost`` once the name was
+        taken over by another instance (then this node must stop)."""
+        while True:
+            await sleep_on(self.clock, BEAT_S)
+            try:
+                async with self._conn() as conn:
+                    ours = await self.registry.beat(conn)
+            except Exception as err:  # noqa: BLE001 - the database away: tried again
+                log.info("cluster_heartbeat_failed", node=self.node, error=str(err))
+                continue
+            if not ours:
+                self.failure = ConfigError(
+                    f"cluster.node: another daemon took the node name {self.node!r} while"
+                    " this one could not heartbeat; stopping"
+                )
+                on_lost(self.failure)
+                return
+
+    async def wake_on_events(self, wake: Callable[[], Awaitable[None]]) -> None:
+        """Call ``wake`` whenever a node (this one too) committed events, or notices may
+        have been lost (a reconnect): the log's long-polls re-read after their cursor."""
+        sub = self.notifier.subscribe(EVENTS_CHANNEL)
+        try:
+            async for _notice in sub:
+                await wake()
+        finally:
+            self.notifier.unsubscribe(sub)
+
+    async def health(self) -> dict[str, Any]:
+        """``cluster`` of ``/v1/health``: the node, whether it leads, the lease's holder
+        (``<node>/<random>``, never an address or a password) and the spool."""
+        holder: str | None = None
+        try:
+            async with self._conn() as conn:
+                row = await lease_holder(conn)
+            holder = row.holder if row.valid else None
+        except Exception as err:
+            if not is_unavailable(err):
+                raise
+        stats = await self.spool.stats()
+        return {
+            "node": self.node,
+            "instance": self.registry.instance,
+            "leader": self.leader.term is not None,
+            "leader_holder": holder,
+            "spool": {
+                "unsent": stats.unsent,
+                "dropped": stats.dropped,
+                "delivered": stats.delivered,
+            },
+        }
