@@ -101,20 +101,26 @@ async def _load(raw: Any, blocks: list[Any]) -> None:
     await raw.execute("VACUUM ANALYZE blocks")
 
 
+async def _tsquery_of(conn: Any, text: str) -> str:
+    """The store's tsquery of ``text`` (its lexeme statement, then ``_tsquery``)."""
+    from memwarden.memory.pg._search import CONFIG, WORDS, _tsquery  # noqa: PLC0415
+
+    found = await conn.fetchval(f"SELECT tsvector_to_array(to_tsvector('{CONFIG}', {WORDS}))", text)
+    return _tsquery(list(found or []), any_term=False)
+
+
 async def _time_set(
-    store: Store, raw: Any, queries: list[list[str]], raw_sql: str, store_sql: str, cands: int
+    store: Store, raw: Any, queries: list[list[str]], *, sql: tuple[str, str], cands: int
 ) -> tuple[dict[str, list[int]], float]:
     """Per side, the latency samples; and the store's hits per query."""
-    from memwarden.memory.pg._search import PgSearch, _tsquery  # noqa: PLC0415
-
+    raw_sql, store_sql = sql
     samples: dict[str, list[int]] = {"store": [], "raw": [], "store_sql": []}
     sides = list(samples)
     hits = 0
     states = ["fresh", "unverified", "stale"]
     for i, words in enumerate([*queries[:WARMUP], *queries]):
         text = " ".join(words)
-        lexemes = await PgSearch._lexemes(raw, text)  # not timed: the store's own step
-        tsquery = _tsquery(lexemes, any_term=False)
+        tsquery = await _tsquery_of(raw, text)  # not timed: the store's own step
         for side in sides[i % 3 :] + sides[: i % 3]:
             t0 = time.perf_counter_ns()
             if side == "store":
@@ -155,6 +161,58 @@ async def _avg_matches(raw: Any, queries: list[list[str]]) -> float:
     return total / len(queries)
 
 
+async def _measure(
+    ctx: Context,
+    name: str,
+    store: Store,
+    raw: Any,
+    queries: list[list[str]],
+    *,
+    cands: int,
+    extra: dict[str, Any],
+) -> Result:
+    """One query set: both plans, then the interleaved runs."""
+    raw_sql, store_sql = _raw_sql(), _store_sql()
+    first = " ".join(queries[0])
+    states = ["fresh", "unverified", "stale"]
+    plan = await _plan(raw, raw_sql, first)
+    store_plan = await _plan(raw, store_sql, await _tsquery_of(raw, first), states, cands)
+    ctx.progress(f"{name} raw plan:\n      " + plan.replace("\n", "\n      "))
+    ctx.progress(f"{name} store plan:\n      " + store_plan.replace("\n", "\n      "))
+    uses_gin = all("blocks_search" in p for p in (plan, store_plan))
+    ctx.progress(f"{name}: {len(queries)} queries each (+{WARMUP} warm-up), interleaved")
+    samples, hits = await _time_set(store, raw, queries, sql=(raw_sql, store_sql), cands=cands)
+    s, r = percentiles_ms(samples["store"]), percentiles_ms(samples["raw"])
+    sql = percentiles_ms(samples["store_sql"])
+    ratio = s["p95"] / r["p95"]
+    return Result(
+        name=name,
+        value=s["p95"],
+        unit="ms p95",
+        baseline=r["p95"],
+        ratio=ratio,
+        target=f"p95 <= {TARGET_RATIO:g}x raw",
+        ok=ratio <= TARGET_RATIO and uses_gin,
+        extra={
+            "p50": s["p50"],
+            "p99": s["p99"],
+            "baseline_p50": r["p50"],
+            "baseline_p99": r["p99"],
+            # the store's candidate statement on the raw connection
+            "store_sql_p50": sql["p50"],
+            "store_sql_p95": sql["p95"],
+            "queries": len(queries),
+            "candidates": cands,
+            "avg_matches": await _avg_matches(raw, queries),
+            "avg_hits": hits,
+            "uses_blocks_search": uses_gin,
+            "plan": plan,
+            "store_plan": store_plan,
+            **extra,
+        },
+    )
+
+
 @benchmark("pg_search", position=42, results=("pg_search_common", "pg_search_mid"))
 async def pg_search(ctx: Context) -> list[Result]:
     missing = _missing()
@@ -176,7 +234,6 @@ async def pg_search(ctx: Context) -> list[Result]:
         texts.extend(f"{b.title} {b.content}" for b in chunk)
         blocks.extend(chunk)
     common, mid = _queries(corpus, texts, n_queries)
-    raw_sql, store_sql = _raw_sql(), _store_sql()
 
     results = []
     with PgServer(bindir) as server:
@@ -193,62 +250,13 @@ async def pg_search(ctx: Context) -> list[Result]:
             preload_s = time.perf_counter() - t
             size = await raw.fetchval("SELECT pg_total_relation_size('blocks')")
             ctx.progress(f"loaded in {preload_s:.1f} s ({size / 2**20:.0f} MiB with indexes)")
+            extra = {"blocks": n_blocks, "preload_s": preload_s, "postgresql": version}
             async with Store(dsn, clock=FakeClock(T0 + 3600.0)) as store:
                 assert store.pg_db is not None
                 cands = max(store.policy.ranking.candidates, LIMIT)
                 for name, queries in (("pg_search_common", common), ("pg_search_mid", mid)):
-                    from memwarden.memory.pg._search import PgSearch, _tsquery  # noqa: PLC0415
-
-                    first = " ".join(queries[0])
-                    lexemes = await PgSearch._lexemes(raw, first)
-                    states = ["fresh", "unverified", "stale"]
-                    plan = await _plan(raw, raw_sql, first)
-                    store_plan = await _plan(
-                        raw, store_sql, _tsquery(lexemes, any_term=False), states, cands
-                    )
-                    ctx.progress(f"{name} raw plan:\n      " + plan.replace("\n", "\n      "))
-                    ctx.progress(
-                        f"{name} store plan:\n      " + store_plan.replace("\n", "\n      ")
-                    )
-                    uses_gin = all("blocks_search" in p for p in (plan, store_plan))
-                    ctx.progress(
-                        f"{name}: {len(queries)} queries each (+{WARMUP} warm-up), interleaved"
-                    )
-                    samples, hits = await _time_set(
-                        store, raw, queries, raw_sql, store_sql, cands
-                    )
-                    s, r = percentiles_ms(samples["store"]), percentiles_ms(samples["raw"])
-                    sql = percentiles_ms(samples["store_sql"])
-                    ratio = s["p95"] / r["p95"]
                     results.append(
-                        Result(
-                            name=name,
-                            value=s["p95"],
-                            unit="ms p95",
-                            baseline=r["p95"],
-                            ratio=ratio,
-                            target=f"p95 <= {TARGET_RATIO:g}x raw",
-                            ok=ratio <= TARGET_RATIO and uses_gin,
-                            extra={
-                                "p50": s["p50"],
-                                "p99": s["p99"],
-                                "baseline_p50": r["p50"],
-                                "baseline_p99": r["p99"],
-                                # the store's candidate statement on the raw connection
-                                "store_sql_p50": sql["p50"],
-                                "store_sql_p95": sql["p95"],
-                                "queries": len(queries),
-                                "blocks": n_blocks,
-                                "candidates": cands,
-                                "avg_matches": await _avg_matches(raw, queries),
-                                "avg_hits": hits,
-                                "uses_blocks_search": uses_gin,
-                                "plan": plan,
-                                "store_plan": store_plan,
-                                "preload_s": preload_s,
-                                "postgresql": version,
-                            },
-                        )
+                        await _measure(ctx, name, store, raw, queries, cands=cands, extra=extra)
                     )
         finally:
             await raw.close()
