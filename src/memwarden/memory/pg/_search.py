@@ -310,17 +310,25 @@ class PgSearch:
             BlockState.STALE.value: rank.stale,
             BlockState.REFUTED.value: rank.refuted,
         }
-        hits = []
-        for relevance, bound, deps, columns in rows:
+        # Every candidate's score first; the hits (their warnings, their JSON) only for
+        # the ``limit`` best: a stable sort by score, as sorting the hits themselves was.
+        scored = []
+        for i, (relevance, _bound, _deps, columns) in enumerate(rows):
             rec = record_from_row(columns)  # the freshness rules read the record here
             state = effective_state(rec, now)
             freshness = factor[state]
             kept = retention(rec, now, cfg)
+            score = relevance * freshness * rec.reliability * kept
+            scored.append((score, i, rec, state, freshness, kept))
+        scored.sort(key=lambda s: s[0], reverse=True)
+        hits = []
+        for score, i, rec, state, freshness, kept in scored[:limit]:
+            relevance, bound, deps, columns = rows[i]
             hits.append(
                 SearchHit(
                     columns=columns,
                     state=state,
-                    score=relevance * freshness * rec.reliability * kept,
+                    score=score,
                     relevance=relevance,
                     freshness=freshness,
                     reliability=rec.reliability,
@@ -335,5 +343,4 @@ class PgSearch:
                     _record=[rec],
                 )
             )
-        hits.sort(key=lambda h: h.score, reverse=True)
-        return hits[:limit]
+        return hits
