@@ -101,14 +101,6 @@ async def _load(raw: Any, blocks: list[Any]) -> None:
     await raw.execute("VACUUM ANALYZE blocks")
 
 
-async def _tsquery_of(conn: Any, text: str) -> str:
-    """The store's tsquery of ``text`` (its lexeme statement, then ``_tsquery``)."""
-    from memwarden.memory.pg._search import CONFIG, WORDS, _tsquery  # noqa: PLC0415
-
-    found = await conn.fetchval(f"SELECT tsvector_to_array(to_tsvector('{CONFIG}', {WORDS}))", text)
-    return _tsquery(list(found or []), any_term=False)
-
-
 async def _time_set(
     store: Store, raw: Any, queries: list[list[str]], *, sql: tuple[str, str], cands: int
 ) -> tuple[dict[str, list[int]], float]:
@@ -120,7 +112,6 @@ async def _time_set(
     states = ["fresh", "unverified", "stale"]
     for i, words in enumerate([*queries[:WARMUP], *queries]):
         text = " ".join(words)
-        tsquery = await _tsquery_of(raw, text)  # not timed: the store's own step
         for side in sides[i % 3 :] + sides[: i % 3]:
             t0 = time.perf_counter_ns()
             if side == "store":
@@ -128,7 +119,7 @@ async def _time_set(
             elif side == "raw":
                 got = await raw.fetch(raw_sql, text)
             else:
-                got = await raw.fetch(store_sql, tsquery, states, cands)
+                got = await raw.fetch(store_sql, text, states, cands)
             dt = time.perf_counter_ns() - t0
             if i >= WARMUP:
                 samples[side].append(dt)
@@ -137,14 +128,15 @@ async def _time_set(
 
 
 def _store_sql() -> str:
-    """The store's candidate statement (``PgSearch._candidates`` without namespaces)."""
+    """The store's candidate statement (``PgSearch._candidates`` with every word, the
+    tsquery made from the words in the statement, without namespaces)."""
     from memwarden.memory._codec import BLOCK_COLUMNS  # noqa: PLC0415
-    from memwarden.memory.pg._search import _ATTACHED, RANK_WEIGHTS  # noqa: PLC0415
+    from memwarden.memory.pg._search import _ATTACHED, _EVERY_WORD, RANK_WEIGHTS  # noqa: PLC0415
 
     return f"""
             SELECT ts_rank_cd('{RANK_WEIGHTS}', b.search, q, 32) AS relevance, {_ATTACHED},
                 {", ".join("b." + c for c in BLOCK_COLUMNS)}
-            FROM blocks b, CAST($1 AS tsquery) AS q
+            FROM blocks b, {_EVERY_WORD} AS q
             WHERE b.search @@ q AND b.state <> 'archived' AND b.state = ANY($2::text[])
             ORDER BY relevance DESC, b.rid LIMIT $3
             """
@@ -176,7 +168,7 @@ async def _measure(
     first = " ".join(queries[0])
     states = ["fresh", "unverified", "stale"]
     plan = await _plan(raw, raw_sql, first)
-    store_plan = await _plan(raw, store_sql, await _tsquery_of(raw, first), states, cands)
+    store_plan = await _plan(raw, store_sql, first, states, cands)
     ctx.progress(f"{name} raw plan:\n      " + plan.replace("\n", "\n      "))
     ctx.progress(f"{name} store plan:\n      " + store_plan.replace("\n", "\n      "))
     uses_gin = all("blocks_search" in p for p in (plan, store_plan))
