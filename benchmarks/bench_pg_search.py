@@ -15,15 +15,15 @@ other column as the store wrote the first; the generated ``search`` column compu
 rows arrive; the row triggers off meanwhile: they feed the embedding queue and the
 retention points, which a keyword search reads neither of), then ``VACUUM ANALYZE``.
 
-Store: ``await store.search(" ".join(words), limit=10)`` (a pooled reader, the query's
-lexemes, the ``ranking.candidates`` best matches by ``ts_rank_cd`` with their bindings and
+Store: ``await store.search(" ".join(words), limit=10)`` (a pooled reader; one
+statement: the query's lexemes made a tsquery, the ``ranking.candidates`` best matches by ``ts_rank_cd`` with their bindings and
 dependencies, the re-ranking by freshness x reliability x retention in Python, the
 ``SearchHit``\\ s). Baseline: the top 10 by ``ts_rank_cd`` (the store's weights and
 normalisation) of ``plainto_tsquery`` over the same words, ``search @@ q AND state <>
 'archived'`` (the GIN index's predicate), with ``fetch`` on a raw asyncpg connection: the
 equivalent of the SQLite benchmark's raw BM25 top 10. The store's own candidate statement
 on the raw connection is timed too (``store_sql_*``: what PostgreSQL costs the store, apart
-from the pool, the lexeme statement and the Python around it). Runs interleave (the first
+from the pool and the Python around it). Runs interleave (the first
 of each round rotating) so all see the same cache and machine noise. Both plans are
 printed and recorded; each must use the GIN index ``blocks_search``.
 """
