@@ -16,11 +16,12 @@ rows arrive; the row triggers off meanwhile: they feed the embedding queue and t
 retention points, which a keyword search reads neither of), then ``VACUUM ANALYZE``.
 
 Store: ``await store.search(" ".join(words), limit=10)`` (a pooled reader; one
-statement: the query's lexemes made a tsquery, the ``ranking.candidates`` best matches by ``ts_rank_cd`` with their bindings and
-dependencies, the re-ranking by freshness x reliability x retention in Python, the
-``SearchHit``\\ s). Baseline: the top 10 by ``ts_rank_cd`` (the store's weights and
-normalisation) of ``plainto_tsquery`` over the same words, ``search @@ q AND state <>
-'archived'`` (the GIN index's predicate), with ``fetch`` on a raw asyncpg connection: the
+statement: the query's lexemes made a tsquery, the ``ranking.candidates`` best matches
+by ``ts_rank_cd`` with their bindings and dependencies; the re-ranking by freshness x
+reliability x retention in Python, the ``SearchHit``\\ s). Baseline: the top 10 by
+``ts_rank_cd`` (the store's weights and normalisation) of ``plainto_tsquery`` over the
+same words, ``search @@ q AND state <> 'archived'`` (the GIN index's predicate), with
+``fetch`` on a raw asyncpg connection: the
 equivalent of the SQLite benchmark's raw BM25 top 10. The store's own candidate statement
 on the raw connection is timed too (``store_sql_*``: what PostgreSQL costs the store, apart
 from the pool and the Python around it). Runs interleave (the first
