@@ -29,6 +29,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
     bench_pg_drivers,
     bench_pg_erasure,
     bench_pg_ingest,
+    bench_pg_search,
     bench_pg_sweep,
     bench_read_through,
     bench_redact,

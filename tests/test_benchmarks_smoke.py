@@ -41,6 +41,8 @@ FIGURES = {
     "pg_ingest",
     "pg_ingest_two_nodes",
     "pg_sweep",
+    "pg_search_common",
+    "pg_search_mid",
     "pg_decay",
     "pg_erase_10k",
 }

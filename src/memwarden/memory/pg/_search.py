@@ -64,6 +64,15 @@ RANK_WEIGHTS = "{0.0, 0.75, 0.5, 1.0}"
 CONFIG = "memwarden_search"
 # The query's words as the index saw the block's: the same punctuation-to-space rule.
 WORDS = "regexp_replace($1, '[!-/:-@\\[-`{-~]+', ' ', 'g')"
+# The tsquery ``_tsquery(lexemes, any_term=False)`` makes, made in SQL from the words $1
+# (the same lexemes, the same quoting, in the same order); NULL, which matches nothing,
+# when there are no lexemes.
+_EVERY_WORD = (
+    "(SELECT CASE WHEN cardinality(a) = 0 THEN NULL ELSE array_to_string(ARRAY("
+    r"SELECT '''' || replace(replace(lex, '\', '\\'), '''', '''''') || ''''"
+    " FROM unnest(a) WITH ORDINALITY AS u(lex, n) ORDER BY n), ' & ')::tsquery END AS q"
+    f" FROM (SELECT tsvector_to_array(to_tsvector('{CONFIG}', {WORDS})) AS a) AS t OFFSET 0)"
+)
 _LIVE = ("fresh", "unverified", "stale")
 _RID = BLOCK_COLUMNS.index("rid")
 # A candidate's bindings and dependencies, as JSON text (SQLite's json_group_array).
@@ -255,13 +264,15 @@ class PgSearch:
         states = [*_LIVE, BlockState.REFUTED.value] if include_refuted else list(_LIVE)
         cands = max(self.policy.ranking.candidates, limit)
         async with self.db.read() as conn:
-            lexemes = await self._lexemes(conn, " ".join(terms))
-            if not lexemes:
-                return []
+            # Every word, the lexemes made in the same statement (one round trip); only
+            # when nothing matched, the lexemes alone: none, or any word of several.
             rows = await self._candidates(
-                conn, _tsquery(lexemes, any_term=False), states, namespaces, cands
+                conn, " ".join(terms), states, namespaces, cands, query_sql=_EVERY_WORD
             )
-            if not rows and len(lexemes) > 1:
+            if rows:
+                return self._ranked(rows, now, limit)
+            lexemes = await self._lexemes(conn, " ".join(terms))
+            if len(lexemes) > 1:
                 rows = await self._candidates(
                     conn, _tsquery(lexemes, any_term=True), states, namespaces, cands
                 )
@@ -281,7 +292,11 @@ class PgSearch:
         states: list[str],
         namespaces: Sequence[str] | None,
         cands: int,
+        *,
+        query_sql: str = "CAST($1 AS tsquery)",
     ) -> list[tuple[float, str, str, tuple[Any, ...]]]:
+        """The ``cands`` best matches of ``tsquery`` (or of the words ``query_sql`` makes
+        a tsquery of), of ``states`` (and ``namespaces``), with bindings and dependencies."""
         scope = "" if namespaces is None else " AND b.namespace = ANY($4::text[])"
         args: list[object] = [tsquery, states, cands]
         if namespaces is not None:
@@ -290,7 +305,7 @@ class PgSearch:
             f"""
             SELECT ts_rank_cd('{RANK_WEIGHTS}', b.search, q, 32) AS relevance, {_ATTACHED},
                 {", ".join("b." + c for c in BLOCK_COLUMNS)}
-            FROM blocks b, CAST($1 AS tsquery) AS q
+            FROM blocks b, {query_sql} AS q
             WHERE b.search @@ q AND b.state <> 'archived' AND b.state = ANY($2::text[]){scope}
             ORDER BY relevance DESC, b.rid LIMIT $3
             """,
@@ -310,17 +325,25 @@ class PgSearch:
             BlockState.STALE.value: rank.stale,
             BlockState.REFUTED.value: rank.refuted,
         }
-        hits = []
-        for relevance, bound, deps, columns in rows:
+        # Every candidate's score first; the hits (their warnings, their JSON) only for
+        # the ``limit`` best: a stable sort by score, as sorting the hits themselves was.
+        scored = []
+        for i, (relevance, _bound, _deps, columns) in enumerate(rows):
             rec = record_from_row(columns)  # the freshness rules read the record here
             state = effective_state(rec, now)
             freshness = factor[state]
             kept = retention(rec, now, cfg)
+            score = relevance * freshness * rec.reliability * kept
+            scored.append((score, i, rec, state, freshness, kept))
+        scored.sort(key=lambda s: s[0], reverse=True)
+        hits = []
+        for score, i, rec, state, freshness, kept in scored[:limit]:
+            relevance, bound, deps, columns = rows[i]
             hits.append(
                 SearchHit(
                     columns=columns,
                     state=state,
-                    score=relevance * freshness * rec.reliability * kept,
+                    score=score,
                     relevance=relevance,
                     freshness=freshness,
                     reliability=rec.reliability,
@@ -335,5 +358,4 @@ class PgSearch:
                     _record=[rec],
                 )
             )
-        hits.sort(key=lambda h: h.score, reverse=True)
-        return hits[:limit]
+        return hits
