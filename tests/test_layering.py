@@ -20,7 +20,18 @@ ALLOWED: dict[str, set[str]] = {
     "mqtt": {"plugins", "memory"},  # the wire: daemon and agent; never the daemon
     # daemon answers with the API's documented answer types, which live with the client
     # (TypedDicts the client returns); the client never imports the daemon
-    "daemon": {"sensors", "hosting", "mqtt", "plugins", "memory", "client", "privacy", "embedders"},
+    # and, on PostgreSQL, runs as a node of a cluster (leader lease, node registry, spool)
+    "daemon": {
+        "sensors",
+        "hosting",
+        "mqtt",
+        "plugins",
+        "memory",
+        "client",
+        "privacy",
+        "embedders",
+        "cluster",
+    },
     "privacy": set(),  # detectors and the policy: the daemon applies them at its doors
     "agent": {"daemon", "hosting", "mqtt", "plugins", "memory"},
     "client": {"memory"},
