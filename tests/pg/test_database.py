@@ -221,3 +221,16 @@ def test_redact_dsn_hides_every_password(dsn: str, shown: str) -> None:
     from memwarden.memory.pg import redact_dsn  # noqa: PLC0415
 
     assert redact_dsn(dsn) == shown
+
+
+async def test_a_reader_left_in_a_transaction_comes_back_rolled_back(pg_server: PgServer) -> None:
+    """The pool's light reset: a read that leaves a transaction open (cancelled inside
+    one) does not hand it to the next read; what it wrote there is gone."""
+    async with PgDatabase(pg_server.create_database(), readers=1) as db:
+        async with db.read() as conn:
+            await conn.execute("BEGIN")
+            await conn.execute("CREATE TABLE left_open (x int)")
+            assert conn.is_in_transaction()
+        async with db.read() as conn:
+            assert not conn.is_in_transaction()
+            assert await conn.fetchval("SELECT to_regclass('left_open')") is None

@@ -72,6 +72,18 @@ def connect_error(dsn: str, err: BaseException) -> StorageError:
     return failure
 
 
+async def _reset(conn: PgConnection) -> None:
+    """What a pooled connection needs on its way back: a transaction left open (a read
+    cancelled inside one) rolled back. asyncpg's default reset also runs ``SELECT
+    pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`` — a round trip on every
+    read (0.12-0.14 ms measured, a third of a search at 100 000 blocks) for session state
+    the store never sets on its pooled connections: its advisory locks are
+    transaction-level or on connections of their own (reviews, the leader, the notifier),
+    it never ``LISTEN``s or ``SET``s on them, and cursors end with their transaction."""
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
+
+
 class PgDatabase:
     """One PostgreSQL database: a writer with group commit and a pool of readers.
 
@@ -141,6 +153,7 @@ class PgDatabase:
                 max_size=self._n_readers + 1,
                 timeout=self._connect_timeout_s,
                 command_timeout=self._command_timeout_s,
+                reset=_reset,
             )
         except CONNECT_ERRORS as err:
             raise connect_error(self.dsn, err) from None
