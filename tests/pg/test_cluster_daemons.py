@@ -382,3 +382,94 @@ def test_a_node_stopped_while_cut_off_keeps_its_spool_for_its_next_start(
     stored = _stored(own_server, database, prefix)
     assert sorted(stored) == sorted(spooled)
     assert set(stored.values()) == {1}
+
+
+def _add_block_on(d: DaemonProcess, subject: str) -> str:
+    added = httpx.post(
+        f"{d.url}/v1/blocks",
+        headers=d.auth,
+        json={
+            "title": f"The {subject} setting",
+            "content": f"{subject} on the edge host says so",
+            "bindings": [{"sensor": REMOTE, "path": subject}],
+        },
+        timeout=10,
+    )
+    assert added.status_code == 201, added.text
+    return str(added.json()["id"])
+
+
+def _refute_on(d: DaemonProcess, subject: str) -> str:
+    event_id = f"r{uuid.uuid4().hex[:12]}"
+    event = {
+        "event_id": event_id,
+        "sensor": REMOTE,
+        "subject": subject,
+        "outcome": "refuted",
+        "reliability": 1.0,  # hard at once
+        "observed_at": datetime.fromtimestamp(time.time() - 1, UTC).isoformat(),
+    }
+    answer = httpx.post(f"{d.url}/v1/events", headers=d.auth, json=[event], timeout=20)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["accepted"] == 1, answer.text
+    return event_id
+
+
+def _notices(d: DaemonProcess, session: str, after: int = 0) -> list[dict[str, Any]]:
+    got = httpx.get(
+        f"{d.url}/v1/events",
+        headers=d.auth,
+        params={"session": session, "after": after},
+        timeout=10,
+    )
+    assert got.status_code == 200, got.text
+    return list(got.json())
+
+
+def test_a_session_on_one_node_is_told_of_a_refutation_applied_on_the_other(
+    pg_server: PgServer, tmp_path: Path, nodes: list[DaemonProcess]
+) -> None:
+    dsn = pg_server.create_database("sessions")
+    a = start_memwarden(tmp_path / "a", env=_env(tmp_path / "a", dsn, "node-a"))
+    nodes.append(a)
+    b = start_memwarden(tmp_path / "b", env=_env(tmp_path / "b", dsn, "node-b"))
+    nodes.append(b)
+    remote = _add_block_on(a, "remote.yaml")
+    local = _add_block_on(a, "local.yaml")
+    unread = _add_block_on(a, "unread.yaml")
+    for block_id in (remote, local):  # the session reads two of them through node A
+        got = httpx.get(
+            f"{a.url}/v1/blocks/{block_id}",
+            headers=a.auth,
+            params={"session": "agent-7"},
+            timeout=10,
+        )
+        assert got.status_code == 200, got.text
+    assert _notices(a, "agent-7") == []
+
+    # Refuted by an event POSTed to node B: node A's session hears of it.
+    event_id = _refute_on(b, "remote.yaml")
+    sent = time.monotonic()
+    [notice] = eventually_blocking(
+        lambda: _notices(a, "agent-7"), timeout_s=10, what="the notice on node A"
+    )
+    told_after = time.monotonic() - sent
+    assert told_after < 5, f"node A told the session {told_after:.1f} s after the commit"
+    print(f"session told on the other node after: {told_after:.3f} s")  # noqa: T201 - the figure
+    assert notice["block_id"] == remote
+    assert notice["state"][1] in ("stale", "refuted")  # a remote fs sensor's weight
+    assert notice["event_id"] == event_id
+    assert notice["seq"] == 1
+    assert _notices(b, "agent-7") == []  # the session read nothing through node B
+
+    # A block nobody read falls: no notice. One refuted through node A itself: told once
+    # (applied here and read back from the effects log).
+    _refute_on(b, "unread.yaml")
+    local_event = _refute_on(a, "local.yaml")
+    [second] = eventually_blocking(
+        lambda: _notices(a, "agent-7", after=1), timeout_s=10, what="the local notice"
+    )
+    assert (second["block_id"], second["event_id"], second["seq"]) == (local, local_event, 2)
+    unread_state = httpx.get(f"{a.url}/v1/blocks/{unread}", headers=a.auth, timeout=10)
+    assert unread_state.json()["state"] in ("stale", "refuted")  # it fell, before `local`
+    assert [n["seq"] for n in _notices(a, "agent-7")] == [1, 2]  # told once, not twice

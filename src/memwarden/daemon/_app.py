@@ -365,13 +365,15 @@ class Daemon:
         self.cluster = await stack.enter_async_context(node)
 
     def _cluster_tasks(self, tg: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
-        """On PostgreSQL: the spool's delivery and the node's heartbeat."""
+        """On PostgreSQL: the spool's delivery, the node's heartbeat, and the listeners
+        (long-polls of the log; session notices of changes applied on any node)."""
         if self.cluster is None:
             return []
         return [
             tg.create_task(self.cluster.ingest.run(), name="spool"),
             tg.create_task(self.cluster.heartbeat(self._node_lost), name="node"),
             tg.create_task(self.cluster.wake_on_events(self._wake_followers), name="listen"),
+            tg.create_task(self.cluster.tell_sessions(self.sessions), name="session_notices"),
         ]
 
     async def _wake_followers(self) -> None:

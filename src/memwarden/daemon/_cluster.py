@@ -10,6 +10,9 @@ needs the ``postgres`` extra); on SQLite the daemon always leads and has no spoo
   passes run while this node holds it; released on a clean stop;
 - the ``memwarden_events`` listener (:class:`~memwarden.cluster.Notifier`): a commit of
   events on any node wakes this node's followers of the log (``GET /v1/events?wait=``);
+- the ``memwarden_effects`` listener: an ingestion on any node that made blocks stale or
+  refuted wakes :class:`EffectsFollower`, which reads the effects log after its cursor
+  and tells this node's :class:`~memwarden.daemon._sessions.SessionWatch`;
 - the local spool (:class:`~memwarden.cluster.SpoolingIngest` over ``<home>/spool.db``):
   the bus's ingestion, so events are kept while the database cannot be reached, and
   delivered after it returns.
@@ -35,16 +38,23 @@ from memwarden.cluster import (
 )
 from memwarden.errors import ConfigError
 from memwarden.memory import sleep_on
-from memwarden.memory.pg._apply import EVENTS_CHANNEL
+from memwarden.memory.pg._apply import (
+    EFFECTS_CHANNEL,
+    EVENTS_CHANNEL,
+    fallen_effects_after,
+    last_effect_seq,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
     from types import TracebackType
 
+    from memwarden.cluster import Subscription
     from memwarden.daemon._config import Settings
+    from memwarden.daemon._sessions import SessionWatch
     from memwarden.memory import ApplyResult, Clock, Store
 
-__all__ = ["ClusterNode", "is_unavailable"]
+__all__ = ["ClusterNode", "EffectsFollower", "is_unavailable"]
 
 log = structlog.get_logger("memwarden.cluster")
 
@@ -80,7 +90,9 @@ class ClusterNode:
         self.ingest = SpoolingIngest(store.apply_events, self.spool, on_delivered=on_delivered)
         # Wake-ups when any node commits events (the log's followers re-read after them).
         self.notifier = Notifier(
-            dsn, channels=[EVENTS_CHANNEL], application_name=f"memwarden notifier {c.node}"
+            dsn,
+            channels=[EVENTS_CHANNEL, EFFECTS_CHANNEL],
+            application_name=f"memwarden notifier {c.node}",
         )
         self.failure: ConfigError | None = None  # the node's name taken over meanwhile
 
@@ -148,6 +160,23 @@ class ClusterNode:
         finally:
             self.notifier.unsubscribe(sub)
 
+    async def tell_sessions(self, watch: SessionWatch) -> None:
+        """Until cancelled: blocks made stale or refuted on any node (this one too) are
+        told to the sessions that read them through this node."""
+        sub = self.notifier.subscribe(EFFECTS_CHANNEL)  # first: nothing after `start` lost
+        try:
+            while True:
+                try:
+                    async with self._conn() as conn:
+                        start = await last_effect_seq(conn)  # sessions read nothing before
+                    break
+                except Exception as err:  # noqa: BLE001 - the database away: tried again
+                    log.info("session_notices_not_started", error=str(err))
+                    await sleep_on(self.clock, BEAT_S)
+            await EffectsFollower(self._conn, watch, self.clock, cursor=(start, 0)).run(sub)
+        finally:
+            self.notifier.unsubscribe(sub)
+
     async def health(self) -> dict[str, Any]:
         """``cluster`` of ``/v1/health``: the node, whether it leads, the lease's holder
         (``<node>/<random>``, never an address or a password) and the spool."""
@@ -171,3 +200,53 @@ class ClusterNode:
                 "delivered": stats.delivered,
             },
         }
+
+
+class EffectsFollower:
+    """Reads the effects log after its cursor on each ``memwarden_effects`` notice or
+    ``missed`` signal, and tells the watch of each block made stale or refuted."""
+
+    def __init__(
+        self,
+        conn: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
+        watch: SessionWatch,
+        clock: Clock,
+        *,
+        cursor: tuple[int, int] = (0, 0),
+        page: int = 500,
+    ) -> None:
+        self._conn = conn
+        self.watch = watch
+        self.clock = clock
+        self.cursor = cursor  # (event seq, block rid) of the last effect read
+        self.page = page
+        self.reads = 0
+
+    async def run(self, sub: Subscription) -> None:
+        async for _notice in sub:  # a notice or `missed`: either way, re-read
+            try:
+                await self.catch_up()
+            except Exception as err:  # noqa: BLE001 - the database away: the reconnect's
+                log.info("session_notices_not_read", error=str(err))  # `missed` re-reads
+
+    async def catch_up(self) -> int:
+        """Tell the watch of every fallen block after the cursor; how many were read."""
+        self.reads += 1
+        read = 0
+        while True:
+            async with self._conn() as conn:
+                rows = await fallen_effects_after(conn, self.cursor, limit=self.page)
+            now = self.clock.time()
+            for row in rows:
+                self.watch.changed(
+                    row.block_id,
+                    before=row.before,
+                    after=row.after,
+                    at=now,
+                    reliability=row.reliability,
+                    event_id=row.event_id,
+                )
+                self.cursor = (row.seq, row.rid)
+            read += len(rows)
+            if len(rows) < self.page:
+                return read

@@ -43,6 +43,9 @@ class SessionWatch:
         self._max_sessions = max_sessions
         self._max_reads = max_reads
         self._closed = False
+        # (block, event) changes already told: a change this node applied is also read
+        # from the effects log on PostgreSQL (daemon/_cluster.py), and told once.
+        self._told: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     def _session(self, name: str) -> _Session:
         s = self._sessions.get(name)
@@ -89,6 +92,13 @@ class SessionWatch:
         many sessions were told."""
         if after not in _FALLEN or before == after:
             return 0
+        if event_id is not None:
+            key = (block_id, event_id)
+            if key in self._told:
+                return 0
+            self._told[key] = None
+            while len(self._told) > 10_000:
+                self._told.popitem(last=False)
         told = 0
         for name in sorted(self._readers.get(block_id, ())):
             s = self._sessions.get(name)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memwarden.memory import _apply
 from memwarden.memory._apply import (
@@ -49,11 +49,24 @@ if TYPE_CHECKING:
     from memwarden.memory.pg._types import PgConnection
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["INGEST_LOCK_KEY", "PgEventLog", "pg_sql"]
+__all__ = [
+    "EFFECTS_CHANNEL",
+    "EVENTS_CHANNEL",
+    "INGEST_LOCK_KEY",
+    "FallenEffect",
+    "PgEventLog",
+    "fallen_effects_after",
+    "last_effect_seq",
+    "pg_sql",
+]
 
 _Prepared = Any  # memwarden.memory._apply._Prepared
 # The channel a committed ingestion notifies, with its last seq (a wake-up, never data).
 EVENTS_CHANNEL = "memwarden_events"
+# The channel a committed ingestion that made blocks stale or refuted notifies, with its
+# last seq (each node's session notices re-read the effects log after their cursor).
+EFFECTS_CHANNEL = "memwarden_effects"
+_FALLEN = ("stale", "refuted")
 # pg_advisory_xact_lock key of ingestion: the first 8 bytes of sha256(b"memwarden.ingest").
 INGEST_LOCK_KEY = int.from_bytes(hashlib.sha256(b"memwarden.ingest").digest()[:8], signed=True)
 _EVENT_INSERTS = frozenset({_apply._EVENT_INSERT, _apply._EVENT_INSERT_PLAIN})  # noqa: SLF001
@@ -197,7 +210,47 @@ async def _apply_job(
         # Wakes the other nodes' followers of the log (`GET /v1/events?wait=`): delivered
         # at commit, and only if this transaction commits (docs/SCALE.md).
         await conn.execute("SELECT pg_notify($1, $2)", EVENTS_CHANNEL, str(max(seqs)))
+        if any(c.after in _FALLEN and c.before != c.after for c in result.changes):
+            # Wakes every node's session notices (they read the effects log after it).
+            await conn.execute("SELECT pg_notify($1, $2)", EFFECTS_CHANNEL, str(max(seqs)))
     return result
+
+
+class FallenEffect(NamedTuple):
+    """A row of the effects log that made a block stale or refuted."""
+
+    seq: int  # the event's seq and the block's rid: the follower's cursor
+    rid: int
+    block_id: str
+    before: str
+    after: str
+    reliability: float
+    event_id: str
+
+
+async def last_effect_seq(conn: PgConnection) -> int:
+    """The highest event seq in the effects log (0 when empty): a new follower's cursor."""
+    return int(await conn.fetchval("SELECT coalesce(max(event_seq), 0) FROM effects"))
+
+
+async def fallen_effects_after(
+    conn: PgConnection, cursor: tuple[int, int], *, limit: int = 500
+) -> list[FallenEffect]:
+    """The effects after ``cursor`` (event seq, block rid) that made a block stale or
+    refuted, in that order (seqs follow commit order: ingestion takes
+    :data:`INGEST_LOCK_KEY`); the last one's ``(seq, rid)`` is the next cursor."""
+    rows = await conn.fetch(
+        "SELECT f.event_seq, f.block_rid, k.id, f.state_before, f.state_after,"
+        " f.reliability_after, e.event_id FROM effects f JOIN blocks k ON k.rid = f.block_rid"
+        " JOIN events e ON e.seq = f.event_seq"
+        " WHERE (f.event_seq, f.block_rid) > ($1, $2) AND f.state_after = ANY($3::text[])"
+        " AND f.state_before <> f.state_after ORDER BY f.event_seq, f.block_rid LIMIT $4",
+        cursor[0],
+        cursor[1],
+        list(_FALLEN),
+        max(1, limit),
+    )
+    return [FallenEffect(int(r[0]), int(r[1]), r[2], r[3], r[4], float(r[5]), r[6]) for r in rows]
 
 
 _EVENT_APPEND = (
