@@ -556,7 +556,7 @@ ALTER TABLE blocks SET (fillfactor = 50);
 """
 
 _V5 = """
--- Several embedding nodes (docs/SCALE.md, "One embedding node"). A node claims a batch
+-- Several embedding nodes (docs/SCALE.md, "Several embedding nodes"). A node claims a batch
 -- of embed_queue rows before running the model: the claim holds until ``until`` by the
 -- database's clock, so the rows of a node that dies mid-batch become free again when it
 -- expires. No foreign key: a block's deletion must never wait on a claim.
