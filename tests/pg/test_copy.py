@@ -31,7 +31,13 @@ if TYPE_CHECKING:
     from tests.pgserver import PgServer
 
 # Tables each side has that the copy leaves out (see memory/pg/_copy.py).
-NOT_COPIED_PG = {"schema_version", "copy_progress", "compaction_guard"}
+NOT_COPIED_PG = {
+    "schema_version",
+    "copy_progress",
+    "compaction_guard",
+    "embed_claims",
+    "vector_stamps",
+}
 
 
 async def populate(path: Path, *, blocks: int = 30) -> None:

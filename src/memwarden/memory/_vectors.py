@@ -457,8 +457,7 @@ class VectorIndex:
         cand = self._shortlist(dist, short)
         k = min(k, len(cand))
         sims = self._rescore(matrix, cand, qvec)
-        top = np.argpartition(-sims, k - 1)[:k]
-        top = top[np.argsort(-sims[top], kind="stable")]
+        top = self._best(sims, rids[cand], k)
         return list(zip(rids[cand[top]].tolist(), sims[top].tolist(), strict=True))
 
     def _shortlist(self, dist: Any, short: int) -> Any:
@@ -512,10 +511,21 @@ class VectorIndex:
             rows = buf[: stop - start]
             np.copyto(rows, matrix[start:stop], casting="unsafe")
             np.matmul(rows, q, out=sims[start:stop])
-        k = min(k, n)
-        top = np.argpartition(-sims, k - 1)[:k] if k < n else np.arange(n)
-        top = top[np.argsort(-sims[top], kind="stable")]
+        top = self._best(sims, rids[:n], min(k, n))
         return list(zip(rids[top].tolist(), sims[top].tolist(), strict=True))
+
+    def _best(self, sims: Any, rids: Any, k: int) -> Any:
+        """The positions of the ``k`` highest ``sims``, best first, equal ones by rid: the
+        same answer whatever order the rows are held in (two nodes on one database hold
+        them in the order each learnt them)."""
+        np = self.np
+        n = len(sims)
+        if k < n:
+            kth = np.partition(sims, n - k)[n - k]
+            top = np.flatnonzero(sims >= kth)
+        else:
+            top = np.arange(n)
+        return top[np.lexsort((rids[top], -sims[top]))[:k]]
 
     # ------------------------------------------------------------------ embedding
 

@@ -69,6 +69,8 @@ _NOT_COPIED = {
     "schema_version": "this backend's own schema version",
     "copy_progress": "this copy's own progress",
     "compaction_guard": "transient: a row lives only inside a compaction transaction",
+    "embed_claims": "transient: a node's claim on queued blocks while it embeds them",
+    "vector_stamps": "derived: filled by a trigger as block_vectors rows arrive",
 }
 # What the SQLite store keeps that is derived, and rebuilt here as rows arrive.
 DERIVED = {

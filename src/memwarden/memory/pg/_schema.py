@@ -555,7 +555,36 @@ _V4 = """
 ALTER TABLE blocks SET (fillfactor = 50);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+_V5 = """
+-- Several embedding nodes (docs/SCALE.md, "Several embedding nodes"). A node claims a batch
+-- of embed_queue rows before running the model: the claim holds until ``until`` by the
+-- database's clock, so the rows of a node that dies mid-batch become free again when it
+-- expires. No foreign key: a block's deletion must never wait on a claim.
+CREATE TABLE embed_claims (
+    block_rid bigint PRIMARY KEY,
+    claimed_by text COLLATE "C" NOT NULL,
+    until timestamptz NOT NULL
+);
+-- Each stored vector's last writing transaction, so a node learns of the vectors other
+-- nodes stored: it reads those written by transactions at or after the oldest one that
+-- was still running when it last looked (pg_snapshot_xmin), by this index.
+CREATE TABLE vector_stamps (
+    block_rid bigint PRIMARY KEY REFERENCES block_vectors (block_rid) ON DELETE CASCADE,
+    xid xid8 NOT NULL
+);
+CREATE INDEX vector_stamps_xid ON vector_stamps (xid);
+CREATE FUNCTION memwarden_vector_stamp() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO vector_stamps (block_rid, xid) VALUES (NEW.block_rid, pg_current_xact_id())
+    ON CONFLICT (block_rid) DO UPDATE SET xid = EXCLUDED.xid;
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER vector_stamp AFTER INSERT OR UPDATE ON block_vectors FOR EACH ROW
+    EXECUTE FUNCTION memwarden_vector_stamp();
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # The SQLite schema version whose tables this schema holds: a copy from SQLite reads the
