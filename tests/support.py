@@ -340,10 +340,13 @@ def assert_responsive(
     """``/healthz`` stayed fast while something hostile ran: 95 % of the answers within
     ``p95_ms`` and none over ``worst_ms``. On a loaded 2-core machine one answer in a few
     dozen can wait half a second for a CPU; a daemon stalled by the input shows in every
-    sample, so a single-sample maximum would test the machine, not the daemon."""
+    sample, so a single-sample maximum would test the machine, not the daemon: over fewer
+    than 20 answers (a short hostile run) the slowest one is left to ``worst_ms`` alone
+    instead of being the p95 (it was 498 ms of 7 answers in one CI run under load 5+)."""
     assert latencies_ms, "no /healthz answer was measured"
     ordered = sorted(latencies_ms)
-    p95 = ordered[max(0, -(-len(ordered) * 95 // 100) - 1)]
+    outliers = max(1, len(ordered) // 20)
+    p95 = ordered[max(0, len(ordered) - 1 - outliers)]
     shown = f"p95 {p95:.0f} ms, max {ordered[-1]:.0f} ms over {len(ordered)} answers"
     assert p95 < p95_ms, f"/healthz too slow: {shown}"
     assert ordered[-1] < worst_ms, f"/healthz stalled: {shown}"

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.support import eventually, eventually_blocking
+from tests.support import assert_responsive, eventually, eventually_blocking
 
 
 async def test_an_awaitable_that_never_finishes_fails_at_the_deadline():
@@ -64,3 +64,15 @@ def test_the_blocking_form_refuses_an_awaitable_instead_of_passing():
     with pytest.raises(pytest.fail.Exception, match="returned an awaitable"):
         eventually_blocking(cond, timeout_s=5)
     assert eventually_blocking(lambda: 7, timeout_s=1) == 7
+
+
+def test_assert_responsive_judges_the_daemon_not_one_slow_answer():
+    """One answer of a short run may wait for a CPU; a slow daemon shows in most answers,
+    and a stall past ``worst_ms`` fails whatever the count."""
+    assert_responsive([10.0] * 6 + [498.0])
+    assert_responsive([10.0] * 95 + [400.0] * 5)
+    for slow in ([300.0] * 7, [10.0] * 5 + [300.0] * 2, [10.0] * 94 + [400.0] * 6):
+        with pytest.raises(AssertionError, match="too slow"):
+            assert_responsive(slow)
+    with pytest.raises(AssertionError, match="stalled"):
+        assert_responsive([10.0] * 6 + [1200.0])
