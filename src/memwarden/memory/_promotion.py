@@ -230,27 +230,40 @@ async def record_accesses(
         return promoted
 
     promoted: list[BlockRecord] = await db.write(job)
-    if promoted:
-        log.info("core_promoted", blocks=[r.id for r in promoted])
-        core = cfg.promotion.core
-        lines = [
-            _score_line(
-                ScoreResult(
-                    scorer="core",
-                    block_id=r.id,
-                    total=r.stability,
-                    threshold=core.stability_threshold,
-                    breakdown={k: float(v) for k, v in _core_detail(r).items() if k != "to"},
-                    candidate=True,
-                ),
-                at=now,
-                event="core_promotion",
-                promoted=True,
-            )
-            for r in promoted
-        ]
-        await append_lines(score_log, lines)
+    await tell_core_promotions(promoted, cfg=cfg, now=now, score_log=score_log)
     return [r.id for r in promoted]
+
+
+async def tell_core_promotions(
+    promoted: Sequence[BlockRecord],
+    *,
+    cfg: PolicyConfig,
+    now: float,
+    score_log: ScoreLog | None,
+) -> None:
+    """Log blocks an access promoted to core, and write their explained scores to the
+    score log (both backends, after the promotion committed)."""
+    if not promoted:
+        return
+    log.info("core_promoted", blocks=[r.id for r in promoted])
+    core = cfg.promotion.core
+    lines = [
+        _score_line(
+            ScoreResult(
+                scorer="core",
+                block_id=r.id,
+                total=r.stability,
+                threshold=core.stability_threshold,
+                breakdown={k: float(v) for k, v in _core_detail(r).items() if k != "to"},
+                candidate=True,
+            ),
+            at=now,
+            event="core_promotion",
+            promoted=True,
+        )
+        for r in promoted
+    ]
+    await append_lines(score_log, lines)
 
 
 def _core_detail(rec: BlockRecord) -> dict[str, Any]:

@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from memwarden.memory._fts import query_terms
 from memwarden.memory._model import BlockState
 from memwarden.memory._outbox import DROPPED_KEY, OutboxMessage, OutboxStats
@@ -25,12 +23,11 @@ from memwarden.memory._promotion import (
     _ACCESS_COLUMNS,
     _access_record,
     _core_detail,
-    _score_line,
-    append_lines,
+    tell_core_promotions,
 )
 from memwarden.memory.pg._reads import storable
 from memwarden.memory.pg._search import PgSearch, _tsquery
-from memwarden.memory.policy import HealthInputs, ScoreResult, health_report, record_access
+from memwarden.memory.policy import HealthInputs, health_report, record_access
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -45,7 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PgMisc"]
 
-log = structlog.get_logger("memwarden.store")
 
 _DEAD_LETTER_INSERT = (
     "INSERT INTO dead_letters (received_at, source, reason, payload) VALUES ($1, $2, $3, $4)"
@@ -281,26 +277,7 @@ class PgMisc:
             return promoted
 
         promoted: list[BlockRecord] = await self.db.write(job)
-        if promoted:
-            log.info("core_promoted", blocks=[r.id for r in promoted])
-            core = cfg.promotion.core
-            lines = [
-                _score_line(
-                    ScoreResult(
-                        scorer="core",
-                        block_id=r.id,
-                        total=r.stability,
-                        threshold=core.stability_threshold,
-                        breakdown={k: float(v) for k, v in _core_detail(r).items() if k != "to"},
-                        candidate=True,
-                    ),
-                    at=now,
-                    event="core_promotion",
-                    promoted=True,
-                )
-                for r in promoted
-            ]
-            await append_lines(score_log, lines)
+        await tell_core_promotions(promoted, cfg=cfg, now=now, score_log=score_log)
         return [r.id for r in promoted]
 
     # ------------------------------------------------------------------ health
