@@ -1,16 +1,23 @@
 """The PostgreSQL parts behind one object, as the store's façade holds them, for the
 contract tests of the review queue, proposals and quarantine: a stand-in for
-``Store("postgresql://…")`` that answers the calls those scripts make."""
+``Store("postgresql://…")`` that answers the calls those scripts make; and those tests'
+fixtures (:func:`backend_fixtures`): the same script on the SQLite ``Store`` and on
+:class:`PgParts`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
+from memwarden.memory import Store
 from memwarden.memory import _apply as sqlite_apply
 from memwarden.memory import _blocks as sqlite_blocks
 from memwarden.memory import _proposals as sqlite_proposals
 from memwarden.memory import _reviews as sqlite_reviews
+from memwarden.memory._clock import FakeClock
 from memwarden.memory._compaction import CompactionConfig
+from memwarden.memory.pg import PgDatabase
 from memwarden.memory.pg import _blocks as pg_blocks
 from memwarden.memory.pg._apply import PgEventLog
 from memwarden.memory.pg._blocks import PgBlocks
@@ -19,19 +26,18 @@ from memwarden.memory.pg._quarantine import PgQuarantine
 from memwarden.memory.pg._reads import PgReads
 from memwarden.memory.pg._reviews import PgReviews
 from memwarden.memory.policy import PolicyConfig
-from tests.pg.contract import sequential_ids
+from tests.pg.contract import dump_tables, sequential_ids
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
-
-    import pytest
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+    from pathlib import Path
 
     from memwarden.memory._clock import Clock
     from memwarden.memory._model import Block, ValidationEvent
     from memwarden.memory._results import ApplyResult
-    from memwarden.memory.pg import PgDatabase
+    from tests.pgserver import PgServer
 
-__all__ = ["PgParts", "same_ids"]
+__all__ = ["Backend", "PgParts", "backend_fixtures", "same_ids"]
 
 
 def same_ids(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,3 +91,55 @@ class PgParts:
     async def rows(self, sql: str) -> list[tuple[Any, ...]]:
         async with self.db.read() as conn:
             return [tuple(r) for r in await conn.fetch(sql)]
+
+
+class Backend:
+    """One backend's store calls (the SQLite ``Store``, or :class:`PgParts`) and its raw
+    rows; ``dump`` reads ``tables`` (``{table: (columns, order)}``), normalised."""
+
+    def __init__(
+        self,
+        api: Any,
+        clock: FakeClock,
+        rows: Callable[[str], Awaitable[list[tuple[Any, ...]]]],
+        tables: Mapping[str, tuple[str, str]],
+    ) -> None:
+        self.api = api
+        self.clock = clock
+        self.rows = rows
+        self.tables = tables
+
+    async def dump(self) -> dict[str, list[tuple[Any, ...]]]:
+        return await dump_tables(self.rows, self.tables)
+
+
+def backend_fixtures(tables: Mapping[str, tuple[str, str]], start: float) -> tuple[Any, Any, Any]:
+    """The fixtures ``sqlite_backend``, ``pg_backend`` and ``backend`` (both, by
+    parameter) of a contract test module whose rows are ``tables`` and whose clock starts
+    at ``start``: ``sqlite_backend, pg_backend, backend = backend_fixtures(TABLES, START)``."""
+
+    @pytest.fixture
+    async def sqlite_backend(tmp_path: Path) -> AsyncIterator[Backend]:
+        clock = FakeClock(start)
+        async with Store(tmp_path / "m.db", clock=clock) as store:
+
+            async def rows(sql: str) -> list[tuple[Any, ...]]:
+                async with store.db.read() as conn:
+                    return [tuple(r) for r in await conn.execute_fetchall(sql)]
+
+            yield Backend(store, clock, rows, tables)
+
+    @pytest.fixture
+    async def pg_backend(pg_server: PgServer) -> AsyncIterator[Backend]:
+        clock = FakeClock(start)
+        async with PgDatabase(pg_server.create_database()) as db:
+            parts = PgParts(db, clock)
+            yield Backend(parts, clock, parts.rows, tables)
+
+    @pytest.fixture(params=["sqlite", "postgresql"])
+    def backend(request: pytest.FixtureRequest) -> Backend:
+        name = "sqlite_backend" if request.param == "sqlite" else "pg_backend"
+        value: Backend = request.getfixturevalue(name)
+        return value
+
+    return sqlite_backend, pg_backend, backend

@@ -10,17 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from memwarden.memory import Store
-from memwarden.memory._clock import FakeClock
-from memwarden.memory.pg import PgDatabase
-from tests.pg.contract import dump_tables
-from tests.pg.parts import PgParts, same_ids
+from tests.pg.parts import Backend, backend_fixtures, same_ids
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
-    from pathlib import Path
+    from collections.abc import Awaitable
 
-    from tests.pgserver import PgServer
 
 START = 1_767_225_600.0  # 2026-01-01Z
 TABLES = {
@@ -33,43 +27,7 @@ TABLES = {
 }
 
 
-class Backend:
-    def __init__(
-        self, api: Any, clock: FakeClock, rows: Callable[[str], Awaitable[list[tuple[Any, ...]]]]
-    ) -> None:
-        self.api = api
-        self.clock = clock
-        self.rows = rows
-
-    async def dump(self) -> dict[str, list[tuple[Any, ...]]]:
-        return await dump_tables(self.rows, TABLES)
-
-
-@pytest.fixture
-async def sqlite_backend(tmp_path: Path) -> AsyncIterator[Backend]:
-    clock = FakeClock(START)
-    async with Store(tmp_path / "m.db", clock=clock) as store:
-
-        async def rows(sql: str) -> list[tuple[Any, ...]]:
-            async with store.db.read() as conn:
-                return [tuple(r) for r in await conn.execute_fetchall(sql)]
-
-        yield Backend(store, clock, rows)
-
-
-@pytest.fixture
-async def pg_backend(pg_server: PgServer) -> AsyncIterator[Backend]:
-    clock = FakeClock(START)
-    async with PgDatabase(pg_server.create_database()) as db:
-        parts = PgParts(db, clock)
-        yield Backend(parts, clock, parts.rows)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest) -> Backend:
-    name = "sqlite_backend" if request.param == "sqlite" else "pg_backend"
-    value: Backend = request.getfixturevalue(name)
-    return value
+sqlite_backend, pg_backend, backend = backend_fixtures(TABLES, START)
 
 
 async def script(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:

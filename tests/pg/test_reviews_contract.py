@@ -17,12 +17,10 @@ from memwarden.memory import _reviews as sqlite_reviews
 from memwarden.memory._clock import FakeClock, from_ts
 from memwarden.memory._model import ValidationEvent
 from memwarden.memory.pg import PgDatabase
-from tests.pg.contract import dump_tables
-from tests.pg.parts import PgParts, same_ids
+from tests.pg.parts import Backend, PgParts, backend_fixtures, same_ids
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
-    from pathlib import Path
+    from collections.abc import Awaitable
 
     from tests.pgserver import PgServer
 
@@ -50,46 +48,7 @@ TABLES = {
 }
 
 
-class Backend:
-    """One backend's store calls (the Store, or the PostgreSQL parts) and its raw rows."""
-
-    def __init__(
-        self, api: Any, clock: FakeClock, rows: Callable[[str], Awaitable[list[tuple[Any, ...]]]]
-    ) -> None:
-        self.api = api
-        self.clock = clock
-        self.rows = rows
-
-    async def dump(self) -> dict[str, list[tuple[Any, ...]]]:
-        return await dump_tables(self.rows, TABLES)
-
-
-@pytest.fixture
-async def sqlite_backend(tmp_path: Path) -> AsyncIterator[Backend]:
-    clock = FakeClock(START)
-    async with Store(tmp_path / "m.db", clock=clock) as store:
-
-        async def rows(sql: str) -> list[tuple[Any, ...]]:
-            async with store.db.read() as conn:
-                return [tuple(r) for r in await conn.execute_fetchall(sql)]
-
-        yield Backend(store, clock, rows)
-
-
-@pytest.fixture
-async def pg_backend(pg_server: PgServer) -> AsyncIterator[Backend]:
-    clock = FakeClock(START)
-    async with PgDatabase(pg_server.create_database()) as db:
-        parts = PgParts(db, clock)
-        yield Backend(parts, clock, parts.rows)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest) -> Backend:
-    value: Backend = request.getfixturevalue(
-        f"{'sqlite' if request.param == 'sqlite' else 'pg'}_backend"
-    )
-    return value
+sqlite_backend, pg_backend, backend = backend_fixtures(TABLES, START)
 
 
 async def _outcome(call: Awaitable[Any]) -> Any:
@@ -318,7 +277,7 @@ async def test_two_nodes_deciding_one_item_one_wins(pg_server: PgServer) -> None
     clock = FakeClock(START)
     async with PgDatabase(dsn) as db_a, PgDatabase(dsn) as db_b:
         node_a, node_b = PgParts(db_a, clock), PgParts(db_b, clock)
-        backend = Backend(node_a, clock, node_a.rows)
+        backend = Backend(node_a, clock, node_a.rows, TABLES)
         for _ in range(3):
             block_id, review_id = await _queued(backend)
             outcomes = await asyncio.gather(
