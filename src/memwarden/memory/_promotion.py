@@ -29,7 +29,7 @@ from memwarden.memory.policy import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     import aiosqlite
 
@@ -179,18 +179,7 @@ async def record_accesses(
                     (session, *part),
                 ) as cur:
                     seen.update(r[0] for r in await cur.fetchall())
-        promoted: list[BlockRecord] = []
-        accesses: list[tuple[Any, ...]] = []
-        for block_id in ids:
-            rec = records.get(block_id)
-            if rec is None:
-                continue
-            new_session = session is not None and block_id not in seen
-            if new_session:
-                seen.add(block_id)
-            accesses.append((block_id, session, now))
-            if record_access(rec, now, new_session=new_session, cfg=cfg):
-                promoted.append(rec)
+        promoted, accesses = count_accesses(ids, records, seen, session=session, now=now, cfg=cfg)
         if not accesses:
             return []
         await conn.executemany(
@@ -232,6 +221,34 @@ async def record_accesses(
     promoted: list[BlockRecord] = await db.write(job)
     await tell_core_promotions(promoted, cfg=cfg, now=now, score_log=score_log)
     return [r.id for r in promoted]
+
+
+def count_accesses(
+    ids: Sequence[str],
+    records: Mapping[str, BlockRecord],
+    seen: set[str],
+    *,
+    session: str | None,
+    now: float,
+    cfg: PolicyConfig,
+) -> tuple[list[BlockRecord], list[tuple[Any, ...]]]:
+    """Apply one retrieval to each found block's record (both backends): the blocks it
+    promoted to core, and the ``(block_id, session, at)`` access rows to store. ``seen``:
+    the blocks this session had already read (a first read in a session counts more);
+    updated in place."""
+    promoted: list[BlockRecord] = []
+    accesses: list[tuple[Any, ...]] = []
+    for block_id in ids:
+        rec = records.get(block_id)
+        if rec is None:
+            continue
+        new_session = session is not None and block_id not in seen
+        if new_session:
+            seen.add(block_id)
+        accesses.append((block_id, session, now))
+        if record_access(rec, now, new_session=new_session, cfg=cfg):
+            promoted.append(rec)
+    return promoted, accesses
 
 
 async def tell_core_promotions(

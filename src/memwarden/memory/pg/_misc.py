@@ -23,11 +23,12 @@ from memwarden.memory._promotion import (
     _ACCESS_COLUMNS,
     _access_record,
     _core_detail,
+    count_accesses,
     tell_core_promotions,
 )
 from memwarden.memory.pg._reads import storable
 from memwarden.memory.pg._search import PgSearch, _tsquery
-from memwarden.memory.policy import HealthInputs, health_report, record_access
+from memwarden.memory.policy import HealthInputs, health_report
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -223,18 +224,9 @@ class PgMisc:
                         unique,
                     )
                 }
-            promoted: list[BlockRecord] = []
-            accesses: list[tuple[Any, ...]] = []
-            for block_id in ids:
-                rec = records.get(block_id)
-                if rec is None:
-                    continue
-                new_session = session is not None and block_id not in seen
-                if new_session:
-                    seen.add(block_id)
-                accesses.append((block_id, session, now))
-                if record_access(rec, now, new_session=new_session, cfg=cfg):
-                    promoted.append(rec)
+            promoted, accesses = count_accesses(
+                ids, records, seen, session=session, now=now, cfg=cfg
+            )
             if not accesses:
                 return []
             await conn.executemany(
