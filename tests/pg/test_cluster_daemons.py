@@ -168,17 +168,6 @@ def _long_poll_woken_by_the_other_node(
     return woke_by
 
 
-@pytest.fixture
-def nodes() -> Iterator[list[DaemonProcess]]:
-    """Daemons the test starts; every one still running is killed at the end."""
-    started: list[DaemonProcess] = []
-    yield started
-    for d in started:
-        if d.alive():
-            d.process.kill()
-            d.process.wait()
-
-
 def test_a_node_name_is_one_instance_at_a_time(
     pg_server: PgServer, tmp_path: Path, nodes: list[DaemonProcess]
 ) -> None:

@@ -187,16 +187,6 @@ def _stream_killed(d: DaemonProcess, batches: list[list[dict[str, Any]]]) -> set
     return acked
 
 
-@pytest.fixture
-def nodes() -> Iterator[list[DaemonProcess]]:
-    started: list[DaemonProcess] = []
-    yield started
-    for d in started:
-        if d.alive():
-            d.process.kill()
-            d.process.wait()
-
-
 def test_kill_9_mid_ingest_leaves_whole_batches_and_loses_no_acknowledged_event(
     pg_server: PgServer, tmp_path: Path, nodes: list[DaemonProcess]
 ) -> None:
