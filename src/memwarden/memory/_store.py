@@ -801,10 +801,6 @@ class Store:
     ) -> int:
         """How many refuted blocks a search of ``query`` in ``mode`` hides: those
         matching its words, or among its nearest vectors, or either (hybrid)."""
-        if self._misc is not None and self.vectors is None:
-            return await self._misc.count_refuted_matches(
-                query, namespaces=namespaces, mode=mode, limit=limit
-            )
         return await self._search.count_refuted_matches(
             query, namespaces=namespaces, mode=mode, limit=limit
         )

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from memwarden.memory._fts import query_terms
 from memwarden.memory._model import BlockState
 from memwarden.memory._outbox import DROPPED_KEY, OutboxMessage, OutboxStats
 from memwarden.memory._promotion import (
@@ -27,7 +26,6 @@ from memwarden.memory._promotion import (
     tell_core_promotions,
 )
 from memwarden.memory.pg._reads import storable
-from memwarden.memory.pg._search import PgSearch, _tsquery
 from memwarden.memory.policy import HealthInputs, health_report
 
 if TYPE_CHECKING:
@@ -324,34 +322,3 @@ class PgMisc:
             flapping_count=sum(int(r[4] or 0) for r in rows),
         )
         return health_report(inputs, cfg)
-
-    # ------------------------------------------------------------------ search
-
-    async def count_refuted_matches(
-        self,
-        query: str,
-        *,
-        namespaces: Sequence[str] | None = None,
-        mode: str = "keyword",
-        limit: int = 10,
-    ) -> int:
-        """How many refuted blocks a search of ``query`` hides: those matching every word
-        (``keyword`` and ``hybrid``: no vectors on this backend yet, so a ``vector``
-        search hides none)."""
-        del limit  # the vector candidates' count: no vectors here yet
-        if mode == "vector":
-            return 0
-        async with self.db.read() as conn:
-            terms = query_terms(query)
-            lexemes = await PgSearch._lexemes(conn, " ".join(terms)) if terms else []  # noqa: SLF001
-            if not lexemes:
-                return 0
-            scope = "" if namespaces is None else " AND namespace = ANY($2::text[])"
-            names = None if namespaces is None else storable(namespaces)
-            count = await conn.fetchval(
-                "SELECT count(*) FROM blocks WHERE state = 'refuted'"
-                f" AND search @@ CAST($1 AS tsquery){scope}",
-                _tsquery(lexemes, any_term=False),
-                *([names] if names is not None else []),
-            )
-        return int(count)
