@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from memwarden.memory._model import BlockState
+from memwarden.memory._explain import health_from_counts
 from memwarden.memory._outbox import DROPPED_KEY, OutboxMessage, OutboxStats
 from memwarden.memory._promotion import (
     _ACCESS_COLUMNS,
@@ -26,7 +26,6 @@ from memwarden.memory._promotion import (
     tell_core_promotions,
 )
 from memwarden.memory.pg._reads import storable
-from memwarden.memory.policy import HealthInputs, health_report
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -307,18 +306,11 @@ class PgMisc:
                 *([names] if names is not None else []),
             )
         backlog, reviews = pending if pending is not None else (0, 0)
-        by_state = {str(r[0]): int(r[1]) for r in rows}
-        total = sum(by_state.values())
-        inputs = HealthInputs(
-            total=total,
-            by_state=by_state,
-            avg_retention=sum(r[2] or 0.0 for r in rows) / total if total else 1.0,
-            avg_access_count=sum(r[3] or 0 for r in rows) / total if total else 0.0,
-            stale_share=by_state.get(BlockState.STALE.value, 0) / total if total else 0.0,
-            failing_sensors=list(failing_sensors),
+        return health_from_counts(
+            rows,
+            backlog=backlog,
+            reviews=reviews,
+            failing_sensors=failing_sensors,
             sensors_total=sensors_total,
-            revalidation_backlog=int(backlog),
-            pending_reviews=int(reviews),
-            flapping_count=sum(int(r[4] or 0) for r in rows),
+            cfg=cfg,
         )
-        return health_report(inputs, cfg)
