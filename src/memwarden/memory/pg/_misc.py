@@ -13,7 +13,6 @@ answers and rows equal.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from memwarden.memory._explain import health_from_counts
@@ -21,7 +20,6 @@ from memwarden.memory._outbox import DROPPED_KEY, OutboxMessage, OutboxStats
 from memwarden.memory._promotion import (
     _ACCESS_COLUMNS,
     _access_record,
-    _core_detail,
     count_accesses,
     tell_core_promotions,
 )
@@ -221,49 +219,34 @@ class PgMisc:
                         unique,
                     )
                 }
-            promoted, accesses = count_accesses(
-                ids, records, seen, session=session, now=now, cfg=cfg
-            )
-            if not accesses:
+            writes = count_accesses(ids, records, seen, session=session, now=now, cfg=cfg)
+            if not writes.accesses:
                 return []
             await conn.executemany(
-                "INSERT INTO accesses (block_id, session_id, at) VALUES ($1, $2, $3)", accesses
+                "INSERT INTO accesses (block_id, session_id, at) VALUES ($1, $2, $3)",
+                writes.accesses,
             )
-            if session is not None:
+            if writes.sessions:
                 await conn.executemany(
                     "INSERT INTO sessions (block_id, session_id, first_at, last_at, count)"
                     " VALUES ($1, $2, $3, $4, 1) ON CONFLICT (block_id, session_id) DO UPDATE"
                     " SET last_at = greatest(sessions.last_at, excluded.last_at),"
                     " count = sessions.count + 1",
-                    [(block_id, session, now, now) for block_id, _, _ in accesses],
+                    writes.sessions,
                 )
             await conn.executemany(
                 "UPDATE blocks SET access_count = $1, recent_access_count = $2,"
                 " last_accessed_at = $3, session_count = $4, stability = $5, tier = $6"
                 " WHERE rid = $7",
-                [
-                    (
-                        r.access_count,
-                        r.recent_access_count,
-                        r.last_accessed_at,
-                        r.session_count,
-                        r.stability,
-                        r.tier,
-                        r.rid,
-                    )
-                    for r in records.values()
-                ],
+                writes.blocks,
             )
-            if promoted:
+            if writes.audits:
                 await conn.executemany(
                     "INSERT INTO audit (at, actor, action, block_id, detail)"
                     " VALUES ($1, $2, $3, $4, $5)",
-                    [
-                        (now, "memwarden", "promote", r.id, json.dumps(_core_detail(r)))
-                        for r in promoted
-                    ],
+                    writes.audits,
                 )
-            return promoted
+            return writes.promoted
 
         promoted: list[BlockRecord] = await self.db.write(job)
         await tell_core_promotions(promoted, cfg=cfg, now=now, score_log=score_log)
