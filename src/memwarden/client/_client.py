@@ -450,7 +450,8 @@ class AsyncClient:
         """Notices for ``session`` after number ``after``: a fact it read was refuted or
         went stale (long-polls up to ``wait``)."""
         params = {"session": session, "after": after, "wait": wait, "limit": limit}
-        return await self._call("GET", "/v1/events", params, None)  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = await self._call("GET", "/v1/events", params, None)
+        return answer
 
     async def believed_at(self, block_id: str, as_of: str) -> BelievedAt:
         """What was believed about a block at ``as_of`` (ISO 8601): version, content,
@@ -470,9 +471,10 @@ class AsyncClient:
     ) -> dict[str, Any]:
         """A block as JSON with its ``receipt`` (verdict, verified_by/at, age_s, ...); a
         ``session`` is told (:meth:`session_events`) if it later falls."""
-        return await self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call(
             *_Ops.get(block_id, max_age=max_age, fresh=fresh, wait=wait, session=session)
         )
+        return answer
 
     async def update(
         self, block_id: str, patch: Mapping[str, Any], *, if_version: int | None = None
@@ -519,7 +521,7 @@ class AsyncClient:
         re-checks older results first when their check is quick, ``fresh`` any age.
         ``mode``: ``keyword``, ``vector`` or ``hybrid`` (the daemon's default: hybrid
         when it has an embedder)."""
-        return await self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call(
             *_Ops.search(
                 query,
                 limit=limit,
@@ -531,22 +533,26 @@ class AsyncClient:
                 mode=mode,
             )
         )
+        return answer
 
     async def reembed(self) -> dict[str, Any]:
         """Queue every block for a new vector: ``{"queued", "embedder"}``."""
-        return await self._call("POST", "/v1/search/reembed", None, None)  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call("POST", "/v1/search/reembed", None, None)
+        return answer
 
     async def stale(self, limit: int = 100) -> list[Block]:
         data = await self._call("GET", "/v1/stale", {"limit": limit})
         return [_block(b) for b in data]
 
     async def events(self, block_id: str, limit: int = 50) -> list[dict[str, Any]]:
-        return await self._call(  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = await self._call(
             "GET", f"/v1/blocks/{block_id}/events", {"limit": limit}
         )
+        return answer
 
     async def explain(self, block_id: str) -> dict[str, Any]:
-        return await self._call("GET", f"/v1/blocks/{block_id}/explain")  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call("GET", f"/v1/blocks/{block_id}/explain")
+        return answer
 
     async def suggest_bindings(
         self, content: str, *, title: str = "", limit: int = 5
@@ -568,7 +574,10 @@ class AsyncClient:
     ) -> dict[str, Any]:
         """Accept (bind the fact, or record its dependency) or reject a proposal."""
         body = {"action": action, "decided_by": decided_by}
-        return await self._call("POST", f"/v1/proposals/{proposal_id}", None, body)  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call(
+            "POST", f"/v1/proposals/{proposal_id}", None, body
+        )
+        return answer
 
     async def revalidate(self, block_id: str, *, wait: str = "0s") -> RevalidateAnswer:
         """Ask the block's sensors to check it now; wait up to ``wait`` for the outcome."""
@@ -586,32 +595,37 @@ class AsyncClient:
         return answer
 
     async def sensors(self) -> list[dict[str, Any]]:
-        return await self._call("GET", "/v1/sensors")  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = await self._call("GET", "/v1/sensors")
+        return answer
 
     async def request_review(self, block_id: str, reason: str) -> dict[str, Any]:
-        return await self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call(
             "POST", f"/v1/blocks/{block_id}/review", None, {"reason": reason}
         )
+        return answer
 
     async def follow(
         self, after: int = 0, *, wait: str = "10s", limit: int = 100
     ) -> list[dict[str, Any]]:
         """Events after ``after`` (long-polls up to ``wait`` when there are none yet)."""
-        return await self._call(  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = await self._call(
             "GET", "/v1/events", {"after": after, "wait": wait, "limit": limit}
         )
+        return answer
 
     async def reviews(self, status: str = "pending", limit: int = 100) -> list[dict[str, Any]]:
         """The human review queue (``pending``, ``decided`` or ``all``)."""
-        return await self._call(  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = await self._call(
             "GET", "/v1/reviews", {"status": status, "limit": limit}
         )
+        return answer
 
     async def review(self, review_id: str, *, events: int = 10) -> dict[str, Any]:
         """One review item with its block and the evidence."""
-        return await self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call(
             "GET", f"/v1/reviews/{review_id}", {"events": events}
         )
+        return answer
 
     async def decide(
         self,
@@ -629,9 +643,10 @@ class AsyncClient:
             "comment": comment,
             "content": content,
         }
-        return await self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call(
             "POST", f"/v1/reviews/{review_id}/decision", None, body
         )
+        return answer
 
     async def review_link(self, reviewer: str) -> str:
         """A one-time sign-in link to the review page."""
@@ -648,11 +663,13 @@ class AsyncClient:
         params: dict[str, Any] = {"limit": limit}
         if after:
             params["after"] = after
-        return await self._call("GET", "/v1/export", params)  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = await self._call("GET", "/v1/export", params)
+        return answer
 
     async def import_blocks(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         """Import export objects (idempotent by id) and new blocks."""
-        return await self._call("POST", "/v1/import", None, list(rows))  # type: ignore[no-any-return]
+        answer: dict[str, int] = await self._call("POST", "/v1/import", None, list(rows))
+        return answer
 
     async def healthz(self) -> Liveness:
         """Liveness and version (``/healthz``)."""
@@ -783,9 +800,10 @@ class Client:
         self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
     ) -> dict[str, Any]:
         """A block as JSON with its ``receipt``."""
-        return self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = self._call(
             *_Ops.get(block_id, max_age=max_age, fresh=fresh, wait=wait)
         )
+        return answer
 
     def update(
         self, block_id: str, patch: Mapping[str, Any], *, if_version: int | None = None
@@ -821,7 +839,7 @@ class Client:
         max_age: str | None = None,
         mode: str | None = None,
     ) -> dict[str, Any]:
-        return self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = self._call(
             *_Ops.search(
                 query,
                 limit=limit,
@@ -833,21 +851,25 @@ class Client:
                 mode=mode,
             )
         )
+        return answer
 
     def reembed(self) -> dict[str, Any]:
         """Queue every block for a new vector: ``{"queued", "embedder"}``."""
-        return self._call("POST", "/v1/search/reembed", None, None)  # type: ignore[no-any-return]
+        answer: dict[str, Any] = self._call("POST", "/v1/search/reembed", None, None)
+        return answer
 
     def stale(self, limit: int = 100) -> list[Block]:
         return [_block(b) for b in self._call("GET", "/v1/stale", {"limit": limit})]
 
     def events(self, block_id: str, limit: int = 50) -> list[dict[str, Any]]:
-        return self._call(  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = self._call(
             "GET", f"/v1/blocks/{block_id}/events", {"limit": limit}
         )
+        return answer
 
     def explain(self, block_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/v1/blocks/{block_id}/explain")  # type: ignore[no-any-return]
+        answer: dict[str, Any] = self._call("GET", f"/v1/blocks/{block_id}/explain")
+        return answer
 
     def suggest_bindings(self, content: str, *, title: str = "", limit: int = 5) -> SuggestAnswer:
         answer: SuggestAnswer = self._call(*_Ops.suggest(content, title, limit))
@@ -863,7 +885,8 @@ class Client:
         self, proposal_id: str, action: Literal["accept", "reject"], *, decided_by: str
     ) -> dict[str, Any]:
         body = {"action": action, "decided_by": decided_by}
-        return self._call("POST", f"/v1/proposals/{proposal_id}", None, body)  # type: ignore[no-any-return]
+        answer: dict[str, Any] = self._call("POST", f"/v1/proposals/{proposal_id}", None, body)
+        return answer
 
     def revalidate(self, block_id: str, *, wait: str = "0s") -> RevalidateAnswer:
         answer: RevalidateAnswer = self._call(
@@ -876,32 +899,35 @@ class Client:
         return answer
 
     def sensors(self) -> list[dict[str, Any]]:
-        return self._call("GET", "/v1/sensors")  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = self._call("GET", "/v1/sensors")
+        return answer
 
     def request_review(self, block_id: str, reason: str) -> dict[str, Any]:
-        return self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = self._call(
             "POST", f"/v1/blocks/{block_id}/review", None, {"reason": reason}
         )
+        return answer
 
     def follow(
         self, after: int = 0, *, wait: str = "10s", limit: int = 100
     ) -> list[dict[str, Any]]:
         """Events after ``after`` (long-polls up to ``wait`` when there are none yet)."""
-        return self._call(  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = self._call(
             "GET", "/v1/events", {"after": after, "wait": wait, "limit": limit}
         )
+        return answer
 
     def reviews(self, status: str = "pending", limit: int = 100) -> list[dict[str, Any]]:
         """The human review queue (``pending``, ``decided`` or ``all``)."""
-        return self._call(  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = self._call(
             "GET", "/v1/reviews", {"status": status, "limit": limit}
         )
+        return answer
 
     def review(self, review_id: str, *, events: int = 10) -> dict[str, Any]:
         """One review item with its block and the evidence."""
-        return self._call(  # type: ignore[no-any-return]
-            "GET", f"/v1/reviews/{review_id}", {"events": events}
-        )
+        answer: dict[str, Any] = self._call("GET", f"/v1/reviews/{review_id}", {"events": events})
+        return answer
 
     def decide(
         self,
@@ -919,9 +945,8 @@ class Client:
             "comment": comment,
             "content": content,
         }
-        return self._call(  # type: ignore[no-any-return]
-            "POST", f"/v1/reviews/{review_id}/decision", None, body
-        )
+        answer: dict[str, Any] = self._call("POST", f"/v1/reviews/{review_id}/decision", None, body)
+        return answer
 
     def review_link(self, reviewer: str) -> str:
         """A one-time sign-in link to the review page."""
@@ -937,11 +962,13 @@ class Client:
         params: dict[str, Any] = {"limit": limit}
         if after:
             params["after"] = after
-        return self._call("GET", "/v1/export", params)  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = self._call("GET", "/v1/export", params)
+        return answer
 
     def import_blocks(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         """Import export objects (idempotent by id) and new blocks."""
-        return self._call("POST", "/v1/import", None, list(rows))  # type: ignore[no-any-return]
+        answer: dict[str, int] = self._call("POST", "/v1/import", None, list(rows))
+        return answer
 
     def healthz(self) -> Liveness:
         """Liveness and version (``/healthz``)."""
