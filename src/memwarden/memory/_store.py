@@ -213,44 +213,32 @@ class Store:
         self, dsn: str, readers: int, max_jobs: int, embedder: EmbedderLike | None, batch: int
     ) -> None:
         """The PostgreSQL parts on one :class:`PgDatabase` (asyncpg is imported here)."""
-        from memwarden.memory.pg._apply import PgEventLog  # noqa: PLC0415 - an extra's driver
-        from memwarden.memory.pg._blocks import PgBlocks  # noqa: PLC0415
-        from memwarden.memory.pg._database import PgDatabase  # noqa: PLC0415
-        from memwarden.memory.pg._erasure import PgErasure  # noqa: PLC0415
-        from memwarden.memory.pg._evidence import PgEvidence  # noqa: PLC0415
-        from memwarden.memory.pg._maintenance import PgMaintenance  # noqa: PLC0415
-        from memwarden.memory.pg._misc import PgMisc  # noqa: PLC0415
-        from memwarden.memory.pg._proposals import PgProposals  # noqa: PLC0415
-        from memwarden.memory.pg._quarantine import PgQuarantine  # noqa: PLC0415
-        from memwarden.memory.pg._reads import PgReads  # noqa: PLC0415
-        from memwarden.memory.pg._revalidation import PgRevalidations  # noqa: PLC0415
-        from memwarden.memory.pg._reviews import PgReviews  # noqa: PLC0415
-        from memwarden.memory.pg._search import PgSearch  # noqa: PLC0415
-        from memwarden.memory.pg._transfer import PgTransfer  # noqa: PLC0415
-        from memwarden.memory.pg._vectors import PgVectorIndex  # noqa: PLC0415
+        from memwarden.memory.pg import _parts as pg  # noqa: PLC0415 - an extra's driver
 
         self._db = None
-        self.pg_db = db = PgDatabase(dsn, readers=readers, max_jobs_per_commit=max_jobs)
+        self.pg_db = db = pg.PgDatabase(dsn, readers=readers, max_jobs_per_commit=max_jobs)
         clock, policy = self.clock, self.policy
-        self._blocks = PgBlocks(db, clock, policy)
-        self._events = PgEventLog(db, clock, policy, self.compaction)
-        self._revalidations = PgRevalidations(db, clock, policy)
-        self._search = PgSearch(db, clock, policy)
+        self._blocks = pg.PgBlocks(db, clock, policy)
+        self._events = pg.PgEventLog(db, clock, policy, self.compaction)
+        self._revalidations = pg.PgRevalidations(db, clock, policy)
+        self._search = pg.PgSearch(db, clock, policy)
         self.vectors = (
-            PgVectorIndex(db, embedder, batch=batch, clock=clock) if embedder is not None else None
+            pg.PgVectorIndex(db, embedder, batch=batch, clock=clock)
+            if embedder is not None
+            else None
         )
         self._search.vectors = self.vectors
-        self._reads = PgReads(db, clock, policy)
-        self._evidence = evidence = PgEvidence(db, clock, policy)
-        self._misc = misc = PgMisc(db, clock, policy, self.compaction)
+        self._reads = pg.PgReads(db, clock, policy)
+        self._evidence = evidence = pg.PgEvidence(db, clock, policy)
+        self._misc = misc = pg.PgMisc(db, clock, policy, self.compaction)
         self._pg = _PgParts(
             misc=misc,
-            maintenance=PgMaintenance(db, clock, policy, self.compaction),
-            reviews=PgReviews(db, self),
-            proposals=PgProposals(db, clock),
-            quarantine=PgQuarantine(db, clock, apply=self.apply_events),
-            erasure=PgErasure(db, clock, vectors=self.vectors),
-            transfer=PgTransfer(db, clock, policy),
+            maintenance=pg.PgMaintenance(db, clock, policy, self.compaction),
+            reviews=pg.PgReviews(db, self),
+            proposals=pg.PgProposals(db, clock),
+            quarantine=pg.PgQuarantine(db, clock, apply=self.apply_events),
+            erasure=pg.PgErasure(db, clock, vectors=self.vectors),
+            transfer=pg.PgTransfer(db, clock, policy),
             evidence=evidence,
         )
         self._share_score_log()
