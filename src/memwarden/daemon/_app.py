@@ -1541,14 +1541,18 @@ class Daemon:
                 self.metrics.invalidation_latency.labels(change.sensor).observe(
                     max(0.0, now - change.observed_at)
                 )
-            self.sessions.changed(
-                change.block_id,
-                before=change.before,
-                after=change.after,
-                at=now,
-                reliability=change.reliability,
-                event_id=change.event_id,
-            )
+            if change.event_id or self.cluster is None:
+                # A dependency's fall has no event: on PostgreSQL every node (this one
+                # too) tells it from `block_falls` (daemon/_cluster.py), once.
+                self.sessions.changed(
+                    change.block_id,
+                    before=change.before,
+                    after=change.after,
+                    at=now,
+                    reliability=change.reliability,
+                    event_id=change.event_id or None,
+                    reason="" if change.event_id else "dependency",
+                )
             log.debug(
                 "block_state_changed",
                 block_id=change.block_id,
@@ -1559,6 +1563,8 @@ class Daemon:
             await self.mqtt.on_applied(result)  # state changes out, answered requests off
 
     def _on_swept(self, fallen: dict[str, str]) -> None:
+        if self.cluster is not None:  # every node tells them from `block_falls`, this one too
+            return
         now = self.clock.time()
         for block_id, before in fallen.items():
             self.sessions.changed(block_id, before=before, after="stale", at=now, reason="expired")
