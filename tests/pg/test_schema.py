@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # Tables only one backend has, and why.
 SQLITE_ONLY = {"blocks_fts"}  # FTS5 (and its shadow tables): the generated tsvector here
 # PRAGMA user_version; migrate --to's progress; embedding nodes' claims and stamps.
-PG_ONLY = {"schema_version", "copy_progress", "embed_claims", "vector_stamps"}
+PG_ONLY = {"schema_version", "copy_progress", "embed_claims", "vector_stamps", "block_falls"}
 TYPES = {"INTEGER": "bigint", "REAL": "double precision", "TEXT": "text", "BLOB": "bytea"}
 # Columns whose type differs on purpose (the reason is in memory/pg/_schema.py).
 RETYPED = {("dead_letters", "payload"): "bytea"}  # may hold NUL: PostgreSQL text cannot
