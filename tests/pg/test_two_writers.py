@@ -152,6 +152,54 @@ async def test_two_nodes_adding_blocks_at_once_get_distinct_rids(
         assert row["deps"] == 1
 
 
+async def test_two_nodes_adding_one_fact_with_dedupe_store_it_once(
+    nodes: tuple[Node, Node],
+) -> None:
+    """``add_many(dedupe=True)`` from two nodes at once: each fact is stored exactly once
+    (the duplicate check runs under a transaction-level advisory lock per namespace and
+    content key), and the other node's call answers the stored id as a duplicate. The
+    facts differ in case and spacing between the nodes (one normalised content), and a
+    second namespace keeps its own copy."""
+    a, b = nodes
+    rounds, per_call = 12, 6
+
+    def facts(r: int, *, shout: bool, namespace: str = "default") -> list[dict[str, object]]:
+        return [
+            {
+                "content": f"  FACT {r}-{i} holds  " if shout else f"fact {r}-{i} holds",
+                "namespace": namespace,
+            }
+            for i in range(per_call)
+        ]
+
+    for r in range(rounds):
+        dup_a: set[str] = set()
+        dup_b: set[str] = set()
+        dup_c: set[str] = set()
+        got_a, got_b, got_c = await asyncio.gather(
+            a.blocks.add_many(facts(r, shout=False), dedupe=True, duplicates=dup_a),
+            b.blocks.add_many(facts(r, shout=True), dedupe=True, duplicates=dup_b),
+            b.blocks.add_many(
+                facts(r, shout=True, namespace="other"), dedupe=True, duplicates=dup_c
+            ),
+        )
+        assert got_a == got_b, f"round {r}: the nodes stored different blocks for one fact"
+        assert dup_c == set()
+        assert not set(got_c) & set(got_a)
+        # One of the two calls stored each fact, the other answered it as a duplicate.
+        assert dup_a | dup_b == set(got_a)
+        assert not dup_a & dup_b
+    async with a.db.read() as conn:
+        counts = await conn.fetch(
+            "SELECT namespace, count(*) AS n, count(DISTINCT content_key) AS keys FROM blocks"
+            " GROUP BY namespace ORDER BY namespace"
+        )
+    assert [tuple(r) for r in counts] == [
+        ("default", rounds * per_call, rounds * per_call),
+        ("other", rounds * per_call, rounds * per_call),
+    ]
+
+
 async def test_a_deadlock_victim_is_run_again(nodes: tuple[Node, Node]) -> None:
     """Two nodes' jobs lock two rows in opposite orders: PostgreSQL aborts one as the
     deadlock victim; its writer runs the transaction again, and both writes land."""
