@@ -258,6 +258,7 @@ class Daemon:
                 s.database,
                 embedder=embedder,
                 embed_batch=s.search.embed_batch,
+                embed_claim_s=s.search.embed_claim.total_seconds(),
                 clock=self.clock,
                 policy=s.rules,
                 readers=s.store.readers,

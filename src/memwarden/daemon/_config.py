@@ -363,6 +363,12 @@ class SearchSettings(BaseModel):
     embed_batch: Annotated[int, Field(ge=1, le=4096)] = Field(
         default=256, description="Blocks embedded per batch by the background task."
     )
+    embed_claim: Duration = Field(
+        default=timedelta(seconds=120),
+        description="On PostgreSQL: how long a node's claim on a batch of queued blocks holds"
+        " (database clock) before another node may embed them; longer than a batch takes"
+        " (1 s to 1 day).",
+    )
     embedders: dict[
         Annotated[str, StringConstraints(max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")],
         dict[str, Any],
@@ -372,6 +378,13 @@ class SearchSettings(BaseModel):
         "named by `embedder` (e.g. http: url, model, dim, allowed_hosts, timeout, "
         "max_answer_bytes; docs/SEARCH.md).",
     )
+
+    @field_validator("embed_claim")
+    @classmethod
+    def _claim_time(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(days=1):
+            raise ValueError(f"{value.total_seconds():g} s is outside 1 s to 1 day")
+        return value
 
 
 class RestartSettings(BaseModel):

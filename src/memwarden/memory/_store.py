@@ -170,6 +170,7 @@ class Store:
         secure_delete: bool = True,
         embedder: EmbedderLike | None = None,
         embed_batch: int = 256,
+        embed_claim_s: float = 120.0,
     ) -> None:
         where = store_location(path)
         self.compaction = compaction or _compaction.CompactionConfig()
@@ -184,7 +185,7 @@ class Store:
         self.pg_db: PgDatabase | None = None
         if isinstance(where, str):
             self._path: Path | None = None
-            self._open_pg(where, readers, max_jobs_per_commit, embedder, embed_batch)
+            self._open_pg(where, readers, max_jobs_per_commit, embedder, embed_batch, embed_claim_s)
             return
         self._path = where
         self._db: Database | None = Database(
@@ -209,8 +210,14 @@ class Store:
         self._reads = Reads(self.db, self.clock, self.policy)
         self._evidence = Evidence(self.db)
 
-    def _open_pg(
-        self, dsn: str, readers: int, max_jobs: int, embedder: EmbedderLike | None, batch: int
+    def _open_pg(  # noqa: PLR0917 - private, called once
+        self,
+        dsn: str,
+        readers: int,
+        max_jobs: int,
+        embedder: EmbedderLike | None,
+        batch: int,
+        claim_s: float,
     ) -> None:
         """The PostgreSQL parts on one :class:`PgDatabase` (asyncpg is imported here)."""
         from memwarden.memory.pg import _parts as pg  # noqa: PLC0415 - an extra's driver
@@ -223,7 +230,7 @@ class Store:
         self._revalidations = pg.PgRevalidations(db, clock, policy)
         self._search = pg.PgSearch(db, clock, policy)
         self.vectors = (
-            pg.PgVectorIndex(db, embedder, batch=batch, clock=clock)
+            pg.PgVectorIndex(db, embedder, batch=batch, clock=clock, claim_s=claim_s)
             if embedder is not None
             else None
         )
