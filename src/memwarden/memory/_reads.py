@@ -44,8 +44,10 @@ if TYPE_CHECKING:
     from memwarden.memory.policy import CoverageDict, PolicyConfig
 
 __all__ = [
+    "MAX_BINS",
     "Reads",
     "blocks_of",
+    "check_bins",
     "counts_answer",
     "event_entry",
     "event_record",
@@ -59,6 +61,17 @@ __all__ = [
 log = structlog.get_logger("memwarden.store")
 
 _SHORT_CHUNK = 400  # blocks per neighbour query (two host parameters each)
+
+
+# The most bins a retention histogram has: one row each, read at once.
+MAX_BINS = 1000
+
+
+def check_bins(bins: object) -> None:
+    """A retention histogram's ``bins`` is an int from 1 to :data:`MAX_BINS` (both
+    backends): a ``ValueError`` naming it otherwise."""
+    if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= MAX_BINS:
+        raise ValueError(f"bins must be an integer from 1 to {MAX_BINS}, not {bins!r}")
 
 
 class Reads:
@@ -333,7 +346,9 @@ class Reads:
 
     async def retention_histogram(self, *, bins: int = 10) -> list[int]:
         """How many live (not archived) blocks have a retention in each of ``bins`` equal
-        ranges of 0-1, lowest first (retention as the last decay cycle left it)."""
+        ranges of 0-1, lowest first (retention as the last decay cycle left it).
+        ``ValueError`` unless ``bins`` is 1 to :data:`MAX_BINS`."""
+        check_bins(bins)
         async with self.db.read() as conn:
             rows = await conn.execute_fetchall(
                 "SELECT CAST(min(max(retention, 0.0), 0.999999) * ? AS INTEGER) AS b, count(*)"
