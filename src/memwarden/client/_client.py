@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -88,6 +89,7 @@ class Endpoint:
     token: str
     uds: str | None = None
     home: Home | None = None
+    dead_pid: int | None = None  # the pid of a daemon whose api.json outlived it
 
     @property
     def shown(self) -> str:
@@ -152,14 +154,36 @@ def resolve_endpoint(
             "start the daemon there (`memwarden run`), or point at its state dir with "
             "--home or MEMWARDEN_HOME, or set MEMWARDEN_TOKEN"
         )
+    dead_pid = None
     if url is None:
         try:
-            url = str(json.loads((state.path / "api.json").read_text())["url"])
+            advert = json.loads((state.path / "api.json").read_text())
+            url = str(advert["url"])
+            dead_pid = _dead_daemon(advert)
         except (OSError, ValueError, KeyError, TypeError):
             url = ""  # not running: the first call says so
+        if dead_pid is not None:
+            url = ""  # its daemon died (kill -9) and left it: never call what it named
     if url.startswith("unix:"):
         return Endpoint("http://memwarden", token, uds=url.removeprefix("unix:"), home=state)
-    return Endpoint(url.rstrip("/"), token, home=state)
+    return Endpoint(url.rstrip("/"), token, home=state, dead_pid=dead_pid)
+
+
+def _dead_daemon(advert: Any) -> int | None:
+    """The pid an ``api.json`` names when that process is gone on this host (its daemon
+    was killed before it could remove the file); None when alive, elsewhere or unsaid."""
+    pid, host = advert.get("pid"), advert.get("host")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or os.name != "posix":
+        return None
+    if host is not None and host != socket.gethostname():
+        return None  # a state dir shared between hosts: this one cannot tell
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return pid
+    except OSError:  # PermissionError: alive, another user's
+        return None
+    return None
 
 
 def _default_home() -> Path:
@@ -227,6 +251,12 @@ def _body(data: Any) -> Any:
 
 def _unreachable(endpoint: Endpoint, err: Exception | None) -> DaemonNotRunningError:
     home = endpoint.home.path if endpoint.home else None
+    if endpoint.dead_pid is not None:
+        return DaemonNotRunningError(
+            f"memwarden is not running for {home}: its api.json names pid"
+            f" {endpoint.dead_pid}, which has exited (the daemon was killed or crashed"
+            " before removing it); start it again with `memwarden run`"
+        )
     if not endpoint.url:
         return DaemonNotRunningError(
             f"memwarden is not running for {home} (no api.json there; start it with "
