@@ -481,8 +481,8 @@ async def falls_after(
 ) -> tuple[list[Fall], bool]:
     """The falls after ``cursor`` (xid, id) written by transactions older than any still
     running (so none can commit behind the cursor later), in that order; and whether
-    there are committed ones after it that must wait for an older transaction to end
-    (read again a little later)."""
+    there are committed ones after them not read (held back by an older transaction, or
+    committed since): the caller reads again a little later."""
     rows = await conn.fetch(
         "SELECT xid::text, id, block_id, state_before, state_after, reason, reliability, at"
         f" FROM block_falls WHERE (xid, id) > ($1::text::xid8, $2) AND xid < {_XMIN}"
@@ -494,10 +494,12 @@ async def falls_after(
     falls = [Fall(r[0], int(r[1]), r[2], r[3], r[4], r[5], float(r[6]), float(r[7])) for r in rows]
     held = False
     if len(falls) < max(1, limit):
+        # Committed after the cursor but not read: held back by an older transaction,
+        # or committed since the read above (its own snapshot; one ended in between makes
+        # no difference). Either way: read again soon.
         held = bool(
             await conn.fetchval(
-                "SELECT EXISTS (SELECT 1 FROM block_falls WHERE (xid, id) > ($1::text::xid8, $2)"
-                f" AND xid >= {_XMIN})",
+                "SELECT EXISTS (SELECT 1 FROM block_falls WHERE (xid, id) > ($1::text::xid8, $2))",
                 *(falls[-1][:2] if falls else cursor),
             )
         )
