@@ -14,6 +14,7 @@ import memwarden.memory
 import memwarden.memory._writer as writer_module
 from memwarden.errors import StorageError
 from memwarden.memory import Database
+from memwarden.memory._database import COMMIT_WEIGHT
 from memwarden.memory._sql import in_thread
 
 if TYPE_CHECKING:
@@ -274,8 +275,6 @@ async def test_a_flood_commits_in_growing_steps_and_a_drained_queue_resets_them(
     """A transaction that leaves jobs waiting doubles the next one's weight bound, up to
     ``flood_commit_weight``; the first transaction of a flood is no bigger than the
     normal bound, and once the queue is empty the bound is the normal one again."""
-    from memwarden.memory._database import COMMIT_WEIGHT  # noqa: PLC0415
-
     step = COMMIT_WEIGHT // 2
     async with Database(tmp_path / "d.db", flood_commit_weight=4 * COMMIT_WEIGHT) as db:
         writer = db.writer
