@@ -265,3 +265,22 @@ def test_the_embed_claim_time_is_a_validated_setting(tmp_path):
             load_settings(None, env={**env, "MEMWARDEN_SEARCH__EMBED_CLAIM": bad})
         [problem] = err.value.problems
         assert problem.startswith("search.embed_claim: "), problem
+
+
+def test_flood_commit_bound_is_bounded(config_file):
+    """[store] flood_commit_events bounds a flood's transactions; below the normal
+    transaction (20 000 events) or past a million it is refused, naming the key."""
+    assert load_settings(None, env={}).store.flood_commit_events == 80_000
+    assert (
+        load_settings(
+            config_file("[store]\nflood_commit_events = 20000\n"), env={}
+        ).store.flood_commit_events
+        == 20_000
+    )
+    for value, problem in (
+        (100, "greater than or equal to 20000"),
+        (2_000_000, "less than or equal to 1000000"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            load_settings(config_file(f"[store]\nflood_commit_events = {value}\n"), env={})
+        assert err.value.problems == [f"store.flood_commit_events: Input should be {problem}"]

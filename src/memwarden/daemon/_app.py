@@ -263,6 +263,7 @@ class Daemon:
                 policy=s.rules,
                 readers=s.store.readers,
                 inline_read_ms=s.store.inline_read_ms,
+                flood_commit_events=s.store.flood_commit_events,
                 synchronous=s.store.synchronous_for(mqtt=s.mqtt is not None),
                 score_log=s.store.score_log or s.home / "scores.jsonl",
                 compaction=s.store.compaction,

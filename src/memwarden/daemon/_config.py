@@ -37,7 +37,7 @@ from pydantic_settings import (
 
 from memwarden.errors import ConfigError, PluginLoadError
 from memwarden.hosting import validate_sensor_options
-from memwarden.memory import CompactionConfig, Duration, RetentionConfig
+from memwarden.memory import FLOOD_COMMIT_WEIGHT, CompactionConfig, Duration, RetentionConfig
 from memwarden.memory._model import NAMESPACE_PATTERN, Namespace, Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
@@ -120,6 +120,14 @@ class StoreSettings(BaseModel):
         " the budget, or past ten times the budget in wall time, and a reader thread answers"
         " instead): no thread hand-off for the common small search. The loop is held at most"
         " about this long per search; 0 sends every search to a reader thread.",
+    )
+    flood_commit_events: Annotated[int, Field(ge=20_000, le=1_000_000)] = Field(
+        default=FLOOD_COMMIT_WEIGHT,
+        description="In a flood of events (more waiting for the writer than one transaction"
+        " takes, 20 000), each further transaction may take twice as many, up to this many:"
+        " fewer commits, but an event further back in the flood is acknowledged later (each"
+        " 100 000 events in one transaction cost about 5 s of one core, docs/BENCHMARKS.md)."
+        " 20000 keeps every transaction at 20 000. SQLite only.",
     )
     score_log: Path | None = Field(
         default=None,

@@ -52,7 +52,7 @@ from memwarden.memory import (
 from memwarden.memory._apply import EventLog
 from memwarden.memory._blocks import Blocks
 from memwarden.memory._clock import Clock, SystemClock
-from memwarden.memory._database import Database
+from memwarden.memory._database import FLOOD_COMMIT_WEIGHT, Database
 from memwarden.memory._evidence import Evidence
 from memwarden.memory._location import store_location
 from memwarden.memory._model import RevalidationReason, StaleReason
@@ -145,7 +145,9 @@ class Store:
 
     ``path`` is a file path, ``sqlite:///path``, or a ``postgresql://`` (``postgres://``)
     URL. On PostgreSQL the SQLite-only settings (``synchronous``: every commit is durable
-    there; ``inline_read_ms``, ``secure_delete``) do not apply.
+    there; ``inline_read_ms``, ``secure_delete``, ``flood_commit_events``) do not apply.
+    ``flood_commit_events`` bounds a transaction while the writer's queue stays deep (see
+    :mod:`memwarden.memory._batching`).
     """
 
     _blocks: Blocks | PgBlocks
@@ -164,6 +166,7 @@ class Store:
         readers: int = 2,
         synchronous: Literal["normal", "full"] = "normal",
         max_jobs_per_commit: int = 256,
+        flood_commit_events: int = FLOOD_COMMIT_WEIGHT,
         score_log: ScoreLog | str | Path | None = None,
         compaction: _compaction.CompactionConfig | None = None,
         inline_read_ms: float = 0.5,
@@ -193,6 +196,7 @@ class Store:
             readers=readers,
             synchronous=synchronous,
             max_jobs_per_commit=max_jobs_per_commit,
+            flood_commit_weight=flood_commit_events,
             inline_read_ms=inline_read_ms,
             secure_delete=secure_delete,
         )
