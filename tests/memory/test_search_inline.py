@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from memwarden.memory import _database
 
 
@@ -157,3 +159,36 @@ async def test_a_read_past_its_cpu_budget_is_not_tried_again_inline(make_store, 
     assert len(await store.search("gateway port", limit=50)) == 50
     assert (store.db.inline_reads, store.db.inline_overruns) == (0, 1)
     assert store.db.inline_retries == 0
+
+
+async def test_an_interrupted_statement_is_prepared_once_more_not_at_every_search(
+    make_store, monkeypatch
+):
+    """The ``sqlite3`` module can leave a statement whose run was interrupted marked "in
+    use" in its cache, and then prepares its text anew at every later run. After an
+    interrupted read the statement runs under a new text: prepared once, then cached.
+    (The authorizer is called while a statement is prepared, never when a cached one runs;
+    it makes preparing slow, hence the roomy budget.)"""
+    store = await make_store(inline_read_ms=200)
+    await store.add_many(
+        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
+    )
+    prepared: list[int] = []
+    store.db._inline.set_authorizer(lambda *_: prepared.append(1) or sqlite3.SQLITE_OK)
+
+    async def prepares() -> int:
+        prepared.clear()
+        assert len(await store.search("gateway port", limit=50)) == 50
+        return len(prepared)
+
+    assert await prepares() > 0  # the first run prepares the statement
+    assert await prepares() == 0  # the next one finds it cached
+    with monkeypatch.context() as patched:  # past the CPU budget at the first look
+        patched.setattr(_database, "_cpu_clock", _Advancing(0.4))
+        patched.setattr(_database, "_wall_clock", _Advancing(0.4))
+        await prepares()
+    assert (store.db.inline_reads, store.db.inline_overruns) == (2, 1)
+    assert await prepares() > 0  # under its new text
+    assert await prepares() == 0  # cached again
+    assert await prepares() == 0
+    assert store.db.inline_reads == 5
