@@ -192,3 +192,27 @@ async def test_an_interrupted_statement_is_prepared_once_more_not_at_every_searc
     assert await prepares() == 0  # cached again
     assert await prepares() == 0
     assert store.db.inline_reads == 5
+
+
+async def test_preparing_a_statement_does_not_count_against_the_budget(make_store, monkeypatch):
+    """The budget runs from the progress handler's first look, once the statement is
+    prepared: a preparation that took longer than the budget (here the clocks jump a
+    second at every authorizer call, which SQLite makes only while preparing) does not
+    send a small search to a reader."""
+    store = await make_store()
+    await store.add_many(
+        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
+    )
+    cpu, wall = _Advancing(0.0), _Advancing(0.0)
+    monkeypatch.setattr(_database, "_cpu_clock", cpu)
+    monkeypatch.setattr(_database, "_wall_clock", wall)
+
+    def preparing(*_: object) -> int:
+        cpu.now += 1.0
+        wall.now += 1.0
+        return sqlite3.SQLITE_OK
+
+    store.db._inline.set_authorizer(preparing)
+    assert len(await store.search("gateway port", limit=50)) == 50
+    assert cpu.now > 1.0  # the statement was prepared under the authorizer
+    assert (store.db.inline_reads, store.db.inline_overruns) == (1, 0)

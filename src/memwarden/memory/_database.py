@@ -85,6 +85,8 @@ class Database:
         self._open = False
         self._inline_budget_s = max(0.0, inline_read_ms) / 1000.0
         self._inline: sqlite3.Connection | None = None
+        self._inline_budget = 0.0  # of the read running on the loop, in seconds
+        self._inline_started = False  # whether its budget runs (from the first look)
         self._inline_deadline = 0.0  # of the loop thread's CPU time
         self._inline_wall_budget_end = 0.0  # the wall time at which the CPU budget could be spent
         self._inline_wall_deadline = 0.0
@@ -203,6 +205,17 @@ class Database:
         return conn
 
     def _inline_progress(self) -> int:
+        if not self._inline_started:
+            # The first look: the budget counts from here, once the statement is prepared
+            # (preparing a new text costs more than a small search's run: see
+            # _renew_inline_text), so a preparation never makes a read miss its budget.
+            self._inline_started = True
+            budget = self._inline_budget
+            self._inline_deadline = _cpu_clock() + budget
+            wall = _wall_clock()
+            self._inline_wall_budget_end = wall + budget
+            self._inline_wall_deadline = wall + budget * _INLINE_WALL_FACTOR
+            return 0
         # The thread cannot have used more CPU than the wall time that passed, so its CPU
         # clock (a system call, about 2 us on a VM, where the wall clock costs 0.1 us) is
         # read only once the wall time alone could have spent the budget.
@@ -231,29 +244,26 @@ class Database:
         (it looks every thousand SQLite instructions): the loop is never held much longer
         than the budget. Only for reads whose result is worth no more than the budget.
 
-        The budget counts the CPU time the read takes on the loop's thread, so a read the
-        OS paused (another process had the core) is not thrown away and run again on a
-        reader for that; in wall time a read gets ``_INLINE_WALL_FACTOR`` times the budget
-        (one waiting for the disk is stopped there). ``budget_factor`` scales the budget
-        for a read that belongs to a search already holding the loop that long (the
-        ranking statement of a vector search, after its in-memory pass). A read stopped
-        by that cap with its CPU budget unspent is tried here once more, at once: the
-        thread mostly did not run (the OS gave the core to another process, or it waited
-        for the disk, whose pages are now cached), and on a busy machine the two hand-offs
-        of a reader cost more than the statement. The loop is then held twice the cap at
-        most.
+        The budget counts the CPU time the read takes on the loop's thread from the
+        handler's first look (after the statement is prepared: preparing is bounded by the
+        statement, not the data), so a read the OS paused (another process had the core)
+        is not thrown away and run again on a reader for that; in wall time a read gets
+        ``_INLINE_WALL_FACTOR`` times the budget (one waiting for the disk is stopped
+        there). ``budget_factor`` scales the budget for a read that belongs to a search
+        already holding the loop that long (the ranking statement of a vector search,
+        after its in-memory pass). A read stopped by that cap with its CPU budget unspent
+        is tried here once more, at once: the thread mostly did not run (the OS gave the
+        core to another process, or it waited for the disk, whose pages are now cached),
+        and on a busy machine the two hand-offs of a reader cost more than the statement.
+        The loop is then held twice the cap at most.
         """
         conn = self._inline
         if conn is None or not self._open:
             return None
-        budget = self._inline_budget_s * budget_factor
+        self._inline_budget = self._inline_budget_s * budget_factor
         text = self._inline_texts.get(sql, sql)
         for attempt in range(2):
-            self._inline_stopped = self._inline_spent = False
-            self._inline_deadline = _cpu_clock() + budget
-            wall = _wall_clock()
-            self._inline_wall_budget_end = wall + budget
-            self._inline_wall_deadline = wall + budget * _INLINE_WALL_FACTOR
+            self._inline_stopped = self._inline_spent = self._inline_started = False
             try:
                 rows = conn.execute(text, params).fetchall()
             except sqlite3.OperationalError as err:
