@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from memwarden.memory import _database
 
 
@@ -81,6 +83,25 @@ async def _paused_search(make_store, monkeypatch, *, wall_s: float) -> object:
     return store
 
 
+async def test_the_cpu_clock_is_not_read_while_the_wall_time_is_within_the_budget(
+    make_store, monkeypatch
+):
+    """The thread cannot have used more CPU than the wall time that passed: while that is
+    within the budget, the progress handler reads only the wall clock (the CPU clock is a
+    system call), once when the read starts and never in the handler."""
+    store = await make_store()
+    await store.add_many(
+        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
+    )
+    cpu, wall = _Advancing(0.0), _Advancing(0.0)
+    monkeypatch.setattr(_database, "_cpu_clock", cpu)
+    monkeypatch.setattr(_database, "_wall_clock", wall)
+    assert len(await store.search("gateway port", limit=50)) == 50
+    assert wall.readings > 1  # the progress handler did look
+    assert cpu.readings == 1  # at the start only
+    assert (store.db.inline_reads, store.db.inline_overruns) == (1, 0)
+
+
 async def test_a_read_the_os_paused_is_not_redone(make_store, monkeypatch):
     """The budget is the loop thread's CPU time: wall time that passed while the thread
     did not run (past the budget, within the wall cap) does not interrupt the read."""
@@ -103,8 +124,10 @@ class _Advancing:
     def __init__(self, step: float) -> None:
         self.now = 0.0
         self.step = step
+        self.readings = 0
 
     def __call__(self) -> float:
+        self.readings += 1
         self.now += self.step
         return self.now
 
@@ -129,8 +152,67 @@ async def test_a_read_past_its_cpu_budget_is_not_tried_again_inline(make_store, 
     await store.add_many(
         [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
     )
-    monkeypatch.setattr(_database, "_cpu_clock", _Advancing(0.001))  # 2x the budget a look
-    monkeypatch.setattr(_database, "_wall_clock", _Clock(0.0))
+    # 2x the budget a look on both clocks (a thread's CPU time cannot run ahead of the wall
+    # time), within the wall cap of the second look.
+    monkeypatch.setattr(_database, "_cpu_clock", _Advancing(0.001))
+    monkeypatch.setattr(_database, "_wall_clock", _Advancing(0.001))
     assert len(await store.search("gateway port", limit=50)) == 50
     assert (store.db.inline_reads, store.db.inline_overruns) == (0, 1)
     assert store.db.inline_retries == 0
+
+
+async def test_an_interrupted_statement_is_prepared_once_more_not_at_every_search(
+    make_store, monkeypatch
+):
+    """The ``sqlite3`` module can leave a statement whose run was interrupted marked "in
+    use" in its cache, and then prepares its text anew at every later run. After an
+    interrupted read the statement runs under a new text: prepared once, then cached.
+    (The authorizer is called while a statement is prepared, never when a cached one runs;
+    it makes preparing slow, hence the roomy budget.)"""
+    store = await make_store(inline_read_ms=200)
+    await store.add_many(
+        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
+    )
+    prepared: list[int] = []
+    store.db._inline.set_authorizer(lambda *_: prepared.append(1) or sqlite3.SQLITE_OK)
+
+    async def prepares() -> int:
+        prepared.clear()
+        assert len(await store.search("gateway port", limit=50)) == 50
+        return len(prepared)
+
+    assert await prepares() > 0  # the first run prepares the statement
+    assert await prepares() == 0  # the next one finds it cached
+    with monkeypatch.context() as patched:  # past the CPU budget at the first look
+        patched.setattr(_database, "_cpu_clock", _Advancing(0.4))
+        patched.setattr(_database, "_wall_clock", _Advancing(0.4))
+        await prepares()
+    assert (store.db.inline_reads, store.db.inline_overruns) == (2, 1)
+    assert await prepares() > 0  # under its new text
+    assert await prepares() == 0  # cached again
+    assert await prepares() == 0
+    assert store.db.inline_reads == 5
+
+
+async def test_preparing_a_statement_does_not_count_against_the_budget(make_store, monkeypatch):
+    """The budget runs from the progress handler's first look, once the statement is
+    prepared: a preparation that took longer than the budget (here the clocks jump a
+    second at every authorizer call, which SQLite makes only while preparing) does not
+    send a small search to a reader."""
+    store = await make_store()
+    await store.add_many(
+        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
+    )
+    cpu, wall = _Advancing(0.0), _Advancing(0.0)
+    monkeypatch.setattr(_database, "_cpu_clock", cpu)
+    monkeypatch.setattr(_database, "_wall_clock", wall)
+
+    def preparing(*_: object) -> int:
+        cpu.now += 1.0
+        wall.now += 1.0
+        return sqlite3.SQLITE_OK
+
+    store.db._inline.set_authorizer(preparing)
+    assert len(await store.search("gateway port", limit=50)) == 50
+    assert cpu.now > 1.0  # the statement was prepared under the authorizer
+    assert (store.db.inline_reads, store.db.inline_overruns) == (1, 0)
