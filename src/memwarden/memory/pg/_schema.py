@@ -589,7 +589,7 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 # The SQLite schema version whose tables this schema holds: a copy from SQLite reads the
 # source at this version (``memwarden migrate --to`` migrates an older one in a copy).
-SQLITE_SCHEMA_VERSION = 13
+SQLITE_SCHEMA_VERSION = 14  # 14: SQLite's id_key became an index on the expression
 # Tables that came with a later SQLite version than the first (12): the SQLite version
 # that brought each. A SQLite store this memwarden can only bring to an earlier version
 # has no such table: the copy leaves it out (the PostgreSQL table stays empty).
