@@ -211,7 +211,7 @@ async def test_a_failed_round_gives_its_claims_back_at_once(pg_server: PgServer)
 async def test_schema_4_with_data_migrates_to_5(pg_server: PgServer) -> None:
     """A database at version 4 holding blocks, vectors and a queue (made here by taking
     migration 5's objects out of a filled one) migrates to 5 and serves two nodes."""
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION >= 5
     dsn = pg_server.create_database()
     await _fill(dsn)
     async with Store(dsn, clock=FakeClock(START), embedder=Counting(), embed_batch=200) as s:
@@ -224,7 +224,7 @@ async def test_schema_4_with_data_migrates_to_5(pg_server: PgServer) -> None:
         )
         assert await schema_version(conn) == 4
         assert await migrate(conn) == 4
-        assert await schema_version(conn) == 5
+        assert await schema_version(conn) == SCHEMA_VERSION  # 5 and what came after
         assert await conn.fetchval("SELECT count(*) FROM vector_stamps") == 0
         assert await conn.fetchval("SELECT count(*) FROM embed_queue") == BLOCKS - 200
     ea, eb = Counting(), Counting()
