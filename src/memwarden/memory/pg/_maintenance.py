@@ -131,11 +131,15 @@ async def decay_cycle(
         " tier = EXCLUDED.tier, state = EXCLUDED.state, stale_at = EXCLUDED.stale_at",
         {**params, "rids": [], "reasons": []},
     )
-    # The trigger's trim: past the newest MAX_POINTS of a block, its points go.
+    # The trigger's trim: past the newest MAX_POINTS of a block, its points go. The cut
+    # is looked up once per block (one index probe; none for most), and only the blocks
+    # with one are joined (a subquery per point row cost 2 s per 50 000 blocks).
     trim = (
-        "DELETE FROM retention_points r USING unnest($1::bigint[]) AS v(rid)"
-        " WHERE r.block_rid = v.rid AND r.at < (SELECT p.at FROM retention_points p"
-        f" WHERE p.block_rid = v.rid ORDER BY p.at DESC LIMIT 1 OFFSET {MAX_POINTS - 1})"
+        "WITH cut AS MATERIALIZED (SELECT v.rid, (SELECT p.at FROM retention_points p"
+        f" WHERE p.block_rid = v.rid ORDER BY p.at DESC LIMIT 1 OFFSET {MAX_POINTS - 1}) AS at"
+        " FROM unnest($1::bigint[]) AS v(rid))"
+        " DELETE FROM retention_points r USING cut"
+        " WHERE cut.at IS NOT NULL AND r.block_rid = cut.rid AND r.at < cut.at"
     )
 
     async def chunk_job(conn: PgConnection, lo: int, hi: int) -> tuple[int, int, list[Any]]:
