@@ -106,8 +106,10 @@ async def decay_cycle(
     docs/RULES.md).
 
     Measured on 1 000 000 blocks (2 cores, WAL): about 1-3 s when a few thousand
-    blocks decay out; a first cycle that archives 244 000 at once costs about 13 s of
-    CPU on the shared VM (docs/BENCHMARKS.md, "decay"), mostly rewriting every row once.
+    blocks decay out; a first cycle that archives 244 000 at once costs 8-9 s of CPU
+    on the shared VM (docs/BENCHMARKS.md, "Helper `decay`"): archiving those (3.6 s: the
+    full-text and ``blocks_due`` entries, a retention point each), writing the other
+    rows once (1.9 s), reading every row for the pick (1.3 s), the commits (2 s).
     """
     cfg = policy
     started = time.perf_counter()
