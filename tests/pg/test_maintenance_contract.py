@@ -19,6 +19,7 @@ from memwarden.memory import _apply as sqlite_apply
 from memwarden.memory import _blocks as sqlite_blocks
 from memwarden.memory._clock import FakeClock, from_ts
 from memwarden.memory._compaction import CompactionConfig
+from memwarden.memory._decayline import MAX_POINTS
 from memwarden.memory._model import ValidationEvent
 from memwarden.memory._record import BlockRecord
 from memwarden.memory._scorelog import ScoreLog
@@ -484,3 +485,42 @@ async def test_blocks_leave_room_for_a_second_version(pg_backend: Backend) -> No
     row versions go on the same page (HOT: no index touched)."""
     rows = await pg_backend.rows("SELECT reloptions FROM pg_class WHERE relname = 'blocks'")
     assert rows == [(["fillfactor=50"],)]
+
+
+async def test_decay_keeps_the_retention_history_bound(backend: Backend) -> None:
+    """Archiving writes the block's retention point and trims its history to the newest
+    MAX_POINTS (on PostgreSQL the pass writes them itself, the row trigger standing
+    aside for its transaction only); afterwards a change of an input writes a point as
+    before, so the trigger is back."""
+    first, second = await backend.blocks.add_many(
+        [{"content": "an old note", "importance": 0.2}, {"content": "kept", "tier": "core"}]
+    )
+    rows = await backend.rows(f"SELECT rid FROM blocks WHERE id = '{first}'")
+    rid = int(rows[0][0])
+    # A long history already (the points before the block's own first one).
+    for i in range(MAX_POINTS):
+        await backend.execute(
+            "INSERT INTO retention_points VALUES (?, ?, 0.2, ?, 86400.0, 'short_term',"
+            " 'unverified', NULL)",
+            (rid, START - 10_000.0 + i, START - 10_000.0 + i),
+        )
+    backend.clock.advance(400 * DAY)
+    report = await backend.maint.decay_cycle()
+    assert report.archived == 1
+    assert [b for b, _ in report.archived_blocks] == [first]
+    points = await backend.rows(
+        f"SELECT at, state FROM retention_points WHERE block_rid = {rid} ORDER BY at"
+    )
+    assert len(points) == MAX_POINTS
+    assert points[-1] == (backend.clock.time(), "archived")
+    assert points[0][0] == START - 10_000.0 + 2  # the two oldest trimmed
+    rows = await backend.rows(f"SELECT rid FROM blocks WHERE id = '{second}'")
+    await backend.execute(
+        "UPDATE blocks SET importance = 0.7, updated_at = ? WHERE rid = ?",
+        (backend.clock.time() + 1.0, int(rows[0][0])),
+    )
+    after = await backend.rows(
+        f"SELECT importance FROM retention_points WHERE block_rid = {int(rows[0][0])}"
+        " ORDER BY at DESC LIMIT 1"
+    )
+    assert after == [(0.7,)]

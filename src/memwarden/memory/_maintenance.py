@@ -64,23 +64,31 @@ class DecayReport:
         }
 
 
-def _archivable_sql() -> str:
-    """Twin of the ``policy.archive_reason`` guards, over the just-stored retention."""
+def _archivable_sql(retention: str = "retention") -> str:
+    """Twin of the ``policy.archive_reason`` guards, over ``retention`` (a column or SQL)."""
     return (
         "state <> 'archived' AND tier <> 'core'"
         " AND (validated_at IS NULL OR stale_at IS NULL OR stale_at <= :now)"
-        " AND retention < :archive_below"
+        f" AND {retention} < :archive_below"
     )
 
 
-def _archive_reason_sql() -> str:
-    """Twin of the text of ``policy.archive_reason``."""
+def _archive_reason_sql(retention: str = "retention") -> str:
+    """Twin of the text of ``policy.archive_reason``, for ``retention`` (a column or SQL)."""
     return (
         "printf('retention %.3f < %s (untouched %.1fd, half-life %.3gd%s)',"
-        f" retention, :archive_below_text, (:now - {last_touched_sql('')}) / {_DAY},"
+        f" {retention}, :archive_below_text, (:now - {last_touched_sql('')}) / {_DAY},"
         f" {effective_half_life_sql('')} / {_DAY},"
         f" CASE WHEN {stale_sql('')} THEN ', stale' ELSE '' END)"
     )
+
+
+# The blocks a chunk archives, picked once with their new retention and reason (the
+# writer connection's own temporary table, in memory, emptied after each chunk).
+_PICKED_TABLE = (
+    "CREATE TEMP TABLE IF NOT EXISTS decay_picked ("
+    " rid INTEGER PRIMARY KEY, id TEXT NOT NULL, reason TEXT NOT NULL, changed INTEGER NOT NULL)"
+)
 
 
 async def decay_cycle(
@@ -89,14 +97,19 @@ async def decay_cycle(
     """Recompute every block's retention and archive what fell below the threshold.
 
     Set-based, in ranges of ``chunk_rows`` rids (``decay.chunk_rows``), one writer job
-    per range: one ``UPDATE`` stores the retention as of now (the same SQL as search's;
-    only rows whose value changes are rewritten), an ``INSERT ... SELECT`` writes an
-    audit row per block to archive and one ``UPDATE`` archives them with a reason.
-    Never ``core``, never a block validated inside its window (the archival rule, docs/RULES.md).
+    per range. The blocks to archive are picked first, their retention as of now computed
+    in the statement (the same SQL as search's), into a temporary table with their
+    reason; an ``INSERT ... SELECT`` writes an audit row for each and one ``UPDATE``
+    archives them, storing that retention in the same write. Then one ``UPDATE`` stores
+    the retention of the blocks left (only rows whose value changes are rewritten).
+    Never ``core``, never a block validated inside its window (the archival rule,
+    docs/RULES.md).
 
     Measured on 1 000 000 blocks (2 cores, WAL): about 1-3 s when a few thousand
-    blocks decay out; a first cycle that archives 650 000 at once takes about 14 s,
-    mostly the FTS index and the ``blocks_due`` index dropping the archived rows.
+    blocks decay out; a first cycle that archives 244 000 at once costs 8-9 s of CPU
+    on the shared VM (docs/BENCHMARKS.md, "Helper `decay`"): archiving those (3.6 s: the
+    full-text and ``blocks_due`` entries, a retention point each), writing the other
+    rows once (1.9 s), reading every row for the pick (1.3 s), the commits (2 s).
     """
     cfg = policy
     started = time.perf_counter()
@@ -106,27 +119,31 @@ async def decay_cycle(
         "archive_below": cfg.decay.archive_below,
         "archive_below_text": format(cfg.decay.archive_below, "g"),
     }
+    retention = retention_sql("")
     live = "rid BETWEEN :lo AND :hi AND state <> 'archived'"
     count = f"SELECT count(*) FROM blocks WHERE {live}"
-    recompute = (  # rows whose value would not change are not rewritten
-        f"UPDATE blocks SET retention = {retention_sql('')}"
-        f" WHERE {live} AND retention IS NOT {retention_sql('')}"
+    # Archiving first writes each archived row once (retention and state together)
+    # instead of twice; the retention is evaluated in the pick and again in the UPDATE
+    # for those rows only. No RETURNING anywhere: SQLite keeps every returned row.
+    pick = (
+        "INSERT INTO temp.decay_picked (rid, id, reason, changed)"
+        f" SELECT rid, id, {_archive_reason_sql(retention)}, retention IS NOT {retention}"
+        f" FROM blocks WHERE rid BETWEEN :lo AND :hi AND {_archivable_sql(retention)}"
     )
-    where = f"rid BETWEEN :lo AND :hi AND {_archivable_sql()}"
     audit = (
         "INSERT INTO audit (at, actor, action, block_id, detail)"
-        f" SELECT :now, 'decay', 'archive', id, json_object('reason', {_archive_reason_sql()})"
-        f" FROM blocks WHERE {where}"
+        " SELECT :now, 'decay', 'archive', id, json_object('reason', reason)"
+        " FROM temp.decay_picked ORDER BY rid"
     )
-    # No RETURNING: it cost about 1 s of the 13 s of CPU of a first cycle over 1 000 000
-    # blocks archiving 244 000 (SQLite keeps every returned row); the few the report
-    # lists are read first, with the reason the UPDATE will store.
     archive = (
-        f"UPDATE blocks SET state = 'archived', archived_at = :now, updated_at = :now,"
-        f" archive_reason = {_archive_reason_sql()} WHERE {where}"
+        f"UPDATE blocks SET retention = {retention}, state = 'archived', archived_at = :now,"
+        f" updated_at = :now, archive_reason = {_archive_reason_sql(retention)}"
+        " WHERE rid IN (SELECT rid FROM temp.decay_picked)"
     )
-    listed = (
-        f"SELECT id, {_archive_reason_sql()} FROM blocks WHERE {where} ORDER BY rid LIMIT :room"
+    picked = "SELECT count(*), coalesce(sum(changed), 0) FROM temp.decay_picked"
+    listed = "SELECT id, reason FROM temp.decay_picked ORDER BY rid LIMIT :room"
+    recompute = (  # rows whose value would not change are not rewritten
+        f"UPDATE blocks SET retention = {retention} WHERE {live} AND retention IS NOT {retention}"
     )
     report = DecayReport()
 
@@ -136,15 +153,20 @@ async def decay_cycle(
         bounds = {**params, "lo": lo, "hi": hi}
         async with conn.execute(count, bounds) as cur:
             (scanned,) = await cur.fetchone() or (0,)
-        async with conn.execute(recompute, bounds) as cur:
-            changed = cur.rowcount
+        await conn.execute(_PICKED_TABLE)
+        await conn.execute(pick, bounds)  # a failed job rolls this back with the rest
+        async with conn.execute(picked) as cur:
+            archived, changed = await cur.fetchone() or (0, 0)
         shown: list[Any] = []
-        if room > 0:
-            async with conn.execute(listed, {**bounds, "room": room}) as cur:
-                shown = list(await cur.fetchall())
-        await conn.execute(audit, bounds)
-        async with conn.execute(archive, bounds) as cur:
-            archived = cur.rowcount
+        if archived:
+            if room > 0:
+                async with conn.execute(listed, {"room": room}) as cur:
+                    shown = list(await cur.fetchall())
+            await conn.execute(audit, bounds)
+            await conn.execute(archive, bounds)
+            await conn.execute("DELETE FROM temp.decay_picked")
+        async with conn.execute(recompute, bounds) as cur:
+            changed += cur.rowcount
         return int(scanned), int(changed), int(archived), shown
 
     async with db.read() as conn:

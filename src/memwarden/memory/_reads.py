@@ -61,6 +61,7 @@ __all__ = [
 log = structlog.get_logger("memwarden.store")
 
 _SHORT_CHUNK = 400  # blocks per neighbour query (two host parameters each)
+_KEY = _shortid.ID_KEY_SQL  # what the blocks_id_key index is on
 
 
 # The most bins a retention histogram has: one row each, read at once.
@@ -112,7 +113,7 @@ class Reads:
         async with self.db.read() as conn:
             if kind == "short":
                 rows = await conn.execute_fetchall(
-                    "SELECT id FROM blocks WHERE id_key >= ? AND id_key < ?"
+                    f"SELECT id FROM blocks WHERE {_KEY} >= ? AND {_KEY} < ?"
                     f"{scope} ORDER BY id LIMIT 6",
                     (value, value + "g", *scope_args),  # 'g' sorts after every hex digit
                 )
@@ -528,16 +529,16 @@ def resolved(ref: str, ids: Sequence[str], short: Mapping[str, str]) -> str:
 
 
 async def short_ids(conn: aiosqlite.Connection, block_ids: Sequence[str]) -> dict[str, str]:
-    """Short ids from the ``id_key`` index: each key's nearest neighbours decide how many
+    """Short ids from the ``blocks_id_key`` index: each key's nearest neighbours decide how many
     digits tell it apart (two index probes per block, one query per chunk of blocks)."""
     out, keyed = _shortid.keyed(block_ids)
     for chunk in chunks(keyed, _SHORT_CHUNK):
         values = ",".join("(?, ?)" for _ in chunk)
         rows = await conn.execute_fetchall(
             f"WITH k(id, key) AS (VALUES {values}) SELECT k.id, k.key,"
-            " (SELECT id_key FROM blocks WHERE id_key < k.key ORDER BY id_key DESC LIMIT 1),"
-            " (SELECT id_key FROM blocks WHERE id_key >= k.key AND id <> k.id"
-            "  ORDER BY id_key LIMIT 1)"
+            f" (SELECT {_KEY} FROM blocks WHERE {_KEY} < k.key ORDER BY {_KEY} DESC LIMIT 1),"
+            f" (SELECT {_KEY} FROM blocks WHERE {_KEY} >= k.key AND id <> k.id"
+            f"  ORDER BY {_KEY} LIMIT 1)"
             " FROM k",
             [v for pair in chunk for v in pair],
         )

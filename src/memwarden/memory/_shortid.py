@@ -4,8 +4,9 @@ A UUIDv7 begins with a millisecond timestamp, so the blocks of one burst (an imp
 auto-bind run) share their first twelve hex digits: prefixes do not tell them apart.
 The last digits are random. A block's short id is its last :data:`MIN_LENGTH` hex
 digits, lengthened (like git's abbreviations) until no other block in the store ends
-the same way. The store keeps those digits reversed in an indexed generated column
-(``id_key``), so "which ids end in these digits" is one index range scan.
+the same way. The store indexes those digits reversed (SQLite: an index on the
+expression :data:`ID_KEY_SQL`; PostgreSQL: a generated ``id_key`` column), so "which
+ids end in these digits" is one index range scan.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 __all__ = [
+    "ID_KEY_SQL",
     "KEY_LENGTH",
     "MIN_LENGTH",
     "common_prefix",
@@ -31,6 +33,14 @@ MIN_LENGTH = 8
 # The random part covered by the key: the last 19 hex digits (the version digit and the
 # 48-bit timestamp are left out).
 KEY_LENGTH = 19
+# SQLite: the key of ``blocks.id``, the expression the ``blocks_id_key`` index is on (SQLite
+# uses that index only for this same expression). A UUID's last 19 hex digits reversed:
+# characters 36 to 25, 23 to 20 and 18 to 16 (the dashes and the version digit left out).
+ID_KEY_SQL = (
+    "("
+    + " || ".join(f"substr(id, {i}, 1)" for i in (*range(36, 24, -1), 23, 22, 21, 20, 18, 17, 16))
+    + ")"
+)
 _UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}")
 _HEX = re.compile(r"[0-9a-f]+")
 
@@ -42,7 +52,7 @@ def _hex(block_id: str) -> str | None:
 
 
 def id_key(block_id: str) -> str | None:
-    """What the ``id_key`` column holds for this id (None when it is no UUID)."""
+    """The id's key, as ``ID_KEY_SQL`` computes it (None when it is no UUID)."""
     digits = _hex(block_id)
     return None if digits is None else digits[-KEY_LENGTH:][::-1]
 

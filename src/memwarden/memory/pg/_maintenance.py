@@ -77,11 +77,15 @@ async def decay_cycle(
     """Recompute every block's retention and archive what fell below the threshold
     (SQLite's ``decay_cycle``, the same report).
 
-    Range by range of rids, one writer job each: one statement counts the live blocks
-    and stores the retention as of now where it changes; the blocks to archive are read
-    with their reason's numbers (``FOR UPDATE``), and one ``UPDATE`` archives them and
-    one ``INSERT`` writes their audit rows, from arrays (never a statement per block).
-    Never ``core``, never a block validated inside its window.
+    Range by range of rids, one writer job each, as on SQLite: the blocks to archive are
+    read first (``FOR UPDATE``) with their retention as of now and their reason's
+    numbers; one ``UPDATE`` archives them and stores that retention in the same row
+    version (each archived row written once), one statement writes their retention
+    points (the row trigger stands aside for this transaction: ``SET LOCAL
+    memwarden.retention_points``, schema migration 7) and one their audit rows, from
+    arrays (never a statement per block); then one statement stores the retention of
+    the blocks left where it changes and counts them. Never ``core``, never a block
+    validated inside its window.
     """
     cfg = policy
     started = time.perf_counter()
@@ -93,52 +97,80 @@ async def decay_cycle(
     recompute, recompute_names = pg_named(
         f"WITH changed AS (UPDATE blocks SET retention = {retention}"
         f" WHERE {live} AND retention IS DISTINCT FROM {retention} RETURNING 1)"
-        f" SELECT (SELECT count(*) FROM blocks WHERE {live}), (SELECT count(*) FROM changed)",
+        " SELECT (SELECT count(*) FROM changed)",
         params,
     )
-    # The archival rule (policy.archive_reason's guards) over the retention just stored,
-    # with the numbers its reason names.
+    count, count_names = pg_named(f"SELECT count(*) FROM blocks WHERE {live}", params)
+    # The archival rule (policy.archive_reason's guards) over the retention as of now,
+    # with the numbers its reason names and whether the stored value changes.
     archivable, archivable_names = pg_named(
-        f"SELECT rid, id, retention, (:now - {pg_rule(last_touched_sql(''))}) / {_DAY},"
-        f" {pg_rule(effective_half_life_sql(''))} / {_DAY}, {pg_rule(stale_sql(''))}"
+        f"SELECT rid, id, {retention}, (:now - {pg_rule(last_touched_sql(''))}) / {_DAY},"
+        f" {pg_rule(effective_half_life_sql(''))} / {_DAY}, {pg_rule(stale_sql(''))},"
+        f" retention IS DISTINCT FROM {retention}"
         " FROM blocks WHERE rid BETWEEN :lo AND :hi AND state <> 'archived'"
         " AND tier <> 'core' AND (validated_at IS NULL OR stale_at IS NULL OR stale_at <= :now)"
-        " AND retention < :archive_below ORDER BY rid FOR UPDATE",
+        f" AND {retention} < :archive_below ORDER BY rid FOR UPDATE",
         params,
+    )
+    # By rid, inside the range: the primary key's range, never a scan of the table. The
+    # retention is the expression's (the same value the SELECT read), over the old row.
+    archive, archive_names = pg_named(
+        f"WITH archived AS (UPDATE blocks b SET retention = {retention}, state = 'archived',"
+        " archived_at = :now, updated_at = :now, archive_reason = v.reason"
+        " FROM unnest(:rids::bigint[], :reasons::text[]) AS v(rid, reason)"
+        " WHERE b.rid = v.rid AND b.rid BETWEEN :lo AND :hi"
+        " RETURNING b.rid, b.updated_at, b.last_accessed_at, b.validated_at, b.created_at,"
+        " b.importance, b.half_life_s, b.tier, b.state, b.stale_at)"
+        # The trigger's point (memwarden_retention_point), for every archived block.
+        " INSERT INTO retention_points"
+        " SELECT rid, greatest(updated_at, coalesce(last_accessed_at, 0),"
+        " coalesce(validated_at, 0)), importance, greatest(created_at,"
+        " coalesce(validated_at, created_at), coalesce(last_accessed_at, created_at)),"
+        " half_life_s, tier, state, stale_at FROM archived ORDER BY rid"
+        " ON CONFLICT (block_rid, at) DO UPDATE SET importance = EXCLUDED.importance,"
+        " touched_at = EXCLUDED.touched_at, half_life_s = EXCLUDED.half_life_s,"
+        " tier = EXCLUDED.tier, state = EXCLUDED.state, stale_at = EXCLUDED.stale_at",
+        {**params, "rids": [], "reasons": []},
+    )
+    # The trigger's trim: past the newest MAX_POINTS of a block, its points go. The cut
+    # is looked up once per block (one index probe; none for most), and only the blocks
+    # with one are joined (a subquery per point row cost 2 s per 50 000 blocks).
+    trim = (
+        "WITH cut AS MATERIALIZED (SELECT v.rid, (SELECT p.at FROM retention_points p"
+        f" WHERE p.block_rid = v.rid ORDER BY p.at DESC LIMIT 1 OFFSET {MAX_POINTS - 1}) AS at"
+        " FROM unnest($1::bigint[]) AS v(rid))"
+        " DELETE FROM retention_points r USING cut"
+        " WHERE cut.at IS NOT NULL AND r.block_rid = cut.rid AND r.at < cut.at"
     )
 
     async def chunk_job(conn: PgConnection, lo: int, hi: int) -> tuple[int, int, list[Any]]:
         bounds = {**params, "lo": lo, "hi": hi}
-        counted = await conn.fetchrow(recompute, *arguments(recompute_names, bounds))
-        scanned, changed = (int(counted[0]), int(counted[1])) if counted else (0, 0)
+        scanned = int(await conn.fetchval(count, *arguments(count_names, bounds)) or 0)
         rows = await conn.fetch(archivable, *arguments(archivable_names, bounds))
-        if not rows:
-            return scanned, changed, []
+        changed = sum(1 for r in rows if r[6])
         ids = [str(r[1]) for r in rows]
         reasons = [
             archive_reason_text(float(r[2]), below, float(r[3]), float(r[4]), stale=bool(r[5]))
             for r in rows
         ]
-        # By rid, inside the range: the primary key's range, never a scan of the table.
-        await conn.execute(
-            "UPDATE blocks b SET state = 'archived', archived_at = $1, updated_at = $1,"
-            " archive_reason = v.reason FROM unnest($2::bigint[], $3::text[]) AS v(rid, reason)"
-            " WHERE b.rid = v.rid AND b.rid BETWEEN $4 AND $5",
-            now,
-            [int(r[0]) for r in rows],
-            reasons,
-            lo,
-            hi,
-        )
-        await conn.execute(
-            "INSERT INTO audit (at, actor, action, block_id, detail)"
-            " SELECT $1, 'decay', 'archive', v.id, v.detail"
-            " FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS v(id, detail, n)"
-            " ORDER BY v.n",
-            now,
-            ids,
-            [json.dumps({"reason": r}, separators=(",", ":")) for r in reasons],
-        )
+        if rows:
+            rids = [int(r[0]) for r in rows]
+            await conn.execute("SET LOCAL memwarden.retention_points = 'by-statement'")
+            await conn.execute(
+                archive, *arguments(archive_names, {**bounds, "rids": rids, "reasons": reasons})
+            )
+            await conn.execute("SET LOCAL memwarden.retention_points = ''")
+            await conn.execute(trim, rids)
+            await conn.execute(
+                "INSERT INTO audit (at, actor, action, block_id, detail)"
+                " SELECT $1, 'decay', 'archive', v.id, v.detail"
+                " FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS v(id, detail, n)"
+                " ORDER BY v.n",
+                now,
+                ids,
+                [json.dumps({"reason": r}, separators=(",", ":")) for r in reasons],
+            )
+        changed += int(await conn.fetchval(recompute, *arguments(recompute_names, bounds)) or 0)
         return scanned, changed, list(zip(ids, reasons, strict=True))
 
     report = DecayReport()

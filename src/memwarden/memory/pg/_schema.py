@@ -604,14 +604,34 @@ CREATE INDEX block_falls_xid ON block_falls (xid, id);
 CREATE INDEX block_falls_at ON block_falls (at);
 """
 
-# _FALLS is PostgreSQL migration 7 as assigned (6 in this branch: the lead renumbers at
-# merge; it is self-contained).
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _FALLS)
+_V7_DECAY_POINTS = """
+-- Migration 7. The decay pass archives up to a
+-- chunk of blocks in one UPDATE and writes their retention points itself, set-based
+-- (memory/pg/_maintenance.py), instead of this row trigger's upsert and trim per block
+-- (half of a first cycle's archiving). It says so for its own transaction only, with
+-- SET LOCAL memwarden.retention_points = 'by-statement'; every other change of blocks
+-- fires the trigger as before.
+DROP TRIGGER retention_points_update ON blocks;
+CREATE TRIGGER retention_points_update AFTER UPDATE OF importance, half_life_s, tier, state,
+    stale_at, validated_at, last_accessed_at ON blocks FOR EACH ROW
+    WHEN ((OLD.importance IS DISTINCT FROM NEW.importance
+        OR OLD.half_life_s IS DISTINCT FROM NEW.half_life_s
+        OR OLD.tier IS DISTINCT FROM NEW.tier OR OLD.state IS DISTINCT FROM NEW.state
+        OR OLD.stale_at IS DISTINCT FROM NEW.stale_at
+        OR OLD.validated_at IS DISTINCT FROM NEW.validated_at
+        OR OLD.last_accessed_at IS DISTINCT FROM NEW.last_accessed_at)
+        AND current_setting('memwarden.retention_points', true)
+            IS DISTINCT FROM 'by-statement')
+    EXECUTE FUNCTION memwarden_retention_point();
+"""
+
+# 6: block_falls (session notices across nodes), 7: the decay writes its retention points.
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _FALLS, _V7_DECAY_POINTS)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # The SQLite schema version whose tables this schema holds: a copy from SQLite reads the
 # source at this version (``memwarden migrate --to`` migrates an older one in a copy).
-SQLITE_SCHEMA_VERSION = 13
+SQLITE_SCHEMA_VERSION = 14  # 14: SQLite's id_key became an index on the expression
 # Tables that came with a later SQLite version than the first (12): the SQLite version
 # that brought each. A SQLite store this memwarden can only bring to an earlier version
 # has no such table: the copy leaves it out (the PostgreSQL table stays empty).
