@@ -154,8 +154,8 @@ async def measure(db: Path, rounds: int, limit: int) -> None:
         print(f"{name:20s} {p50:10.3f} {mean:9.3f} {p50 / keyword_p50:13.2f}")
     staged = sum(statistics.median(cpu[name]) for name in STAGES) / 1e6
     print(f"{'stages summed':20s} {staged:10.3f}")
-    for mode, samples in wall.items():
-        print(f"wall p50 {mode}: {statistics.median(samples) / 1e6:.3f} ms")
+    for label, samples in wall.items():
+        print(f"wall p50 {label}: {statistics.median(samples) / 1e6:.3f} ms")
 
 
 def main() -> None:
