@@ -190,6 +190,11 @@ async def test_erasing_a_block_removes_its_vector_from_disk_and_memory(make_stor
     assert len(store.vectors) == 1
     # the last row moved into the erased one's place and still names its block
     assert [h.id for h in await store.search("zebras", mode="vector")] == [z.id]
+    # and no copy of the erased vector stays in the matrix's spare rows
+    index = store.vectors
+    spare = index._matrix[len(index) :]
+    assert not spare.any(), "a dropped vector's bytes stay in memory"
+    assert not index._codes[:, len(index) :].any()
     conn = sqlite3.connect(store.path)
     try:
         assert conn.execute("SELECT count(*) FROM block_vectors").fetchone() == (1,)

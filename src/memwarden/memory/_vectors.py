@@ -378,6 +378,9 @@ class VectorIndex:
             self._codes[:, row] = self._codes[:, last]
             self._rids[row] = moved
             self._row_of[moved] = row
+        # No copy of a dropped vector stays behind the held rows (erasure, docs/PRIVACY.md).
+        self._matrix[last] = 0
+        self._codes[:, last] = 0
         self._rids[last] = -1
         self._size = last
         self._recentre()
