@@ -211,7 +211,7 @@ async def test_a_failed_round_gives_its_claims_back_at_once(pg_server: PgServer)
 async def test_schema_4_with_data_migrates_to_5(pg_server: PgServer) -> None:
     """A database at version 4 holding blocks, vectors and a queue (made here by taking
     migration 5's objects out of a filled one) migrates to 5 and serves two nodes."""
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     dsn = pg_server.create_database()
     await _fill(dsn)
     async with Store(dsn, clock=FakeClock(START), embedder=Counting(), embed_batch=200) as s:
@@ -220,11 +220,14 @@ async def test_schema_4_with_data_migrates_to_5(pg_server: PgServer) -> None:
         await conn.execute(
             "DROP TABLE embed_claims, vector_stamps;"
             " DROP FUNCTION memwarden_vector_stamp() CASCADE;"
+            # and migration 6's (node-scoped bindings)
+            " ALTER TABLE bindings DROP COLUMN nodes, DROP COLUMN served_by;"
+            " ALTER TABLE revalidations DROP COLUMN node;"
             " UPDATE schema_version SET version = 4"
         )
         assert await schema_version(conn) == 4
         assert await migrate(conn) == 4
-        assert await schema_version(conn) == 5
+        assert await schema_version(conn) == 6
         assert await conn.fetchval("SELECT count(*) FROM vector_stamps") == 0
         assert await conn.fetchval("SELECT count(*) FROM embed_queue") == BLOCKS - 200
     ea, eb = Counting(), Counting()

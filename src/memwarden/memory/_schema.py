@@ -502,6 +502,18 @@ SELECT rid, max(updated_at, coalesce(last_accessed_at, updated_at)), importance,
     half_life_s, tier, state, stale_at FROM blocks;
 """
 
+_V14 = """
+-- Node-scoped bindings (docs/SCALE.md, "Node-scoped bindings"): the nodes whose sensor
+-- checks a binding, in order (a JSON list of node names, or ["*"]: any node), and the
+-- node serving it now. Bindings from before this version keep working as they did: any
+-- node (["*"]); the daemon that opens the store serves them (on PostgreSQL the leader
+-- picks a live node).
+ALTER TABLE bindings ADD COLUMN nodes TEXT NOT NULL DEFAULT '["*"]';
+ALTER TABLE bindings ADD COLUMN served_by TEXT;
+-- A revalidation request goes to the node serving its binding (NULL: none yet).
+ALTER TABLE revalidations ADD COLUMN node TEXT;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _V1,
     _V2,
@@ -516,6 +528,7 @@ MIGRATIONS: tuple[str, ...] = (
     _V11,
     _V12,
     _V13,
+    _V14,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

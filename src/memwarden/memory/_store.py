@@ -31,9 +31,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
-from memwarden.errors import StorageError, ValidationInputError
+from memwarden.errors import ConfigError, StorageError, ValidationInputError
 from memwarden.memory import (
     _compaction,
     _decayline,
@@ -55,7 +56,12 @@ from memwarden.memory._clock import Clock, SystemClock
 from memwarden.memory._database import Database
 from memwarden.memory._evidence import Evidence
 from memwarden.memory._location import store_location
-from memwarden.memory._model import RevalidationReason, StaleReason
+from memwarden.memory._model import (
+    NODE_NAME_PATTERN,
+    RevalidationReason,
+    StaleReason,
+    default_node_name,
+)
 from memwarden.memory._reads import Reads
 from memwarden.memory._results import (
     ApplyResult,
@@ -71,6 +77,7 @@ from memwarden.memory._results import (
 from memwarden.memory._revalidation import Revalidations
 from memwarden.memory._scorelog import ScoreLog
 from memwarden.memory._search import Search, SearchMode
+from memwarden.memory._serving import serve_all
 from memwarden.memory._vectors import EmbedderLike, VectorIndex, queue_all
 from memwarden.memory.policy import PolicyConfig
 
@@ -170,6 +177,7 @@ class Store:
         secure_delete: bool = True,
         embedder: EmbedderLike | None = None,
         embed_batch: int = 256,
+        node: str | None = None,
     ) -> None:
         where = store_location(path)
         self.compaction = compaction or _compaction.CompactionConfig()
@@ -184,7 +192,7 @@ class Store:
         self.pg_db: PgDatabase | None = None
         if isinstance(where, str):
             self._path: Path | None = None
-            self._open_pg(where, readers, max_jobs_per_commit, embedder, embed_batch)
+            self._open_pg(where, readers, max_jobs_per_commit, embedder, embed_batch, node=node)
             return
         self._path = where
         self._db: Database | None = Database(
@@ -208,9 +216,17 @@ class Store:
         self._search.vectors = self.vectors
         self._reads = Reads(self.db, self.clock, self.policy)
         self._evidence = Evidence(self.db)
+        self.node = node or default_node_name()
 
     def _open_pg(
-        self, dsn: str, readers: int, max_jobs: int, embedder: EmbedderLike | None, batch: int
+        self,
+        dsn: str,
+        readers: int,
+        max_jobs: int,
+        embedder: EmbedderLike | None,
+        batch: int,
+        *,
+        node: str | None,
     ) -> None:
         """The PostgreSQL parts on one :class:`PgDatabase` (asyncpg is imported here)."""
         from memwarden.memory.pg._apply import PgEventLog  # noqa: PLC0415 - an extra's driver
@@ -254,6 +270,7 @@ class Store:
             evidence=evidence,
         )
         self._share_score_log()
+        self.node = node or default_node_name()
 
     def _share_score_log(self) -> None:
         """The PostgreSQL parts that write the score log read it from their attribute:
@@ -263,6 +280,22 @@ class Store:
             self._pg.erasure.score_log = self.score_log
 
     # ------------------------------------------------------------------ backend
+
+    @property
+    def node(self) -> str:
+        """The node this store writes as (docs/SCALE.md, "Node-scoped bindings"): a new
+        binding's default ``nodes``; on PostgreSQL, events applied through this store
+        reach only the bindings it serves."""
+        return self._node
+
+    @node.setter
+    def node(self, value: str) -> None:
+        if not re.fullmatch(NODE_NAME_PATTERN, value):
+            raise ConfigError(f"node: {value!r} is not a valid node name")
+        self._node = value
+        self._blocks.node = value
+        if not isinstance(self._events, EventLog):  # SQLite: one node, every binding
+            self._events.node = value
 
     @property
     def backend(self) -> Literal["sqlite", "postgresql"]:
@@ -571,12 +604,48 @@ class Store:
         pending again, sent at ``send_at``. False if it was answered meanwhile."""
         return await self._revalidations.put_back_revalidation(request_id, send_at=send_at)
 
-    async def requeue_sent_revalidations(self) -> int:
-        """Requests left ``sent`` by a daemon that died before the answer: pending again.
+    async def requeue_sent_revalidations(self, *, node: str | None = None) -> int:
+        """Requests left ``sent`` by a daemon that died before the answer: pending again;
+        with ``node``, only those that node claimed (a node of several restarting).
 
         Call at start, before the scheduler runs; returns how many were requeued.
         """
-        return await self._revalidations.requeue_sent_revalidations()
+        return await self._revalidations.requeue_sent_revalidations(node=node)
+
+    async def claim_revalidations(
+        self, *, limit: int = 200, now: float | None = None
+    ) -> list[RevalidationRequest]:
+        """This node's due requests, marked ``sent`` as they are taken: on PostgreSQL
+        those whose binding this store's :attr:`node` serves, claimed ``FOR UPDATE SKIP
+        LOCKED`` (docs/SCALE.md); on SQLite (one node) every due request."""
+        revalidations = self._revalidations
+        if isinstance(revalidations, Revalidations):
+            due = await revalidations.due_revalidations(limit=limit, now=now)
+            await revalidations.set_revalidation_status([r.id for r in due], "sent")
+            return due
+        return await revalidations.claim_revalidations(self.node, limit=limit, now=now)
+
+    async def keep_servers(self) -> tuple[int, int]:
+        """Who serves each binding (docs/SCALE.md, "Node-scoped bindings"): on SQLite this
+        node serves all; on PostgreSQL (the leader's pass) the first live node of each
+        binding's list, and the checks claimed by dead nodes go back to pending. Each
+        change is audited. Returns (bindings moved, checks requeued)."""
+        now = self.clock.time()
+        actor = f"node:{self.node}"
+        if self.pg_db is None:
+            node = self.node
+
+            async def job(conn: Any) -> int:
+                return await serve_all(conn, node, now=now, actor=actor)
+
+            return await self.db.write(job), 0
+        from memwarden.memory.pg._serving import assign_servers  # noqa: PLC0415 - an extra
+
+        async def pg_job(conn: Any) -> tuple[int, int]:
+            changes, requeued = await assign_servers(conn, now=now, actor=actor)
+            return len(changes), requeued
+
+        return await self.pg_db.write(pg_job)
 
     async def request_revalidation(
         self,
@@ -666,9 +735,12 @@ class Store:
         volatility's)."""
         return await self._reads.validity_windows(block_ids)
 
-    async def bindings_for_sensor(self, sensor: str) -> list[tuple[str, Binding]]:
-        """Every (block id, binding) a sensor owns: what it must watch."""
-        return await self._reads.bindings_for_sensor(sensor)
+    async def bindings_for_sensor(
+        self, sensor: str, *, served_by: str | None = None
+    ) -> list[tuple[str, Binding]]:
+        """Every (block id, binding) a sensor owns: what it must watch; with
+        ``served_by``, only the bindings that node serves (docs/SCALE.md)."""
+        return await self._reads.bindings_for_sensor(sensor, served_by=served_by)
 
     async def events_after(self, seq: int, *, limit: int = 100) -> list[dict[str, Any]]:
         """The event log after ``seq`` (oldest first), each with the blocks it changed."""
