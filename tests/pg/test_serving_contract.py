@@ -287,9 +287,12 @@ async def test_leader_moves_a_binding_when_its_node_dies(two: tuple[str, Store, 
     anywhere = await b.add(_block(nodes=["*"]))
     only_a = await a.add(_block(nodes=["node-a"]))
     assert await a.keep_servers() == (0, 0)  # as stored
-    # A binding stored on node-b naming node-a first moves to node-a, the first alive.
+    # A binding stored on node-b naming node-a first is served by no one until the
+    # leader's pass gives it to node-a, the first alive: node-b's events never reach it.
     first_b = await b.add(_block(nodes=["node-a", "node-b"]))
-    assert (await b.get(first_b.id)).bindings[0].served_by == "node-b"
+    assert (await b.get(first_b.id)).bindings[0].served_by is None
+    await b.apply_events([_event("b-early", "refuted", at=START - 3)])
+    assert (await b.get(first_b.id)).state.value == "unverified"
     assert await a.keep_servers() == (1, 0)
     assert (await a.get(first_b.id)).bindings[0].served_by == "node-a"
     # node-a stops heartbeating: its bindings with node-b next go to node-b, ["*"] stays

@@ -221,10 +221,12 @@ def diff_bindings(
 
 
 def serving_node(nodes_json: str, node: str) -> str | None:
-    """Who serves a binding stored by ``node`` until the leader says otherwise: that
-    node when the binding's list names it (or is ``["*"]``), else no one yet."""
+    """Who serves a binding stored by ``node`` until the leader's pass says otherwise:
+    that node when the binding's list starts with it (or is ``["*"]``), else no one yet
+    (the leader gives it to the first live node of its list within seconds; until then
+    no node's events reach it, rather than a node that is not its first choice)."""
     nodes = json.loads(nodes_json)
-    return node if node in nodes or nodes == [ANY_NODE] else None
+    return node if nodes[:1] == [node] or nodes == [ANY_NODE] else None
 
 
 def _selector_key(text: str) -> str:

@@ -268,10 +268,10 @@ class Binding(BaseModel):
     def _without_unset_nodes(self, handler: SerializerFunctionWrapHandler) -> Any:
         # A binding not read from the store (a request to a sensor, an agent's own) has
         # neither: left out, so older agents that refuse unknown keys still read it.
+        # A stored binding has its list; served by no one then shows as null.
         data = handler(self)
-        if isinstance(data, dict):
-            if self.nodes is None:
-                data.pop("nodes", None)
+        if isinstance(data, dict) and self.nodes is None:
+            data.pop("nodes", None)
             if self.served_by is None:
                 data.pop("served_by", None)
         return data
