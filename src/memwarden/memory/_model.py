@@ -253,6 +253,22 @@ class Binding(BaseModel):
         "given on a write).",
     )
 
+    # A binding is what it checks: its sensor, subject and selector. Which nodes check
+    # it and who serves it now are not part of it, so the binding a sensor was given
+    # (from the store, with both) equals the one in a request to check it (without).
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Binding):
+            return NotImplemented
+        return (self.sensor, self.subject, self.model_extra) == (
+            other.sensor,
+            other.subject,
+            other.model_extra,
+        )
+
+    def __hash__(self) -> int:
+        # As a frozen model's own hash was (its fields then: sensor and subject).
+        return hash((self.sensor, self.subject))
+
     @field_validator("nodes")
     @classmethod
     def _node_list(cls, value: list[str] | None) -> list[str] | None:
