@@ -385,3 +385,28 @@ async def test_postgresql_5_migrates_bindings_to_any_node(pg_server: PgServer) -
         assert await s.keep_servers() == (1, 1)
         assert (await s.get(block.id)).bindings[0].served_by == "node-a"
         assert len(await s.claim_revalidations()) == 1
+
+
+@pytest.mark.parametrize(
+    ("nodes", "served_by"),
+    [("[oops", None), ('["Bad Name"]', None), ('["*", "a"]', None), ('"a"', None), (None, "Bad!")],
+)
+async def test_an_import_with_a_hostile_node_list_stores_nothing(
+    store: Store, nodes: str | None, served_by: str | None
+) -> None:
+    """An export object's binding carries its ``nodes`` and ``served_by`` columns; one
+    that is not a valid list (the leader's pass reads it as JSON) is refused, nothing
+    stored; a valid one is kept."""
+    block = await store.add(_block(nodes=["node-a", "node-b"]))
+    [row] = await store.export_blocks()
+    assert row["bindings"][0]["nodes"] == '["node-a","node-b"]'
+    await store.delete(block.id)
+    before = await store.counts()
+    bad = json.loads(json.dumps(row))
+    bad["bindings"][0].update(nodes=nodes, served_by=served_by)
+    with pytest.raises(ValidationInputError) as err:
+        await store.import_blocks([bad])
+    assert [f for f, _ in err.value.errors] == ["0.bindings.0"]
+    assert await store.counts() == before
+    await store.import_blocks([row])
+    assert (await store.get(block.id)).bindings[0].nodes == ["node-a", "node-b"]
