@@ -141,6 +141,9 @@ class _PgParts:
     evidence: PgEvidence
 
 
+SERVE_CHUNK = 5_000  # bindings per transaction of a full serving pass (PostgreSQL)
+
+
 class Store:
     """The memory store.
 
@@ -271,6 +274,7 @@ class Store:
         )
         self._share_score_log()
         self.node = node or default_node_name()
+        self._served_among: list[str] | None = None  # the live nodes at the last pass
 
     def _share_score_log(self) -> None:
         """The PostgreSQL parts that write the score log read it from their attribute:
@@ -639,13 +643,38 @@ class Store:
                 return await serve_all(conn, node, now=now, actor=actor)
 
             return await self.db.write(job), 0
-        from memwarden.memory.pg._serving import assign_servers  # noqa: PLC0415 - an extra
+        return await self._keep_servers_pg(now, actor)
 
-        async def pg_job(conn: Any) -> tuple[int, int]:
-            changes, requeued = await assign_servers(conn, now=now, actor=actor)
-            return len(changes), requeued
+    async def _keep_servers_pg(self, now: float, actor: str) -> tuple[int, int]:
+        """The leader's pass on PostgreSQL. Every binding when the live nodes differ from
+        the previous pass's (or on this store's first), in ranges of ids, one writer
+        transaction each (the writer is never held long); else only those served by no
+        one. Then the checks claimed by dead nodes."""
+        from memwarden.memory.pg import _serving  # noqa: PLC0415 - an extra's driver
 
-        return await self.pg_db.write(pg_job)
+        db = self.pg_db
+        assert db is not None  # noqa: S101 - the caller checked
+        async with db.read() as conn:
+            alive = await _serving.alive_nodes(conn)
+            full = alive != self._served_among
+            ranges: list[tuple[int, int] | None] = (
+                list(await _serving.binding_ranges(conn, SERVE_CHUNK)) if full else [None]
+            )
+        moved = 0
+        for ids in ranges:
+
+            async def job(conn: Any, ids: tuple[int, int] | None = ids) -> int:
+                changes = await _serving.assign_servers(conn, alive, now=now, actor=actor, ids=ids)
+                return len(changes)
+
+            moved += await db.write(job)
+
+        async def requeue(conn: Any) -> int:
+            return await _serving.requeue_dead(conn, alive, now=now)
+
+        requeued = await db.write(requeue)
+        self._served_among = alive
+        return moved, requeued
 
     async def request_revalidation(
         self,

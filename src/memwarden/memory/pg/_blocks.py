@@ -341,9 +341,10 @@ async def _replace_bindings(
                 for s, subj, sel, nodes in change.new
             ],
         )
-    if change.renodes:  # the leader's next pass moves ``served_by`` if it must
+    if change.renodes:  # served as a new binding is, until the leader's next pass
         await conn.executemany(
-            "UPDATE bindings SET nodes = $1 WHERE id = $2", [(n, i) for i, n in change.renodes]
+            "UPDATE bindings SET nodes = $1, served_by = $2 WHERE id = $3",
+            [(n, serving_node(n, node), i) for i, n in change.renodes],
         )
     if change.unbound:
         await conn.executemany(

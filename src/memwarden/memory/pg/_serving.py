@@ -25,46 +25,57 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from memwarden.memory.pg._types import PgConnection
 
 __all__ = [
     "ALIVE_S",
     "ServeChange",
+    "alive_nodes",
     "assign_servers",
+    "binding_ranges",
     "claim_due",
+    "requeue_dead",
     "requeue_own",
     "served_fingerprint",
 ]
 
 ALIVE_S = 30.0  # as memwarden.cluster.ALIVE_S: a heartbeat younger than this is alive
 
-# The live nodes, then each binding's wanted server; only the bindings that change are
-# written. ``nodes`` is a JSON list (validated on the way in; a row that is not JSON
-# would fail the whole pass, so the cast is guarded).
+# The live nodes (by the database's clock).
+_ALIVE = """
+SELECT node FROM cluster_nodes
+WHERE stopped_at IS NULL AND heartbeat_at > clock_timestamp() - make_interval(secs => $1)
+ORDER BY node
+"""
+# Each binding's wanted server among the live nodes ($1), for the bindings the pass
+# looks at ({where}); only those that change are written. ``nodes`` is a JSON list
+# (validated on the way in, imports too; the LIKE guards the cast all the same).
 _ASSIGN = """
-WITH alive AS (
-    SELECT node FROM cluster_nodes
-    WHERE stopped_at IS NULL AND heartbeat_at > clock_timestamp() - make_interval(secs => $1)
-), wanted AS (
+WITH wanted AS (
     SELECT g.id, g.served_by AS before,
         CASE WHEN g.nodes = '["*"]' THEN
-            CASE WHEN g.served_by IN (SELECT node FROM alive) THEN g.served_by
-                 ELSE (SELECT min(node) FROM alive) END
+            CASE WHEN g.served_by = ANY($1::text[]) THEN g.served_by
+                 ELSE (SELECT min(n) FROM unnest($1::text[]) AS n) END
         WHEN g.nodes LIKE '[%]' THEN (
             SELECT t.n FROM jsonb_array_elements_text(g.nodes::jsonb) WITH ORDINALITY AS t(n, i)
-            WHERE t.n IN (SELECT node FROM alive) ORDER BY t.i LIMIT 1)
+            WHERE t.n = ANY($1::text[]) ORDER BY t.i LIMIT 1)
         END AS after
-    FROM bindings g
+    FROM bindings g WHERE {where}
 )
 UPDATE bindings g SET served_by = w.after FROM wanted w
 WHERE g.id = w.id AND w.after IS DISTINCT FROM w.before
 RETURNING g.block_rid, g.sensor, g.subject, w.before, w.after
 """
+ASSIGN_RANGE = _ASSIGN.format(where="g.id BETWEEN $2 AND $3")
+# While the live nodes are those of the previous pass only the bindings served by no
+# one can change (new ones not led by the node that stored them, lists edited, those
+# whose nodes are all gone): the index ``bindings_served`` finds them.
+ASSIGN_UNSERVED = _ASSIGN.format(where="g.served_by IS NULL")
 _REQUEUE_DEAD = """
 UPDATE revalidations SET status = 'pending', send_at = $2
-WHERE status = 'sent' AND (node IS NULL OR node NOT IN (
-    SELECT node FROM cluster_nodes
-    WHERE stopped_at IS NULL AND heartbeat_at > clock_timestamp() - make_interval(secs => $1)))
+WHERE status = 'sent' AND (node IS NULL OR NOT node = ANY($1::text[]))
 """
 _AUDIT = """
 INSERT INTO audit (at, actor, action, block_id, detail)
@@ -101,13 +112,35 @@ class ServeChange:
     after: str | None
 
 
+async def alive_nodes(conn: PgConnection, alive_s: float = ALIVE_S) -> list[str]:
+    """The nodes alive now (heartbeat younger than ``alive_s``, not stopped), by name."""
+    return [r[0] for r in await conn.fetch(_ALIVE, alive_s)]
+
+
+async def binding_ranges(conn: PgConnection, chunk: int) -> list[tuple[int, int]]:
+    """Consecutive ``(lo, hi)`` ranges of ``chunk`` binding ids covering every binding."""
+    row = await conn.fetchrow("SELECT min(id), max(id) FROM bindings")
+    if row is None or row[0] is None:
+        return []
+    lo, hi = int(row[0]), int(row[1])
+    return [(a, min(a + chunk - 1, hi)) for a in range(lo, hi + 1, chunk)]
+
+
 async def assign_servers(
-    conn: PgConnection, *, now: float, actor: str, alive_s: float = ALIVE_S
-) -> tuple[list[ServeChange], int]:
-    """The leader's pass (in the caller's transaction): every binding served by the node
-    it should be, each change audited; the checks claimed by dead nodes requeued.
-    Returns the changes and how many checks were requeued."""
-    rows = await conn.fetch(_ASSIGN, alive_s)
+    conn: PgConnection,
+    alive: Sequence[str],
+    *,
+    now: float,
+    actor: str,
+    ids: tuple[int, int] | None = None,
+) -> list[ServeChange]:
+    """Part of the leader's pass (in the caller's transaction): the bindings with ids in
+    ``ids`` (None: those served by no one) served by the node they should be among
+    ``alive``, each change audited."""
+    if ids is None:
+        rows = await conn.fetch(ASSIGN_UNSERVED, list(alive))
+    else:
+        rows = await conn.fetch(ASSIGN_RANGE, list(alive), ids[0], ids[1])
     changes = [ServeChange(*r) for r in rows]
     if changes:
         details = [
@@ -118,8 +151,12 @@ async def assign_servers(
             for c in changes
         ]
         await conn.execute(_AUDIT, now, actor, [c.block_rid for c in changes], details)
-    requeued = _count(await conn.execute(_REQUEUE_DEAD, alive_s, now))
-    return changes, requeued
+    return changes
+
+
+async def requeue_dead(conn: PgConnection, alive: Sequence[str], *, now: float) -> int:
+    """The checks claimed by nodes not in ``alive`` (or by no known node) pending again."""
+    return _count(await conn.execute(_REQUEUE_DEAD, list(alive), now))
 
 
 async def claim_due(conn: PgConnection, node: str, *, now: float, limit: int) -> list[str]:
