@@ -656,6 +656,8 @@ class Store:
         assert db is not None  # noqa: S101 - the caller checked
         async with db.read() as conn:
             alive = await _serving.alive_nodes(conn)
+            if alive is None:  # no node registered here: nothing to serve by
+                return 0, 0
             full = alive != self._served_among
             ranges: list[tuple[int, int] | None] = (
                 list(await _serving.binding_ranges(conn, SERVE_CHUNK)) if full else [None]

@@ -112,8 +112,11 @@ class ServeChange:
     after: str | None
 
 
-async def alive_nodes(conn: PgConnection, alive_s: float = ALIVE_S) -> list[str]:
-    """The nodes alive now (heartbeat younger than ``alive_s``, not stopped), by name."""
+async def alive_nodes(conn: PgConnection, alive_s: float = ALIVE_S) -> list[str] | None:
+    """The nodes alive now (heartbeat younger than ``alive_s``, not stopped), by name;
+    None when no node ever registered (no ``cluster_nodes``: no daemon ran here)."""
+    if await conn.fetchval("SELECT to_regclass('cluster_nodes')") is None:
+        return None
     return [r[0] for r in await conn.fetch(_ALIVE, alive_s)]
 
 
