@@ -222,6 +222,37 @@ def _raw_apply(
     return out
 
 
+async def _apply_all(
+    gated: _Gated, chunks: list[list[ValidationEvent]]
+) -> tuple[list[ApplyResult], float, list[float]]:
+    """All chunks submitted at once: their results, the seconds until the last was
+    applied, and when each was acknowledged (s after the start)."""
+    acked: list[float] = []
+    t = time.perf_counter()
+
+    async def apply(chunk: list[ValidationEvent]) -> ApplyResult:
+        result = await gated.apply(chunk)
+        acked.append(time.perf_counter() - t)
+        return result
+
+    results = await asyncio.gather(*(apply(c) for c in chunks))
+    return results, time.perf_counter() - t, acked
+
+
+def _ack_latency(acked: list[float]) -> dict[str, float]:
+    """When the chunks were acknowledged (all were submitted at once, so this is how long
+    each waited): the first, median, p95 and last, in s."""
+    if not acked:
+        return {}
+    acked = sorted(acked)
+    return {
+        "ack_first_s": acked[0],
+        "ack_p50_s": acked[len(acked) // 2],
+        "ack_p95_s": acked[min(len(acked) - 1, int(len(acked) * 0.95))],
+        "ack_last_s": acked[-1],
+    }
+
+
 def _digest(path: Path) -> str:
     """A hash of what both sides must agree on: block evidence, events and effects."""
     conn = _sqlite.connect(path)
@@ -277,9 +308,7 @@ async def ingest(ctx: Context) -> list[Result]:
         sql_cpu_before = thread_cpu_s(sql_tid)
         gc.collect()
         loop_cpu_before = time.thread_time()
-        t = time.perf_counter()
-        results = await asyncio.gather(*(gated.apply(c) for c in chunks))
-        store_s = time.perf_counter() - t
+        results, store_s, acked = await _apply_all(gated, chunks)
         loop_cpu_s = time.thread_time() - loop_cpu_before
         sql_cpu_after = thread_cpu_s(sql_tid)
         commits = getattr(writer, "commits", 0) - commits_before
@@ -324,6 +353,7 @@ async def ingest(ctx: Context) -> list[Result]:
                 "store_sql_thread_cpu_s": sql_cpu_s,
                 **raw,
                 "commits": commits,
+                **_ack_latency(acked),
                 "revalidations_queued": revalidations,
                 "same_end_state": same,
                 "preload_blocks_per_s": n_blocks / preload_s,

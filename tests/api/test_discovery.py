@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
 
 from memwarden.client import Client, DaemonNotRunningError, find_home, resolve_endpoint
+from tests.support import start_memwarden
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -121,3 +126,47 @@ def test_a_given_token_never_goes_to_a_url_found_by_looking_around(
     named = _state(clean_env / "named", url="http://127.0.0.1:5555", token="n" * 40)
     assert resolve_endpoint(home=named).url == "http://127.0.0.1:5555"
     assert resolve_endpoint(home=named).token == "s" * 40
+
+
+def test_the_api_json_a_daemon_killed_with_kill_9_left_is_refused(clean_env: Path):
+    """``kill -9`` leaves the daemon's ``api.json`` behind: a client on this host sees
+    that the pid it names has exited and says so, instead of calling a dead (or reused)
+    address."""
+    home = clean_env / "home"
+    d = start_memwarden(home)
+    try:
+        advert = json.loads((home / "api.json").read_text())
+        assert (advert["pid"], advert["host"]) == (d.process.pid, socket.gethostname())
+        with Client(home=home) as client:
+            assert client.healthz()["status"] == "ok"
+        d.process.kill()
+        d.process.wait()
+    finally:
+        if d.alive():
+            d.process.kill()
+            d.process.wait()
+    assert (home / "api.json").exists()  # nothing removed it
+    endpoint = resolve_endpoint(home=home)
+    assert (endpoint.url, endpoint.dead_pid) == ("", d.process.pid)
+    with Client(home=home) as client, pytest.raises(DaemonNotRunningError) as err:
+        client.healthz()
+    assert f"names pid {d.process.pid}, which has exited" in str(err.value)
+    assert str(home) in str(err.value)
+
+
+def test_an_api_json_whose_pid_cannot_be_judged_here_is_used(clean_env: Path):
+    """A live pid, another host's file (a shared state dir) or a file without a pid
+    (an older daemon's) keep their URL."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    home = _state(clean_env / "h", url="http://127.0.0.1:5555", token="t" * 40)
+    for advert, url in (
+        ({"pid": os.getpid()}, "http://127.0.0.1:5555"),
+        ({"pid": gone.pid, "host": "another-host"}, "http://127.0.0.1:5555"),
+        ({}, "http://127.0.0.1:5555"),
+        ({"pid": "12"}, "http://127.0.0.1:5555"),
+        ({"pid": gone.pid}, ""),  # no host said: judged here
+        ({"pid": gone.pid, "host": socket.gethostname()}, ""),
+    ):
+        (home / "api.json").write_text(json.dumps({"url": "http://127.0.0.1:5555", **advert}))
+        assert resolve_endpoint(home=home).url == url, advert

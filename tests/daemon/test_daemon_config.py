@@ -247,3 +247,40 @@ def test_inline_read_budget_is_bounded(config_file):
     with pytest.raises(ConfigError) as err:
         load_settings(config_file("[store]\ninline_read_ms = 50\n"), env={})
     assert err.value.problems == ["store.inline_read_ms: Input should be less than or equal to 5"]
+
+
+def test_the_embed_claim_time_is_a_validated_setting(tmp_path):
+    """``[search] embed_claim`` (PostgreSQL's claim on a batch of queued blocks): 120 s
+    by default, a duration from the file or the environment, refused outside 1 s - 1 day
+    with the field named."""
+    env = {"XDG_STATE_HOME": str(tmp_path)}
+    assert load_settings(None, env=env).search.embed_claim.total_seconds() == 120
+    path = tmp_path / "memwarden.toml"
+    path.write_text('[search]\nembed_claim = "10m"\n')
+    assert load_settings(path, env=env).search.embed_claim.total_seconds() == 600
+    got = load_settings(None, env={**env, "MEMWARDEN_SEARCH__EMBED_CLAIM": "45s"})
+    assert got.search.embed_claim.total_seconds() == 45
+    for bad in ("0s", "500ms", "2d", "soon"):
+        with pytest.raises(ConfigError) as err:
+            load_settings(None, env={**env, "MEMWARDEN_SEARCH__EMBED_CLAIM": bad})
+        [problem] = err.value.problems
+        assert problem.startswith("search.embed_claim: "), problem
+
+
+def test_flood_commit_bound_is_bounded(config_file):
+    """[store] flood_commit_events bounds a flood's transactions; below the normal
+    transaction (20 000 events) or past a million it is refused, naming the key."""
+    assert load_settings(None, env={}).store.flood_commit_events == 80_000
+    assert (
+        load_settings(
+            config_file("[store]\nflood_commit_events = 20000\n"), env={}
+        ).store.flood_commit_events
+        == 20_000
+    )
+    for value, problem in (
+        (100, "greater than or equal to 20000"),
+        (2_000_000, "less than or equal to 1000000"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            load_settings(config_file(f"[store]\nflood_commit_events = {value}\n"), env={})
+        assert err.value.problems == [f"store.flood_commit_events: Input should be {problem}"]

@@ -16,8 +16,8 @@ from tests.support import eventually
 from memwarden.cluster import Leader, check_name
 from memwarden.daemon import load_settings
 from memwarden.daemon._config import ClusterSettings, SchedulerSettings, default_node_name
-from memwarden.daemon._scheduler import AlwaysLeader, Leadership, Scheduler
-from memwarden.errors import ConfigError
+from memwarden.daemon._scheduler import AlwaysLeader, Leadership, Scheduler, retry_delay
+from memwarden.errors import ConfigError, StorageError
 from memwarden.memory import Store
 from memwarden.plugins.testing import FakeClock
 
@@ -224,3 +224,46 @@ def test_cluster_lease_times() -> None:
         ClusterSettings(node="n", lease_poll=timedelta(0))
     with pytest.raises(ValueError, match="greater than or equal to 1"):
         ClusterSettings(node="n", spool_max_unsent=0)
+
+
+async def test_failing_ticks_back_off_up_to_a_minute_and_recover(tmp_path: Path) -> None:
+    """A loop whose ticks keep failing (the node cut off from the database) waits twice
+    as long after each failure in a row, up to 60 s (or its own interval when longer),
+    not its 1 s interval every time; the first tick that succeeds brings the interval
+    back."""
+    clock = FakeClock()
+    async with Store(tmp_path / "m.db", clock=clock) as store:
+        scheduler = Scheduler(
+            store=store,
+            bus=None,  # type: ignore[arg-type] - nothing is dispatched here
+            runners=dict,
+            settings=SchedulerSettings(),
+        )
+        start = clock.time()
+        ticks: list[float] = []
+        failing = True
+
+        async def tick() -> None:
+            ticks.append(clock.time() - start)
+            if failing:
+                raise StorageError("storage unavailable: connection refused")
+
+        loop = asyncio.create_task(scheduler._every(1.0, tick))
+        try:
+            for _ in range(300):  # five minutes, a second at a time
+                await eventually(lambda: clock.sleepers == 1, what="the loop asleep")
+                clock.advance(1)
+            await eventually(lambda: clock.sleepers == 1, what="the loop asleep")
+            assert ticks == [0, 2, 6, 14, 30, 62, 122, 182, 242]  # not 300 failures
+            failing = False
+            clock.advance(2)  # the next try (at 242 + 60) succeeds: the database is back
+            await eventually(lambda: len(ticks) == 10 and clock.sleepers == 1)
+            for _ in range(3):
+                clock.advance(1)  # back to the loop's own interval
+                await eventually(lambda: clock.sleepers == 1 and len(ticks) >= 11)
+            assert ticks[9:] == [302, 303, 304, 305]
+        finally:
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+    assert [retry_delay(3600, n) for n in (0, 1, 5)] == [3600, 3600, 3600]  # never shorter
+    assert [retry_delay(10, n) for n in (0, 1, 2, 3, 99)] == [10, 20, 40, 60, 60]

@@ -138,3 +138,35 @@ async def test_a_stop_answers_a_held_long_poll_at_once(daemon):
         answer = await poll  # a 60 s wait: answered now only because the daemon stops
     assert answer.status_code == 200
     assert answer.json() == []
+
+
+async def test_a_dependents_falls_are_told_each_time_with_their_reason(daemon):
+    """A block pulled stale by a dependency is told as ``dependency`` (no event of its
+    own), and again when it falls by dependency a second time after being checked."""
+    d = daemon
+    first, second = await _fact(d, "root-1"), await _fact(d, "root-2")
+    WorldSensor.world["dep"] = "on"
+    dependent = await d.add_block(
+        {
+            "content": "the dependent switch follows both roots",
+            "bindings": [{"sensor": "world", "path": "dep", "equals": "on"}],
+            "depends_on": [first, second],
+        }
+    )
+    await d.revalidate(dependent.id, wait_s=5)
+    await d.read_block(dependent.id, session="agent-3")
+    await d.read_block(first, session="agent-4")
+    await _refute(d, "root-1")
+    [told] = await eventually(lambda: d.sessions.after("agent-3", 0), what="the first fall")
+    assert (told["block_id"], told["state"], told["reason"]) == (
+        dependent.id,
+        ["fresh", "stale"],
+        "dependency",
+    )
+    assert "event_id" not in told
+    await d.revalidate(dependent.id, wait_s=5)  # checked again: fresh
+    assert (await d.read_block(dependent.id))["state"] == "fresh"
+    await _refute(d, "root-2")
+    [again] = await eventually(lambda: d.sessions.after("agent-3", 1), what="the second fall")
+    assert (again["block_id"], again["reason"], again["seq"]) == (dependent.id, "dependency", 2)
+    assert [n["block_id"] for n in d.sessions.after("agent-4", 0)] == [first]

@@ -14,6 +14,7 @@ import memwarden.memory
 import memwarden.memory._writer as writer_module
 from memwarden.errors import StorageError
 from memwarden.memory import Database
+from memwarden.memory._database import COMMIT_WEIGHT
 from memwarden.memory._sql import in_thread
 
 if TYPE_CHECKING:
@@ -268,3 +269,33 @@ async def test_on_thread_jobs_run_with_the_cyclic_collector_paused(tmp_path: Pat
             assert not gc.isenabled()
         finally:
             gc.enable()
+
+
+async def test_a_flood_commits_in_growing_steps_and_a_drained_queue_resets_them(tmp_path: Path):
+    """A transaction that leaves jobs waiting doubles the next one's weight bound, up to
+    ``flood_commit_weight``; the first transaction of a flood is no bigger than the
+    normal bound, and once the queue is empty the bound is the normal one again."""
+    step = COMMIT_WEIGHT // 2
+    async with Database(tmp_path / "d.db", flood_commit_weight=4 * COMMIT_WEIGHT) as db:
+        writer = db.writer
+        assert writer is not None
+        seen: list[int] = []  # the commit count each job ran under: its transaction
+
+        def job(raw: sqlite3.Connection) -> None:
+            assert writer is not None
+            seen.append(writer.commits)
+
+        def sizes() -> list[int]:
+            return [seen.count(c) for c in sorted(set(seen))]
+
+        await asyncio.gather(*(db.write_on_thread(job, weight=step) for _ in range(20)))
+        assert sizes() == [2, 4, 8, 6]  # 20 000, 40 000, 80 000 (the bound), the rest
+        seen.clear()
+        await asyncio.gather(*(db.write_on_thread(job, weight=step) for _ in range(5)))
+        assert sizes() == [2, 3]  # the next flood starts from 20 000 again
+
+    async with Database(tmp_path / "e.db", flood_commit_weight=COMMIT_WEIGHT) as db:
+        writer = db.writer
+        seen.clear()
+        await asyncio.gather(*(db.write_on_thread(job, weight=step) for _ in range(8)))
+        assert sizes() == [2, 2, 2, 2]  # no growth: every transaction at the normal bound

@@ -68,7 +68,7 @@ async def pg_tables(conn: Any) -> dict[str, list[str]]:
         "SELECT table_name, column_name FROM information_schema.columns"
         " WHERE table_schema = current_schema() AND is_generated = 'NEVER'"
         " AND table_name NOT IN ('schema_version', 'copy_progress', 'compaction_guard',"
-        " 'embed_claims', 'vector_stamps')"
+        " 'embed_claims', 'vector_stamps', 'block_falls')"
         " ORDER BY table_name, ordinal_position"
     )
     out: dict[str, list[str]] = {}

@@ -481,3 +481,63 @@ def test_a_session_on_one_node_is_told_of_a_refutation_applied_on_the_other(
     unread_state = httpx.get(f"{a.url}/v1/blocks/{unread}", headers=a.auth, timeout=10)
     assert unread_state.json()["state"] in ("stale", "refuted")  # it fell, before `local`
     assert [n["seq"] for n in _notices(a, "agent-7")] == [1, 2]  # told once, not twice
+
+
+def test_a_session_on_the_follower_is_told_of_the_leaders_sweep_and_of_a_dependency(
+    pg_server: PgServer, tmp_path: Path, nodes: list[DaemonProcess]
+) -> None:
+    """Falls no effects row records (docs/SCALE.md): the leader's sweep expiring a block
+    and a dependency made stale by a refutation on the other node reach a session that
+    read them through the follower (``block_falls``); it fails without that log."""
+    dsn = pg_server.create_database("falls")
+    a = start_memwarden(tmp_path / "a", env=_env(tmp_path / "a", dsn, "node-a"))
+    nodes.append(a)
+    eventually_blocking(lambda: _cluster(a)["leader"], timeout_s=20, what="node A leads")
+    b = start_memwarden(tmp_path / "b", env=_env(tmp_path / "b", dsn, "node-b"))
+    nodes.append(b)
+    assert not _cluster(b)["leader"]  # the sweep runs on node A only
+    root = _add_block_on(b, "root.yaml")
+    added = httpx.post(
+        f"{b.url}/v1/blocks",
+        headers=b.auth,
+        json={"title": "Follows the root", "content": "as root.yaml says", "depends_on": [root]},
+        timeout=10,
+    )
+    assert added.status_code == 201, added.text
+    dependent = str(added.json()["id"])
+    added = httpx.post(
+        f"{b.url}/v1/blocks",
+        headers=b.auth,
+        json={"title": "Short-lived", "content": "true for two seconds", "validity_window": "2s"},
+        timeout=10,
+    )
+    assert added.status_code == 201, added.text
+    expiring = str(added.json()["id"])
+    for block_id in (dependent, expiring):  # the session reads them through node B
+        got = httpx.get(
+            f"{b.url}/v1/blocks/{block_id}",
+            headers=b.auth,
+            params={"session": "agent-9"},
+            timeout=10,
+        )
+        assert got.status_code == 200, got.text
+        assert got.json()["state"] in ("fresh", "unverified")
+
+    # Node A's sweep expires the short-lived block: node B's session hears of it.
+    [expired] = eventually_blocking(
+        lambda: _notices(b, "agent-9"), timeout_s=15, what="the expiry on node B"
+    )
+    assert (expired["block_id"], expired["reason"], expired["state"][1]) == (
+        expiring,
+        "expired",
+        "stale",
+    )
+    assert "event_id" not in expired
+    # A refutation POSTed to node A makes the dependent stale: told on node B too.
+    _refute_on(a, "root.yaml")
+    [dep] = eventually_blocking(
+        lambda: _notices(b, "agent-9", after=1), timeout_s=10, what="the dependency on node B"
+    )
+    assert (dep["block_id"], dep["reason"], dep["state"][1]) == (dependent, "dependency", "stale")
+    assert [n["seq"] for n in _notices(b, "agent-9")] == [1, 2]  # each told once
+    assert _notices(a, "agent-9") == []  # the session read nothing through node A

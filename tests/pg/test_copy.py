@@ -37,6 +37,7 @@ NOT_COPIED_PG = {
     "compaction_guard",
     "embed_claims",
     "vector_stamps",
+    "block_falls",
 }
 
 

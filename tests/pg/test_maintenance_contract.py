@@ -312,6 +312,11 @@ async def script(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         log.append(await m.retention_points(block_id))
     log.append(await m.retention_histogram())
     log.append(await m.retention_histogram(bins=3))
+    log.append(await m.retention_histogram(bins=1))
+    for bad in (0, -1, 1001, True, 2.5, "3"):  # a clear ValueError, never an IndexError
+        with pytest.raises(ValueError, match="bins must be an integer from 1 to 1000") as err:
+            await m.retention_histogram(bins=bad)
+        log.append(str(err.value))
     log.append(read_score_log(b.score_log))
     return log
 

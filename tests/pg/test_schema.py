@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # Tables only one backend has, and why.
 SQLITE_ONLY = {"blocks_fts"}  # FTS5 (and its shadow tables): the generated tsvector here
 # PRAGMA user_version; migrate --to's progress; embedding nodes' claims and stamps.
-PG_ONLY = {"schema_version", "copy_progress", "embed_claims", "vector_stamps"}
+PG_ONLY = {"schema_version", "copy_progress", "embed_claims", "vector_stamps", "block_falls"}
 TYPES = {"INTEGER": "bigint", "REAL": "double precision", "TEXT": "text", "BLOB": "bytea"}
 # Columns whose type differs on purpose (the reason is in memory/pg/_schema.py).
 RETYPED = {("dead_letters", "payload"): "bytea"}  # may hold NUL: PostgreSQL text cannot
@@ -452,3 +452,31 @@ async def test_identities_of_an_empty_database_start_at_one(pg_server: PgServer)
     finally:
         for c in (conn, *others):
             await c.close()
+
+
+async def test_upgrade_from_the_version_before_block_falls(pg_server: PgServer) -> None:
+    """A database at the version before ``block_falls`` (the session notices' log of
+    falls with no effects row) with a block in it migrates to the current version: the
+    table is there, empty, and takes a fall stamped with its transaction."""
+    before = next(i for i, m in enumerate(MIGRATIONS) if "CREATE TABLE block_falls" in m)
+    conn = await asyncpg.connect(pg_server.create_database())
+    try:
+        for migration in MIGRATIONS[:before]:
+            await conn.execute(migration)
+        await conn.execute(
+            "CREATE TABLE schema_version (id integer PRIMARY KEY CHECK (id = 1),"
+            " version integer NOT NULL, migrated_at timestamptz NOT NULL DEFAULT now());"
+            f"INSERT INTO schema_version (id, version) VALUES (1, {before})"
+        )
+        await _block(conn, "old")
+        assert await conn.fetchval("SELECT to_regclass('block_falls')") is None
+        assert await migrate(conn) == before
+        assert await schema_version(conn) == SCHEMA_VERSION
+        assert await conn.fetchval("SELECT count(*) FROM block_falls") == 0
+        xid = await conn.fetchval(
+            "INSERT INTO block_falls (block_id, state_before, state_after, reason, reliability,"
+            " at) VALUES ('b', 'fresh', 'stale', 'expired', 0.5, 1) RETURNING xid::text"
+        )
+        assert int(xid) > 0
+    finally:
+        await conn.close()

@@ -18,7 +18,7 @@ from memwarden.memory._compaction import CompactionConfig
 from memwarden.memory._model import ValidationEvent
 from memwarden.memory.pg import PgDatabase
 from memwarden.memory.pg._apply import PgEventLog
-from memwarden.memory.pg._blocks import PgBlocks
+from memwarden.memory.pg._blocks import DEDUPE_KEYS_MAX, PgBlocks, _lock_for_dedupe
 from memwarden.memory.policy import PolicyConfig
 
 if TYPE_CHECKING:
@@ -150,6 +150,90 @@ async def test_two_nodes_adding_blocks_at_once_get_distinct_rids(
     for row in rows:  # each binding and dependency belongs to its own block
         assert row["subject"] == row["content"].replace(" ", "/")
         assert row["deps"] == 1
+
+
+async def test_two_nodes_adding_one_fact_with_dedupe_store_it_once(
+    nodes: tuple[Node, Node],
+) -> None:
+    """``add_many(dedupe=True)`` from two nodes at once: each fact is stored exactly once
+    (the duplicate check runs under a transaction-level advisory lock per namespace and
+    content key), and the other node's call answers the stored id as a duplicate. The
+    facts differ in case and spacing between the nodes (one normalised content), and a
+    second namespace keeps its own copy."""
+    a, b = nodes
+    rounds, per_call = 12, 6
+
+    def facts(r: int, *, shout: bool, namespace: str = "default") -> list[dict[str, object]]:
+        return [
+            {
+                "content": f"  FACT {r}-{i} holds  " if shout else f"fact {r}-{i} holds",
+                "namespace": namespace,
+            }
+            for i in range(per_call)
+        ]
+
+    for r in range(rounds):
+        dup_a: set[str] = set()
+        dup_b: set[str] = set()
+        dup_c: set[str] = set()
+        got_a, got_b, got_c = await asyncio.gather(
+            a.blocks.add_many(facts(r, shout=False), dedupe=True, duplicates=dup_a),
+            b.blocks.add_many(facts(r, shout=True), dedupe=True, duplicates=dup_b),
+            b.blocks.add_many(
+                facts(r, shout=True, namespace="other"), dedupe=True, duplicates=dup_c
+            ),
+        )
+        assert got_a == got_b, f"round {r}: the nodes stored different blocks for one fact"
+        assert dup_c == set()
+        assert not set(got_c) & set(got_a)
+        # One of the two calls stored each fact, the other answered it as a duplicate.
+        assert dup_a | dup_b == set(got_a)
+        assert not dup_a & dup_b
+    async with a.db.read() as conn:
+        counts = await conn.fetch(
+            "SELECT namespace, count(*) AS n, count(DISTINCT content_key) AS keys FROM blocks"
+            " GROUP BY namespace ORDER BY namespace"
+        )
+    assert [tuple(r) for r in counts] == [
+        ("default", rounds * per_call, rounds * per_call),
+        ("other", rounds * per_call, rounds * per_call),
+    ]
+
+
+async def test_a_large_dedupe_add_and_small_ones_from_the_other_node_store_each_fact_once(
+    nodes: tuple[Node, Node],
+) -> None:
+    """An add of more facts than ``DEDUPE_KEYS_MAX`` takes one lock for all duplicate
+    checks (never one slot of the shared lock table per fact) and still takes turns with
+    small adds on the other node: each fact stored once."""
+    a, b = nodes
+    n = 3 * DEDUPE_KEYS_MAX
+    facts = [{"content": f"shared fact {i}"} for i in range(n)]
+    dup_a: set[str] = set()
+    small: list[Any] = [b.blocks.add_many(facts[i : i + 3], dedupe=True) for i in range(0, n, 3)]
+    got_a, *got_b = await asyncio.gather(
+        a.blocks.add_many(facts, dedupe=True, duplicates=dup_a), *small
+    )
+    assert [i for part in got_b for i in part] == got_a  # the same block for each fact
+    async with a.db.read() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM blocks") == n
+
+    # The locks a transaction holds for it: one for 2 000 keys, one shared plus one per
+    # key for three.
+    def counting(keys: list[int]) -> Any:
+        async def job(conn: Any) -> int:
+            await _lock_for_dedupe(conn, keys)
+            return int(
+                await conn.fetchval(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                    " AND pid = pg_backend_pid()"
+                )
+            )
+
+        return job
+
+    assert await a.db.write(counting(list(range(2000)))) == 1
+    assert await a.db.write(counting([1, 2, 3])) == 4
 
 
 async def test_a_deadlock_victim_is_run_again(nodes: tuple[Node, Node]) -> None:

@@ -155,10 +155,13 @@ async def test_a_node_dying_mid_batch_leaves_its_rows_once_the_claim_expired(
     await _fill(dsn)
     stuck, eb = Stuck(), Counting()
     async with (
-        Store(dsn, clock=FakeClock(START + 60), embedder=stuck, embed_batch=100) as a,
+        Store(
+            dsn, clock=FakeClock(START + 60), embedder=stuck, embed_batch=100, embed_claim_s=600
+        ) as a,
         Store(dsn, clock=FakeClock(START + 60), embedder=eb, embed_batch=100) as b,
     ):
         ia, ib = _index(a), _index(b)
+        assert (ia.claim_s, ib.claim_s) == (600, 120)  # [search] embed_claim, and its default
         dying = asyncio.create_task(ia.drain_once())
         await eventually(stuck.entered.is_set)
         dying.cancel()  # the node dies with its 100 rows claimed
@@ -175,6 +178,10 @@ async def test_a_node_dying_mid_batch_leaves_its_rows_once_the_claim_expired(
                 ia.claimer,
             )
             assert held == 100
+            lasts = await conn.fetchval(  # the claim holds `embed_claim_s`, not the default
+                "SELECT min(extract(epoch FROM until - now())) FROM embed_claims"
+            )
+            assert 500 < lasts <= 600
             # The database's clock moves past the claim (aged by the claim's length).
             await conn.execute(
                 "UPDATE embed_claims SET until = until - make_interval(secs => $1)",
@@ -210,15 +217,15 @@ async def test_a_failed_round_gives_its_claims_back_at_once(pg_server: PgServer)
 
 async def test_schema_4_with_data_migrates_to_5(pg_server: PgServer) -> None:
     """A database at version 4 holding blocks, vectors and a queue (made here by taking
-    migration 5's objects out of a filled one) migrates to 5 and serves two nodes."""
-    assert SCHEMA_VERSION == 6
+    migration 5's objects, and those of the later ones, out of a filled one) migrates to
+    the latest and serves two nodes."""
     dsn = pg_server.create_database()
     await _fill(dsn)
     async with Store(dsn, clock=FakeClock(START), embedder=Counting(), embed_batch=200) as s:
         assert await _index(s).drain_once() == 200  # 200 vectors stored, 100 queued
     async with _connect(dsn) as conn:
         await conn.execute(
-            "DROP TABLE embed_claims, vector_stamps;"
+            "DROP TABLE embed_claims, vector_stamps, block_falls;"
             " DROP FUNCTION memwarden_vector_stamp() CASCADE;"
             # and migration 6's (node-scoped bindings)
             " ALTER TABLE bindings DROP COLUMN nodes, DROP COLUMN served_by;"
@@ -227,7 +234,7 @@ async def test_schema_4_with_data_migrates_to_5(pg_server: PgServer) -> None:
         )
         assert await schema_version(conn) == 4
         assert await migrate(conn) == 4
-        assert await schema_version(conn) == 6
+        assert await schema_version(conn) == SCHEMA_VERSION
         assert await conn.fetchval("SELECT count(*) FROM vector_stamps") == 0
         assert await conn.fetchval("SELECT count(*) FROM embed_queue") == BLOCKS - 200
     ea, eb = Counting(), Counting()

@@ -112,8 +112,8 @@ def _root(
 
 
 def _print_config_problems(file: Path) -> None:
-    from memwarden.daemon import config_problems  # noqa: PLC0415
-    from memwarden.plugins import Registry  # noqa: PLC0415
+    from memwarden.daemon import config_problems
+    from memwarden.plugins import Registry
 
     _, problems = config_problems(file, lambda allow: Registry.from_entry_points(allow=allow))
     for problem in problems:
@@ -128,7 +128,7 @@ def run(config: ConfigOpt = None) -> None:
     The daemon works in its config file's directory: relative paths in the file (home,
     fs roots, project_root, the test command) are relative to that file.
     """
-    from memwarden.daemon import Daemon, configure_logging, load_settings  # noqa: PLC0415
+    from memwarden.daemon import Daemon, configure_logging, load_settings
 
     file = config_file(config)
     overrides: dict[str, Any] = {"home": Path(target["home"]).absolute()} if target["home"] else {}
@@ -162,7 +162,7 @@ def run(config: ConfigOpt = None) -> None:
 @app.command()
 def mcp() -> None:
     """Serve MCP over stdio for agents (talks to the running daemon)."""
-    from memwarden.mcp import run_stdio  # noqa: PLC0415
+    from memwarden.mcp import run_stdio
 
     run_stdio(home=target["home"], url=target["url"])
 
@@ -177,7 +177,7 @@ def status(json_out: JsonOpt = False) -> None:
 
     Exits 0 when the daemon answers with this token, 3 when it is not running, 1 otherwise.
     """
-    from memwarden.client import Client, DaemonNotRunningError, find_home  # noqa: PLC0415
+    from memwarden.client import Client, DaemonNotRunningError, find_home
 
     home = find_home(target["home"])
     info: dict[str, Any] = {
@@ -242,8 +242,8 @@ def demo(
     keep: Annotated[bool, typer.Option(help="Keep the throw-away workspace.")] = False,
 ) -> None:
     """A guided tour: facts refuted, going stale, revalidated and confirmed, live."""
-    from memwarden.daemon import configure_logging  # noqa: PLC0415
-    from memwarden.demo import run_demo  # noqa: PLC0415
+    from memwarden.daemon import configure_logging
+    from memwarden.demo import run_demo
 
     configure_logging("error", "console", stream=sys.stderr)
     raise typer.Exit(
@@ -259,8 +259,8 @@ def config_check(
     ] = None,
 ) -> None:
     """Check a configuration file; print every problem with its path, in one pass."""
-    from memwarden.daemon import config_problems, configure_logging  # noqa: PLC0415
-    from memwarden.plugins import Registry  # noqa: PLC0415
+    from memwarden.daemon import config_problems, configure_logging
+    from memwarden.plugins import Registry
 
     configure_logging("warning", "console", stream="stderr")  # stdout is the report
     path = config_file(file)
@@ -296,7 +296,7 @@ def init(
     ] = None,
 ) -> None:
     """Write a commented memwarden.toml for a project (never overwrites one)."""
-    from memwarden.cli._init import (  # noqa: PLC0415
+    from memwarden.cli._init import (
         CONFIG_NAME,
         detect_pytest,
         is_git_work_tree,
@@ -333,8 +333,8 @@ def init(
 @app.command()
 def sensors(json_out: JsonOpt = False) -> None:
     """The sensor plugins installed, and which the daemon runs (or failed to start)."""
-    from memwarden.daemon import configure_logging, load_settings  # noqa: PLC0415
-    from memwarden.plugins import PluginInfo, Registry  # noqa: PLC0415
+    from memwarden.daemon import configure_logging, load_settings
+    from memwarden.plugins import PluginInfo, Registry
 
     configure_logging("error", "console", stream="stderr")  # failures are in the listing
     try:
@@ -491,7 +491,7 @@ def add(
         return
 
     async def local(s: Store) -> Block:
-        from memwarden.memory import NewBlock, validate_input  # noqa: PLC0415 - lazily
+        from memwarden.memory import NewBlock, validate_input
 
         assert db is not None  # noqa: S101 - call() runs local only with --db
         # The door the API's add passes (source agent), with the daemon's policy and key.
@@ -598,7 +598,7 @@ def get(
     reached: list[Endpoint] = []  # the daemon's address, for the block's console URL
 
     async def read(c: AsyncClient) -> Block:
-        from memwarden.memory import Block  # noqa: PLC0415 - the CLI imports lazily
+        from memwarden.memory import Block
 
         reached.append(c.endpoint)
         data = dict(await c.read(block_id, max_age=max_age, fresh=fresh))
@@ -646,9 +646,9 @@ def _believed(block_id: str, as_of: str, *, db: str | None, json_out: bool) -> N
         return await c.believed_at(block_id, as_of)
 
     async def local(s: Store) -> dict[str, Any]:
-        from datetime import datetime  # noqa: PLC0415 - the CLI imports lazily
+        from datetime import datetime
 
-        from memwarden.memory import to_ts  # noqa: PLC0415
+        from memwarden.memory import to_ts
 
         try:
             at = to_ts(datetime.fromisoformat(as_of.strip()))
@@ -1154,7 +1154,7 @@ def tail(
 ) -> None:
     """Follow validation events live, as sensors report them."""
 
-    from memwarden.client import DaemonNotRunningError  # noqa: PLC0415
+    from memwarden.client import DaemonNotRunningError
 
     async def api(c: AsyncClient) -> int:
         after = since or 0
@@ -1289,7 +1289,7 @@ def import_blocks(
 ) -> None:
     """Import blocks: whole blocks from `export` (idempotent by id: blocks already here are
     left unchanged), or new blocks, one JSON object per line."""
-    from rich.progress import track  # noqa: PLC0415
+    from rich.progress import track
 
     rows = _read_jsonl(file)
     batches = _batches(rows)
@@ -1342,9 +1342,9 @@ def backup(
     json_out: JsonOpt = False,
 ) -> None:
     """Copy the database while the daemon keeps running, then check the copy's integrity."""
-    from rich.progress import Progress  # noqa: PLC0415
+    from rich.progress import Progress
 
-    from memwarden.memory._backup import backup_database  # noqa: PLC0415
+    from memwarden.memory._backup import backup_database
 
     if db is None:
         db = database_here()
@@ -1386,8 +1386,8 @@ def agent(
     Events go to the broker from a durable local queue; bindings and revalidation
     requests come from the daemon. Stop with SIGTERM or Ctrl-C.
     """
-    from memwarden.agent import Agent  # noqa: PLC0415
-    from memwarden.daemon import configure_logging, load_settings  # noqa: PLC0415
+    from memwarden.agent import Agent
+    from memwarden.daemon import configure_logging, load_settings
 
     try:
         settings = load_settings(config)

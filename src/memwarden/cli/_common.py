@@ -77,14 +77,14 @@ def print_json(data: Any) -> None:
 
 def client() -> AsyncClient:
     """A client for the daemon the global options (``--home``, ``--url``) name."""
-    from memwarden.client import AsyncClient  # noqa: PLC0415 - the CLI imports lazily
+    from memwarden.client import AsyncClient
 
     return AsyncClient(target["url"], home=target["home"])
 
 
 def config_file(given: Path | None) -> Path | None:
     """The file `run` uses: ``--config``, else ``memwarden.toml`` in the current directory."""
-    from memwarden.cli._init import CONFIG_NAME  # noqa: PLC0415
+    from memwarden.cli._init import CONFIG_NAME
 
     if given is not None:
         return given
@@ -95,8 +95,8 @@ def config_file(given: Path | None) -> Path | None:
 def database_here() -> Path:
     """The database `run` would use here: ./memwarden.toml's (relative to the file), else
     the one in the state dir the CLI talks to (--home, MEMWARDEN_HOME, ./.memwarden, ...)."""
-    from memwarden.client import find_home  # noqa: PLC0415
-    from memwarden.daemon import load_settings  # noqa: PLC0415
+    from memwarden.client import find_home
+    from memwarden.daemon import load_settings
 
     file = config_file(None)
     if file is None:
@@ -111,7 +111,7 @@ def database_here() -> Path:
             err.print(problem, markup=False, highlight=False, soft_wrap=True)
         raise fail(str(e)) from None
     if settings.store.postgresql:  # backup and migrate read a SQLite file
-        from memwarden.memory import shown_location  # noqa: PLC0415
+        from memwarden.memory import shown_location
 
         shown = shown_location(settings.database)
         raise fail(
@@ -135,8 +135,8 @@ def call(
     Input errors exit 2 naming each field; any other memwarden error exits 1 with its
     message; never a traceback.
     """
-    from memwarden.daemon import configure_logging  # noqa: PLC0415
-    from memwarden.memory import Store  # noqa: PLC0415
+    from memwarden.daemon import configure_logging
+    from memwarden.memory import Store
 
     configure_logging("warning", "console", stream="stderr")
     where = _db_location(db)
@@ -164,7 +164,7 @@ def call(
 
 def _db_location(db: str | Path | None) -> Path | str | None:
     """``--db`` as the store names it: a file's path or a PostgreSQL URL (exit 2 if bad)."""
-    from memwarden.memory import store_location  # noqa: PLC0415
+    from memwarden.memory import store_location
 
     if db is None:
         return None
@@ -180,7 +180,7 @@ def privacy_for(db: str | Path) -> PrivacyDoors:
     ``PUT /v1/privacy`` kept in the database's state dir, and that dir's key
     (:func:`memwarden.daemon.privacy_for_database`). A configuration that does not load
     is an error: nothing is written without the policy."""
-    from memwarden.daemon import load_settings, privacy_for_database  # noqa: PLC0415
+    from memwarden.daemon import load_settings, privacy_for_database
 
     file = Path("memwarden.toml")  # what `memwarden run` reads here (cli._init.CONFIG_NAME)
     config = file if file.is_file() else None

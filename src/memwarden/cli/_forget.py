@@ -120,7 +120,7 @@ def _run(
         )
 
     async def local(s: Store) -> dict[str, Any]:
-        from memwarden.memory import ScoreLog  # noqa: PLC0415 - lazily
+        from memwarden.memory import ScoreLog
 
         full = [await s.resolve_id(ref) for ref in ids]
         targets = await s.erasure_targets(ids=full, tag=tag, query=query)

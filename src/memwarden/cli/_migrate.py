@@ -65,13 +65,13 @@ def migrate(
     Then ``[store] url = "postgresql://…"`` runs the daemon on the copy (docs/SCALE.md,
     "What is built"; docs/DEPLOY.md).
     """
-    from rich.progress import Progress  # noqa: PLC0415
+    from rich.progress import Progress
 
-    from memwarden.daemon import configure_logging  # noqa: PLC0415
+    from memwarden.daemon import configure_logging
 
     configure_logging("warning", "console", stream="stderr")
     try:
-        from memwarden.memory.pg import copy_to_postgres  # noqa: PLC0415
+        from memwarden.memory.pg import copy_to_postgres
     except ImportError as e:
         raise fail(
             f"the PostgreSQL backend needs the postgres extra ({e.name} is missing): "
@@ -105,7 +105,7 @@ def migrate(
     if json_out:
         print_json(answer)
         return
-    from rich.table import Table  # noqa: PLC0415
+    from rich.table import Table
 
     table = Table("table", "rows", "copied now", "checksum (both sides)")
     for t in report.tables:

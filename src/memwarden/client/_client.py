@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -88,6 +89,7 @@ class Endpoint:
     token: str
     uds: str | None = None
     home: Home | None = None
+    dead_pid: int | None = None  # the pid of a daemon whose api.json outlived it
 
     @property
     def shown(self) -> str:
@@ -152,14 +154,36 @@ def resolve_endpoint(
             "start the daemon there (`memwarden run`), or point at its state dir with "
             "--home or MEMWARDEN_HOME, or set MEMWARDEN_TOKEN"
         )
+    dead_pid = None
     if url is None:
         try:
-            url = str(json.loads((state.path / "api.json").read_text())["url"])
+            advert = json.loads((state.path / "api.json").read_text())
+            url = str(advert["url"])
+            dead_pid = _dead_daemon(advert)
         except (OSError, ValueError, KeyError, TypeError):
             url = ""  # not running: the first call says so
+        if dead_pid is not None:
+            url = ""  # its daemon died (kill -9) and left it: never call what it named
     if url.startswith("unix:"):
         return Endpoint("http://memwarden", token, uds=url.removeprefix("unix:"), home=state)
-    return Endpoint(url.rstrip("/"), token, home=state)
+    return Endpoint(url.rstrip("/"), token, home=state, dead_pid=dead_pid)
+
+
+def _dead_daemon(advert: Any) -> int | None:
+    """The pid an ``api.json`` names when that process is gone on this host (its daemon
+    was killed before it could remove the file); None when alive, elsewhere or unsaid."""
+    pid, host = advert.get("pid"), advert.get("host")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or os.name != "posix":
+        return None
+    if host is not None and host != socket.gethostname():
+        return None  # a state dir shared between hosts: this one cannot tell
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return pid
+    except OSError:  # PermissionError: alive, another user's
+        return None
+    return None
 
 
 def _default_home() -> Path:
@@ -227,6 +251,12 @@ def _body(data: Any) -> Any:
 
 def _unreachable(endpoint: Endpoint, err: Exception | None) -> DaemonNotRunningError:
     home = endpoint.home.path if endpoint.home else None
+    if endpoint.dead_pid is not None:
+        return DaemonNotRunningError(
+            f"memwarden is not running for {home}: its api.json names pid"
+            f" {endpoint.dead_pid}, which has exited (the daemon was killed or crashed"
+            " before removing it); start it again with `memwarden run`"
+        )
     if not endpoint.url:
         return DaemonNotRunningError(
             f"memwarden is not running for {home} (no api.json there; start it with "
@@ -450,7 +480,8 @@ class AsyncClient:
         """Notices for ``session`` after number ``after``: a fact it read was refuted or
         went stale (long-polls up to ``wait``)."""
         params = {"session": session, "after": after, "wait": wait, "limit": limit}
-        return await self._call("GET", "/v1/events", params, None)  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = await self._call("GET", "/v1/events", params, None)
+        return answer
 
     async def believed_at(self, block_id: str, as_of: str) -> BelievedAt:
         """What was believed about a block at ``as_of`` (ISO 8601): version, content,
@@ -470,9 +501,10 @@ class AsyncClient:
     ) -> dict[str, Any]:
         """A block as JSON with its ``receipt`` (verdict, verified_by/at, age_s, ...); a
         ``session`` is told (:meth:`session_events`) if it later falls."""
-        return await self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call(
             *_Ops.get(block_id, max_age=max_age, fresh=fresh, wait=wait, session=session)
         )
+        return answer
 
     async def update(
         self, block_id: str, patch: Mapping[str, Any], *, if_version: int | None = None
@@ -519,7 +551,7 @@ class AsyncClient:
         re-checks older results first when their check is quick, ``fresh`` any age.
         ``mode``: ``keyword``, ``vector`` or ``hybrid`` (the daemon's default: hybrid
         when it has an embedder)."""
-        return await self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call(
             *_Ops.search(
                 query,
                 limit=limit,
@@ -531,22 +563,26 @@ class AsyncClient:
                 mode=mode,
             )
         )
+        return answer
 
     async def reembed(self) -> dict[str, Any]:
         """Queue every block for a new vector: ``{"queued", "embedder"}``."""
-        return await self._call("POST", "/v1/search/reembed", None, None)  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call("POST", "/v1/search/reembed", None, None)
+        return answer
 
     async def stale(self, limit: int = 100) -> list[Block]:
         data = await self._call("GET", "/v1/stale", {"limit": limit})
         return [_block(b) for b in data]
 
     async def events(self, block_id: str, limit: int = 50) -> list[dict[str, Any]]:
-        return await self._call(  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = await self._call(
             "GET", f"/v1/blocks/{block_id}/events", {"limit": limit}
         )
+        return answer
 
     async def explain(self, block_id: str) -> dict[str, Any]:
-        return await self._call("GET", f"/v1/blocks/{block_id}/explain")  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call("GET", f"/v1/blocks/{block_id}/explain")
+        return answer
 
     async def suggest_bindings(
         self, content: str, *, title: str = "", limit: int = 5
@@ -568,7 +604,10 @@ class AsyncClient:
     ) -> dict[str, Any]:
         """Accept (bind the fact, or record its dependency) or reject a proposal."""
         body = {"action": action, "decided_by": decided_by}
-        return await self._call("POST", f"/v1/proposals/{proposal_id}", None, body)  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call(
+            "POST", f"/v1/proposals/{proposal_id}", None, body
+        )
+        return answer
 
     async def revalidate(self, block_id: str, *, wait: str = "0s") -> RevalidateAnswer:
         """Ask the block's sensors to check it now; wait up to ``wait`` for the outcome."""
@@ -586,32 +625,37 @@ class AsyncClient:
         return answer
 
     async def sensors(self) -> list[dict[str, Any]]:
-        return await self._call("GET", "/v1/sensors")  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = await self._call("GET", "/v1/sensors")
+        return answer
 
     async def request_review(self, block_id: str, reason: str) -> dict[str, Any]:
-        return await self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call(
             "POST", f"/v1/blocks/{block_id}/review", None, {"reason": reason}
         )
+        return answer
 
     async def follow(
         self, after: int = 0, *, wait: str = "10s", limit: int = 100
     ) -> list[dict[str, Any]]:
         """Events after ``after`` (long-polls up to ``wait`` when there are none yet)."""
-        return await self._call(  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = await self._call(
             "GET", "/v1/events", {"after": after, "wait": wait, "limit": limit}
         )
+        return answer
 
     async def reviews(self, status: str = "pending", limit: int = 100) -> list[dict[str, Any]]:
         """The human review queue (``pending``, ``decided`` or ``all``)."""
-        return await self._call(  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = await self._call(
             "GET", "/v1/reviews", {"status": status, "limit": limit}
         )
+        return answer
 
     async def review(self, review_id: str, *, events: int = 10) -> dict[str, Any]:
         """One review item with its block and the evidence."""
-        return await self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call(
             "GET", f"/v1/reviews/{review_id}", {"events": events}
         )
+        return answer
 
     async def decide(
         self,
@@ -629,9 +673,10 @@ class AsyncClient:
             "comment": comment,
             "content": content,
         }
-        return await self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = await self._call(
             "POST", f"/v1/reviews/{review_id}/decision", None, body
         )
+        return answer
 
     async def review_link(self, reviewer: str) -> str:
         """A one-time sign-in link to the review page."""
@@ -648,11 +693,13 @@ class AsyncClient:
         params: dict[str, Any] = {"limit": limit}
         if after:
             params["after"] = after
-        return await self._call("GET", "/v1/export", params)  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = await self._call("GET", "/v1/export", params)
+        return answer
 
     async def import_blocks(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         """Import export objects (idempotent by id) and new blocks."""
-        return await self._call("POST", "/v1/import", None, list(rows))  # type: ignore[no-any-return]
+        answer: dict[str, int] = await self._call("POST", "/v1/import", None, list(rows))
+        return answer
 
     async def healthz(self) -> Liveness:
         """Liveness and version (``/healthz``)."""
@@ -783,9 +830,10 @@ class Client:
         self, block_id: str, *, max_age: str | None = None, fresh: bool = False, wait: str = "2s"
     ) -> dict[str, Any]:
         """A block as JSON with its ``receipt``."""
-        return self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = self._call(
             *_Ops.get(block_id, max_age=max_age, fresh=fresh, wait=wait)
         )
+        return answer
 
     def update(
         self, block_id: str, patch: Mapping[str, Any], *, if_version: int | None = None
@@ -821,7 +869,7 @@ class Client:
         max_age: str | None = None,
         mode: str | None = None,
     ) -> dict[str, Any]:
-        return self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = self._call(
             *_Ops.search(
                 query,
                 limit=limit,
@@ -833,21 +881,25 @@ class Client:
                 mode=mode,
             )
         )
+        return answer
 
     def reembed(self) -> dict[str, Any]:
         """Queue every block for a new vector: ``{"queued", "embedder"}``."""
-        return self._call("POST", "/v1/search/reembed", None, None)  # type: ignore[no-any-return]
+        answer: dict[str, Any] = self._call("POST", "/v1/search/reembed", None, None)
+        return answer
 
     def stale(self, limit: int = 100) -> list[Block]:
         return [_block(b) for b in self._call("GET", "/v1/stale", {"limit": limit})]
 
     def events(self, block_id: str, limit: int = 50) -> list[dict[str, Any]]:
-        return self._call(  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = self._call(
             "GET", f"/v1/blocks/{block_id}/events", {"limit": limit}
         )
+        return answer
 
     def explain(self, block_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/v1/blocks/{block_id}/explain")  # type: ignore[no-any-return]
+        answer: dict[str, Any] = self._call("GET", f"/v1/blocks/{block_id}/explain")
+        return answer
 
     def suggest_bindings(self, content: str, *, title: str = "", limit: int = 5) -> SuggestAnswer:
         answer: SuggestAnswer = self._call(*_Ops.suggest(content, title, limit))
@@ -863,7 +915,8 @@ class Client:
         self, proposal_id: str, action: Literal["accept", "reject"], *, decided_by: str
     ) -> dict[str, Any]:
         body = {"action": action, "decided_by": decided_by}
-        return self._call("POST", f"/v1/proposals/{proposal_id}", None, body)  # type: ignore[no-any-return]
+        answer: dict[str, Any] = self._call("POST", f"/v1/proposals/{proposal_id}", None, body)
+        return answer
 
     def revalidate(self, block_id: str, *, wait: str = "0s") -> RevalidateAnswer:
         answer: RevalidateAnswer = self._call(
@@ -876,32 +929,35 @@ class Client:
         return answer
 
     def sensors(self) -> list[dict[str, Any]]:
-        return self._call("GET", "/v1/sensors")  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = self._call("GET", "/v1/sensors")
+        return answer
 
     def request_review(self, block_id: str, reason: str) -> dict[str, Any]:
-        return self._call(  # type: ignore[no-any-return]
+        answer: dict[str, Any] = self._call(
             "POST", f"/v1/blocks/{block_id}/review", None, {"reason": reason}
         )
+        return answer
 
     def follow(
         self, after: int = 0, *, wait: str = "10s", limit: int = 100
     ) -> list[dict[str, Any]]:
         """Events after ``after`` (long-polls up to ``wait`` when there are none yet)."""
-        return self._call(  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = self._call(
             "GET", "/v1/events", {"after": after, "wait": wait, "limit": limit}
         )
+        return answer
 
     def reviews(self, status: str = "pending", limit: int = 100) -> list[dict[str, Any]]:
         """The human review queue (``pending``, ``decided`` or ``all``)."""
-        return self._call(  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = self._call(
             "GET", "/v1/reviews", {"status": status, "limit": limit}
         )
+        return answer
 
     def review(self, review_id: str, *, events: int = 10) -> dict[str, Any]:
         """One review item with its block and the evidence."""
-        return self._call(  # type: ignore[no-any-return]
-            "GET", f"/v1/reviews/{review_id}", {"events": events}
-        )
+        answer: dict[str, Any] = self._call("GET", f"/v1/reviews/{review_id}", {"events": events})
+        return answer
 
     def decide(
         self,
@@ -919,9 +975,8 @@ class Client:
             "comment": comment,
             "content": content,
         }
-        return self._call(  # type: ignore[no-any-return]
-            "POST", f"/v1/reviews/{review_id}/decision", None, body
-        )
+        answer: dict[str, Any] = self._call("POST", f"/v1/reviews/{review_id}/decision", None, body)
+        return answer
 
     def review_link(self, reviewer: str) -> str:
         """A one-time sign-in link to the review page."""
@@ -937,11 +992,13 @@ class Client:
         params: dict[str, Any] = {"limit": limit}
         if after:
             params["after"] = after
-        return self._call("GET", "/v1/export", params)  # type: ignore[no-any-return]
+        answer: list[dict[str, Any]] = self._call("GET", "/v1/export", params)
+        return answer
 
     def import_blocks(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         """Import export objects (idempotent by id) and new blocks."""
-        return self._call("POST", "/v1/import", None, list(rows))  # type: ignore[no-any-return]
+        answer: dict[str, int] = self._call("POST", "/v1/import", None, list(rows))
+        return answer
 
     def healthz(self) -> Liveness:
         """Liveness and version (``/healthz``)."""

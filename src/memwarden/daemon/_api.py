@@ -261,9 +261,12 @@ def bind_unix_socket(path: Path, *, group: str | None = None) -> socket.socket:
 
 @contextlib.asynccontextmanager
 async def api_file(home: Path, url: str) -> AsyncIterator[None]:
-    """Advertise the API URL in the state dir while it serves (0600, replaced atomically)."""
+    """Advertise the API URL in the state dir while it serves (0600, replaced atomically),
+    with this process's pid and host: a client on this host refuses the file of a daemon
+    that died without removing it (``kill -9``)."""
     path = home / API_FILE
-    write_private(path, (json.dumps({"url": url, "pid": os.getpid()}) + "\n").encode())
+    advert = {"url": url, "pid": os.getpid(), "host": socket.gethostname()}
+    write_private(path, (json.dumps(advert) + "\n").encode())
     try:
         yield
     finally:

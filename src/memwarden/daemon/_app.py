@@ -162,6 +162,7 @@ class Daemon:
         self._answered_recently: dict[str, None] = {}  # request ids, oldest first
         self.sessions = SessionWatch()  # who read what: told when it is refuted or stale
         self._applied = asyncio.Condition()
+        self._applied_generation = 0  # bumped at each commit: long-polls wait for a change
         self._closing = False  # shutting down: long-polls answer now instead of waiting
         self._api_task: asyncio.Task[None] | None = None
         self.mqtt: MqttBridge | None = None  # the MQTT bridge, when [mqtt] is configured
@@ -260,10 +261,12 @@ class Daemon:
                 s.database,
                 embedder=embedder,
                 embed_batch=s.search.embed_batch,
+                embed_claim_s=s.search.embed_claim.total_seconds(),
                 clock=self.clock,
                 policy=s.rules,
                 readers=s.store.readers,
                 inline_read_ms=s.store.inline_read_ms,
+                flood_commit_events=s.store.flood_commit_events,
                 synchronous=s.store.synchronous_for(mqtt=s.mqtt is not None),
                 score_log=s.store.score_log or s.home / "scores.jsonl",
                 compaction=s.store.compaction,
@@ -408,6 +411,10 @@ class Daemon:
 
     async def _wake_followers(self) -> None:
         """Another node (or this one) committed events: long-polls of the log re-read."""
+        await self._events_committed()
+
+    async def _events_committed(self) -> None:
+        self._applied_generation += 1
         async with self._applied:
             self._applied.notify_all()
 
@@ -474,12 +481,12 @@ class Daemon:
         self.notifier.stopping()
         log.info("daemon_stopping")
         drain_s = self.settings.bus.drain_timeout.total_seconds()
+        # Long-polls (`memwarden tail`) answer at once; the server finishes what is in
+        # flight and closes its connections: a normal end of stream, never a 500.
+        self._closing = True
+        async with self._applied:
+            self._applied.notify_all()
         if self.api is not None:
-            # Long-polls (`memwarden tail`) answer at once; the server finishes what is in
-            # flight and closes its connections: a normal end of stream, never a 500.
-            self._closing = True
-            async with self._applied:
-                self._applied.notify_all()
             self.sessions.close()  # and so do readers' long-polls for notices
             self.api.stop()
             if self._api_task is not None:
@@ -1525,17 +1532,30 @@ class Daemon:
 
     # ------------------------------------------------------------------ status
 
-    async def wait_for_events(self, timeout_s: float) -> None:
-        """Wait until the next batch of events is committed, or the timeout (for ``tail``)."""
-        if self._closing:
-            return
+    def events_mark(self) -> int:
+        """A mark to pass to :meth:`wait_for_events`, taken *before* reading the log."""
+        return self._applied_generation
+
+    async def wait_for_events(self, timeout_s: float, *, since: int | None = None) -> None:
+        """Wait until a batch of events is committed after ``since``, or the timeout.
+
+        ``since`` (from :meth:`events_mark`, taken before the caller read the log) closes
+        the window between that read and this wait: a batch committed in between ends
+        the wait at once instead of leaving a ``tail`` long-poll hanging to its timeout.
+        Without it, the next commit from now on ends the wait.
+        """
+        mark = self._applied_generation if since is None else since
         async with self._applied:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._applied.wait(), timeout=timeout_s)
+                await asyncio.wait_for(
+                    self._applied.wait_for(
+                        lambda: self._closing or self._applied_generation != mark
+                    ),
+                    timeout=timeout_s,
+                )
 
     async def _on_applied(self, result: ApplyResult) -> None:
-        async with self._applied:
-            self._applied.notify_all()
+        await self._events_committed()
         now = self.clock.time()
         scheduler = self._scheduler
         for request_id in result.answered:
@@ -1556,14 +1576,18 @@ class Daemon:
                 self.metrics.invalidation_latency.labels(change.sensor).observe(
                     max(0.0, now - change.observed_at)
                 )
-            self.sessions.changed(
-                change.block_id,
-                before=change.before,
-                after=change.after,
-                at=now,
-                reliability=change.reliability,
-                event_id=change.event_id,
-            )
+            if change.event_id or self.cluster is None:
+                # A dependency's fall has no event: on PostgreSQL every node (this one
+                # too) tells it from `block_falls` (daemon/_cluster.py), once.
+                self.sessions.changed(
+                    change.block_id,
+                    before=change.before,
+                    after=change.after,
+                    at=now,
+                    reliability=change.reliability,
+                    event_id=change.event_id or None,
+                    reason="" if change.event_id else "dependency",
+                )
             log.debug(
                 "block_state_changed",
                 block_id=change.block_id,
@@ -1574,6 +1598,8 @@ class Daemon:
             await self.mqtt.on_applied(result)  # state changes out, answered requests off
 
     def _on_swept(self, fallen: dict[str, str]) -> None:
+        if self.cluster is not None:  # every node tells them from `block_falls`, this one too
+            return
         now = self.clock.time()
         for block_id, before in fallen.items():
             self.sessions.changed(block_id, before=before, after="stale", at=now, reason="expired")

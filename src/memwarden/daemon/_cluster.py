@@ -11,8 +11,9 @@ needs the ``postgres`` extra); on SQLite the daemon always leads and has no spoo
 - the ``memwarden_events`` listener (:class:`~memwarden.cluster.Notifier`): a commit of
   events on any node wakes this node's followers of the log (``GET /v1/events?wait=``);
 - the ``memwarden_effects`` listener: an ingestion on any node that made blocks stale or
-  refuted wakes :class:`EffectsFollower`, which reads the effects log after its cursor
-  and tells this node's :class:`~memwarden.daemon._sessions.SessionWatch`;
+  refuted, or a sweep or dependency that made blocks stale (``block_falls``), wakes
+  :class:`EffectsFollower`, which reads both logs after its cursors and tells this
+  node's :class:`~memwarden.daemon._sessions.SessionWatch`;
 - the local spool (:class:`~memwarden.cluster.SpoolingIngest` over ``<home>/spool.db``):
   the bus's ingestion, so events are kept while the database cannot be reached, and
   delivered after it returns.
@@ -20,6 +21,7 @@ needs the ``postgres`` extra); on SQLite the daemon always leads and has no spoo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any, Self
 
@@ -42,6 +44,8 @@ from memwarden.memory.pg._apply import (
     EFFECTS_CHANNEL,
     EVENTS_CHANNEL,
     fallen_effects_after,
+    falls_after,
+    falls_start,
     last_effect_seq,
 )
 from memwarden.memory.pg._serving import served_fingerprint
@@ -187,11 +191,15 @@ class ClusterNode:
                 try:
                     async with self._conn() as conn:
                         start = await last_effect_seq(conn)  # sessions read nothing before
+                        falls = await falls_start(conn)
                     break
                 except Exception as err:  # noqa: BLE001 - the database away: tried again
                     log.info("session_notices_not_started", error=str(err))
                     await sleep_on(self.clock, BEAT_S)
-            await EffectsFollower(self._conn, watch, self.clock, cursor=(start, 0)).run(sub)
+            follower = EffectsFollower(
+                self._conn, watch, self.clock, cursor=(start, 0), falls_cursor=falls
+            )
+            await follower.run(sub)
         finally:
             self.notifier.unsubscribe(sub)
 
@@ -221,8 +229,13 @@ class ClusterNode:
 
 
 class EffectsFollower:
-    """Reads the effects log after its cursor on each ``memwarden_effects`` notice or
-    ``missed`` signal, and tells the watch of each block made stale or refuted."""
+    """Reads the effects log and ``block_falls`` after its cursors on each
+    ``memwarden_effects`` notice or ``missed`` signal, and tells the watch of each block
+    made stale or refuted.
+
+    A fall in ``block_falls`` is read only once every transaction older than its own has
+    ended (so none can commit behind the cursor): while one is held back so, the follower
+    reads again every ``retry_s`` seconds without waiting for a notice."""
 
     def __init__(
         self,
@@ -231,24 +244,37 @@ class EffectsFollower:
         clock: Clock,
         *,
         cursor: tuple[int, int] = (0, 0),
+        falls_cursor: tuple[str, int] = ("0", 0),
         page: int = 500,
+        retry_s: float = 0.2,
     ) -> None:
         self._conn = conn
         self.watch = watch
         self.clock = clock
         self.cursor = cursor  # (event seq, block rid) of the last effect read
+        self.falls_cursor = falls_cursor  # (xid, id) of the last fall read
         self.page = page
+        self.retry_s = retry_s
         self.reads = 0
+        self.held = False  # falls committed but not readable yet
 
     async def run(self, sub: Subscription) -> None:
-        async for _notice in sub:  # a notice or `missed`: either way, re-read
+        while True:
+            try:
+                # A notice or `missed`: either way, re-read; falls held back: soon anyway.
+                async with asyncio.timeout(self.retry_s if self.held else None):
+                    await sub.get()
+            except TimeoutError:
+                pass
+            except StopAsyncIteration:  # the subscription closed
+                return
             try:
                 await self.catch_up()
             except Exception as err:  # noqa: BLE001 - the database away: the reconnect's
                 log.info("session_notices_not_read", error=str(err))  # `missed` re-reads
 
     async def catch_up(self) -> int:
-        """Tell the watch of every fallen block after the cursor; how many were read."""
+        """Tell the watch of every fallen block after the cursors; how many were read."""
         self.reads += 1
         read = 0
         while True:
@@ -267,4 +293,20 @@ class EffectsFollower:
                 self.cursor = (row.seq, row.rid)
             read += len(rows)
             if len(rows) < self.page:
+                break
+        while True:
+            async with self._conn() as conn:
+                falls, self.held = await falls_after(conn, self.falls_cursor, limit=self.page)
+            for fall in falls:
+                self.watch.changed(
+                    fall.block_id,
+                    before=fall.before,
+                    after=fall.after,
+                    at=fall.at,
+                    reliability=fall.reliability,
+                    reason=fall.reason,
+                )
+                self.falls_cursor = (fall.xid, fall.id)
+            read += len(falls)
+            if len(falls) < self.page:
                 return read

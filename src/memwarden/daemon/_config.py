@@ -37,7 +37,7 @@ from pydantic_settings import (
 
 from memwarden.errors import ConfigError, PluginLoadError
 from memwarden.hosting import validate_sensor_options
-from memwarden.memory import CompactionConfig, Duration, RetentionConfig
+from memwarden.memory import FLOOD_COMMIT_WEIGHT, CompactionConfig, Duration, RetentionConfig
 from memwarden.memory._model import NAMESPACE_PATTERN, Namespace, Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
@@ -120,6 +120,14 @@ class StoreSettings(BaseModel):
         " the budget, or past ten times the budget in wall time, and a reader thread answers"
         " instead): no thread hand-off for the common small search. The loop is held at most"
         " about this long per search; 0 sends every search to a reader thread.",
+    )
+    flood_commit_events: Annotated[int, Field(ge=20_000, le=1_000_000)] = Field(
+        default=FLOOD_COMMIT_WEIGHT,
+        description="In a flood of events (more waiting for the writer than one transaction"
+        " takes, 20 000), each further transaction may take twice as many, up to this many:"
+        " fewer commits, but an event further back in the flood is acknowledged later (each"
+        " 100 000 events in one transaction cost about 5 s of one core, docs/BENCHMARKS.md)."
+        " 20000 keeps every transaction at 20 000. SQLite only.",
     )
     score_log: Path | None = Field(
         default=None,
@@ -363,6 +371,12 @@ class SearchSettings(BaseModel):
     embed_batch: Annotated[int, Field(ge=1, le=4096)] = Field(
         default=256, description="Blocks embedded per batch by the background task."
     )
+    embed_claim: Duration = Field(
+        default=timedelta(seconds=120),
+        description="On PostgreSQL: how long a node's claim on a batch of queued blocks holds"
+        " (database clock) before another node may embed them; longer than a batch takes"
+        " (1 s to 1 day).",
+    )
     embedders: dict[
         Annotated[str, StringConstraints(max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")],
         dict[str, Any],
@@ -372,6 +386,13 @@ class SearchSettings(BaseModel):
         "named by `embedder` (e.g. http: url, model, dim, allowed_hosts, timeout, "
         "max_answer_bytes; docs/SEARCH.md).",
     )
+
+    @field_validator("embed_claim")
+    @classmethod
+    def _claim_time(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(days=1):
+            raise ValueError(f"{value.total_seconds():g} s is outside 1 s to 1 day")
+        return value
 
 
 class RestartSettings(BaseModel):

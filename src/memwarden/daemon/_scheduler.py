@@ -42,6 +42,19 @@ log = structlog.get_logger("memwarden.scheduler")
 ALIVE_KEY = "last_alive_at"
 
 
+# A loop whose ticks keep failing (the database away, a node cut off) waits longer after
+# each failure in a row: twice its interval, four times, ... up to this, or its own
+# interval when that is longer; the first tick that succeeds brings the interval back.
+RETRY_CAP_S = 60.0
+
+
+def retry_delay(interval_s: float, failures: int) -> float:
+    """How long a loop waits before its next tick after ``failures`` failed in a row."""
+    if failures <= 0:
+        return interval_s
+    return min(interval_s * 2.0 ** min(failures, 32), max(interval_s, RETRY_CAP_S))
+
+
 class RemoteRoute(Protocol):
     """Where requests for sensors that run elsewhere go (the MQTT bridge)."""
 
@@ -322,17 +335,22 @@ class Scheduler:
     ) -> None:
         if not first:
             await sleep_on(self.store.clock, interval_s)
+        failures = 0
         while True:
             try:
                 await fn()
+                failures = 0
             except Exception as err:  # one failed tick never stops the daemon
+                failures += 1
                 log.error(
                     "scheduler_tick_failed",
                     task=getattr(fn, "__name__", "?"),
                     error=f"{type(err).__name__}: {err}",
+                    failures=failures,
+                    retry_in_s=retry_delay(interval_s, failures),
                     exc_info=not isinstance(err, MemwardenError),
                 )
-            await sleep_on(self.store.clock, interval_s)
+            await sleep_on(self.store.clock, retry_delay(interval_s, failures))
 
     async def _while_leader(
         self,

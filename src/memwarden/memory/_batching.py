@@ -6,6 +6,15 @@ takes the jobs waiting in its queue (up to ``max_jobs``, or until their weights 
 transaction, and, when a job failed, runs each job again on its own so the failing one
 fails alone. Each backend (SQLite's ``Writer``, PostgreSQL's ``PgWriter``) keeps its own
 transaction code.
+
+**Floods commit in bigger steps.** With ``flood_max_weight`` above ``max_weight``, a
+transaction that left jobs waiting in the queue (a flood: more work arrived than one
+transaction takes) lets the next one take twice the weight, and so on up to
+``flood_max_weight``; a transaction that empties the queue brings the bound back to
+``max_weight``. Outside a flood nothing changes (the first transaction of a flood is no
+bigger than before, so its acknowledgements come as soon as before); inside one, fewer
+commits rewrite the same pages, at the price of later acknowledgements for the jobs
+further back in the queue.
 """
 
 from __future__ import annotations
@@ -42,9 +51,13 @@ class BatchWriter(Generic[C]):
 
     _task_name = "store.writer"
 
-    def __init__(self, *, max_jobs: int, max_weight: int) -> None:
+    def __init__(
+        self, *, max_jobs: int, max_weight: int, flood_max_weight: int | None = None
+    ) -> None:
         self._max_jobs = max_jobs
         self._max_weight = max_weight
+        self._flood_max_weight = max(max_weight, flood_max_weight or max_weight)
+        self._limit = max_weight  # the next transaction's bound (see the module's note)
         self._queue: asyncio.Queue[Pending[Any]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -87,13 +100,15 @@ class BatchWriter(Generic[C]):
             first = await self._queue.get()
             batch = [first]
             weight = first.weight
-            while (
-                len(batch) < self._max_jobs
-                and weight < self._max_weight
-                and not self._queue.empty()
-            ):
+            limit = self._limit
+            while len(batch) < self._max_jobs and weight < limit and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
                 weight += batch[-1].weight
+            # A flood (jobs still waiting) doubles the next transaction's bound, up to the
+            # flood bound; an emptied queue brings it back (see the module's note).
+            self._limit = (
+                self._max_weight if self._queue.empty() else min(self._flood_max_weight, limit * 2)
+            )
             try:
                 await self._commit(batch)
             finally:

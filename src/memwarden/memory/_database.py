@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
     from types import TracebackType
 
-__all__ = ["Database"]
+__all__ = ["COMMIT_WEIGHT", "FLOOD_COMMIT_WEIGHT", "Database"]
 
 T = TypeVar("T")
 
@@ -43,6 +43,11 @@ _INLINE_WALL_FACTOR = 10
 _cpu_clock = time.thread_time
 _wall_clock = time.perf_counter
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+#: How much one transaction takes (events, rows: the jobs' weights) ...
+COMMIT_WEIGHT = 20_000
+#: ... and how far that grows while the writer's queue stays deep (a flood of events; see
+#: memory._batching): fewer commits, later acknowledgements for the jobs further back.
+FLOOD_COMMIT_WEIGHT = 80_000
 
 
 class Database:
@@ -64,6 +69,7 @@ class Database:
         readers: int = 2,
         synchronous: Literal["normal", "full"] = "normal",
         max_jobs_per_commit: int = 256,
+        flood_commit_weight: int = FLOOD_COMMIT_WEIGHT,
         prepare: Callable[[aiosqlite.Connection], Awaitable[None]] = prepare_schema,
         inline_read_ms: float = 0.5,
         secure_delete: bool = True,
@@ -74,6 +80,7 @@ class Database:
         self._n_readers = max(1, readers)
         self._synchronous = synchronous
         self._max_jobs = max_jobs_per_commit
+        self._flood_weight = flood_commit_weight
         self._wconn: aiosqlite.Connection | None = None
         self._writer: Writer | None = None
         self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
@@ -136,7 +143,12 @@ class Database:
         except BaseException:  # a too-new schema, a cancelled open: leave no thread running
             await self._close_connections()
             raise
-        self._writer = Writer(self._wconn, max_jobs=self._max_jobs)
+        self._writer = Writer(
+            self._wconn,
+            max_jobs=self._max_jobs,
+            max_weight=COMMIT_WEIGHT,
+            flood_max_weight=self._flood_weight,
+        )
         self._writer.start()
         self._open = True
         log.debug("store_opened", path=str(self.path), schema=SCHEMA_VERSION)

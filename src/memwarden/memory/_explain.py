@@ -228,14 +228,35 @@ async def health(
             f" FROM blocks b WHERE b.state <> 'archived'{scope}) GROUP BY eff",
             params,
         ) as cur:
-            rows = await cur.fetchall()
+            rows = list(await cur.fetchall())
         async with conn.execute(
             "SELECT (SELECT count(*) FROM revalidations WHERE status IN ('pending', 'sent')"
             f"{owned}), (SELECT count(*) FROM reviews WHERE status = 'pending'{owned})",
             params,
         ) as cur:
             backlog, reviews = await cur.fetchone() or (0, 0)
-    by_state = {r[0]: int(r[1]) for r in rows}
+    return health_from_counts(
+        rows,
+        backlog=backlog,
+        reviews=reviews,
+        failing_sensors=failing_sensors,
+        sensors_total=sensors_total,
+        cfg=cfg,
+    )
+
+
+def health_from_counts(
+    rows: Sequence[Any],
+    *,
+    backlog: int,
+    reviews: int,
+    failing_sensors: Iterable[str],
+    sensors_total: int,
+    cfg: PolicyConfig,
+) -> HealthReport:
+    """The health report from the aggregate rows (state, count, sum of retention, sum of
+    accesses, sum of flapping) and the pending counts, as both backends read them."""
+    by_state = {str(r[0]): int(r[1]) for r in rows}
     total = sum(by_state.values())
     inputs = HealthInputs(
         total=total,

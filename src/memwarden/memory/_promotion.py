@@ -179,48 +179,43 @@ async def record_accesses(
                     (session, *part),
                 ) as cur:
                     seen.update(r[0] for r in await cur.fetchall())
-        promoted, accesses = count_accesses(ids, records, seen, session=session, now=now, cfg=cfg)
-        if not accesses:
+        writes = count_accesses(ids, records, seen, session=session, now=now, cfg=cfg)
+        if not writes.accesses:
             return []
         await conn.executemany(
-            "INSERT INTO accesses (block_id, session_id, at) VALUES (?, ?, ?)", accesses
+            "INSERT INTO accesses (block_id, session_id, at) VALUES (?, ?, ?)", writes.accesses
         )
-        if session is not None:
-            await conn.executemany(
-                "INSERT INTO sessions (block_id, session_id, first_at, last_at, count)"
-                " VALUES (?, ?, ?, ?, 1) ON CONFLICT (block_id, session_id) DO UPDATE SET"
-                " last_at = max(last_at, excluded.last_at), count = count + 1",
-                [(block_id, session, now, now) for block_id, _, _ in accesses],
-            )
+        await conn.executemany(
+            "INSERT INTO sessions (block_id, session_id, first_at, last_at, count)"
+            " VALUES (?, ?, ?, ?, 1) ON CONFLICT (block_id, session_id) DO UPDATE SET"
+            " last_at = max(last_at, excluded.last_at), count = count + 1",
+            writes.sessions,
+        )
         await conn.executemany(
             "UPDATE blocks SET access_count = ?, recent_access_count = ?,"
             " last_accessed_at = ?, session_count = ?, stability = ?, tier = ? WHERE rid = ?",
-            [
-                (
-                    r.access_count,
-                    r.recent_access_count,
-                    r.last_accessed_at,
-                    r.session_count,
-                    r.stability,
-                    r.tier,
-                    r.rid,
-                )
-                for r in records.values()
-            ],
+            writes.blocks,
         )
-        if promoted:
-            await conn.executemany(
-                "INSERT INTO audit (at, actor, action, block_id, detail) VALUES (?, ?, ?, ?, ?)",
-                [
-                    (now, "memwarden", "promote", r.id, json.dumps(_core_detail(r)))
-                    for r in promoted
-                ],
-            )
-        return promoted
+        await conn.executemany(
+            "INSERT INTO audit (at, actor, action, block_id, detail) VALUES (?, ?, ?, ?, ?)",
+            writes.audits,
+        )
+        return writes.promoted
 
     promoted: list[BlockRecord] = await db.write(job)
     await tell_core_promotions(promoted, cfg=cfg, now=now, score_log=score_log)
     return [r.id for r in promoted]
+
+
+@dataclass(frozen=True, slots=True)
+class AccessWrites:
+    """What one retrieval writes (both backends run the same rows through their SQL)."""
+
+    promoted: list[BlockRecord]
+    accesses: list[tuple[Any, ...]]  # (block_id, session, at)
+    sessions: list[tuple[Any, ...]]  # (block_id, session, first_at, last_at)
+    blocks: list[tuple[Any, ...]]  # the access columns and tier, then the rid
+    audits: list[tuple[Any, ...]]  # (at, actor, action, block_id, detail)
 
 
 def count_accesses(
@@ -231,11 +226,11 @@ def count_accesses(
     session: str | None,
     now: float,
     cfg: PolicyConfig,
-) -> tuple[list[BlockRecord], list[tuple[Any, ...]]]:
-    """Apply one retrieval to each found block's record (both backends): the blocks it
-    promoted to core, and the ``(block_id, session, at)`` access rows to store. ``seen``:
-    the blocks this session had already read (a first read in a session counts more);
-    updated in place."""
+) -> AccessWrites:
+    """Apply one retrieval to each found block's record (both backends) and say what to
+    write: the access rows, the session rows, each record's access columns, and the audit
+    rows of the blocks it promoted to core. ``seen``: the blocks this session had already
+    read (a first read in a session counts more); updated in place."""
     promoted: list[BlockRecord] = []
     accesses: list[tuple[Any, ...]] = []
     for block_id in ids:
@@ -248,7 +243,24 @@ def count_accesses(
         accesses.append((block_id, session, now))
         if record_access(rec, now, new_session=new_session, cfg=cfg):
             promoted.append(rec)
-    return promoted, accesses
+    return AccessWrites(
+        promoted=promoted,
+        accesses=accesses,
+        sessions=[] if session is None else [(b, session, now, now) for b, _, _ in accesses],
+        blocks=[
+            (
+                r.access_count,
+                r.recent_access_count,
+                r.last_accessed_at,
+                r.session_count,
+                r.stability,
+                r.tier,
+                r.rid,
+            )
+            for r in records.values()
+        ],
+        audits=[(now, "memwarden", "promote", r.id, json.dumps(_core_detail(r))) for r in promoted],
+    )
 
 
 async def tell_core_promotions(

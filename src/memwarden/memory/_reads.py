@@ -33,7 +33,7 @@ from memwarden.memory._sql import (
 from memwarden.memory.policy import coverage_of
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     import aiosqlite
 
@@ -44,18 +44,34 @@ if TYPE_CHECKING:
     from memwarden.memory.policy import CoverageDict, PolicyConfig
 
 __all__ = [
+    "MAX_BINS",
     "Reads",
     "blocks_of",
+    "check_bins",
+    "counts_answer",
     "event_entry",
     "event_record",
+    "events_by_sensor",
     "parse_block_ref",
     "resolved",
     "short_ids",
+    "version_entry",
 ]
 
 log = structlog.get_logger("memwarden.store")
 
 _SHORT_CHUNK = 400  # blocks per neighbour query (two host parameters each)
+
+
+# The most bins a retention histogram has: one row each, read at once.
+MAX_BINS = 1000
+
+
+def check_bins(bins: object) -> None:
+    """A retention histogram's ``bins`` is an int from 1 to :data:`MAX_BINS` (both
+    backends): a ``ValueError`` naming it otherwise."""
+    if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= MAX_BINS:
+        raise ValueError(f"bins must be an integer from 1 to {MAX_BINS}, not {bins!r}")
 
 
 class Reads:
@@ -294,17 +310,7 @@ class Reads:
                 " FROM block_history WHERE block_id = ? ORDER BY version",
                 (block_id,),
             )
-        return [
-            {
-                "version": int(r[0]),
-                "title": r[1],
-                "content": r[2],
-                "tags": json.loads(r[3]) if r[3] else [],
-                "replaced_at": from_ts(r[4]).isoformat(),
-                "replaced_by": r[5],
-            }
-            for r in rows
-        ]
+        return [version_entry(r) for r in rows]
 
     async def event_counts(
         self, *, since: float, bucket_s: float, scan: int = 50_000
@@ -320,10 +326,7 @@ class Reads:
                 " GROUP BY sensor, outcome, b",
                 (since, bucket_s, scan, since),
             )
-        out: dict[str, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
-        for sensor, outcome, bucket, n in rows:
-            out[str(sensor)][int(bucket)][str(outcome)] = int(n)
-        return {k: dict(v) for k, v in out.items()}
+        return events_by_sensor(rows)
 
     async def recent_event_counts(
         self, *, since: float, bucket_s: float
@@ -342,14 +345,13 @@ class Reads:
                 " GROUP BY sensor, outcome, b",
                 (since, bucket_s, first, since),
             )
-        out: dict[str, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
-        for sensor, outcome, bucket, n in rows:
-            out[str(sensor)][int(bucket)][str(outcome)] = int(n)
-        return {k: dict(v) for k, v in out.items()}
+        return events_by_sensor(rows)
 
     async def retention_histogram(self, *, bins: int = 10) -> list[int]:
         """How many live (not archived) blocks have a retention in each of ``bins`` equal
-        ranges of 0-1, lowest first (retention as the last decay cycle left it)."""
+        ranges of 0-1, lowest first (retention as the last decay cycle left it).
+        ``ValueError`` unless ``bins`` is 1 to :data:`MAX_BINS`."""
+        check_bins(bins)
         async with self.db.read() as conn:
             rows = await conn.execute_fetchall(
                 "SELECT CAST(min(max(retention, 0.0), 0.999999) * ? AS INTEGER) AS b, count(*)"
@@ -402,23 +404,7 @@ class Reads:
                 reviews = (await cur.fetchone() or (0,))[0]
             async with conn.execute("SELECT count(*) FROM dead_letters") as cur:
                 dead = (await cur.fetchone() or (0,))[0]
-        by_state: dict[str, int] = defaultdict(int)
-        by_tier: dict[str, int] = defaultdict(int)
-        by_volatility: dict[str, int] = defaultdict(int)
-        for state, tier, volatility, n in rows:
-            by_state[state] += n
-            by_tier[tier] += n
-            by_volatility[volatility] += n
-        return {
-            "blocks": sum(by_state.values()),
-            "by_state": dict(by_state),
-            "by_tier": dict(by_tier),
-            "by_volatility": dict(by_volatility),
-            "events": events,
-            "revalidation_backlog": backlog,
-            "pending_reviews": reviews,
-            "dead_letters": dead,
-        }
+        return counts_answer(rows, events, backlog, reviews, dead)
 
     async def coverage(
         self, alive: Sequence[str], *, namespaces: Sequence[str] | None = None
@@ -589,3 +575,49 @@ async def _first_seq_since(conn: aiosqlite.Connection, since: float) -> int | No
         else:
             lo = mid + 1
     return (await at_or_after(lo))[0]
+
+
+def counts_answer(
+    rows: Iterable[Any], events: Any, backlog: Any, reviews: Any, dead: Any
+) -> dict[str, Any]:
+    """:meth:`Reads.counts`' answer from its rows (state, tier, volatility, count) and
+    counters (both backends)."""
+    by_state: dict[str, int] = defaultdict(int)
+    by_tier: dict[str, int] = defaultdict(int)
+    by_volatility: dict[str, int] = defaultdict(int)
+    for state, tier, volatility, n in rows:
+        by_state[state] += n
+        by_tier[tier] += n
+        by_volatility[volatility] += n
+    return {
+        "blocks": sum(by_state.values()),
+        "by_state": dict(by_state),
+        "by_tier": dict(by_tier),
+        "by_volatility": dict(by_volatility),
+        "events": int(events or 0),
+        "revalidation_backlog": int(backlog or 0),
+        "pending_reviews": int(reviews or 0),
+        "dead_letters": int(dead or 0),
+    }
+
+
+def events_by_sensor(rows: Iterable[Any]) -> dict[str, dict[int, dict[str, int]]]:
+    """Event counts by sensor, then bucket, then outcome, from ``(sensor, outcome,
+    bucket, count)`` rows (both backends)."""
+    out: dict[str, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
+    for sensor, outcome, bucket, n in rows:
+        out[str(sensor)][int(bucket)][str(outcome)] = int(n)
+    return {k: dict(v) for k, v in out.items()}
+
+
+def version_entry(row: Any) -> dict[str, Any]:
+    """One earlier text of a block from its ``block_history`` row (version, title,
+    content, tags, replaced_at, replaced_by), as :meth:`Reads.versions` lists it."""
+    return {
+        "version": int(row[0]),
+        "title": row[1],
+        "content": row[2],
+        "tags": json.loads(row[3]) if row[3] else [],
+        "replaced_at": from_ts(row[4]).isoformat(),
+        "replaced_by": row[5],
+    }

@@ -53,7 +53,7 @@ from memwarden.memory import (
 from memwarden.memory._apply import EventLog
 from memwarden.memory._blocks import Blocks
 from memwarden.memory._clock import Clock, SystemClock
-from memwarden.memory._database import Database
+from memwarden.memory._database import FLOOD_COMMIT_WEIGHT, Database
 from memwarden.memory._evidence import Evidence
 from memwarden.memory._location import store_location
 from memwarden.memory._model import (
@@ -155,7 +155,9 @@ class Store:
 
     ``path`` is a file path, ``sqlite:///path``, or a ``postgresql://`` (``postgres://``)
     URL. On PostgreSQL the SQLite-only settings (``synchronous``: every commit is durable
-    there; ``inline_read_ms``, ``secure_delete``) do not apply.
+    there; ``inline_read_ms``, ``secure_delete``, ``flood_commit_events``) do not apply.
+    ``flood_commit_events`` bounds a transaction while the writer's queue stays deep (see
+    :mod:`memwarden.memory._batching`).
     """
 
     _blocks: Blocks | PgBlocks
@@ -174,12 +176,14 @@ class Store:
         readers: int = 2,
         synchronous: Literal["normal", "full"] = "normal",
         max_jobs_per_commit: int = 256,
+        flood_commit_events: int = FLOOD_COMMIT_WEIGHT,
         score_log: ScoreLog | str | Path | None = None,
         compaction: _compaction.CompactionConfig | None = None,
         inline_read_ms: float = 0.5,
         secure_delete: bool = True,
         embedder: EmbedderLike | None = None,
         embed_batch: int = 256,
+        embed_claim_s: float = 120.0,
         node: str | None = None,
     ) -> None:
         where = store_location(path)
@@ -195,7 +199,15 @@ class Store:
         self.pg_db: PgDatabase | None = None
         if isinstance(where, str):
             self._path: Path | None = None
-            self._open_pg(where, readers, max_jobs_per_commit, embedder, embed_batch, node=node)
+            self._open_pg(
+                where,
+                readers,
+                max_jobs_per_commit,
+                embedder,
+                embed_batch,
+                embed_claim_s,
+                node=node,
+            )
             return
         self._path = where
         self._db: Database | None = Database(
@@ -203,6 +215,7 @@ class Store:
             readers=readers,
             synchronous=synchronous,
             max_jobs_per_commit=max_jobs_per_commit,
+            flood_commit_weight=flood_commit_events,
             inline_read_ms=inline_read_ms,
             secure_delete=secure_delete,
         )
@@ -221,55 +234,44 @@ class Store:
         self._evidence = Evidence(self.db)
         self.node = node or default_node_name()
 
-    def _open_pg(
+    def _open_pg(  # noqa: PLR0917 - private, called once
         self,
         dsn: str,
         readers: int,
         max_jobs: int,
         embedder: EmbedderLike | None,
         batch: int,
+        claim_s: float,
         *,
         node: str | None,
     ) -> None:
         """The PostgreSQL parts on one :class:`PgDatabase` (asyncpg is imported here)."""
-        from memwarden.memory.pg._apply import PgEventLog  # noqa: PLC0415 - an extra's driver
-        from memwarden.memory.pg._blocks import PgBlocks  # noqa: PLC0415
-        from memwarden.memory.pg._database import PgDatabase  # noqa: PLC0415
-        from memwarden.memory.pg._erasure import PgErasure  # noqa: PLC0415
-        from memwarden.memory.pg._evidence import PgEvidence  # noqa: PLC0415
-        from memwarden.memory.pg._maintenance import PgMaintenance  # noqa: PLC0415
-        from memwarden.memory.pg._misc import PgMisc  # noqa: PLC0415
-        from memwarden.memory.pg._proposals import PgProposals  # noqa: PLC0415
-        from memwarden.memory.pg._quarantine import PgQuarantine  # noqa: PLC0415
-        from memwarden.memory.pg._reads import PgReads  # noqa: PLC0415
-        from memwarden.memory.pg._revalidation import PgRevalidations  # noqa: PLC0415
-        from memwarden.memory.pg._reviews import PgReviews  # noqa: PLC0415
-        from memwarden.memory.pg._search import PgSearch  # noqa: PLC0415
-        from memwarden.memory.pg._transfer import PgTransfer  # noqa: PLC0415
-        from memwarden.memory.pg._vectors import PgVectorIndex  # noqa: PLC0415
+        from memwarden.memory.pg import _parts as pg  # noqa: PLC0415 - an extra's driver
 
         self._db = None
-        self.pg_db = db = PgDatabase(dsn, readers=readers, max_jobs_per_commit=max_jobs)
+        self.pg_db = db = pg.PgDatabase(dsn, readers=readers, max_jobs_per_commit=max_jobs)
         clock, policy = self.clock, self.policy
-        self._blocks = PgBlocks(db, clock, policy)
-        self._events = PgEventLog(db, clock, policy, self.compaction)
-        self._revalidations = PgRevalidations(db, clock, policy)
-        self._search = PgSearch(db, clock, policy)
+        self._blocks = pg.PgBlocks(db, clock, policy)
+        self._events = pg.PgEventLog(db, clock, policy, self.compaction)
+        self._revalidations = pg.PgRevalidations(db, clock, policy)
+        self._search = pg.PgSearch(db, clock, policy)
         self.vectors = (
-            PgVectorIndex(db, embedder, batch=batch, clock=clock) if embedder is not None else None
+            pg.PgVectorIndex(db, embedder, batch=batch, clock=clock, claim_s=claim_s)
+            if embedder is not None
+            else None
         )
         self._search.vectors = self.vectors
-        self._reads = PgReads(db, clock, policy)
-        self._evidence = evidence = PgEvidence(db, clock, policy)
-        self._misc = misc = PgMisc(db, clock, policy, self.compaction)
+        self._reads = pg.PgReads(db, clock, policy)
+        self._evidence = evidence = pg.PgEvidence(db, clock, policy)
+        self._misc = misc = pg.PgMisc(db, clock, policy, self.compaction)
         self._pg = _PgParts(
             misc=misc,
-            maintenance=PgMaintenance(db, clock, policy, self.compaction),
-            reviews=PgReviews(db, self),
-            proposals=PgProposals(db, clock),
-            quarantine=PgQuarantine(db, clock, apply=self.apply_events),
-            erasure=PgErasure(db, clock, vectors=self.vectors),
-            transfer=PgTransfer(db, clock, policy),
+            maintenance=pg.PgMaintenance(db, clock, policy, self.compaction),
+            reviews=pg.PgReviews(db, self),
+            proposals=pg.PgProposals(db, clock),
+            quarantine=pg.PgQuarantine(db, clock, apply=self.apply_events),
+            erasure=pg.PgErasure(db, clock, vectors=self.vectors),
+            transfer=pg.PgTransfer(db, clock, policy),
             evidence=evidence,
         )
         self._share_score_log()
@@ -904,10 +906,6 @@ class Store:
     ) -> int:
         """How many refuted blocks a search of ``query`` in ``mode`` hides: those
         matching its words, or among its nearest vectors, or either (hybrid)."""
-        if self._misc is not None and self.vectors is None:
-            return await self._misc.count_refuted_matches(
-                query, namespaces=namespaces, mode=mode, limit=limit
-            )
         return await self._search.count_refuted_matches(
             query, namespaces=namespaces, mode=mode, limit=limit
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,7 @@ from memwarden.memory._model import Binding, Outcome
 from memwarden.memory.policy import PolicyConfig
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
 
     import aiosqlite
 
@@ -44,6 +45,7 @@ __all__ = [
     "check_readable",
     "check_rows",
     "export_object",
+    "export_objects",
     "export_rows",
     "history_entry",
     "import_rows",
@@ -87,45 +89,52 @@ async def export_rows(
     conn: aiosqlite.Connection, blocks: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
     """The export objects of ``blocks`` (their public views, in order)."""
+
+    async def columns(table: str) -> list[str]:
+        return await _columns(conn, table)
+
+    async def rows_among(
+        select: str, column: str, values: Sequence[Any], order: str
+    ) -> list[dict[str, Any]]:
+        marks = ",".join("?" * len(values))
+        return await _dicts(conn, f"{select} WHERE {column} IN ({marks}){order}", values)
+
+    return await export_objects(blocks, columns, rows_among)
+
+
+ColumnsOf = Callable[[str], Awaitable[list[str]]]
+"""``columns(table)``: the table's stored columns, in order."""
+
+RowsAmong = Callable[[str, str, Sequence[Any], str], Awaitable[list[dict[str, Any]]]]
+"""``rows_among(select, column, values, order)``: the rows of ``select`` whose ``column``
+is one of ``values``, ordered by ``order`` (``" ORDER BY …"`` or empty), as dicts."""
+
+
+async def export_objects(
+    blocks: Sequence[Mapping[str, Any]], columns: ColumnsOf, rows_among: RowsAmong
+) -> list[dict[str, Any]]:
+    """The export objects of ``blocks`` from either backend's reads (its columns and its
+    way of asking for rows among a list of values)."""
     ids = [str(b["id"]) for b in blocks]
     if not ids:
         return []
-    marks = ",".join("?" * len(ids))
-    block_cols = [c for c in await _columns(conn, "blocks") if c != "rid"]
-    records = {
-        r["id"]: r
-        for r in await _dicts(
-            conn,
-            f"SELECT rid AS _rid, {', '.join(block_cols)} FROM blocks WHERE id IN ({marks})",
-            ids,
-        )
-    }
-    binding_cols = [c for c in await _columns(conn, "bindings") if c not in ("id", "block_rid")]
-    event_cols = [c for c in await _columns(conn, "events") if c != "seq"]
-    effect_cols = [
-        c for c in await _columns(conn, "effects") if c not in ("block_rid", "event_seq")
-    ]
+    block_cols = [c for c in await columns("blocks") if c != "rid"]
+    select = f"SELECT rid AS _rid, {', '.join(block_cols)} FROM blocks"
+    records = {r["id"]: r for r in await rows_among(select, "id", ids, "")}
+    binding_cols = [c for c in await columns("bindings") if c not in ("id", "block_rid")]
+    event_cols = [c for c in await columns("events") if c != "seq"]
+    effect_cols = [c for c in await columns("effects") if c not in ("block_rid", "event_seq")]
     rids = [records[i]["_rid"] for i in ids]
-    rmarks = ",".join("?" * len(rids))
     bindings: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for row in await _dicts(
-        conn,
-        f"SELECT block_rid AS _rid, {', '.join(binding_cols)} FROM bindings"
-        f" WHERE block_rid IN ({rmarks}) ORDER BY block_rid, id",
-        rids,
-    ):
+    select = f"SELECT block_rid AS _rid, {', '.join(binding_cols)} FROM bindings"
+    for row in await rows_among(select, "block_rid", rids, " ORDER BY block_rid, id"):
         bindings[row.pop("_rid")].append(row)
     depends: dict[int, list[str]] = defaultdict(list)
-    for row in await _dicts(
-        conn,
-        f"SELECT block_rid, depends_on FROM dependencies WHERE block_rid IN ({rmarks})"
-        " ORDER BY block_rid, depends_on",
-        rids,
-    ):
+    select = "SELECT block_rid, depends_on FROM dependencies"
+    for row in await rows_among(select, "block_rid", rids, " ORDER BY block_rid, depends_on"):
         depends[row["block_rid"]].append(row["depends_on"])
     history: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for row in await _dicts(
-        conn,
+    select = (
         "SELECT f.block_rid AS _rid, "
         + ", ".join(f"e.{c}" for c in event_cols)
         + ", "
@@ -135,26 +144,19 @@ async def export_rows(
         " (SELECT event_id FROM events WHERE seq = r.first_seq) AS _run_first_event_id"
         " FROM effects f JOIN events e ON e.seq = f.event_seq"
         " LEFT JOIN event_runs r ON r.block_rid = f.block_rid AND r.last_seq = f.event_seq"
-        f" WHERE f.block_rid IN ({rmarks}) ORDER BY f.block_rid, f.event_seq",
-        rids,
-    ):
+    )
+    for row in await rows_among(select, "f.block_rid", rids, " ORDER BY f.block_rid, f.event_seq"):
         history[row["_rid"]].append(history_entry(row, event_cols, effect_cols))
     versions: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in await _dicts(
-        conn,
-        f"SELECT * FROM block_history WHERE block_id IN ({marks}) ORDER BY block_id, version",
-        ids,
-    ):
+    select = "SELECT * FROM block_history"
+    for row in await rows_among(select, "block_id", ids, " ORDER BY block_id, version"):
         versions[row["block_id"]].append(row)
     out = []
     for block in blocks:
         rec = dict(records[block["id"]])
         rid = rec.pop("_rid")
-        out.append(
-            export_object(
-                block, rec, bindings[rid], depends[rid], history[rid], versions[block["id"]]
-            )
-        )
+        parts = (bindings[rid], depends[rid], history[rid], versions[block["id"]])
+        out.append(export_object(block, rec, *parts))
     return out
 
 

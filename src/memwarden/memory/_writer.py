@@ -47,9 +47,16 @@ class Writer(BatchWriter["aiosqlite.Connection"]):
     """Owns the write connection and the task that commits batches of jobs."""
 
     def __init__(
-        self, conn: aiosqlite.Connection, *, max_jobs: int = 256, max_weight: int = 20_000
+        self,
+        conn: aiosqlite.Connection,
+        *,
+        max_jobs: int = 256,
+        max_weight: int = 20_000,
+        flood_max_weight: int | None = None,
     ) -> None:
-        super().__init__(max_jobs=max_jobs, max_weight=max_weight)
+        super().__init__(
+            max_jobs=max_jobs, max_weight=max_weight, flood_max_weight=flood_max_weight
+        )
         self._conn = conn
 
     async def submit_on_thread(

@@ -32,7 +32,7 @@ import ipaddress
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal, cast
+from typing import TYPE_CHECKING, ClassVar, Final, Literal, cast
 
 import phonenumbers
 import re2
@@ -369,7 +369,7 @@ class Detectors:
             return []
         found: list[Finding] = []
         for name in {self._gate_scanners[i] for i in hits}:
-            kind, scanner = _SCANNERS[name]
+            kind, scanner = self._SCANNERS[name]
             if kind in kinds:
                 found.extend(scanner(self, text))
         if not found:
@@ -541,6 +541,22 @@ class Detectors:
             if keyed_value_is_secret(m.group(1), m.group(2)):
                 yield Finding("secret", m.start(2), m.end(2), m.group(2))
 
+    # Each scanner by the name its trigger has in the first pass, with the kind it finds.
+    _SCANNERS: ClassVar[dict[str, tuple[Kind, Callable[[Detectors, str], Iterator[Finding]]]]] = {
+        "secret.key_block": ("secret", _key_blocks),
+        "secret.token": ("secret", _tokens),
+        "secret.jwt": ("secret", _jwts),
+        "secret.url_password": ("secret", _url_passwords),
+        "secret.bearer": ("secret", _bearers),
+        "secret.keyed": ("secret", _keyed),
+        "card": ("card", _cards),
+        "iban": ("iban", _ibans),
+        "national_id": ("national_id", _national_ids),
+        "email": ("email", _emails),
+        "phone": ("phone", _phones),
+        "ip": ("ip", _ips),
+    }
+
 
 def _around(text: str, start: int, end: int, also: str) -> bool:
     """Whether the match continues a word (or a run of ``also`` characters) on either side:
@@ -602,20 +618,3 @@ def _prefix_end(text: str, start: int, length: int, *, alnum: bool = False) -> i
             seen += 1
         i += 1
     return i
-
-
-# Each scanner by the name its trigger has in the first pass, with the kind it finds.
-_SCANNERS: Final[dict[str, tuple[Kind, Callable[[Detectors, str], Iterator[Finding]]]]] = {
-    "secret.key_block": ("secret", Detectors._key_blocks),  # noqa: SLF001 - the class's own
-    "secret.token": ("secret", Detectors._tokens),  # noqa: SLF001
-    "secret.jwt": ("secret", Detectors._jwts),  # noqa: SLF001
-    "secret.url_password": ("secret", Detectors._url_passwords),  # noqa: SLF001
-    "secret.bearer": ("secret", Detectors._bearers),  # noqa: SLF001
-    "secret.keyed": ("secret", Detectors._keyed),  # noqa: SLF001
-    "card": ("card", Detectors._cards),  # noqa: SLF001
-    "iban": ("iban", Detectors._ibans),  # noqa: SLF001
-    "national_id": ("national_id", Detectors._national_ids),  # noqa: SLF001
-    "email": ("email", Detectors._emails),  # noqa: SLF001
-    "phone": ("phone", Detectors._phones),  # noqa: SLF001
-    "ip": ("ip", Detectors._ips),  # noqa: SLF001
-}

@@ -128,9 +128,10 @@ async def follow_events(
             "(follow a session's notices with ?session=, or give the agent namespaces = "
             '["*"])',
         )
+    mark = daemon.events_mark()  # before the read: a commit after it ends the wait at once
     events = await daemon.store.events_after(after, limit=limit)
     if not events and wait_s > 0:
-        await daemon.wait_for_events(wait_s)
+        await daemon.wait_for_events(wait_s, since=mark)
         events = await daemon.store.events_after(after, limit=limit)
     return events
 

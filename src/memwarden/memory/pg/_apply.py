@@ -35,6 +35,7 @@ from memwarden.memory._apply import (
     stale_dependents,
 )
 from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_row
+from memwarden.memory._model import StaleReason
 from memwarden.memory._results import ApplyResult, StateChange
 from memwarden.memory._sql import EVIDENCE_UPDATE, REVALIDATION_INSERT
 from memwarden.memory.pg._ids import allocate
@@ -52,12 +53,17 @@ if TYPE_CHECKING:
 __all__ = [
     "EFFECTS_CHANNEL",
     "EVENTS_CHANNEL",
+    "FALLS_KEPT_S",
     "INGEST_LOCK_KEY",
+    "Fall",
     "FallenEffect",
     "PgEventLog",
     "fallen_effects_after",
+    "falls_after",
+    "falls_start",
     "last_effect_seq",
     "pg_sql",
+    "record_falls",
 ]
 
 _Prepared = Any  # memwarden.memory._apply._Prepared
@@ -406,9 +412,16 @@ async def propagate_dependencies(
             " WHERE d.depends_on = ANY($1::text[]) ORDER BY k.rid FOR UPDATE OF k",
             frontier,
         )
+        step = len(changes)
         staled = stale_dependents(rows, seen, now, changes)
         if not staled:
             break
+        await record_falls(
+            conn,
+            [(c.block_id, c.before, c.after, c.reliability) for c in changes[step:]],
+            reason=StaleReason.DEPENDENCY.value,
+            now=now,
+        )
         await conn.executemany(pg_sql(EVIDENCE_UPDATE), [evidence_row(r) for r in staled])
         bindings = await conn.fetch(
             "SELECT k.id, g.sensor, g.subject FROM bindings g"
@@ -421,3 +434,88 @@ async def propagate_dependencies(
             await conn.executemany(pg_sql(REVALIDATION_INSERT), rows_in)
         frontier = [r.id for r in staled]
     return changes
+
+
+# ------------------------------------------------------------------ falls of no event
+# A block made stale by the sweep or by a dependency has no effects row: it goes to
+# `block_falls`, which each node's session notices follow too (docs/SCALE.md).
+
+# How long a fall stays in `block_falls` (seconds of the store's clock): far longer than
+# any reconnect, after which a follower re-reads from its cursor.
+FALLS_KEPT_S = 86_400.0
+_FALL_INSERT = (
+    "INSERT INTO block_falls (block_id, state_before, state_after, reason, reliability, at)"
+    " SELECT b, s, a, $4, r, $6 FROM unnest($1::text[], $2::text[], $3::text[],"
+    " $5::float8[]) AS v(b, s, a, r)"
+)
+# Never waits: two transactions trimming at once each skip the rows the other holds.
+_FALLS_TRIM = (
+    "DELETE FROM block_falls WHERE id IN (SELECT id FROM block_falls WHERE at < $1"
+    " FOR UPDATE SKIP LOCKED)"
+)
+_XMIN = "pg_snapshot_xmin(pg_current_snapshot())"
+
+
+class Fall(NamedTuple):
+    """A row of ``block_falls``: a block made stale with no effects row."""
+
+    xid: str  # the writing transaction (xid8 as text) and the row's id: the cursor
+    id: int
+    block_id: str
+    before: str
+    after: str
+    reason: str
+    reliability: float
+    at: float
+
+
+async def record_falls(
+    conn: PgConnection,
+    falls: Sequence[tuple[str, str, str, float]],
+    *,
+    reason: str,
+    now: float,
+) -> None:
+    """Record ``falls`` (block id, state before, state after, reliability) in this
+    transaction and wake every node's session notices at its commit."""
+    if not falls:
+        return
+    await conn.execute(_FALLS_TRIM, now - FALLS_KEPT_S)
+    ids, before, after, rel = (list(c) for c in zip(*falls, strict=True))
+    await conn.execute(_FALL_INSERT, ids, before, after, reason, rel, now)
+    await conn.execute("SELECT pg_notify($1, $2)", EFFECTS_CHANNEL, "falls")
+
+
+async def falls_start(conn: PgConnection) -> tuple[str, int]:
+    """A new follower's cursor: after every fall of a transaction already finished."""
+    return str(await conn.fetchval(f"SELECT {_XMIN}::text")), 0
+
+
+async def falls_after(
+    conn: PgConnection, cursor: tuple[str, int], *, limit: int = 500
+) -> tuple[list[Fall], bool]:
+    """The falls after ``cursor`` (xid, id) written by transactions older than any still
+    running (so none can commit behind the cursor later), in that order; and whether
+    there are committed ones after them not read (held back by an older transaction, or
+    committed since): the caller reads again a little later."""
+    rows = await conn.fetch(
+        "SELECT xid::text, id, block_id, state_before, state_after, reason, reliability, at"
+        f" FROM block_falls WHERE (xid, id) > ($1::text::xid8, $2) AND xid < {_XMIN}"
+        " ORDER BY xid, id LIMIT $3",
+        cursor[0],
+        cursor[1],
+        max(1, limit),
+    )
+    falls = [Fall(r[0], int(r[1]), r[2], r[3], r[4], r[5], float(r[6]), float(r[7])) for r in rows]
+    held = False
+    if len(falls) < max(1, limit):
+        # Committed after the cursor but not read: held back by an older transaction,
+        # or committed since the read above (its own snapshot; one ended in between makes
+        # no difference). Either way: read again soon.
+        held = bool(
+            await conn.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM block_falls WHERE (xid, id) > ($1::text::xid8, $2))",
+                *(falls[-1][:2] if falls else cursor),
+            )
+        )
+    return falls, held

@@ -16,6 +16,7 @@ batch failed), so a job keeps nothing from one run to the next.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +72,19 @@ _BLOCK_SAVE = (
     + ", ".join(f"{c} = ${i + 1}" for i, c in enumerate(_SAVED))
     + f" WHERE rid = ${len(_SAVED) + 1}"
 )
+# Duplicate checks take turns per (namespace, content key) across nodes: transaction-level
+# advisory locks, in key order (two adds of overlapping facts never wait on each other in
+# a cycle), held until the commit that stores the fact, so a second node's check sees it.
+_DEDUPE_LOCKS = (
+    "SELECT count(pg_advisory_xact_lock(k)) FROM"
+    " (SELECT DISTINCT k FROM unnest($1::bigint[]) AS u(k) ORDER BY k) AS s"
+)
+# A call with more keys than this takes one lock for every duplicate check instead (each
+# advisory lock takes a slot of PostgreSQL's shared lock table, max_locks_per_transaction
+# x max_connections in all): exclusive for it, shared before the per-key ones for the
+# others, so a large add and small ones still take turns.
+DEDUPE_KEYS_MAX = 64
+_DEDUPE_ALL = int.from_bytes(hashlib.sha256(b"memwarden.dedupe").digest()[:8], signed=True)
 _AUDIT = "INSERT INTO audit (at, actor, action, block_id, detail) VALUES ($1, $2, $3, $4, $5)"
 
 
@@ -115,7 +129,10 @@ class PgBlocks:
 
         async def job(conn: PgConnection) -> dict[int, str]:
             found: dict[int, str] = {}
-            if dedupe:  # in the writer: two concurrent adds of one fact store it once
+            if dedupe:  # in the writer: two concurrent adds of one fact store it once,
+                # on two nodes too (each (namespace, key) locked until this commits; a
+                # deadlock between two nodes' group commits is run again by the writer)
+                await _lock_for_dedupe(conn, dedupe_locks(all_records, all_keys))
                 found = await _find_duplicates(conn, all_records, all_keys)
             keep = [i for i in range(len(all_records)) if i not in found]
             records = [all_records[i] for i in keep]
@@ -383,6 +400,25 @@ async def _insert_dependencies(
         "INSERT INTO dependencies (depends_on, block_rid) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         rows,
     )
+
+
+def dedupe_locks(records: Sequence[BlockRecord], keys: Sequence[str]) -> list[int]:
+    """The advisory lock keys of these records' duplicate checks, sorted: the first 8
+    bytes of sha256 over a prefix, the namespace and the content key."""
+    out = set()
+    for rec, key in zip(records, keys, strict=True):
+        digest = hashlib.sha256(f"memwarden.dedupe\0{rec.namespace}\0{key}".encode()).digest()
+        out.add(int.from_bytes(digest[:8], signed=True))
+    return sorted(out)
+
+
+async def _lock_for_dedupe(conn: PgConnection, keys: list[int]) -> None:
+    """Take the duplicate checks' advisory locks of these keys (held until commit)."""
+    if len(keys) > DEDUPE_KEYS_MAX:
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _DEDUPE_ALL)
+        return
+    await conn.execute("SELECT pg_advisory_xact_lock_shared($1)", _DEDUPE_ALL)
+    await conn.execute(_DEDUPE_LOCKS, keys)
 
 
 async def _find_duplicates(

@@ -71,6 +71,7 @@ _NOT_COPIED = {
     "compaction_guard": "transient: a row lives only inside a compaction transaction",
     "embed_claims": "transient: a node's claim on queued blocks while it embeds them",
     "vector_stamps": "derived: filled by a trigger as block_vectors rows arrive",
+    "block_falls": "transient: falls told to the nodes' sessions, kept a day",
 }
 # What the SQLite store keeps that is derived, and rebuilt here as rows arrive.
 DERIVED = {

@@ -111,6 +111,7 @@ VACUUMED_TABLES = (
     "retention_points",
     "embed_queue",
     "block_vectors",
+    "block_falls",
 )
 _COLUMNS = "id, title, state, substr(content, 1, 200)"
 
@@ -403,4 +404,7 @@ async def _erase_one(conn: PgConnection, block_id: str, rid: int) -> dict[str, i
     counts = await conn.fetchrow(_REST_SQL, rid, block_id, block_id.encode(), ERASED_DETAIL)
     assert counts is not None  # noqa: S101 - the same
     n.update(zip((name for name, _ in _REST), (int(c) for c in counts), strict=True))
+    # This backend's own log of falls (session notices across nodes; SQLite has none):
+    # gone too, not counted, so the tombstone says what SQLite's says.
+    await conn.execute("DELETE FROM block_falls WHERE block_id = $1", block_id)
     return {k: v for k, v in n.items() if v}

@@ -29,6 +29,7 @@ import structlog
 from memwarden.memory._compaction import CompactionConfig
 from memwarden.memory._decayline import MAX_POINTS, RetentionPoint, points_of
 from memwarden.memory._maintenance import DecayReport
+from memwarden.memory._reads import check_bins
 from memwarden.memory._sqlrules import (
     effective_half_life_sql,
     last_touched_sql,
@@ -259,7 +260,9 @@ async def read_points(
 
 async def retention_histogram(db: PgDatabase, *, bins: int = 10) -> list[int]:
     """How many live (not archived) blocks have a retention in each of ``bins`` equal
-    ranges of 0-1, lowest first (retention as the last decay cycle left it)."""
+    ranges of 0-1, lowest first (retention as the last decay cycle left it); a
+    ``ValueError`` unless ``bins`` is 1 to 1000, as on SQLite."""
+    check_bins(bins)
     async with db.read() as conn:
         rows = await conn.fetch(
             # trunc, not a cast: PostgreSQL's cast to an integer rounds, SQLite's truncates.

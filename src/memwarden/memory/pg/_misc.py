@@ -13,22 +13,17 @@ answers and rows equal.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
-from memwarden.memory._fts import query_terms
-from memwarden.memory._model import BlockState
+from memwarden.memory._explain import health_from_counts
 from memwarden.memory._outbox import DROPPED_KEY, OutboxMessage, OutboxStats
 from memwarden.memory._promotion import (
     _ACCESS_COLUMNS,
     _access_record,
-    _core_detail,
     count_accesses,
     tell_core_promotions,
 )
 from memwarden.memory.pg._reads import storable
-from memwarden.memory.pg._search import PgSearch, _tsquery
-from memwarden.memory.policy import HealthInputs, health_report
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -224,49 +219,34 @@ class PgMisc:
                         unique,
                     )
                 }
-            promoted, accesses = count_accesses(
-                ids, records, seen, session=session, now=now, cfg=cfg
-            )
-            if not accesses:
+            writes = count_accesses(ids, records, seen, session=session, now=now, cfg=cfg)
+            if not writes.accesses:
                 return []
             await conn.executemany(
-                "INSERT INTO accesses (block_id, session_id, at) VALUES ($1, $2, $3)", accesses
+                "INSERT INTO accesses (block_id, session_id, at) VALUES ($1, $2, $3)",
+                writes.accesses,
             )
-            if session is not None:
+            if writes.sessions:
                 await conn.executemany(
                     "INSERT INTO sessions (block_id, session_id, first_at, last_at, count)"
                     " VALUES ($1, $2, $3, $4, 1) ON CONFLICT (block_id, session_id) DO UPDATE"
                     " SET last_at = greatest(sessions.last_at, excluded.last_at),"
                     " count = sessions.count + 1",
-                    [(block_id, session, now, now) for block_id, _, _ in accesses],
+                    writes.sessions,
                 )
             await conn.executemany(
                 "UPDATE blocks SET access_count = $1, recent_access_count = $2,"
                 " last_accessed_at = $3, session_count = $4, stability = $5, tier = $6"
                 " WHERE rid = $7",
-                [
-                    (
-                        r.access_count,
-                        r.recent_access_count,
-                        r.last_accessed_at,
-                        r.session_count,
-                        r.stability,
-                        r.tier,
-                        r.rid,
-                    )
-                    for r in records.values()
-                ],
+                writes.blocks,
             )
-            if promoted:
+            if writes.audits:
                 await conn.executemany(
                     "INSERT INTO audit (at, actor, action, block_id, detail)"
                     " VALUES ($1, $2, $3, $4, $5)",
-                    [
-                        (now, "memwarden", "promote", r.id, json.dumps(_core_detail(r)))
-                        for r in promoted
-                    ],
+                    writes.audits,
                 )
-            return promoted
+            return writes.promoted
 
         promoted: list[BlockRecord] = await self.db.write(job)
         await tell_core_promotions(promoted, cfg=cfg, now=now, score_log=score_log)
@@ -309,49 +289,11 @@ class PgMisc:
                 *([names] if names is not None else []),
             )
         backlog, reviews = pending if pending is not None else (0, 0)
-        by_state = {str(r[0]): int(r[1]) for r in rows}
-        total = sum(by_state.values())
-        inputs = HealthInputs(
-            total=total,
-            by_state=by_state,
-            avg_retention=sum(r[2] or 0.0 for r in rows) / total if total else 1.0,
-            avg_access_count=sum(r[3] or 0 for r in rows) / total if total else 0.0,
-            stale_share=by_state.get(BlockState.STALE.value, 0) / total if total else 0.0,
-            failing_sensors=list(failing_sensors),
+        return health_from_counts(
+            rows,
+            backlog=backlog,
+            reviews=reviews,
+            failing_sensors=failing_sensors,
             sensors_total=sensors_total,
-            revalidation_backlog=int(backlog),
-            pending_reviews=int(reviews),
-            flapping_count=sum(int(r[4] or 0) for r in rows),
+            cfg=cfg,
         )
-        return health_report(inputs, cfg)
-
-    # ------------------------------------------------------------------ search
-
-    async def count_refuted_matches(
-        self,
-        query: str,
-        *,
-        namespaces: Sequence[str] | None = None,
-        mode: str = "keyword",
-        limit: int = 10,
-    ) -> int:
-        """How many refuted blocks a search of ``query`` hides: those matching every word
-        (``keyword`` and ``hybrid``: no vectors on this backend yet, so a ``vector``
-        search hides none)."""
-        del limit  # the vector candidates' count: no vectors here yet
-        if mode == "vector":
-            return 0
-        async with self.db.read() as conn:
-            terms = query_terms(query)
-            lexemes = await PgSearch._lexemes(conn, " ".join(terms)) if terms else []  # noqa: SLF001
-            if not lexemes:
-                return 0
-            scope = "" if namespaces is None else " AND namespace = ANY($2::text[])"
-            names = None if namespaces is None else storable(namespaces)
-            count = await conn.fetchval(
-                "SELECT count(*) FROM blocks WHERE state = 'refuted'"
-                f" AND search @@ CAST($1 AS tsquery){scope}",
-                _tsquery(lexemes, any_term=False),
-                *([names] if names is not None else []),
-            )
-        return int(count)

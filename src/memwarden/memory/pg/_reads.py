@@ -14,7 +14,6 @@ Only the SQL differs: ``$n`` parameters, a tag found with ``tags::jsonb ? $n`` (
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -24,14 +23,22 @@ from pydantic import ValidationError
 
 from memwarden.errors import NotFoundError
 from memwarden.memory import _shortid
-from memwarden.memory._clock import from_ts
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
     binding_from_row,
     record_from_row,
 )
 from memwarden.memory._model import BlockState
-from memwarden.memory._reads import blocks_of, event_entry, event_record, parse_block_ref, resolved
+from memwarden.memory._reads import (
+    blocks_of,
+    counts_answer,
+    event_entry,
+    event_record,
+    events_by_sensor,
+    parse_block_ref,
+    resolved,
+    version_entry,
+)
 from memwarden.memory._results import BlockFilter, EventRecord, validate_input
 from memwarden.memory._sql import MAX_NAMESPACES
 from memwarden.memory.policy import coverage_of
@@ -281,17 +288,7 @@ class PgReads:
                 " FROM block_history WHERE block_id = $1 ORDER BY version",
                 block_id,
             )
-        return [
-            {
-                "version": int(r[0]),
-                "title": r[1],
-                "content": r[2],
-                "tags": json.loads(r[3]) if r[3] else [],
-                "replaced_at": from_ts(r[4]).isoformat(),
-                "replaced_by": r[5],
-            }
-            for r in rows
-        ]
+        return [version_entry(r) for r in rows]
 
     async def event_counts(
         self, *, since: float, bucket_s: float, scan: int = 50_000
@@ -308,7 +305,7 @@ class PgReads:
                 bucket_s,
                 scan,
             )
-        return _by_sensor(rows)
+        return events_by_sensor(rows)
 
     async def recent_event_counts(
         self, *, since: float, bucket_s: float
@@ -328,7 +325,7 @@ class PgReads:
                 bucket_s,
                 first,
             )
-        return _by_sensor(rows)
+        return events_by_sensor(rows)
 
     async def dependents(self, block_id: str) -> list[str]:
         """Ids of the blocks that depend on this one, in id order."""
@@ -367,23 +364,7 @@ class PgReads:
                 f"SELECT count(*) FROM reviews WHERE status = 'pending'{owned}", *owned_args
             )
             dead = await conn.fetchval("SELECT count(*) FROM dead_letters")
-        by_state: dict[str, int] = defaultdict(int)
-        by_tier: dict[str, int] = defaultdict(int)
-        by_volatility: dict[str, int] = defaultdict(int)
-        for state, tier, volatility, n in rows:
-            by_state[state] += n
-            by_tier[tier] += n
-            by_volatility[volatility] += n
-        return {
-            "blocks": sum(by_state.values()),
-            "by_state": dict(by_state),
-            "by_tier": dict(by_tier),
-            "by_volatility": dict(by_volatility),
-            "events": int(events),
-            "revalidation_backlog": int(backlog),
-            "pending_reviews": int(reviews),
-            "dead_letters": int(dead),
-        }
+        return counts_answer(rows, events, backlog, reviews, dead)
 
     async def coverage(
         self, alive: Sequence[str], *, namespaces: Sequence[str] | None = None
@@ -479,13 +460,6 @@ async def _short_ids(conn: PgConnection, block_ids: Sequence[str]) -> dict[str, 
     for block_id, key, below, above in rows:
         out[block_id] = _shortid.from_neighbours(block_id, key, below, above)
     return out
-
-
-def _by_sensor(rows: Sequence[Any]) -> dict[str, dict[int, dict[str, int]]]:
-    out: dict[str, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
-    for sensor, outcome, bucket, n in rows:
-        out[str(sensor)][int(bucket)][str(outcome)] = int(n)
-    return {k: dict(v) for k, v in out.items()}
 
 
 async def _first_seq_since(conn: PgConnection, since: float) -> int | None:

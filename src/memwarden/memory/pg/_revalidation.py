@@ -37,7 +37,7 @@ from memwarden.memory._revalidation import (
     stale_records,
 )
 from memwarden.memory._sql import EVIDENCE_UPDATE, REVALIDATION_INSERT
-from memwarden.memory.pg._apply import pg_sql, propagate_dependencies
+from memwarden.memory.pg._apply import pg_sql, propagate_dependencies, record_falls
 from memwarden.memory.pg._serving import claim_due, requeue_own
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ DUE_SQL = (
     " ORDER BY stale_at, rid LIMIT $2"
 )
 _EVIDENCE = ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
+_ID, _STATE = EVIDENCE_COLUMNS.index("id"), EVIDENCE_COLUMNS.index("state")
 _BINDINGS_OF_RIDS = (
     "SELECT k.id, g.sensor, g.subject FROM bindings g"
     " JOIN blocks k ON k.rid = g.block_rid WHERE g.quarantine IS NULL"
@@ -142,9 +143,13 @@ class PgRevalidations:
                 " ORDER BY k.rid FOR UPDATE",
                 ids,
             )
+            before = {r[_ID]: r[_STATE] for r in rows}
             changed = stale_records(rows, now, reason)
             if not changed:
                 return []
+            # No effects row says so: every node's session notices read it here.
+            falls = [(r.id, before[r.id], r.state, r.reliability) for r in changed]
+            await record_falls(conn, falls, reason=reason.value, now=now)
             await conn.executemany(pg_sql(EVIDENCE_UPDATE), [evidence_row(r) for r in changed])
             if request:
                 bindings = await conn.fetch(_BINDINGS_OF_RIDS, [r.rid for r in changed])

@@ -597,7 +597,29 @@ ALTER TABLE revalidations ADD COLUMN node text COLLATE "C";
 CREATE INDEX revalidations_node ON revalidations (node, send_at) WHERE status = 'pending';
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+_FALLS = """
+-- Falls no effects row records (docs/SCALE.md, "Session notices across nodes"): a block
+-- made stale by the sweep (expired) or by a dependency. Each node's session notices read
+-- the rows after their cursor (xid, id), only those written by transactions older than
+-- every one still running (pg_snapshot_xmin): no row can commit behind the cursor then.
+-- Kept a day (trimmed as rows are added). No foreign key: a fall never waits on a block.
+CREATE TABLE block_falls (
+    id bigserial PRIMARY KEY,
+    xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    block_id text COLLATE "C" NOT NULL,
+    state_before text NOT NULL,
+    state_after text NOT NULL,
+    reason text NOT NULL,
+    reliability double precision NOT NULL,
+    at double precision NOT NULL
+);
+CREATE INDEX block_falls_xid ON block_falls (xid, id);
+CREATE INDEX block_falls_at ON block_falls (at);
+"""
+
+# _V6 is PostgreSQL migration 6 as assigned (node-scoped bindings), _FALLS migration 7
+# (session notices' falls); each is self-contained.
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _FALLS)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # The SQLite schema version whose tables this schema holds: a copy from SQLite reads the

@@ -43,6 +43,7 @@ from memwarden.memory._search import (
     vector_k,
 )
 from memwarden.memory._sql import namespace_clause
+from memwarden.memory.pg._reads import storable
 from memwarden.memory.policy import effective_state, retention
 
 if TYPE_CHECKING:
@@ -173,7 +174,7 @@ class PgSearch:
                 " AND (b.rid = ANY($1::bigint[]) OR b.search @@ CAST($2::text AS tsquery))" + scope,
                 near,
                 _tsquery(lexemes, any_term=False) if lexemes else None,
-                *([] if namespaces is None else [list(namespaces)]),
+                *([] if namespaces is None else [storable(namespaces)]),
             )
         return int(count)
 

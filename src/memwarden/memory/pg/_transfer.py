@@ -21,7 +21,6 @@ is the store's part, as on SQLite.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -32,8 +31,7 @@ from memwarden.memory._transfer import (
     ImportReport,
     check_readable,
     check_rows,
-    export_object,
-    history_entry,
+    export_objects,
 )
 from memwarden.memory.pg._reads import PgReads
 
@@ -130,70 +128,18 @@ class PgTransfer:
 async def _export_rows(
     conn: PgConnection, blocks: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    ids = [str(b["id"]) for b in blocks]
-    if not ids:
-        return []
-    block_cols = [c for c in await _columns(conn, "blocks") if c != "rid"]
-    records = {
-        r["id"]: r
-        for r in await _dicts(
-            conn,
-            f"SELECT rid AS _rid, {', '.join(block_cols)} FROM blocks WHERE id = ANY($1::text[])",
-            ids,
+    async def columns(table: str) -> list[str]:
+        return list(await _columns(conn, table))
+
+    async def rows_among(
+        select: str, column: str, values: Sequence[Any], order: str
+    ) -> list[dict[str, Any]]:
+        kind = "bigint" if column.endswith("block_rid") else "text"
+        return await _dicts(
+            conn, f"{select} WHERE {column} = ANY($1::{kind}[]){order}", list(values)
         )
-    }
-    binding_cols = [c for c in await _columns(conn, "bindings") if c not in ("id", "block_rid")]
-    event_cols = [c for c in await _columns(conn, "events") if c != "seq"]
-    effect_cols = [
-        c for c in await _columns(conn, "effects") if c not in ("block_rid", "event_seq")
-    ]
-    rids = [records[i]["_rid"] for i in ids]
-    bindings: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for row in await _dicts(
-        conn,
-        f"SELECT block_rid AS _rid, {', '.join(binding_cols)} FROM bindings"
-        " WHERE block_rid = ANY($1::bigint[]) ORDER BY block_rid, id",
-        rids,
-    ):
-        bindings[row.pop("_rid")].append(row)
-    depends: dict[int, list[str]] = defaultdict(list)
-    for row in await _dicts(
-        conn,
-        "SELECT block_rid, depends_on FROM dependencies WHERE block_rid = ANY($1::bigint[])"
-        " ORDER BY block_rid, depends_on",
-        rids,
-    ):
-        depends[row["block_rid"]].append(row["depends_on"])
-    history: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for row in await _dicts(
-        conn,
-        "SELECT f.block_rid AS _rid, "
-        + ", ".join(f"e.{c}" for c in event_cols)
-        + ", "
-        + ", ".join(f"f.{c} AS _effect_{c}" for c in effect_cols)
-        + ", r.count AS _run_count, r.first_observed_at AS _run_first_observed_at,"
-        " r.last_observed_at AS _run_last_observed_at, r.compacted_at AS _run_compacted_at,"
-        " (SELECT event_id FROM events WHERE seq = r.first_seq) AS _run_first_event_id"
-        " FROM effects f JOIN events e ON e.seq = f.event_seq"
-        " LEFT JOIN event_runs r ON r.block_rid = f.block_rid AND r.last_seq = f.event_seq"
-        " WHERE f.block_rid = ANY($1::bigint[]) ORDER BY f.block_rid, f.event_seq",
-        rids,
-    ):
-        history[row["_rid"]].append(history_entry(row, event_cols, effect_cols))
-    versions: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in await _dicts(
-        conn,
-        "SELECT * FROM block_history WHERE block_id = ANY($1::text[]) ORDER BY block_id, version",
-        ids,
-    ):
-        versions[row["block_id"]].append(row)
-    out = []
-    for block in blocks:
-        rec = dict(records[block["id"]])
-        rid = rec.pop("_rid")
-        parts = (bindings[rid], depends[rid], history[rid], versions[block["id"]])
-        out.append(export_object(block, rec, *parts))
-    return out
+
+    return await export_objects(blocks, columns, rows_among)
 
 
 async def _import_rows(

@@ -7,6 +7,7 @@ change, which the store writes to the event log in the same transaction.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -104,11 +105,17 @@ def flap_score(history: str) -> float:
     return changes / total
 
 
+# The score of a window, remembered: every observation scores its block's window, and the
+# windows seen are few (a few letters, at most ``flap_window`` of them; mostly one letter
+# repeated), so a flood of events scores each only once (it was 2-3 us an event).
+_window_score = functools.lru_cache(maxsize=4096)(flap_score)
+
+
 def _push_outcome(rec: BlockRecord, mark: str, cfg: PolicyConfig) -> bool:
     """Record a result in the flap window; returns True when ``flapping`` toggled."""
     ev = cfg.evidence
     rec.outcome_history = (rec.outcome_history + mark)[-ev.flap_window :]
-    score = flap_score(rec.outcome_history)
+    score = _window_score(rec.outcome_history)
     if (
         not rec.flapping
         and len(rec.outcome_history) >= 3
