@@ -496,7 +496,7 @@ def test_a_session_on_the_follower_is_told_of_the_leaders_sweep_and_of_a_depende
     b = start_memwarden(tmp_path / "b", env=_env(tmp_path / "b", dsn, "node-b"))
     nodes.append(b)
     assert not _cluster(b)["leader"]  # the sweep runs on node A only
-    root = _add_block_on(b, "root.yaml")
+    root = _add_block_on(b, "root.yaml", served_by="node-a")  # node A's events reach it
     added = httpx.post(
         f"{b.url}/v1/blocks",
         headers=b.auth,
