@@ -170,11 +170,11 @@ async def test_failed_bindings_refresh_is_retried(
     real = daemon.store.bindings_for_sensor
     calls = []
 
-    async def flaky(sensor):
+    async def flaky(sensor, **kw):
         calls.append(sensor)
         if len(calls) == 1:
             raise StorageError("database is locked")
-        return await real(sensor)
+        return await real(sensor, **kw)
 
     monkeypatch.setattr(daemon.store, "bindings_for_sensor", flaky)
     with structlog.testing.capture_logs() as logs:

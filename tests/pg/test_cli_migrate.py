@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import asyncpg
 import pytest
 
-from memwarden.memory.pg import copy_to_postgres, migrate
+from memwarden.memory.pg import SCHEMA_VERSION, copy_to_postgres, migrate
 from tests.pg.test_copy import InterruptedCopyError, compare_everything, populate
 from tests.projects import user_env
 
@@ -116,11 +116,11 @@ async def test_bad_targets_fail_in_one_line(pg_server: PgServer, source: Path, t
     conn = await asyncpg.connect(newer)
     try:
         await migrate(conn)
-        await conn.execute("UPDATE schema_version SET version = 7")
+        await conn.execute(f"UPDATE schema_version SET version = {SCHEMA_VERSION + 1}")
     finally:
         await conn.close()
     line = _one_error_line(memwarden(tmp_path, "migrate", "--to", newer, "--db", str(source)))
-    assert "schema version 7, newer than this memwarden" in line
+    assert f"schema version {SCHEMA_VERSION + 1}, newer than this memwarden" in line
 
 
 async def test_copy_while_the_store_is_open_and_writing(pg_server: PgServer, tmp_path: Path):

@@ -373,19 +373,37 @@ def test_a_node_stopped_while_cut_off_keeps_its_spool_for_its_next_start(
     assert set(stored.values()) == {1}
 
 
-def _add_block_on(d: DaemonProcess, subject: str) -> str:
+def _add_block_on(d: DaemonProcess, subject: str, *, served_by: str | None = None) -> str:
+    """A block bound to the remote sensor's ``subject``, added through ``d``; with
+    ``served_by``, bound to that node (docs/SCALE.md, "Node-scoped bindings"), once the
+    leader's pass has given it the binding: only that node's events reach it."""
+    binding: dict[str, Any] = {"sensor": REMOTE, "path": subject}
+    if served_by is not None:
+        binding["nodes"] = [served_by]
     added = httpx.post(
         f"{d.url}/v1/blocks",
         headers=d.auth,
         json={
             "title": f"The {subject} setting",
             "content": f"{subject} on the edge host says so",
-            "bindings": [{"sensor": REMOTE, "path": subject}],
+            "bindings": [binding],
         },
         timeout=10,
     )
     assert added.status_code == 201, added.text
-    return str(added.json()["id"])
+    block_id = str(added.json()["id"])
+    if served_by is not None:
+        eventually_blocking(
+            lambda: (
+                httpx.get(f"{d.url}/v1/blocks/{block_id}", headers=d.auth, timeout=10).json()[
+                    "bindings"
+                ][0]["served_by"]
+                == served_by
+            ),
+            timeout_s=20,
+            what=f"{subject} served by {served_by}",
+        )
+    return block_id
 
 
 def _refute_on(d: DaemonProcess, subject: str) -> str:
@@ -423,9 +441,10 @@ def test_a_session_on_one_node_is_told_of_a_refutation_applied_on_the_other(
     nodes.append(a)
     b = start_memwarden(tmp_path / "b", env=_env(tmp_path / "b", dsn, "node-b"))
     nodes.append(b)
-    remote = _add_block_on(a, "remote.yaml")
+    # Added through node A; the remote sensor reports to node B for two of them.
+    remote = _add_block_on(a, "remote.yaml", served_by="node-b")
     local = _add_block_on(a, "local.yaml")
-    unread = _add_block_on(a, "unread.yaml")
+    unread = _add_block_on(a, "unread.yaml", served_by="node-b")
     for block_id in (remote, local):  # the session reads two of them through node A
         got = httpx.get(
             f"{a.url}/v1/blocks/{block_id}",
@@ -477,7 +496,7 @@ def test_a_session_on_the_follower_is_told_of_the_leaders_sweep_and_of_a_depende
     b = start_memwarden(tmp_path / "b", env=_env(tmp_path / "b", dsn, "node-b"))
     nodes.append(b)
     assert not _cluster(b)["leader"]  # the sweep runs on node A only
-    root = _add_block_on(b, "root.yaml")
+    root = _add_block_on(b, "root.yaml", served_by="node-a")  # node A's events reach it
     added = httpx.post(
         f"{b.url}/v1/blocks",
         headers=b.auth,

@@ -116,6 +116,8 @@ CASES: dict[str, Callable[[Store, dict[str, Any]], Awaitable[Any]]] = {
     "request_revalidation": lambda s, w: s.request_revalidation(w["bound"]),
     "request_review": lambda s, w: s.request_review(w["bound"], reason="check it"),
     "requeue_sent_revalidations": lambda s, w: s.requeue_sent_revalidations(),
+    "claim_revalidations": lambda s, w: s.claim_revalidations(),
+    "keep_servers": lambda s, w: s.keep_servers(),
     "resolve_id": lambda s, w: s.resolve_id(w["bound"][-8:]),
     "restore": lambda s, w: s.restore(w["spare"]),
     "retention_histogram": lambda s, w: s.retention_histogram(),

@@ -227,6 +227,9 @@ async def test_schema_4_with_data_migrates_to_5(pg_server: PgServer) -> None:
         await conn.execute(
             "DROP TABLE embed_claims, vector_stamps, block_falls;"
             " DROP FUNCTION memwarden_vector_stamp() CASCADE;"
+            # and migration 8's (node-scoped bindings)
+            " ALTER TABLE bindings DROP COLUMN nodes, DROP COLUMN served_by;"
+            " ALTER TABLE revalidations DROP COLUMN node;"
             " UPDATE schema_version SET version = 4"
         )
         assert await schema_version(conn) == 4

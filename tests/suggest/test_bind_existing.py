@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from memwarden.memory._model import default_node_name
 from tests.suggest.conftest import Api
 from tests.support import eventually
 
@@ -42,7 +43,10 @@ async def test_patch_binds_a_stored_fact_and_its_sensor_checks_it(api: Api):
     answer = await api.client.patch(f"/v1/blocks/{block['id']}", json={"bindings": [TIMEOUT]})
     assert answer.status_code == 200, answer.text
     bound = answer.json()
-    assert bound["bindings"] == [{**TIMEOUT, "subject": "config/app.yaml"}]
+    node = default_node_name()  # the daemon's node stored it, and serves it
+    assert bound["bindings"] == [
+        {**TIMEOUT, "subject": "config/app.yaml", "nodes": [node], "served_by": node}
+    ]
     assert bound["state"] == "unverified"
     assert bound["version"] == block["version"] + 1  # new bindings: a new version
     audit = await _audit_updates(api, block["id"])

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from memwarden.client import AsyncClient, Endpoint
-    from memwarden.memory import Block, Store
+    from memwarden.memory import Binding, Block, Store
 
 app = typer.Typer(
     name="memwarden",
@@ -628,7 +628,7 @@ def get(
         highlight=False,
     )
     for b in block.bindings:
-        out.print(f"  bound to {b.sensor}: {b.subject}", highlight=False)
+        out.print(f"  bound to {b.sensor}: {b.subject}{_served(b)}", highlight=False)
     page = reached[0].console_url(block.id) if reached else None
     if page:
         out.print(
@@ -1051,6 +1051,13 @@ def bind(
         out.print(f"bound {shown}: {shown_binding}", highlight=False, soft_wrap=True)
     if block.bindings and block.state.value == "unverified":
         out.print("unverified until its sensor checks it", highlight=False)
+
+
+def _served(binding: Binding) -> str:
+    """`` · nodes a, b · served by a`` (docs/SCALE.md), when the store says."""
+    if binding.nodes is None:
+        return ""
+    return f" · nodes {', '.join(binding.nodes)} · served by {binding.served_by or 'none'}"
 
 
 def _print_suggestions(

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import signal
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import structlog
@@ -74,7 +75,7 @@ from memwarden.plugins import (
 from memwarden.plugins._review_queue import StoreReviewQueue
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
     from pathlib import Path
 
     from memwarden.client import ClusterHealth, HealthAnswer, SearchHealth
@@ -98,6 +99,8 @@ if TYPE_CHECKING:
     from memwarden.privacy import Scope, Source
 
 __all__ = ["Daemon", "ReadThrough"]
+
+SERVE_EVERY_S = 5.0  # the leader's pass over who serves each binding (docs/SCALE.md)
 
 log = structlog.get_logger("memwarden.daemon")
 
@@ -268,6 +271,7 @@ class Daemon:
                 score_log=s.store.score_log or s.home / "scores.jsonl",
                 compaction=s.store.compaction,
                 secure_delete=s.store.secure_delete,
+                node=s.cluster.node,
             )
             self._store = await stack.enter_async_context(store)
             stack.callback(self._clear)
@@ -304,11 +308,10 @@ class Daemon:
                 down_since=down_since,
                 remote=self.mqtt,
                 on_stale=self._on_swept,
-                passes=[("proposals", s.suggest.propose_interval, self.propose_once)]
-                if s.suggest.propose
-                else [],
+                passes=self._leader_passes(),
                 retention=s.retention,
                 leadership=self.cluster.leader if self.cluster is not None else None,
+                claim=self.cluster is not None,
             )
             self._scheduler.stats.observe = self.metrics.observe_check
             if self._signals:
@@ -350,11 +353,34 @@ class Daemon:
                 await self._shutdown(background)
         log.info("daemon_stopped")
 
+    def _leader_passes(self) -> list[tuple[str, timedelta, Callable[[], Awaitable[Any]]]]:
+        """The daemon's own passes the scheduler runs on the leader."""
+        s = self.settings
+        passes: list[tuple[str, timedelta, Callable[[], Awaitable[Any]]]] = []
+        if s.suggest.propose:
+            passes.append(("proposals", s.suggest.propose_interval, self.propose_once))
+        if self.cluster is not None:  # who serves each binding, as nodes come and go
+            passes.append(("serving", timedelta(seconds=SERVE_EVERY_S), self.serve_once))
+        return passes
+
+    async def serve_once(self) -> tuple[int, int]:
+        """Who serves each binding (``Store.keep_servers``); this node's sensors learn
+        their bindings again when any moved."""
+        moved, requeued = await self.store.keep_servers()
+        if moved or requeued:
+            log.info("bindings_served", moved=moved, requeued=requeued)
+        if moved:
+            self._mark_bindings_dirty(list(self.runners))
+        return moved, requeued
+
     async def _join_cluster(self, stack: contextlib.AsyncExitStack, store: Store) -> None:
         """On PostgreSQL: this node's registration, lease and spool (the cluster needs
         the postgres extra, imported here); a ConfigError when another live instance
         has this node's name."""
-        if store.backend != "postgresql":
+        if store.backend != "postgresql":  # the one node: it serves every binding
+            moved, _ = await store.keep_servers()
+            if moved:
+                log.info("bindings_served", moved=moved, node=store.node)
             return
         from memwarden.daemon._cluster import ClusterNode  # noqa: PLC0415
 
@@ -375,6 +401,10 @@ class Daemon:
         return [
             tg.create_task(self.cluster.ingest.run(), name="spool"),
             tg.create_task(self.cluster.heartbeat(self._node_lost), name="node"),
+            tg.create_task(
+                self.cluster.watch_served(lambda: self._mark_bindings_dirty(list(self.runners))),
+                name="served",
+            ),
             tg.create_task(self.cluster.wake_on_events(self._wake_followers), name="listen"),
             tg.create_task(self.cluster.tell_sessions(self.sessions), name="session_notices"),
         ]
@@ -642,7 +672,10 @@ class Daemon:
                     await self.mqtt.publish_bindings(name)  # its agent learns them (retained)
                 continue
             bound = []
-            rows = await self.store.bindings_for_sensor(name)
+            # Only the bindings this node serves (docs/SCALE.md): on SQLite, all of them.
+            rows = await self.store.bindings_for_sensor(
+                name, served_by=self.store.node if self.cluster is not None else None
+            )
             # Each block's validity window: a polling sensor confirms within
             # half of it, so a block it answers for never expires between changes.
             windows = await self.store.validity_windows(sorted({b for b, _ in rows}))
@@ -1683,8 +1716,11 @@ def _rule_text(problems: Sequence[tuple[str, str]]) -> str:
 
 
 async def _requeue_sent(store: Store) -> None:
-    """Requests a dead daemon left ``sent``: pending again, before the scheduler runs."""
-    requeued = await store.requeue_sent_revalidations()
+    """Requests a dead daemon left ``sent``: pending again, before the scheduler runs; on
+    PostgreSQL only this node's own (the leader requeues a dead node's)."""
+    requeued = await store.requeue_sent_revalidations(
+        node=store.node if store.backend == "postgresql" else None
+    )
     if requeued:
         log.info("revalidations_requeued", count=requeued)
 

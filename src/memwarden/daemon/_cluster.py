@@ -48,6 +48,7 @@ from memwarden.memory.pg._apply import (
     falls_start,
     last_effect_seq,
 )
+from memwarden.memory.pg._serving import served_fingerprint
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -153,6 +154,23 @@ class ClusterNode:
                 )
                 on_lost(self.failure)
                 return
+
+    async def watch_served(self, on_change: Callable[[], None]) -> None:
+        """Until cancelled: every few seconds, ``on_change`` when the set of bindings this
+        node serves changed (the leader moved some to or from it): its sensors learn
+        their bindings again."""
+        last: tuple[int, int] | None = None
+        while True:
+            try:
+                async with self._conn() as conn:
+                    now = await served_fingerprint(conn, self.node)
+            except Exception as err:  # noqa: BLE001 - the database away: tried again
+                log.info("served_bindings_not_read", node=self.node, error=str(err))
+            else:
+                if last is not None and now != last:
+                    on_change()
+                last = now
+            await sleep_on(self.clock, BEAT_S)
 
     async def wake_on_events(self, wake: Callable[[], Awaitable[None]]) -> None:
         """Call ``wake`` whenever a node (this one too) committed events, or notices may

@@ -113,8 +113,12 @@ class Scheduler:
         passes: Sequence[tuple[str, timedelta, Callable[[], Awaitable[Any]]]] = (),
         retention: RetentionConfig | None = None,
         leadership: Leadership | None = None,
+        claim: bool = False,
     ) -> None:
         self.store = store
+        # Several nodes (PostgreSQL): this node claims its own due checks, marked sent as
+        # they are taken (``Store.claim_revalidations``), instead of reading them all.
+        self._claim = claim
         self.leadership: Leadership = leadership or AlwaysLeader()
         self.bus = bus
         self._runners = runners
@@ -177,7 +181,10 @@ class Scheduler:
             if self._stopped:
                 return 0
             limit = self.store.policy.staleness.max_requests_per_tick
-            requests = await self.store.due_revalidations(limit=limit)
+            if self._claim:
+                requests = await self.store.claim_revalidations(limit=limit)
+            else:
+                requests = await self.store.due_revalidations(limit=limit)
             if not requests:
                 return 0
             runners = self._runners()
@@ -190,7 +197,8 @@ class Scheduler:
             ]
             if sent or remote:
                 # Marked sent before the checks start: an answer can only come after.
-                await self.store.set_revalidation_status([r.id for r in sent + remote], "sent")
+                if not self._claim:  # a claim marked them already
+                    await self.store.set_revalidation_status([r.id for r in sent + remote], "sent")
                 now = self.store.clock.time()
                 if len(self.sent_at) > 100_000:  # unanswered ones: forget the oldest half
                     for key in list(self.sent_at)[:50_000]:

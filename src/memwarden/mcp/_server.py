@@ -141,6 +141,8 @@ A binding is {"sensor": <a running sensor's name>, ...its keys}, e.g.
   {"sensor": "runtime", "check": "db-port"}
   {"sensor": "http", "url": "http://localhost:8000/health", "status": [200]}
   {"sensor": "review"}  (a person confirms it)
+With several daemons on one memory, "nodes": ["ci-7"] says whose sensor checks it (node
+names in order of preference, or ["*"]: any node; default: the node you talk to).
 Sensor names are the ones configured (memory_sensors lists them). Or let memwarden find
 the binding: bind="auto" binds the best binding whose check confirms the fact now (the
 answer's bind says what was chosen and why, or why nothing was); bind="suggest" stores it

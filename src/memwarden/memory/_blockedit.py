@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memwarden.errors import ValidationInputError
-from memwarden.memory._codec import binding_selector_json, normalise_content
-from memwarden.memory._model import BlockState, NewBlock
+from memwarden.memory._codec import binding_nodes_json, binding_selector_json, normalise_content
+from memwarden.memory._model import ANY_NODE, BlockState, NewBlock
 from memwarden.memory._results import BlockPatch, validate_input
 from memwarden.memory.policy import demote_core
 
@@ -36,6 +36,7 @@ __all__ = [
     "find_duplicates",
     "history_row",
     "missing_dependencies",
+    "serving_node",
     "storable",
     "update_detail",
     "validate_news",
@@ -171,36 +172,61 @@ def apply_patch(
 @dataclass
 class BindingChange:
     """What making a list of bindings a block's own changes: the rows to delete (by id),
-    the bindings to insert (sensor, subject, selector JSON), and the (sensor, subject)
-    pairs no longer bound, whose open revalidation requests close."""
+    the bindings to insert (sensor, subject, selector JSON, nodes JSON), the kept rows
+    whose ``nodes`` change (row id, nodes JSON), and the (sensor, subject) pairs no
+    longer bound, whose open revalidation requests close."""
 
     dropped: list[int] = field(default_factory=list)
-    new: list[tuple[str, str, str]] = field(default_factory=list)
+    new: list[tuple[str, str, str, str]] = field(default_factory=list)
     unbound: list[tuple[str, str]] = field(default_factory=list)
+    renodes: list[tuple[int, str]] = field(default_factory=list)
 
 
 def diff_bindings(
-    rows: Sequence[tuple[Any, Any, Any, Any]], bindings: Sequence[Binding]
+    rows: Sequence[tuple[Any, ...]], bindings: Sequence[Binding], *, node: str
 ) -> BindingChange | None:
-    """From the stored rows (id, sensor, subject, selector) to ``bindings``; None when they
-    are the same. A binding kept as it was keeps its row; one stored twice (an old import)
-    is kept once, its first row."""
+    """From the stored rows (id, sensor, subject, selector, nodes) to ``bindings``; None
+    when they are the same. A binding kept as it was keeps its row; one stored twice (an
+    old import) is kept once, its first row. A kept binding given without ``nodes`` keeps
+    its stored list; a new one without gets ``[node]`` (the node making the edit)."""
     # Compared as the selectors' JSON re-encoded alike: a row written another way matches.
     stored: dict[tuple[str, str, str], list[int]] = {}
+    stored_nodes: dict[int, str] = {}
     for r in rows:
         stored.setdefault((str(r[1]), str(r[2]), _selector_key(str(r[3]))), []).append(int(r[0]))
+        stored_nodes[int(r[0])] = _selector_key(str(r[4]))
     wanted = {(b.sensor, b.subject, _selector_key(binding_selector_json(b))): b for b in bindings}
     gone = [key for key in stored if key not in wanted]
     new = [key for key in wanted if key not in stored]
     dropped = [i for key, ids in stored.items() for i in (ids if key in gone else ids[1:])]
-    if not dropped and not new:
+    renodes = []
+    for key, b in wanted.items():
+        if key in stored and b.nodes is not None:
+            nodes = binding_nodes_json(b, node)
+            if stored_nodes[stored[key][0]] != _selector_key(nodes):
+                renodes.append((stored[key][0], nodes))
+    if not dropped and not new and not renodes:
         return None
     kept = {(s, subj) for s, subj, _ in wanted}
     return BindingChange(
         dropped=dropped,
-        new=[(s, subj, binding_selector_json(wanted[(s, subj, sel)])) for s, subj, sel in new],
+        new=[
+            (s, subj, binding_selector_json(b), binding_nodes_json(b, node))
+            for s, subj, sel in new
+            for b in (wanted[(s, subj, sel)],)
+        ],
         unbound=[(s, subj) for s, subj, _ in gone if (s, subj) not in kept],
+        renodes=renodes,
     )
+
+
+def serving_node(nodes_json: str, node: str) -> str | None:
+    """Who serves a binding stored by ``node`` until the leader's pass says otherwise:
+    that node when the binding's list starts with it (or is ``["*"]``), else no one yet
+    (the leader gives it to the first live node of its list within seconds; until then
+    no node's events reach it, rather than a node that is not its first choice)."""
+    nodes = json.loads(nodes_json)
+    return node if nodes[:1] == [node] or nodes == [ANY_NODE] else None
 
 
 def _selector_key(text: str) -> str:

@@ -26,13 +26,14 @@ from memwarden.memory._blockedit import (
 )
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
+    binding_nodes_json,
     binding_selector_json,
     content_key,
     new_record,
     record_to_row,
 )
 from memwarden.memory._ids import new_id
-from memwarden.memory._model import BlockState, NewBlock
+from memwarden.memory._model import BlockState, NewBlock, default_node_name
 from memwarden.memory._sql import load_record, save_record, select_in
 
 if TYPE_CHECKING:
@@ -55,6 +56,13 @@ _BLOCK_INSERT = (  # the record's columns, then content_key
 )
 
 
+# On SQLite the one node serves every binding it stores (``served_by``).
+_BINDING_INSERT = (
+    "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at, nodes, served_by)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 class Blocks:
     """Writes of blocks and of the small tables around them."""
 
@@ -62,6 +70,9 @@ class Blocks:
         self.db = db
         self.clock = clock
         self.policy = policy
+        # The node storing bindings: a binding's default ``nodes``; on SQLite, one node
+        # serves every binding (docs/SCALE.md, "Node-scoped bindings").
+        self.node = default_node_name()
 
     async def add_many(
         self,
@@ -109,17 +120,22 @@ class Blocks:
                 first = (await cur.fetchone() or (0,))[0] + 1
             rows = [(*row[:-1], first + i, keys[i]) for i, row in enumerate(block_rows)]
             await conn.executemany(_BLOCK_INSERT, rows)
+            node = self.node
             binding_rows = [
-                (first + i, b.sensor, b.subject, binding_selector_json(b), now)
+                (
+                    first + i,
+                    b.sensor,
+                    b.subject,
+                    binding_selector_json(b),
+                    now,
+                    binding_nodes_json(b, node),
+                    node,
+                )
                 for i, n in enumerate(news)
                 for b in n.bindings
             ]
             if binding_rows:
-                await conn.executemany(
-                    "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    binding_rows,
-                )
+                await conn.executemany(_BINDING_INSERT, binding_rows)
             if audit_rows:
                 await conn.executemany(
                     "INSERT INTO audit (at, actor, action, block_id, detail) VALUES (?,?,?,?,?)",
@@ -160,7 +176,7 @@ class Blocks:
                 raise VersionConflictError(rec.id, expected_version, rec.version)
             old = history_row(rec)
             rebound = bindings is not None and await _replace_bindings(
-                conn, rec.rid, rec.id, bindings, now
+                conn, rec.rid, rec.id, bindings, now, node=self.node
             )
             if apply_patch(rec, changes, now, cfg, rebound=rebound):  # a new version
                 await conn.execute(
@@ -278,7 +294,13 @@ class Blocks:
 
 
 async def _replace_bindings(
-    conn: aiosqlite.Connection, rid: int, block_id: str, bindings: Sequence[Binding], now: float
+    conn: aiosqlite.Connection,
+    rid: int,
+    block_id: str,
+    bindings: Sequence[Binding],
+    now: float,
+    *,
+    node: str,
 ) -> bool:
     """Make ``bindings`` the block's own; True when they differ from the stored ones.
 
@@ -287,17 +309,19 @@ async def _replace_bindings(
     ``unbound``); a new binding makes the block's pending binding proposals moot.
     """
     async with conn.execute(
-        "SELECT id, sensor, subject, selector FROM bindings WHERE block_rid = ?", (rid,)
+        "SELECT id, sensor, subject, selector, nodes FROM bindings WHERE block_rid = ?", (rid,)
     ) as cur:
         rows = await cur.fetchall()
-    change = diff_bindings([tuple(r) for r in rows], bindings)
+    change = diff_bindings([tuple(r) for r in rows], bindings, node=node)
     if change is None:
         return False
     await conn.executemany("DELETE FROM bindings WHERE id = ?", [(i,) for i in change.dropped])
     await conn.executemany(
-        "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at)"
-        " VALUES (?, ?, ?, ?, ?)",
-        [(rid, s, subj, sel, now) for s, subj, sel in change.new],
+        _BINDING_INSERT,
+        [(rid, s, subj, sel, now, nodes, node) for s, subj, sel, nodes in change.new],
+    )
+    await conn.executemany(
+        "UPDATE bindings SET nodes = ? WHERE id = ?", [(n, i) for i, n in change.renodes]
     )
     await conn.executemany(
         "UPDATE revalidations SET status = 'expired', finished_at = ?, outcome = 'unbound'"

@@ -256,14 +256,28 @@ def record_to_block(
     )
 
 
-def binding_from_row(sensor: str, subject: str, selector: str) -> Binding:
-    """A stored binding. One an older memwarden stored that today's model cannot read
-    comes back with only its sensor, subject and ``unreadable`` (why), never an error:
-    one bad row must not make its block, or a listing, unreadable."""
+def binding_from_row(
+    sensor: str,
+    subject: str,
+    selector: str,
+    nodes: str | None = None,
+    served_by: str | None = None,
+) -> Binding:
+    """A stored binding (with its ``nodes`` JSON and ``served_by`` when given). One an
+    older memwarden stored that today's model cannot read comes back with only its
+    sensor, subject and ``unreadable`` (why), never an error: one bad row must not make
+    its block, or a listing, unreadable."""
     try:
         raw = json.loads(selector)
         if isinstance(raw, dict):
-            return Binding.model_validate({**raw, "sensor": sensor, "subject": subject})
+            raw.pop("nodes", None)  # never the selector's: the columns say
+            raw.pop("served_by", None)
+            scope: dict[str, Any] = {}
+            if nodes is not None:
+                scope["nodes"] = json.loads(nodes)
+            if served_by is not None:
+                scope["served_by"] = served_by
+            return Binding.model_validate({**raw, **scope, "sensor": sensor, "subject": subject})
         problem = "the stored selector is not a JSON object"
     except ValueError as err:  # not JSON, or refused by the model (a ValidationError)
         problem = f"the stored selector is unreadable: {err}"[:300]
@@ -273,6 +287,12 @@ def binding_from_row(sensor: str, subject: str, selector: str) -> Binding:
 
 def binding_selector_json(binding: Binding) -> str:
     return _dumps(binding.selector)
+
+
+def binding_nodes_json(binding: Binding, default: str) -> str:
+    """The ``nodes`` column of a binding stored by node ``default``: its own list, or
+    the storing node alone."""
+    return _dumps(binding.nodes if binding.nodes is not None else [default])
 
 
 def normalise_content(content: str) -> str:

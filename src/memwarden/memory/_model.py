@@ -8,6 +8,8 @@ These pydantic models are the wire and API shapes. The store keeps a flat
 from __future__ import annotations
 
 import json
+import re
+import socket
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any
@@ -19,7 +21,10 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    SerializerFunctionWrapHandler,
     StringConstraints,
+    field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -27,8 +32,11 @@ from memwarden.memory._durations import Duration
 from memwarden.memory._ids import new_id
 
 __all__ = [
+    "ANY_NODE",
     "BINDING_SUBJECT_KEYS",
+    "MAX_BINDING_NODES",
     "MAX_CONTENT_CHARS",
+    "NODE_NAME_PATTERN",
     "Binding",
     "Block",
     "BlockState",
@@ -43,6 +51,7 @@ __all__ = [
     "Validation",
     "ValidationEvent",
     "Volatility",
+    "default_node_name",
     "default_volatility",
 ]
 
@@ -201,19 +210,87 @@ BINDING_SUBJECT_KEYS: tuple[str, ...] = ("subject", "path", "test", "url", "chec
 _STRICT = ConfigDict(extra="forbid", str_max_length=MAX_CONTENT_CHARS, validate_default=True)
 
 
+# A node's name (docs/SCALE.md, "What each node needs"), and a binding's node list entry:
+# a node name, or "*" (any node) on its own.
+NODE_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+MAX_BINDING_NODES = 16
+NodeName = Annotated[str, StringConstraints(pattern=NODE_NAME_PATTERN)]
+_NodeEntry = Annotated[str, StringConstraints(pattern=r"^(\*|[a-z0-9][a-z0-9._-]{0,62})$")]
+ANY_NODE = "*"
+
+
+def default_node_name() -> str:
+    """The host name as a node name: lowercased, other characters as ``-``, at most 63."""
+    name = re.sub(r"[^a-z0-9._-]", "-", socket.gethostname().lower()).lstrip("._-")[:63]
+    return name or "node"
+
+
 class Binding(BaseModel):
     """Ties a block to a sensor instance and a subject that sensor can check.
 
     The wire form is flat: ``{"sensor": "fs", "path": "config/app.yaml", "key":
-    "/http/timeout", "equals": 30}``. Every key but ``sensor`` and ``subject`` is the
-    selector, which the sensor's own binding model validates. The subject defaults to
-    the first of ``path``, ``test``, ``url``, ``check``, ``topic`` found in it.
+    "/http/timeout", "equals": 30}``. Every key but ``sensor``, ``subject``, ``nodes``
+    and ``served_by`` is the selector, which the sensor's own binding model validates.
+    The subject defaults to the first of ``path``, ``test``, ``url``, ``check``,
+    ``topic`` found in it.
     """
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
     sensor: SensorName
     subject: Subject = ""
+    nodes: list[_NodeEntry] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_BINDING_NODES,
+        description="The nodes whose sensor checks this binding, in order of preference "
+        '(node names, or ["*"]: any node); the first one alive serves it. Default: the '
+        'node that stored it (docs/SCALE.md, "Node-scoped bindings").',
+    )
+    served_by: NodeName | None = Field(
+        default=None,
+        description="The node serving this binding now (set by memwarden; ignored when "
+        "given on a write).",
+    )
+
+    # A binding is what it checks: its sensor, subject and selector. Which nodes check
+    # it and who serves it now are not part of it, so the binding a sensor was given
+    # (from the store, with both) equals the one in a request to check it (without).
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Binding):
+            return NotImplemented
+        return (self.sensor, self.subject, self.model_extra) == (
+            other.sensor,
+            other.subject,
+            other.model_extra,
+        )
+
+    def __hash__(self) -> int:
+        # As a frozen model's own hash was (its fields then: sensor and subject).
+        return hash((self.sensor, self.subject))
+
+    @field_validator("nodes")
+    @classmethod
+    def _node_list(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if ANY_NODE in value and len(value) > 1:
+            raise ValueError('"*" (any node) stands alone in a list of nodes')
+        if len(set(value)) != len(value):
+            raise ValueError("a node is named twice")
+        return value
+
+    @model_serializer(mode="wrap")
+    def _without_unset_nodes(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A binding not read from the store (a request to a sensor, an agent's own) has
+        # neither: left out, so older agents that refuse unknown keys still read it.
+        # A stored binding has its list; served by no one then shows as null.
+        data = handler(self)
+        if isinstance(data, dict) and self.nodes is None:
+            data.pop("nodes", None)
+            if self.served_by is None:
+                data.pop("served_by", None)
+        return data
 
     @model_validator(mode="after")
     def _derive_subject(self) -> Binding:

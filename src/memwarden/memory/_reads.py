@@ -235,23 +235,26 @@ class Reads:
             )
         return {block_id: timedelta(seconds=window_s) for block_id, window_s in rows}
 
-    async def bindings_for_sensor(self, sensor: str) -> list[tuple[str, Binding]]:
-        """Every (block id, binding) a sensor owns: what it must watch."""
+    async def bindings_for_sensor(
+        self, sensor: str, *, served_by: str | None = None
+    ) -> list[tuple[str, Binding]]:
+        """Every (block id, binding) a sensor owns: what it must watch; with
+        ``served_by``, only those that node serves."""
         async with (
             self.db.read() as conn,
             conn.execute(
-                "SELECT k.id, b.sensor, b.subject, b.selector FROM bindings b"
-                " JOIN blocks k ON k.rid = b.block_rid"
+                "SELECT k.id, b.sensor, b.subject, b.selector, b.nodes, b.served_by"
+                " FROM bindings b JOIN blocks k ON k.rid = b.block_rid"
                 " WHERE b.sensor = ? AND k.state <> 'archived' AND b.quarantine IS NULL"
-                " ORDER BY b.id",
-                (sensor,),
+                " AND (? IS NULL OR b.served_by = ?) ORDER BY b.id",
+                (sensor, served_by, served_by),
             ) as cur,
         ):
             rows = await cur.fetchall()
         out = []
-        for block_id, name, subject, selector in rows:
+        for block_id, name, subject, selector, nodes, server in rows:
             try:
-                out.append((block_id, binding_from_row(name, subject, selector)))
+                out.append((block_id, binding_from_row(name, subject, selector, nodes, server)))
             except (ValueError, ValidationError) as err:  # stored by an older memwarden
                 log.warning("binding_unreadable", sensor=name, block_id=block_id, error=str(err))
         return out

@@ -160,8 +160,9 @@ class Revalidations:
 
         return await self.db.write(job)
 
-    async def requeue_sent_revalidations(self) -> int:
-        """Requests left ``sent`` by a daemon that died before the answer: pending again.
+    async def requeue_sent_revalidations(self, *, node: str | None = None) -> int:
+        """Requests left ``sent`` by a daemon that died before the answer: pending again;
+        with ``node``, only those that node claimed.
 
         Call at start, before the scheduler runs; returns how many were requeued.
         """
@@ -169,8 +170,9 @@ class Revalidations:
 
         async def job(conn: aiosqlite.Connection) -> int:
             cur = await conn.execute(
-                "UPDATE revalidations SET status = 'pending', send_at = ? WHERE status = 'sent'",
-                (now,),
+                "UPDATE revalidations SET status = 'pending', send_at = ? WHERE status = 'sent'"
+                " AND (? IS NULL OR node = ?)",
+                (now, node, node),
             )
             return int(cur.rowcount)
 

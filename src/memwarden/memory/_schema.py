@@ -522,6 +522,18 @@ CREATE INDEX blocks_id_key ON blocks((
 ));
 """
 
+_V15_NODES = """
+-- Migration 15. Node-scoped bindings (docs/SCALE.md, "Node-scoped bindings"): the nodes
+-- whose sensor checks a binding, in order (a JSON list of node names, or ["*"]: any node), and the
+-- node serving it now. Bindings from before this version keep working as they did: any
+-- node (["*"]); the daemon that opens the store serves them (on PostgreSQL the leader
+-- picks a live node).
+ALTER TABLE bindings ADD COLUMN nodes TEXT NOT NULL DEFAULT '["*"]';
+ALTER TABLE bindings ADD COLUMN served_by TEXT;
+-- A revalidation request goes to the node serving its binding (NULL: none yet).
+ALTER TABLE revalidations ADD COLUMN node TEXT;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _V1,
     _V2,
@@ -537,6 +549,7 @@ MIGRATIONS: tuple[str, ...] = (
     _V12,
     _V13,
     _V14_ID_KEY_INDEX,
+    _V15_NODES,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

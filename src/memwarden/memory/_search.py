@@ -496,7 +496,8 @@ def _search_sql(*, include_refuted: bool, scoped: int | None = None, given: bool
                 FROM scored ORDER BY score DESC LIMIT :limit
             )
             SELECT s.relevance, s.freshness, s.reliability, s.retention, s.score,
-                (SELECT json_group_array(json_array(g.sensor, g.subject, g.selector))
+                (SELECT json_group_array(
+                    json_array(g.sensor, g.subject, g.selector, g.nodes, g.served_by))
                  FROM bindings g WHERE g.block_rid = b.rid),
                 (SELECT json_group_array(d.depends_on)
                  FROM dependencies d WHERE d.block_rid = b.rid),

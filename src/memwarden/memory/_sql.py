@@ -155,13 +155,13 @@ async def bindings_of(
         return out
     rows = await select_in(
         conn,
-        "SELECT k.id, g.sensor, g.subject, g.selector FROM bindings g"
+        "SELECT k.id, g.sensor, g.subject, g.selector, g.nodes, g.served_by FROM bindings g"
         " JOIN blocks k ON k.rid = g.block_rid WHERE k.id IN ",
         list(block_ids),
         " ORDER BY g.id",
     )
-    for block_id, sensor, subject, selector in rows:
-        out[block_id].append(binding_from_row(sensor, subject, selector))
+    for block_id, *binding in rows:
+        out[block_id].append(binding_from_row(*binding))
     return out
 
 

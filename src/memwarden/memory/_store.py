@@ -31,9 +31,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
-from memwarden.errors import StorageError, ValidationInputError
+from memwarden.errors import ConfigError, StorageError, ValidationInputError
 from memwarden.memory import (
     _compaction,
     _decayline,
@@ -55,7 +56,12 @@ from memwarden.memory._clock import Clock, SystemClock
 from memwarden.memory._database import FLOOD_COMMIT_WEIGHT, Database
 from memwarden.memory._evidence import Evidence
 from memwarden.memory._location import store_location
-from memwarden.memory._model import RevalidationReason, StaleReason
+from memwarden.memory._model import (
+    NODE_NAME_PATTERN,
+    RevalidationReason,
+    StaleReason,
+    default_node_name,
+)
 from memwarden.memory._reads import Reads
 from memwarden.memory._results import (
     ApplyResult,
@@ -71,6 +77,7 @@ from memwarden.memory._results import (
 from memwarden.memory._revalidation import Revalidations
 from memwarden.memory._scorelog import ScoreLog
 from memwarden.memory._search import Search, SearchMode
+from memwarden.memory._serving import serve_all
 from memwarden.memory._vectors import EmbedderLike, VectorIndex, queue_all
 from memwarden.memory.policy import PolicyConfig
 
@@ -134,6 +141,9 @@ class _PgParts:
     evidence: PgEvidence
 
 
+SERVE_CHUNK = 5_000  # bindings per transaction of a full serving pass (PostgreSQL)
+
+
 class Store:
     """The memory store.
 
@@ -174,6 +184,7 @@ class Store:
         embedder: EmbedderLike | None = None,
         embed_batch: int = 256,
         embed_claim_s: float = 120.0,
+        node: str | None = None,
     ) -> None:
         where = store_location(path)
         self.compaction = compaction or _compaction.CompactionConfig()
@@ -188,7 +199,15 @@ class Store:
         self.pg_db: PgDatabase | None = None
         if isinstance(where, str):
             self._path: Path | None = None
-            self._open_pg(where, readers, max_jobs_per_commit, embedder, embed_batch, embed_claim_s)
+            self._open_pg(
+                where,
+                readers,
+                max_jobs_per_commit,
+                embedder,
+                embed_batch,
+                embed_claim_s,
+                node=node,
+            )
             return
         self._path = where
         self._db: Database | None = Database(
@@ -213,6 +232,7 @@ class Store:
         self._search.vectors = self.vectors
         self._reads = Reads(self.db, self.clock, self.policy)
         self._evidence = Evidence(self.db)
+        self.node = node or default_node_name()
 
     def _open_pg(  # noqa: PLR0917 - private, called once
         self,
@@ -222,6 +242,8 @@ class Store:
         embedder: EmbedderLike | None,
         batch: int,
         claim_s: float,
+        *,
+        node: str | None,
     ) -> None:
         """The PostgreSQL parts on one :class:`PgDatabase` (asyncpg is imported here)."""
         from memwarden.memory.pg import _parts as pg  # noqa: PLC0415 - an extra's driver
@@ -253,6 +275,8 @@ class Store:
             evidence=evidence,
         )
         self._share_score_log()
+        self.node = node or default_node_name()
+        self._served_among: list[str] | None = None  # the live nodes at the last pass
 
     def _share_score_log(self) -> None:
         """The PostgreSQL parts that write the score log read it from their attribute:
@@ -262,6 +286,22 @@ class Store:
             self._pg.erasure.score_log = self.score_log
 
     # ------------------------------------------------------------------ backend
+
+    @property
+    def node(self) -> str:
+        """The node this store writes as (docs/SCALE.md, "Node-scoped bindings"): a new
+        binding's default ``nodes``; on PostgreSQL, events applied through this store
+        reach only the bindings it serves."""
+        return self._node
+
+    @node.setter
+    def node(self, value: str) -> None:
+        if not re.fullmatch(NODE_NAME_PATTERN, value):
+            raise ConfigError(f"node: {value!r} is not a valid node name")
+        self._node = value
+        self._blocks.node = value
+        if not isinstance(self._events, EventLog):  # SQLite: one node, every binding
+            self._events.node = value
 
     @property
     def backend(self) -> Literal["sqlite", "postgresql"]:
@@ -570,12 +610,75 @@ class Store:
         pending again, sent at ``send_at``. False if it was answered meanwhile."""
         return await self._revalidations.put_back_revalidation(request_id, send_at=send_at)
 
-    async def requeue_sent_revalidations(self) -> int:
-        """Requests left ``sent`` by a daemon that died before the answer: pending again.
+    async def requeue_sent_revalidations(self, *, node: str | None = None) -> int:
+        """Requests left ``sent`` by a daemon that died before the answer: pending again;
+        with ``node``, only those that node claimed (a node of several restarting).
 
         Call at start, before the scheduler runs; returns how many were requeued.
         """
-        return await self._revalidations.requeue_sent_revalidations()
+        return await self._revalidations.requeue_sent_revalidations(node=node)
+
+    async def claim_revalidations(
+        self, *, limit: int = 200, now: float | None = None
+    ) -> list[RevalidationRequest]:
+        """This node's due requests, marked ``sent`` as they are taken: on PostgreSQL
+        those whose binding this store's :attr:`node` serves, claimed ``FOR UPDATE SKIP
+        LOCKED`` (docs/SCALE.md); on SQLite (one node) every due request."""
+        revalidations = self._revalidations
+        if isinstance(revalidations, Revalidations):
+            due = await revalidations.due_revalidations(limit=limit, now=now)
+            await revalidations.set_revalidation_status([r.id for r in due], "sent")
+            return due
+        return await revalidations.claim_revalidations(self.node, limit=limit, now=now)
+
+    async def keep_servers(self) -> tuple[int, int]:
+        """Who serves each binding (docs/SCALE.md, "Node-scoped bindings"): on SQLite this
+        node serves all; on PostgreSQL (the leader's pass) the first live node of each
+        binding's list, and the checks claimed by dead nodes go back to pending. Each
+        change is audited. Returns (bindings moved, checks requeued)."""
+        now = self.clock.time()
+        actor = f"node:{self.node}"
+        if self.pg_db is None:
+            node = self.node
+
+            async def job(conn: Any) -> int:
+                return await serve_all(conn, node, now=now, actor=actor)
+
+            return await self.db.write(job), 0
+        return await self._keep_servers_pg(now, actor)
+
+    async def _keep_servers_pg(self, now: float, actor: str) -> tuple[int, int]:
+        """The leader's pass on PostgreSQL. Every binding when the live nodes differ from
+        the previous pass's (or on this store's first), in ranges of ids, one writer
+        transaction each (the writer is never held long); else only those served by no
+        one. Then the checks claimed by dead nodes."""
+        from memwarden.memory.pg import _serving  # noqa: PLC0415 - an extra's driver
+
+        db = self.pg_db
+        assert db is not None  # noqa: S101 - the caller checked
+        async with db.read() as conn:
+            alive = await _serving.alive_nodes(conn)
+            if alive is None:  # no node registered here: nothing to serve by
+                return 0, 0
+            full = alive != self._served_among
+            ranges: list[tuple[int, int] | None] = (
+                list(await _serving.binding_ranges(conn, SERVE_CHUNK)) if full else [None]
+            )
+        moved = 0
+        for ids in ranges:
+
+            async def job(conn: Any, ids: tuple[int, int] | None = ids) -> int:
+                changes = await _serving.assign_servers(conn, alive, now=now, actor=actor, ids=ids)
+                return len(changes)
+
+            moved += await db.write(job)
+
+        async def requeue(conn: Any) -> int:
+            return await _serving.requeue_dead(conn, alive, now=now)
+
+        requeued = await db.write(requeue)
+        self._served_among = alive
+        return moved, requeued
 
     async def request_revalidation(
         self,
@@ -665,9 +768,12 @@ class Store:
         volatility's)."""
         return await self._reads.validity_windows(block_ids)
 
-    async def bindings_for_sensor(self, sensor: str) -> list[tuple[str, Binding]]:
-        """Every (block id, binding) a sensor owns: what it must watch."""
-        return await self._reads.bindings_for_sensor(sensor)
+    async def bindings_for_sensor(
+        self, sensor: str, *, served_by: str | None = None
+    ) -> list[tuple[str, Binding]]:
+        """Every (block id, binding) a sensor owns: what it must watch; with
+        ``served_by``, only the bindings that node serves (docs/SCALE.md)."""
+        return await self._reads.bindings_for_sensor(sensor, served_by=served_by)
 
     async def events_after(self, seq: int, *, limit: int = 100) -> list[dict[str, Any]]:
         """The event log after ``seq`` (oldest first), each with the blocks it changed."""

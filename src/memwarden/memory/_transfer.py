@@ -31,7 +31,7 @@ from memwarden.memory._codec import (
     record_from_row,
     record_to_block,
 )
-from memwarden.memory._model import Outcome
+from memwarden.memory._model import Binding, Outcome
 from memwarden.memory.policy import PolicyConfig
 
 if TYPE_CHECKING:
@@ -223,6 +223,10 @@ def _check_row(i: int, row: Mapping[str, Any]) -> list[tuple[str, str]]:
     for j, b in enumerate(row.get("bindings", [])):
         try:
             binding_from_row(str(b["sensor"]), str(b["subject"]), str(b.get("selector") or "{}"))
+            if b.get("nodes") is not None:  # the leader's pass reads it as a JSON list
+                Binding.model_validate({"sensor": b["sensor"], "nodes": json.loads(b["nodes"])})
+            if b.get("served_by") is not None:
+                Binding.model_validate({"sensor": b["sensor"], "served_by": b["served_by"]})
         except (KeyError, TypeError, ValueError, ValidationError) as err:
             problems.append((f"{i}.bindings.{j}", f"not a binding: {err}"))
     for j, h in enumerate(row.get("history", [])):

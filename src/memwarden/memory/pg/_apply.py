@@ -117,6 +117,9 @@ class PgEventLog:
         self.clock = clock
         self.policy = policy
         self.compaction = compaction
+        # The node whose events these are (the daemon's ``[cluster] node``): an event
+        # reaches only the bindings that node serves (docs/SCALE.md); None: every binding.
+        self.node: str | None = None
 
     async def apply_events(
         self, events: Sequence[ValidationEvent], *, bound_only: bool = False
@@ -127,7 +130,7 @@ class PgEventLog:
         event naming a block not bound to its sensor too."""
         now = self.clock.time()
         prepared, rejected, direct = split_events(events, now, bound_only=bound_only)
-        cfg = self.policy
+        cfg, node = self.policy, self.node
         cap = (
             self.compaction.dead_letters_max_rows
             if self.compaction is not None and self.compaction.enabled
@@ -138,8 +141,8 @@ class PgEventLog:
             todo, refused = list(prepared), list(rejected)
             erased = await _drop_erased(conn, todo)
             if direct:
-                await _reject_unbound(conn, todo, refused, direct)
-            result = await _apply_job(conn, todo, refused, now, cfg)
+                await _reject_unbound(conn, todo, refused, direct, node)
+            result = await _apply_job(conn, todo, refused, now, cfg, node=node)
             result.erased = erased
             if refused and cap is not None:
                 await conn.execute(_DEAD_LETTERS_CAP, cap)
@@ -166,8 +169,15 @@ async def _reject_unbound(
     prepared: list[_Prepared],
     rejected: list[tuple[str, str, str]],
     payloads: Mapping[str, str],
+    node: str | None,
 ) -> None:
-    bound = await conn.fetch(_BOUND_SELECT, named_blocks(prepared, payloads))
+    """With ``bound_only``: an event naming a block is refused unless the block has a
+    binding for its sensor served by the event's node."""
+    bound = await conn.fetch(
+        _BOUND_SELECT + " AND ($2::text IS NULL OR g.served_by = $2)",
+        named_blocks(prepared, payloads),
+        node,
+    )
     move_unbound(prepared, rejected, payloads, bound)
 
 
@@ -183,6 +193,8 @@ async def _apply_job(
     rejected: list[tuple[str, str, str]],
     now: float,
     cfg: PolicyConfig,
+    *,
+    node: str | None = None,
 ) -> ApplyResult:
     result = ApplyResult(rejected=[(event_id, reason) for event_id, reason, _ in rejected])
     if rejected:
@@ -209,7 +221,7 @@ async def _apply_job(
     batch, seqs = await _append(conn, batch, now, result)
     if batch:
         await _lock_blocks(conn, batch)
-        reads = await _fetch(conn, batch)
+        reads = await _fetch(conn, batch, node)
         applied = _apply._EventBatch(now, cfg, result)  # noqa: SLF001
         applied.route(reads)
         await _run(conn, applied, batch, seqs)
@@ -305,7 +317,9 @@ async def _lock_blocks(conn: PgConnection, batch: list[_Prepared]) -> None:
     )
 
 
-async def _fetch(conn: PgConnection, prepared: list[_Prepared]) -> Any:
+async def _fetch(conn: PgConnection, prepared: list[_Prepared], node: str | None) -> Any:
+    """What the rules read; an event about a subject reaches only the bindings its node
+    serves (``node``; None: every binding). The events stay in the log either way."""
     subjects = list({p[2] for p in prepared if p[8] is None})
     direct = list({p[8] for p in prepared if p[8] is not None})
     reads = _apply._Reads()  # noqa: SLF001
@@ -316,8 +330,9 @@ async def _fetch(conn: PgConnection, prepared: list[_Prepared]) -> Any:
             " JOIN blocks k ON k.rid = g.block_rid"
             " LEFT JOIN revalidations r ON r.block_id = k.id AND r.sensor = g.sensor"
             " AND r.subject = g.subject AND r.status IN ('pending', 'sent')"
-            " WHERE g.subject = ANY($1::text[])",
+            " WHERE g.subject = ANY($1::text[]) AND ($2::text IS NULL OR g.served_by = $2)",
             subjects,
+            node,
         )
     ]
     reads.bound = [tuple(r) for r in await conn.fetch(_BOUND_SELECT, direct)]

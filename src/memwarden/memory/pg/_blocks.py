@@ -30,12 +30,14 @@ from memwarden.memory._blockedit import (
     find_duplicates,
     history_row,
     missing_dependencies,
+    serving_node,
     update_detail,
     validate_news,
     validate_patch,
 )
 from memwarden.memory._codec import (
     BLOCK_COLUMNS,
+    binding_nodes_json,
     binding_selector_json,
     content_key,
     new_record,
@@ -43,7 +45,7 @@ from memwarden.memory._codec import (
     record_to_row,
 )
 from memwarden.memory._ids import new_id
-from memwarden.memory._model import BlockState
+from memwarden.memory._model import BlockState, default_node_name
 from memwarden.memory.pg._ids import allocate
 
 if TYPE_CHECKING:
@@ -86,6 +88,12 @@ _DEDUPE_ALL = int.from_bytes(hashlib.sha256(b"memwarden.dedupe").digest()[:8], s
 _AUDIT = "INSERT INTO audit (at, actor, action, block_id, detail) VALUES ($1, $2, $3, $4, $5)"
 
 
+_BINDING_INSERT = (
+    "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at, nodes, served_by)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7)"
+)
+
+
 class PgBlocks:
     """Writes of blocks and of the small tables around them, on a :class:`PgDatabase`."""
 
@@ -93,6 +101,9 @@ class PgBlocks:
         self.db = db
         self.clock = clock
         self.policy = policy
+        # The node storing bindings: a binding's default ``nodes``, and its server until
+        # the leader's pass says otherwise (docs/SCALE.md, "Node-scoped bindings").
+        self.node = default_node_name()
 
     async def add_many(
         self,
@@ -134,17 +145,23 @@ class PgBlocks:
             rows = [(*record_to_row(r)[:-1], rids[i], keys[i]) for i, r in enumerate(records)]
             if rows:
                 await conn.executemany(_BLOCK_INSERT, rows)
+            node = self.node
             binding_rows = [
-                (rids[i], b.sensor, b.subject, binding_selector_json(b), now)
+                (
+                    rids[i],
+                    b.sensor,
+                    b.subject,
+                    binding_selector_json(b),
+                    now,
+                    nodes,
+                    serving_node(nodes, node),
+                )
                 for i, n in enumerate(kept_news)
                 for b in n.bindings
+                for nodes in (binding_nodes_json(b, node),)
             ]
             if binding_rows:
-                await conn.executemany(
-                    "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at)"
-                    " VALUES ($1, $2, $3, $4, $5)",
-                    binding_rows,
-                )
+                await conn.executemany(_BINDING_INSERT, binding_rows)
             if 0 < len(records) < 100:
                 await conn.executemany(_AUDIT, [(now, actor, "add", r.id, "{}") for r in records])
             await _insert_dependencies(conn, kept_news, rids, {r.id for r in records})
@@ -181,7 +198,7 @@ class PgBlocks:
                 raise VersionConflictError(rec.id, expected_version, rec.version)
             old = history_row(rec)
             rebound = bindings is not None and await _replace_bindings(
-                conn, rec.rid, rec.id, bindings, now
+                conn, rec.rid, rec.id, bindings, now, node=self.node
             )
             if apply_patch(rec, changes, now, cfg, rebound=rebound):  # a new version
                 await conn.execute(
@@ -312,25 +329,39 @@ async def _save_record(conn: PgConnection, rec: BlockRecord) -> None:
 
 
 async def _replace_bindings(
-    conn: PgConnection, rid: int, block_id: str, bindings: Sequence[Binding], now: float
+    conn: PgConnection,
+    rid: int,
+    block_id: str,
+    bindings: Sequence[Binding],
+    now: float,
+    *,
+    node: str,
 ) -> bool:
     """Make ``bindings`` the block's own; True when they differ from the stored ones
     (SQLite's ``_replace_bindings``: kept rows stay, removed ones close their open
     revalidation requests, new ones make pending binding proposals moot)."""
     rows = await conn.fetch(
-        "SELECT id, sensor, subject, selector FROM bindings WHERE block_rid = $1 ORDER BY id",
+        "SELECT id, sensor, subject, selector, nodes FROM bindings WHERE block_rid = $1"
+        " ORDER BY id",
         rid,
     )
-    change = diff_bindings([tuple(r) for r in rows], bindings)
+    change = diff_bindings([tuple(r) for r in rows], bindings, node=node)
     if change is None:
         return False
     if change.dropped:
         await conn.execute("DELETE FROM bindings WHERE id = ANY($1::bigint[])", change.dropped)
     if change.new:
         await conn.executemany(
-            "INSERT INTO bindings (block_rid, sensor, subject, selector, created_at)"
-            " VALUES ($1, $2, $3, $4, $5)",
-            [(rid, s, subj, sel, now) for s, subj, sel in change.new],
+            _BINDING_INSERT,
+            [
+                (rid, s, subj, sel, now, nodes, serving_node(nodes, node))
+                for s, subj, sel, nodes in change.new
+            ],
+        )
+    if change.renodes:  # served as a new binding is, until the leader's next pass
+        await conn.executemany(
+            "UPDATE bindings SET nodes = $1, served_by = $2 WHERE id = $3",
+            [(n, serving_node(n, node), i) for i, n in change.renodes],
         )
     if change.unbound:
         await conn.executemany(

@@ -254,22 +254,26 @@ class PgReads:
             )
         return {block_id: timedelta(seconds=window_s) for block_id, window_s in rows}
 
-    async def bindings_for_sensor(self, sensor: str) -> list[tuple[str, Binding]]:
-        """Every (block id, binding) a sensor owns: what it must watch."""
-        if NUL in sensor:
+    async def bindings_for_sensor(
+        self, sensor: str, *, served_by: str | None = None
+    ) -> list[tuple[str, Binding]]:
+        """Every (block id, binding) a sensor owns: what it must watch; with
+        ``served_by``, only those that node serves."""
+        if NUL in sensor or (served_by is not None and NUL in served_by):
             return []
         async with self.db.read() as conn:
             rows = await conn.fetch(
-                "SELECT k.id, b.sensor, b.subject, b.selector FROM bindings b"
-                " JOIN blocks k ON k.rid = b.block_rid"
+                "SELECT k.id, b.sensor, b.subject, b.selector, b.nodes, b.served_by"
+                " FROM bindings b JOIN blocks k ON k.rid = b.block_rid"
                 " WHERE b.sensor = $1 AND k.state <> 'archived' AND b.quarantine IS NULL"
-                " ORDER BY b.id",
+                " AND ($2::text IS NULL OR b.served_by = $2) ORDER BY b.id",
                 sensor,
+                served_by,
             )
         out = []
-        for block_id, name, subject, selector in rows:
+        for block_id, name, subject, selector, nodes, server in rows:
             try:
-                out.append((block_id, binding_from_row(name, subject, selector)))
+                out.append((block_id, binding_from_row(name, subject, selector, nodes, server)))
             except (ValueError, ValidationError) as err:  # stored by an older memwarden
                 log.warning("binding_unreadable", sensor=name, block_id=block_id, error=str(err))
         return out
@@ -417,12 +421,12 @@ def _namespace_clause(namespaces: Sequence[str] | None, *, first: int) -> tuple[
 async def _bindings_of(conn: PgConnection, block_ids: Sequence[str]) -> dict[str, list[Binding]]:
     out: dict[str, list[Binding]] = defaultdict(list)
     if block_ids:
-        for block_id, sensor, subject, selector in await conn.fetch(
-            "SELECT k.id, g.sensor, g.subject, g.selector FROM bindings g"
+        for block_id, *binding in await conn.fetch(
+            "SELECT k.id, g.sensor, g.subject, g.selector, g.nodes, g.served_by FROM bindings g"
             " JOIN blocks k ON k.rid = g.block_rid WHERE k.id = ANY($1::text[]) ORDER BY g.id",
             list(block_ids),
         ):
-            out[block_id].append(binding_from_row(sensor, subject, selector))
+            out[block_id].append(binding_from_row(*binding))
     return out
 
 

@@ -24,7 +24,7 @@ left out of the statements instead of making the server refuse them).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memwarden.errors import NotFoundError
 from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_row
@@ -38,6 +38,7 @@ from memwarden.memory._revalidation import (
 )
 from memwarden.memory._sql import EVIDENCE_UPDATE, REVALIDATION_INSERT
 from memwarden.memory.pg._apply import pg_sql, propagate_dependencies, record_falls
+from memwarden.memory.pg._serving import claim_due, requeue_own
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -70,6 +71,15 @@ _DUE_REQUESTS = (
     " JOIN bindings g ON g.block_rid = k.rid AND g.sensor = r.sensor"
     " AND g.subject = r.subject AND g.quarantine IS NULL"
     " WHERE r.status = 'pending' AND r.send_at <= $1 ORDER BY r.send_at, r.id, g.id LIMIT $2"
+)
+# The requests a node just claimed (memory.pg._serving.claim_due), as _DUE_REQUESTS reads.
+_CLAIMED_REQUESTS = (
+    "SELECT r.id, r.block_id, r.sensor, r.subject, r.reason, r.created_at,"
+    " r.deadline_s, r.attempts - 1, g.selector FROM revalidations r"
+    " JOIN blocks k ON k.id = r.block_id"
+    " JOIN bindings g ON g.block_rid = k.rid AND g.sensor = r.sensor"
+    " AND g.subject = r.subject AND g.quarantine IS NULL AND g.served_by = $2"
+    " WHERE r.id = ANY($1::text[]) ORDER BY r.send_at, r.id, g.id"
 )
 # SQLite runs one UPDATE per id given, so an id given twice is counted twice.
 _SET_STATUS = (
@@ -163,6 +173,22 @@ class PgRevalidations:
             rows = await conn.fetch(_DUE_REQUESTS, at, None if limit < 0 else limit)
         return due_requests(rows, at)
 
+    async def claim_revalidations(
+        self, node: str, *, limit: int = 200, now: float | None = None
+    ) -> list[RevalidationRequest]:
+        """This node's due requests (those whose binding it serves), oldest first, marked
+        ``sent`` by it in the same transaction (``FOR UPDATE SKIP LOCKED``: two claimers
+        never take one request)."""
+        at = self.clock.time() if now is None else now
+
+        async def job(conn: PgConnection) -> list[Any]:
+            ids = await claim_due(conn, node, now=at, limit=limit)
+            return list(await conn.fetch(_CLAIMED_REQUESTS, ids, node)) if ids else []
+
+        if "\x00" in node:
+            return []
+        return due_requests(await self.db.write(job), at)
+
     async def set_revalidation_status(
         self, request_ids: Sequence[str], status: str, *, outcome: str | None = None
     ) -> None:
@@ -194,14 +220,18 @@ class PgRevalidations:
 
         return await self.db.write(job)
 
-    async def requeue_sent_revalidations(self) -> int:
-        """Requests left ``sent`` by a daemon that died before the answer: pending again.
+    async def requeue_sent_revalidations(self, *, node: str | None = None) -> int:
+        """Requests left ``sent`` by a daemon that died before the answer: pending again;
+        with ``node``, only those that node claimed (a node restarting on a shared
+        database; the leader requeues dead nodes' claims).
 
         Call at start, before the scheduler runs; returns how many were requeued.
         """
         now = self.clock.time()
 
         async def job(conn: PgConnection) -> int:
+            if node is not None:
+                return await requeue_own(conn, node, now=now)
             return _count(
                 await conn.execute(
                     "UPDATE revalidations SET status = 'pending', send_at = $1"

@@ -584,6 +584,19 @@ CREATE TRIGGER vector_stamp AFTER INSERT OR UPDATE ON block_vectors FOR EACH ROW
     EXECUTE FUNCTION memwarden_vector_stamp();
 """
 
+_V8_NODES = """
+-- Migration 8. Node-scoped bindings (SQLite's schema 15; docs/SCALE.md, "Node-scoped
+-- bindings"): the nodes whose sensor checks a binding, in order (JSON: node names, or
+-- ["*"]: any node), and the node serving it now, kept by the leader. Bindings from before: any node
+-- (["*"]), served by none until the leader's first pass picks a live node.
+ALTER TABLE bindings ADD COLUMN nodes text COLLATE "C" NOT NULL DEFAULT '["*"]';
+ALTER TABLE bindings ADD COLUMN served_by text COLLATE "C";
+CREATE INDEX bindings_served ON bindings (served_by, id);
+-- A revalidation request goes to the node serving its binding; each node claims its own.
+ALTER TABLE revalidations ADD COLUMN node text COLLATE "C";
+CREATE INDEX revalidations_node ON revalidations (node, send_at) WHERE status = 'pending';
+"""
+
 _FALLS = """
 -- Falls no effects row records (docs/SCALE.md, "Session notices across nodes"): a block
 -- made stale by the sweep (expired) or by a dependency. Each node's session notices read
@@ -625,13 +638,14 @@ CREATE TRIGGER retention_points_update AFTER UPDATE OF importance, half_life_s, 
     EXECUTE FUNCTION memwarden_retention_point();
 """
 
-# 6: block_falls (session notices across nodes), 7: the decay writes its retention points.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _FALLS, _V7_DECAY_POINTS)
+# 6: block_falls (session notices across nodes), 7: the decay writes its retention points,
+# 8: node-scoped bindings.
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _FALLS, _V7_DECAY_POINTS, _V8_NODES)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # The SQLite schema version whose tables this schema holds: a copy from SQLite reads the
 # source at this version (``memwarden migrate --to`` migrates an older one in a copy).
-SQLITE_SCHEMA_VERSION = 14  # 14: SQLite's id_key became an index on the expression
+SQLITE_SCHEMA_VERSION = 15  # 14: id_key an index on the expression, 15: node-scoped bindings
 # Tables that came with a later SQLite version than the first (12): the SQLite version
 # that brought each. A SQLite store this memwarden can only bring to an earlier version
 # has no such table: the copy leaves it out (the PostgreSQL table stays empty).

@@ -77,7 +77,8 @@ _EVERY_WORD = (
 _LIVE = ("fresh", "unverified", "stale")
 _RID = BLOCK_COLUMNS.index("rid")
 # A candidate's bindings and dependencies, as JSON text (SQLite's json_group_array).
-_ATTACHED = """coalesce((SELECT json_agg(json_build_array(g.sensor, g.subject, g.selector)
+_ATTACHED = """coalesce((SELECT json_agg(
+                            json_build_array(g.sensor, g.subject, g.selector, g.nodes, g.served_by)
                                   ORDER BY g.id)
                   FROM bindings g WHERE g.block_rid = b.rid)::text, '[]'),
         coalesce((SELECT json_agg(d.depends_on ORDER BY d.depends_on)
