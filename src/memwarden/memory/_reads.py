@@ -33,7 +33,7 @@ from memwarden.memory._sql import (
 from memwarden.memory.policy import coverage_of
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
     import aiosqlite
 
@@ -52,6 +52,7 @@ __all__ = [
     "event_entry",
     "event_record",
     "events_by_sensor",
+    "first_seq_since",
     "parse_block_ref",
     "resolved",
     "short_ids",
@@ -567,6 +568,16 @@ async def _first_seq_since(conn: aiosqlite.Connection, since: float) -> int | No
         assert row is not None  # noqa: S101 - seq <= max(seq): there is one
         return int(row[0]), float(row[1])
 
+    return await first_seq_since(lo, hi, since, at_or_after)
+
+
+async def first_seq_since(
+    lo: int, hi: int, since: float, at_or_after: Callable[[int], Awaitable[tuple[int, float]]]
+) -> int | None:
+    """The ``seq`` of the first event received at or after ``since`` among ``lo``-``hi``
+    (the log's bounds), None if none was: a binary search over positions, where
+    ``at_or_after(seq)`` is the first stored event at or after ``seq`` (its seq and
+    receipt time; gaps from deleted events are skipped). Both backends."""
     if (await at_or_after(hi))[1] < since:
         return None
     while lo < hi:  # the smallest position whose first event at or after it is recent

@@ -35,6 +35,7 @@ from memwarden.memory._reads import (
     event_entry,
     event_record,
     events_by_sensor,
+    first_seq_since,
     parse_block_ref,
     resolved,
     version_entry,
@@ -477,12 +478,4 @@ async def _first_seq_since(conn: PgConnection, since: float) -> int | None:
         assert row is not None  # noqa: S101 - seq <= max(seq): there is one
         return int(row[0]), float(row[1])
 
-    if (await at_or_after(hi))[1] < since:
-        return None
-    while lo < hi:  # the smallest position whose first event at or after it is recent
-        mid = (lo + hi) // 2
-        if (await at_or_after(mid))[1] >= since:
-            hi = mid
-        else:
-            lo = mid + 1
-    return (await at_or_after(lo))[0]
+    return await first_seq_since(lo, hi, since, at_or_after)
