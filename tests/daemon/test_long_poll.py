@@ -25,14 +25,16 @@ async def test_a_commit_between_read_and_wait_ends_the_wait(
 ):
     daemon = (await running_daemon(make_settings(sensors={"echo": {}}))).daemon
     await daemon.add_block({"content": "x", "bindings": [{"sensor": "echo", "path": "p"}]})
+    # The echo sensor confirms its new binding once: let that land before the poll starts.
+    [first] = await eventually(lambda: daemon.store.events_after(0, limit=10))
     mark = daemon.events_mark()  # the poll's mark, taken before its (empty) read
-    assert await daemon.store.events_after(0, limit=10) == []
+    assert await daemon.store.events_after(first["seq"], limit=10) == []
     result = await daemon.bus.submit("remote:http", [_event("p")])  # commits in the window
     assert result.accepted == 1
     await eventually(lambda: daemon.events_mark() != mark)
     # The wait sees the commit it would otherwise have missed: it returns now, not in 30 s.
     await asyncio.wait_for(daemon.wait_for_events(30.0, since=mark), timeout=5.0)
-    assert len(await daemon.store.events_after(0, limit=10)) == 1
+    assert len(await daemon.store.events_after(first["seq"], limit=10)) == 1
 
 
 async def test_without_a_commit_the_wait_lasts_its_timeout_and_a_stop_ends_it(
