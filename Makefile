@@ -45,7 +45,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests benchmarks examples
 
 test: $(STAMP) system-deps lint
-	$(PY) -m pytest --cov --cov-report=term --cov-report=xml -p no:cacheprovider --durations=25
+	PY=$(PY) bash scripts/test-streams.sh
 
 bench: $(STAMP)
 	$(PY) -m benchmarks $(BENCH)
