@@ -26,7 +26,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import httpx
 import pytest
@@ -187,10 +187,21 @@ def _stream_killed(d: DaemonProcess, batches: list[list[dict[str, Any]]]) -> set
     return acked
 
 
-def test_kill_9_mid_ingest_leaves_whole_batches_and_loses_no_acknowledged_event(
-    pg_server: PgServer, tmp_path: Path, nodes: list[DaemonProcess]
-) -> None:
-    dsn = pg_server.create_database("crash")
+class _Started(NamedTuple):
+    dsn: str
+    database: str
+    home: Path
+    daemon: DaemonProcess
+    blocks: Any
+    initial: dict[str, tuple[str, float]]
+    prefix: str
+    batches: list[Any]
+
+
+def _started(server: PgServer, tmp_path: Path, nodes: list[DaemonProcess], letter: str) -> _Started:
+    """A daemon on a new database with its blocks, their initial (state, reliability),
+    and the batches to ingest (event ids starting with ``letter``, then ``prefix``)."""
+    dsn = server.create_database("crash")
     database = dsn.rsplit("/", 1)[1]
     home = tmp_path / "home"
     d = start_memwarden(home, env=_env(home, dsn))
@@ -198,11 +209,20 @@ def test_kill_9_mid_ingest_leaves_whole_batches_and_loses_no_acknowledged_event(
     blocks = _add_blocks(d)
     initial = {
         r[0]: (r[1], float(r[2]))
-        for r in _rows(pg_server, database, "SELECT id, state, reliability FROM blocks")
+        for r in _rows(server, database, "SELECT id, state, reliability FROM blocks")
     }
-    prefix = f"c{uuid.uuid4().hex[:8]}-"
+    prefix = f"{letter}{uuid.uuid4().hex[:8]}-"
     base = time.time() - 120
     batches = [_batch(prefix, n, base) for n in range(BATCHES)]
+    return _Started(dsn, database, home, d, blocks, initial, prefix, batches)
+
+
+def test_kill_9_mid_ingest_leaves_whole_batches_and_loses_no_acknowledged_event(
+    pg_server: PgServer, tmp_path: Path, nodes: list[DaemonProcess]
+) -> None:
+    dsn, database, home, d, blocks, initial, prefix, batches = _started(
+        pg_server, tmp_path, nodes, "c"
+    )
 
     acked = _stream_killed(d, batches)
 
@@ -263,19 +283,9 @@ def test_kill_9_while_delivering_the_spool_loses_and_doubles_nothing(
     unit of atomicity is the delivery transaction, which may end inside an HTTP batch:
     every spooled event was acknowledged already, and the rest stays in the spool); the
     next start on the same home delivers the rest, each event once."""
-    dsn = own_server.create_database("crash")
-    database = dsn.rsplit("/", 1)[1]
-    home = tmp_path / "home"
-    d = start_memwarden(home, env=_env(home, dsn))
-    nodes.append(d)
-    blocks = _add_blocks(d)
-    initial = {
-        r[0]: (r[1], float(r[2]))
-        for r in _rows(own_server, database, "SELECT id, state, reliability FROM blocks")
-    }
-    prefix = f"s{uuid.uuid4().hex[:8]}-"
-    base = time.time() - 120
-    batches = [_batch(prefix, n, base) for n in range(BATCHES)]
+    dsn, database, home, d, blocks, initial, prefix, batches = _started(
+        own_server, tmp_path, nodes, "s"
+    )
     order = [e["event_id"] for b in batches for e in b]  # the spool's order
 
     own_server.stop("fast")
