@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make test`: the whole suite as two pytest streams side by side, so it stays within the
-# 15-minute budget on a 2-core machine. The PostgreSQL and cluster tests (tests/pg,
-# tests/cluster: they mostly wait on the servers they start) run beside everything else;
+# 15-minute budget on a 2-core machine. The tests that mostly wait on the servers and
+# browsers they start (PostgreSQL, the cluster, Mosquitto, Chromium, the deploy units) and
+# the benchmarks' smoke run (SIDE below: about half of the suite's wall time) run beside
+# everything else;
 # each stream writes its own coverage data, combined at the end, where the configured
 # fail_under (pyproject.toml) is checked once for the whole suite. Exit status: non-zero
 # if either stream or the coverage check failed.
@@ -9,21 +11,24 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 rm -f .coverage .coverage.* coverage.xml
+SIDE=(tests/pg tests/cluster tests/mqtt tests/web tests/deploy tests/test_benchmarks_smoke.py)
+ignore=()
+for path in "${SIDE[@]}"; do ignore+=("--ignore=$path"); done
 side_log=$(mktemp)
-COVERAGE_FILE=.coverage.pg "$PY" -m pytest tests/pg tests/cluster -p no:cacheprovider \
+COVERAGE_FILE=.coverage.pg "$PY" -m pytest "${SIDE[@]}" -p no:cacheprovider \
     --cov --cov-report= --cov-fail-under=0 --durations=10 >"$side_log" 2>&1 &
 side=$!
-COVERAGE_FILE=.coverage.rest "$PY" -m pytest --ignore=tests/pg --ignore=tests/cluster \
+COVERAGE_FILE=.coverage.rest "$PY" -m pytest "${ignore[@]}" \
     -p no:cacheprovider --cov --cov-report= --cov-fail-under=0 --durations=15 "$@"
 rest=$?
 wait "$side"
 side_rc=$?
-echo "==================== tests/pg and tests/cluster (the stream beside) ===================="
+echo "==================== ${SIDE[*]} (the stream beside) ===================="
 cat "$side_log"
 rm -f "$side_log"
 "$PY" -m coverage combine .coverage.pg .coverage.rest >/dev/null
 "$PY" -m coverage xml -q
 "$PY" -m coverage report
 cov=$?
-echo "streams: rest exit $rest, tests/pg+tests/cluster exit $side_rc, coverage exit $cov"
+echo "streams: rest exit $rest, beside exit $side_rc, coverage exit $cov"
 [ "$rest" -eq 0 ] && [ "$side_rc" -eq 0 ] && [ "$cov" -eq 0 ]
