@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from memwarden.errors import MemwardenError, ValidationInputError
-from memwarden.memory import Store
+from memwarden.memory import StateChange, Store
 from memwarden.memory import _apply as sqlite_apply
 from memwarden.memory import _blocks as sqlite_blocks
 from memwarden.memory import _revalidation as sqlite_revalidation
@@ -254,7 +254,8 @@ async def script(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:  # n
     ids = [d.id for d in due]
     # The sweep: due blocks, an unknown id, a NUL, an id twice; a send time for one.
     send_at = {root: c.time() + 60, "a\x00b": 1.0}
-    await step(q.mark_stale([*ids, "no-such", "a\x00b", ids[0]], send_at=send_at))
+    fell: list[StateChange] = []  # the dependents the sweep pulled down with them
+    await step(q.mark_stale([*ids, "no-such", "a\x00b", ids[0]], send_at=send_at, dependents=fell))
     await step(q.mark_stale(ids))  # already stale: nothing changes
     await step(q.mark_stale([low], reason=StaleReason.DEPENDENCY, request=False))
     await step(q.mark_stale([]))
@@ -301,6 +302,7 @@ async def script(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:  # n
     await step(q.set_revalidation_status([*many[:20_000], third], "expired", outcome="late"))
     await step(q.due_for_revalidation(limit=10**6))
     await step(q.due_revalidations(limit=10**6))
+    log.append(fell)
     return log
 
 
@@ -324,6 +326,11 @@ async def test_queue_answers_as_specified(
     column = {name: i for i, name in enumerate(BLOCK_COLUMNS)}
     states = {r[column["id"]]: r[column["state"]] for r in rows["blocks"]}
     assert states[dep] == states[dep2] == "stale"  # pulled stale through the chain
+    fell = log[-1]  # told to the caller, for the sessions that read them
+    assert [(c.block_id, c.after, c.event_id, c.sensor) for c in fell] == [
+        (dep, "stale", "", ""),
+        (dep2, "stale", "", ""),
+    ]
     assert states[low] == "stale"
     assert log[11] == []
     assert len(log[12]) == 1

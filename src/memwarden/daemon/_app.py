@@ -92,6 +92,7 @@ if TYPE_CHECKING:
         Block,
         Clock,
         Proposal,
+        StateChange,
         StoredBinding,
         ValidationEvent,
     )
@@ -1597,12 +1598,21 @@ class Daemon:
         if self.mqtt is not None:
             await self.mqtt.on_applied(result)  # state changes out, answered requests off
 
-    def _on_swept(self, fallen: dict[str, str]) -> None:
+    def _on_swept(self, fallen: dict[str, str], dependents: list[StateChange]) -> None:
         if self.cluster is not None:  # every node tells them from `block_falls`, this one too
             return
         now = self.clock.time()
         for block_id, before in fallen.items():
             self.sessions.changed(block_id, before=before, after="stale", at=now, reason="expired")
+        for change in dependents:
+            self.sessions.changed(
+                change.block_id,
+                before=change.before,
+                after=change.after,
+                at=now,
+                reliability=change.reliability,
+                reason="dependency",
+            )
 
     def _sensors_line(self) -> str:
         running = sum(1 for r in self.runners.values() if r.available)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from memwarden.daemon._bus import Bus
     from memwarden.daemon._config import SchedulerSettings
-    from memwarden.memory import RetentionReport, RevalidationRequest, Store
+    from memwarden.memory import RetentionReport, RevalidationRequest, StateChange, Store
     from memwarden.plugins import SensorRunner
 
 __all__ = ["AlwaysLeader", "Leadership", "RemoteRoute", "Scheduler"]
@@ -109,7 +109,7 @@ class Scheduler:
         settings: SchedulerSettings,
         down_since: float | None = None,
         remote: RemoteRoute | None = None,
-        on_stale: Callable[[dict[str, str]], None] | None = None,
+        on_stale: Callable[[dict[str, str], list[StateChange]], None] | None = None,
         passes: Sequence[tuple[str, timedelta, Callable[[], Awaitable[Any]]]] = (),
         retention: RetentionConfig | None = None,
         leadership: Leadership | None = None,
@@ -125,7 +125,9 @@ class Scheduler:
         self._remote = remote
         self.settings = settings
         self.down_since = down_since
-        self._on_stale = on_stale  # told {block id: state before} of what the sweep marked
+        # Told {block id: state before} of what the sweep marked, and the state changes of
+        # the dependents that fell with them.
+        self._on_stale = on_stale
         self._passes = list(passes)  # the daemon's own periodic passes (binding proposals)
         self.retention = retention or RetentionConfig()
         self.retention_removed: dict[str, int] = {}  # kind -> count, since start
@@ -159,13 +161,17 @@ class Scheduler:
             down_since=self.down_since,
             cfg=self.store.policy,
         )
-        changed = await self.store.mark_stale([d.id for d in due], send_at=dict(plan))
+        dependents: list[StateChange] = []
+        changed = await self.store.mark_stale(
+            [d.id for d in due], send_at=dict(plan), dependents=dependents
+        )
         if len(due) < limit:
             self.down_since = None  # the backlog from the downtime is planned
         self.swept += len(changed)
         if changed and self._on_stale is not None:
             before = {d.id: d.state for d in due}
-            self._on_stale({block_id: before.get(block_id, "fresh") for block_id in changed})
+            swept = {block_id: before.get(block_id, "fresh") for block_id in changed}
+            self._on_stale(swept, dependents)
         if changed:
             log.info("blocks_went_stale", count=len(changed), restarting=restarting)
         return len(changed)

@@ -20,7 +20,7 @@ from memwarden.memory._model import (
     RevalidationRequest,
     StaleReason,
 )
-from memwarden.memory._results import DueBlock
+from memwarden.memory._results import DueBlock, StateChange
 from memwarden.memory._sql import (
     EVIDENCE_SELECT,
     EVIDENCE_UPDATE,
@@ -78,10 +78,12 @@ class Revalidations:
         reason: StaleReason = StaleReason.EXPIRED,
         request: bool = True,
         send_at: Mapping[str, float] | None = None,
+        dependents: list[StateChange] | None = None,
     ) -> list[str]:
         """Mark blocks stale (the sweep) and queue one revalidation request per binding.
 
-        Returns the ids that actually changed state.
+        Returns the ids that actually changed state. Their dependents go stale too
+        (reason ``dependency``); their state changes are appended to ``dependents``.
         """
         now = self.clock.time()
         cfg = self.policy
@@ -104,7 +106,11 @@ class Revalidations:
                     request_rows(bindings, reason.value, now, deadline, send_at or {}),
                 )
             if changed:
-                await propagate_dependencies(conn, [r.id for r in changed], now=now, cfg=cfg)
+                fallen = await propagate_dependencies(
+                    conn, [r.id for r in changed], now=now, cfg=cfg
+                )
+                if dependents is not None:
+                    dependents.extend(fallen)
             return [r.id for r in changed]
 
         return await self.db.write(job)

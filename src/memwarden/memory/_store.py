@@ -584,13 +584,15 @@ class Store:
         reason: StaleReason = StaleReason.EXPIRED,
         request: bool = True,
         send_at: Mapping[str, float] | None = None,
+        dependents: list[StateChange] | None = None,
     ) -> list[str]:
         """Mark blocks stale (the sweep) and queue one revalidation request per binding.
 
-        Returns the ids that actually changed state.
+        Returns the ids that actually changed state. Their dependents go stale too
+        (reason ``dependency``); their state changes are appended to ``dependents``.
         """
         return await self._revalidations.mark_stale(
-            block_ids, reason=reason, request=request, send_at=send_at
+            block_ids, reason=reason, request=request, send_at=send_at, dependents=dependents
         )
 
     async def due_revalidations(

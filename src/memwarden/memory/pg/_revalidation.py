@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from memwarden.errors import NotFoundError
 from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_row
 from memwarden.memory._model import RevalidationReason, RevalidationRequest, StaleReason
-from memwarden.memory._results import DueBlock
+from memwarden.memory._results import DueBlock, StateChange
 from memwarden.memory._revalidation import (
     due_requests,
     open_requests,
@@ -127,10 +127,13 @@ class PgRevalidations:
         reason: StaleReason = StaleReason.EXPIRED,
         request: bool = True,
         send_at: Mapping[str, float] | None = None,
+        dependents: list[StateChange] | None = None,
     ) -> list[str]:
         """Mark blocks stale (the sweep) and queue one revalidation request per binding.
 
-        Returns the ids that actually changed state.
+        Returns the ids that actually changed state. Their dependents go stale too
+        (reason ``dependency``); their state changes are appended to ``dependents``
+        (every node also reads them from ``block_falls``).
         """
         now = self.clock.time()
         cfg = self.policy
@@ -156,7 +159,9 @@ class PgRevalidations:
                 requests = request_rows(bindings, reason.value, now, deadline, send_at or {})
                 if requests:
                     await conn.executemany(_INSERT, requests)
-            await propagate_dependencies(conn, [r.id for r in changed], now=now, cfg=cfg)
+            fallen = await propagate_dependencies(conn, [r.id for r in changed], now=now, cfg=cfg)
+            if dependents is not None:
+                dependents.extend(fallen)
             return [r.id for r in changed]
 
         if not ids:
