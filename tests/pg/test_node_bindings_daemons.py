@@ -110,6 +110,48 @@ def _hostile_inputs_change_nothing(pg_server: PgServer, dsn: str, b: DaemonProce
     )
 
 
+def _checks_asked_through_b_run_on_a(
+    pg_server: PgServer, dsn: str, b: DaemonProcess, block_id: str
+) -> None:
+    """A check asked for through node-b goes to node-a, and runs once; a caller waiting
+    on node-b learns the answer."""
+    asked = httpx.post(f"{b.url}/v1/blocks/{block_id}/revalidate", headers=b.auth, timeout=20)
+    assert asked.status_code == 200, asked.text
+    (request_id,) = asked.json()["requested"]
+    eventually_blocking(
+        lambda: (
+            _sql(
+                pg_server, dsn, f"SELECT node, status FROM revalidations WHERE id = '{request_id}'"
+            )
+            == [["node-a", "done"]]
+        ),
+        timeout_s=20,
+    )
+    answers = f"SELECT count(*) FROM events WHERE request_id = '{request_id}'"
+    assert _sql(pg_server, dsn, answers) == [["1"]]
+    # More dispatch ticks on both nodes (100 ms each) send it no more.
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        assert _sql(pg_server, dsn, answers) == [["1"]]
+    assert _sql(
+        pg_server, dsn, f"SELECT attempts FROM revalidations WHERE id = '{request_id}'"
+    ) == [["1"]]
+    # A read through node-b that waits for the outcome is told of node-a's answer (the
+    # store says which requests are answered), not left to wait out its 20 s.
+    waited = httpx.post(
+        f"{b.url}/v1/blocks/{block_id}/revalidate",
+        headers=b.auth,
+        params={"wait": "20s"},
+        timeout=30,
+    )
+    assert waited.status_code == 200, waited.text
+    (waited_id,) = waited.json()["requested"]
+    assert (waited.json()["answered"], waited.json()["timed_out"]) == ([waited_id], [])
+    assert _sql(
+        pg_server, dsn, f"SELECT node, status FROM revalidations WHERE id = '{waited_id}'"
+    ) == [["node-a", "done"]]
+
+
 def test_a_binding_is_checked_by_its_serving_node_and_moves_when_it_dies(
     pg_server: PgServer, tmp_path: Path, nodes: list[DaemonProcess]
 ) -> None:
@@ -167,28 +209,7 @@ def test_a_binding_is_checked_by_its_serving_node_and_moves_when_it_dies(
     assert reached == [[b_block]]
     assert _state(a, block_id) == "fresh"
 
-    # A check asked for through node-b goes to node-a, and runs once.
-    asked = httpx.post(f"{b.url}/v1/blocks/{block_id}/revalidate", headers=b.auth, timeout=20)
-    assert asked.status_code == 200, asked.text
-    (request_id,) = asked.json()["requested"]
-    eventually_blocking(
-        lambda: (
-            _sql(
-                pg_server, dsn, f"SELECT node, status FROM revalidations WHERE id = '{request_id}'"
-            )
-            == [["node-a", "done"]]
-        ),
-        timeout_s=20,
-    )
-    answers = f"SELECT count(*) FROM events WHERE request_id = '{request_id}'"
-    assert _sql(pg_server, dsn, answers) == [["1"]]
-    # More dispatch ticks on both nodes (100 ms each) send it no more.
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
-        assert _sql(pg_server, dsn, answers) == [["1"]]
-    assert _sql(
-        pg_server, dsn, f"SELECT attempts FROM revalidations WHERE id = '{request_id}'"
-    ) == [["1"]]
+    _checks_asked_through_b_run_on_a(pg_server, dsn, b, block_id)
 
     # node-a dies; its heartbeat is made 60 s old (as 30 s of silence would).
     a.process.kill()

@@ -268,6 +268,9 @@ async def script(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:  # n
     await step(q.set_revalidation_status([first, first, second, "no-such", "x\x00"], "sent"))
     await step(q.set_revalidation_status([third], "done", outcome="confirmed «ü»"))
     await step(q.set_revalidation_status([second], "failed"))
+    # Which are answered (done): third only; failed, sent, unknown and NUL are not.
+    asked = [first, second, third, third, "no-such", "a\x00", ""]
+    only_third = await q.answered_requests(asked) == {third}
     await step(q.set_revalidation_status([], "sent"))
     await step(q.put_back_revalidation(first, send_at=c.time() + 30))
     await step(q.put_back_revalidation(first, send_at=c.time() + 30))  # pending now: no
@@ -302,7 +305,7 @@ async def script(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:  # n
     await step(q.set_revalidation_status([*many[:20_000], third], "expired", outcome="late"))
     await step(q.due_for_revalidation(limit=10**6))
     await step(q.due_revalidations(limit=10**6))
-    log.append(fell)
+    log.append((fell, only_third, await q.answered_requests([])))
     return log
 
 
@@ -326,7 +329,9 @@ async def test_queue_answers_as_specified(
     column = {name: i for i, name in enumerate(BLOCK_COLUMNS)}
     states = {r[column["id"]]: r[column["state"]] for r in rows["blocks"]}
     assert states[dep] == states[dep2] == "stale"  # pulled stale through the chain
-    fell = log[-1]  # told to the caller, for the sessions that read them
+    fell, only_third, none = log[-1]  # the dependents the sweep told its caller of
+    assert only_third is True
+    assert none == set()
     assert [(c.block_id, c.after, c.event_id, c.sensor) for c in fell] == [
         (dep, "stale", "", ""),
         (dep2, "stale", "", ""),

@@ -102,6 +102,7 @@ CASES: dict[str, Callable[[Store, dict[str, Any]], Awaitable[Any]]] = {
     "outbox_peek": lambda s, w: s.outbox_peek(),
     "outbox_put": lambda s, w: s.outbox_put([("t", b"x", 1, False)], max_rows=10),
     "outbox_stats": lambda s, w: s.outbox_stats(),
+    "answered_requests": lambda s, w: s.answered_requests(["nope", "a\x00"]),
     "put_back_revalidation": lambda s, w: s.put_back_revalidation("nope", send_at=START),
     "quarantined_bindings": lambda s, w: s.quarantined_bindings(),
     "queue_review": lambda s, w: s.queue_review(w["free"], reason="look at it"),

@@ -102,6 +102,9 @@ if TYPE_CHECKING:
 __all__ = ["Daemon", "ReadThrough"]
 
 SERVE_EVERY_S = 5.0  # the leader's pass over who serves each binding (docs/SCALE.md)
+# With several nodes, how often a read waiting on revalidations asks the store whether
+# another node applied their answers.
+ANSWER_POLL_S = 0.1
 
 log = structlog.get_logger("memwarden.daemon")
 
@@ -1091,9 +1094,8 @@ class Daemon:
             waiters[rid] = fut
         try:
             await self.scheduler.dispatch_once()
-            pending = [f for f in waiters.values() if not f.done()]
-            if wait_s > 0 and pending:
-                await asyncio.wait(pending, timeout=wait_s)
+            if wait_s > 0:
+                await self._wait_answers(waiters, wait_s)
         finally:
             for rid in request_ids:
                 refs = self._waiter_refs.get(rid, 1) - 1
@@ -1105,6 +1107,30 @@ class Daemon:
         answered = [rid for rid, fut in waiters.items() if fut.done()]
         timed_out = [rid for rid, fut in waiters.items() if not fut.done()]
         return answered, timed_out
+
+    async def _wait_answers(
+        self, waiters: Mapping[str, asyncio.Future[None]], wait_s: float
+    ) -> None:
+        """Wait up to ``wait_s`` for the requests' answers.
+
+        Alone, this daemon applies every answer, so its own futures say it. With several
+        nodes, the node serving a binding checks it and applies the answer there: the
+        store is asked which requests are answered every ``ANSWER_POLL_S`` meanwhile.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while pending := [f for f in waiters.values() if not f.done()]:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            if self.cluster is None:
+                await asyncio.wait(pending, timeout=left)
+                return
+            await asyncio.wait(pending, timeout=min(left, ANSWER_POLL_S))
+            open_ids = [rid for rid, fut in waiters.items() if not fut.done()]
+            for rid in await self.store.answered_requests(open_ids) if open_ids else ():
+                if not waiters[rid].done():
+                    waiters[rid].set_result(None)
 
     def liveness(self) -> dict[str, Liveness]:
         """Whether each sensor (local or remote) can check anything now, since when not."""

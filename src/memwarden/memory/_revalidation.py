@@ -152,6 +152,17 @@ class Revalidations:
 
         await self.db.write(job)
 
+    async def answered_requests(self, request_ids: Sequence[str]) -> set[str]:
+        """Which of these requests an event has answered (status ``done``)."""
+        ids = list(dict.fromkeys(request_ids))
+        if not ids:
+            return set()
+        async with self.db.read() as conn:
+            rows = await select_in(
+                conn, "SELECT id FROM revalidations WHERE status = 'done' AND id IN ", ids
+            )
+        return {row[0] for row in rows}
+
     async def put_back_revalidation(self, request_id: str, *, send_at: float) -> bool:
         """A sent request that was not run (its binding's check is still running):
         pending again, sent at ``send_at``. False if it was answered meanwhile."""

@@ -607,6 +607,11 @@ class Store:
         """Mark requests ``sent``, ``done``, ``failed`` or ``expired``."""
         await self._revalidations.set_revalidation_status(request_ids, status, outcome=outcome)
 
+    async def answered_requests(self, request_ids: Sequence[str]) -> set[str]:
+        """Which of these revalidation requests an event has answered (status ``done``),
+        whichever node applied it."""
+        return await self._revalidations.answered_requests(request_ids)
+
     async def put_back_revalidation(self, request_id: str, *, send_at: float) -> bool:
         """A sent request that was not run (its binding's check is still running):
         pending again, sent at ``send_at``. False if it was answered meanwhile."""

@@ -208,6 +208,18 @@ class PgRevalidations:
         if ids:
             await self.db.write(job, weight=max(1, len(ids)))
 
+    async def answered_requests(self, request_ids: Sequence[str]) -> set[str]:
+        """Which of these requests an event has answered (status ``done``), on any node."""
+        ids = without_nul(dict.fromkeys(request_ids))
+        if not ids:
+            return set()
+        async with self.db.read() as conn:
+            rows = await conn.fetch(
+                "SELECT id FROM revalidations WHERE status = 'done' AND id = ANY($1::text[])",
+                ids,
+            )
+        return {row[0] for row in rows}
+
     async def put_back_revalidation(self, request_id: str, *, send_at: float) -> bool:
         """A sent request that was not run (its binding's check is still running):
         pending again, sent at ``send_at``. False if it was answered meanwhile."""
