@@ -354,7 +354,7 @@ class ValueIndex:
             entries, note = parse_entries(path, look.content, fmt, self.limits, self._key)
         except RecursionError:
             return _Parsed(problem=f"not indexed: nested too deeply to parse as {fmt}")
-        except Exception as err:  # noqa: BLE001 - any parser failure: the file is skipped
+        except fc.PARSE_ERRORS as err:  # the file is skipped
             # The parser's message may quote the file: say only what kind of failure.
             return _Parsed(problem=f"not indexed: not valid {fmt} ({type(err).__name__})")
         keys: tuple[tuple[str, Entry], ...] = ()
@@ -402,7 +402,7 @@ class ValueIndex:
             entries, note = parse_entries(path, data, fmt, self.limits, self._key)
         except RecursionError:
             entries, note = [], f"not indexed: nested too deeply to parse as {fmt}"
-        except Exception as err:  # noqa: BLE001 - any parser failure: nothing is indexed
+        except fc.PARSE_ERRORS as err:  # nothing is indexed
             entries, note = [], f"not indexed: not valid {fmt} ({type(err).__name__})"
         keys: tuple[tuple[str, Entry], ...] = ()
         if self.keys_of is not None:
