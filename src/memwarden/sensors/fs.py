@@ -791,7 +791,7 @@ class FsSensor:
         return fc.Verdict("refuted", observed, f"/{b.selector.regex}/ matches {observed!r}")
 
     @staticmethod
-    def _judge_key(sel: FsBinding, content: bytes, path: str) -> fc.Verdict:  # noqa: PLR0911 - one return per outcome
+    def _judge_key(sel: FsBinding, content: bytes, path: str) -> fc.Verdict:
         fmt = fc.format_of(path, sel.format)
         if fmt is None:
             return fc.Verdict(
@@ -810,9 +810,7 @@ class FsSensor:
         except fc.TooBigError as err:
             return fc.Verdict("error", message=f"{sel.path}: {pointer}: {err}")
         observed = bounded(value)
-        if "equals" not in sel.model_fields_set:
-            return fc.Verdict("confirmed", observed)
-        if json_equal(value, sel.equals):
+        if "equals" not in sel.model_fields_set or json_equal(value, sel.equals):
             return fc.Verdict("confirmed", observed)
         return fc.Verdict(
             "refuted",
