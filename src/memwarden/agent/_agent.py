@@ -301,10 +301,11 @@ class Agent:
             return
         try:
             items = json.loads(payload) if payload else []
-            if not isinstance(items, list):
-                raise TypeError("not a JSON list")  # noqa: TRY301 - one handler for all shapes
-        except (ValueError, TypeError) as err:
+        except ValueError as err:
             log.warning("bindings_invalid", sensor=name, error=str(err))
+            return
+        if not isinstance(items, list):
+            log.warning("bindings_invalid", sensor=name, error="not a JSON list")
             return
         bound: list[BoundSubject[Any]] = []
         for item in items:

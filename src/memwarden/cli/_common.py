@@ -174,12 +174,15 @@ def _db_location(db: str | Path | None) -> Path | str | None:
         raise fail(f"--db: {e}", 2) from None
 
 
-def privacy_for(db: str | Path) -> PrivacyDoors:
+def privacy_for(db: str | Path | None) -> PrivacyDoors:
     """The privacy doors a write with ``--db`` passes, as the daemon's would: the policy of
     ./memwarden.toml (or the defaults and ``MEMWARDEN_`` variables), overridden by one a
     ``PUT /v1/privacy`` kept in the database's state dir, and that dir's key
     (:func:`memwarden.daemon.privacy_for_database`). A configuration that does not load
-    is an error: nothing is written without the policy."""
+    is an error: nothing is written without the policy. Only for ``--db`` (``call()``
+    runs ``local`` only with it): without, the daemon's doors apply."""
+    if db is None:
+        raise MemwardenError("the local privacy doors need --db (else the daemon's apply)")
     from memwarden.daemon import load_settings, privacy_for_database
 
     file = Path("memwarden.toml")  # what `memwarden run` reads here (cli._init.CONFIG_NAME)

@@ -132,7 +132,6 @@ def _run(
         }
         if dry_run or not targets:
             return answer
-        assert db is not None  # noqa: S101 - call() runs local only with --db
         said = await privacy_for(db).text(reason, "agent", "reason")  # as the API's door
         report = await s.erase([t.id for t in targets], actor="cli", reason=said, vacuum=vacuum)
         # A file store's daemon keeps its score log beside it; a PostgreSQL URL names no

@@ -7,10 +7,11 @@ turns every failure into one ``error:`` line and a non-zero exit. Interrupted (C
 lost connection), it says so: the same command resumes.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: typer reads the options' annotations at
+# run time, so what they name (Path) is imported for real.
 
 import asyncio
-from pathlib import Path  # noqa: TC003 - typer reads the annotations at run time
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer

@@ -229,7 +229,6 @@ def _decide(
         )
 
     async def local(s: Store) -> Any:
-        assert db is not None  # noqa: S101 - call() runs local only with --db
         said, new_content = await privacy_for(db).review(comment, content)  # the review door
         return await s.decide_review(
             review_id, decision, reviewer=reviewer, comment=said, new_content=new_content

@@ -23,7 +23,7 @@ from memwarden.cluster._claims import (
     finish_revalidations,
     requeue_claims,
 )
-from memwarden.cluster._ddl import DDL, connect, ensure_tables
+from memwarden.cluster._ddl import DDL, SESSION_ERRORS, connect, ensure_tables
 from memwarden.cluster._leader import Leader, LeaseTimes, MonotonicClock, Term, check_name
 from memwarden.cluster._nodes import ALIVE_S, BEAT_S, LeaseHolder, NodeRegistry, lease_holder
 from memwarden.cluster._notify import (
@@ -48,6 +48,7 @@ __all__ = [
     "BEAT_S",
     "DDL",
     "MAX_PAYLOAD_BYTES",
+    "SESSION_ERRORS",
     "ClaimedRevalidation",
     "Ingested",
     "Leader",

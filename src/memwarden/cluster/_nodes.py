@@ -111,13 +111,18 @@ class NodeRegistry:
         finally:
             await conn.close(timeout=5)
         if got is None:
-            assert other is not None  # noqa: S101 - a conflict needs a row
+            # Another live instance holds the name (registered between our read and our
+            # claim if none was read).
+            where = (
+                "elsewhere"
+                if other is None
+                else f"on host {other['host']!r} (pid {other['pid']}, last heartbeat"
+                f" {float(other['age']):.0f} s ago)"
+            )
             raise ConfigError(
-                f"cluster.node: node {self.node!r} is already running on host"
-                f" {other['host']!r} (pid {other['pid']}, last heartbeat"
-                f" {float(other['age']):.0f} s ago): give this daemon another [cluster] node"
-                f" name, or stop the other one (a node is taken for dead {ALIVE_S:g} s after"
-                " its last heartbeat)"
+                f"cluster.node: node {self.node!r} is already running {where}: give this"
+                " daemon another [cluster] node name, or stop the other one (a node is taken"
+                f" for dead {ALIVE_S:g} s after its last heartbeat)"
             )
         self.registered = True
         log.info("cluster_node_registered", node=self.node, instance=self.instance)

@@ -36,6 +36,7 @@ from memwarden.daemon._notify import Notifier
 from memwarden.daemon._privacy import PrivacyDoors, ensure_key, read_policy_file
 from memwarden.daemon._scheduler import ALIVE_KEY, Scheduler
 from memwarden.daemon._sessions import SessionWatch
+from memwarden.daemon._suggest import propose
 from memwarden.embedders import load_embedder
 from memwarden.errors import (
     AmbiguousIdError,
@@ -72,6 +73,7 @@ from memwarden.plugins import (
     StartupPolicy,
     check_binding,
 )
+from memwarden.plugins._guard import Crash, guarded_sync
 from memwarden.plugins._review_queue import StoreReviewQueue
 
 if TYPE_CHECKING:
@@ -564,15 +566,15 @@ class Daemon:
 
     async def _start_runners(self, runners: Mapping[str, SensorRunner]) -> list[PluginError]:
         """Give the runners their bindings, start them, wait for each first setup."""
-        assert self._tg is not None  # noqa: S101 - run() set it
+        tg = self._tg
+        if tg is None:
+            raise RuntimeError("sensors start only while the daemon runs")
         self.runners.update(runners)
         await self._quarantine_bindings(runners)
         self._dirty_bindings.update(runners)
         await self._push_bindings()  # before run() starts: its first wait sees them
         for name, runner in runners.items():
-            self._runner_tasks[name] = self._tg.create_task(
-                runner.supervise(), name=f"sensor[{name}]"
-            )
+            self._runner_tasks[name] = tg.create_task(runner.supervise(), name=f"sensor[{name}]")
         failures: list[PluginError] = []
         for runner in runners.values():
             try:
@@ -1436,20 +1438,16 @@ class Daemon:
         try:
             return await self._health(namespaces=namespaces)
         except Exception as err:
-            if self.cluster is None or not self.store_unavailable(err):
+            cluster = self.cluster
+            if cluster is None or not self.store_unavailable(err):
                 raise
-            return await self._health_cut_off(err)
+            return await self._health_cut_off(err, cluster)
 
     def store_unavailable(self, err: BaseException) -> bool:
         """Whether ``err`` says the (PostgreSQL) store cannot be reached just now."""
-        if self.cluster is None:
-            return False
-        from memwarden.daemon._cluster import is_unavailable  # noqa: PLC0415
+        return self.cluster is not None and self.cluster.unavailable(err)
 
-        return is_unavailable(err)
-
-    async def _health_cut_off(self, err: BaseException) -> HealthAnswer:
-        assert self.cluster is not None  # noqa: S101 - the caller checked
+    async def _health_cut_off(self, err: BaseException, cluster: ClusterNode) -> HealthAnswer:
         answer: HealthAnswer = {
             "score": 0,
             "status": "red",
@@ -1466,7 +1464,7 @@ class Daemon:
             "dead_letters": 0,
             "coverage": {"live": 0, "checkable": 0, "share": None, "by_source": {}, "by_tier": {}},
             "store": {"backend": self.store.backend},
-            "cluster": cast("ClusterHealth", await self.cluster.health()),
+            "cluster": cast("ClusterHealth", await cluster.health()),
         }
         return answer
 
@@ -1526,8 +1524,6 @@ class Daemon:
     async def propose_once(self) -> ProposeReport:
         """One pass of binding proposals for unbound facts (the scheduler's, every
         ``[suggest] propose_interval``): proposals stored for review, never bindings."""
-        from memwarden.daemon._suggest import propose  # noqa: PLC0415 - loads the fs sensor
-
         return await propose(self.runners, self.store, batch=self.settings.suggest.propose_batch)
 
     async def decide_proposal(self, proposal_id: str, *, accept: bool, actor: str) -> Proposal:
@@ -1704,9 +1700,9 @@ class Daemon:
         }
         if not isinstance(sensor, Describes):
             return {**about, "summary": "", "binds": {}, "keys": {}, "examples": []}
-        try:
-            info = dict(sensor.describe())
-        except Exception as err:  # noqa: BLE001 - a plugin's bug: say so, never fail the listing
+        info = guarded_sync(lambda: dict(sensor.describe()))
+        if isinstance(info, Crash):  # a plugin's bug: say so, never fail the listing
+            err = info.error
             log.warning("sensor_describe_failed", sensor=name, error=repr(err))
             return {**about, "describe_error": f"{type(err).__name__}: {err}", "examples": []}
         examples = [{"sensor": name, **dict(e)} for e in info.get("examples") or []]

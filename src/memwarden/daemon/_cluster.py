@@ -29,6 +29,7 @@ import structlog
 
 from memwarden.cluster import (
     BEAT_S,
+    SESSION_ERRORS,
     Leader,
     LeaseTimes,
     NodeRegistry,
@@ -101,6 +102,12 @@ class ClusterNode:
         )
         self.failure: ConfigError | None = None  # the node's name taken over meanwhile
 
+    @staticmethod
+    def unavailable(err: BaseException) -> bool:
+        """Whether ``err`` says the database cannot be reached just now (the spool's test),
+        for callers that hold a node without importing the postgres extra's modules."""
+        return is_unavailable(err)
+
     async def __aenter__(self) -> Self:
         await self.registry.register()  # ConfigError: another live instance has the name
         await self.spool.__aenter__()
@@ -124,7 +131,7 @@ class ClusterNode:
         try:
             async with self._conn() as conn:
                 await self.registry.stopped(conn)
-        except Exception as err:  # noqa: BLE001 - the database away: the name frees in 30 s
+        except SESSION_ERRORS as err:  # the database away: the name frees in 30 s
             log.warning("cluster_node_not_unregistered", node=self.node, error=str(err))
         await self.spool.__aexit__(exc_type, exc, tb)
 
@@ -144,7 +151,7 @@ class ClusterNode:
             try:
                 async with self._conn() as conn:
                     ours = await self.registry.beat(conn)
-            except Exception as err:  # noqa: BLE001 - the database away: tried again
+            except SESSION_ERRORS as err:  # the database away: tried again
                 log.info("cluster_heartbeat_failed", node=self.node, error=str(err))
                 continue
             if not ours:
@@ -164,7 +171,7 @@ class ClusterNode:
             try:
                 async with self._conn() as conn:
                     now = await served_fingerprint(conn, self.node)
-            except Exception as err:  # noqa: BLE001 - the database away: tried again
+            except SESSION_ERRORS as err:  # the database away: tried again
                 log.info("served_bindings_not_read", node=self.node, error=str(err))
             else:
                 if last is not None and now != last:
@@ -193,7 +200,7 @@ class ClusterNode:
                         start = await last_effect_seq(conn)  # sessions read nothing before
                         falls = await falls_start(conn)
                     break
-                except Exception as err:  # noqa: BLE001 - the database away: tried again
+                except SESSION_ERRORS as err:  # the database away: tried again
                     log.info("session_notices_not_started", error=str(err))
                     await sleep_on(self.clock, BEAT_S)
             follower = EffectsFollower(
@@ -270,7 +277,7 @@ class EffectsFollower:
                 return
             try:
                 await self.catch_up()
-            except Exception as err:  # noqa: BLE001 - the database away: the reconnect's
+            except SESSION_ERRORS as err:  # the database away: the reconnect's
                 log.info("session_notices_not_read", error=str(err))  # `missed` re-reads
 
     async def catch_up(self) -> int:

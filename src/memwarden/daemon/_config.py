@@ -16,6 +16,7 @@ import tomllib
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -34,10 +35,12 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from typing_extensions import override
 
 from memwarden.errors import ConfigError, PluginLoadError
 from memwarden.hosting import validate_sensor_options
 from memwarden.memory import FLOOD_COMMIT_WEIGHT, CompactionConfig, Duration, RetentionConfig
+from memwarden.memory._location import store_location
 from memwarden.memory._model import NAMESPACE_PATTERN, Namespace, Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
@@ -147,8 +150,6 @@ class StoreSettings(BaseModel):
     def _check_url(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        from memwarden.memory._location import store_location  # noqa: PLC0415
-
         try:
             store_location(value)
         except ConfigError as err:  # its message never repeats a password
@@ -169,8 +170,6 @@ class StoreSettings(BaseModel):
     def location(self, default: Path) -> Path | str:
         """The SQLite file (``path``, the file of a ``sqlite://`` url, else ``default``)
         or the PostgreSQL URL."""
-        from memwarden.memory._location import store_location  # noqa: PLC0415
-
         if self.url is not None:
             return store_location(self.url)
         return self.path or default
@@ -553,8 +552,6 @@ class MqttSettings(BaseModel):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        from urllib.parse import urlsplit  # noqa: PLC0415 - only here
-
         try:
             parts = urlsplit(value)
             _ = parts.port  # raises on a port that is not a number or out of range
@@ -587,14 +584,10 @@ class MqttSettings(BaseModel):
 
     @property
     def host(self) -> str:
-        from urllib.parse import urlsplit  # noqa: PLC0415 - only here
-
         return urlsplit(self.url).hostname or "127.0.0.1"
 
     @property
     def port(self) -> int:
-        from urllib.parse import urlsplit  # noqa: PLC0415 - only here
-
         parts = urlsplit(self.url)
         return parts.port or (8883 if parts.scheme == "mqtts" else 1883)
 
@@ -935,14 +928,17 @@ def load_settings(
 
     class _FileSettings(Settings):
         @classmethod
+        @override
         def settings_customise_sources(
             cls,
             settings_cls: type[BaseSettings],
             init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,  # noqa: ARG003 - replaced by _EnvSource
-            dotenv_settings: PydanticBaseSettingsSource,  # noqa: ARG003 - no .env files
-            file_secret_settings: PydanticBaseSettingsSource,  # noqa: ARG003 - nor secrets dirs
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
         ) -> tuple[PydanticBaseSettingsSource, ...]:
+            # Not the environment as pydantic reads it (_EnvSource instead), no .env
+            # files, no secrets directories.
             sources: list[PydanticBaseSettingsSource] = [
                 init_settings,
                 _EnvSource(settings_cls, environ),

@@ -35,12 +35,12 @@ if TYPE_CHECKING:
     from memwarden.memory import Clock, Store, ValidationEvent
     from memwarden.memory.policy import PolicyConfig
 
-__all__ = ["Capped", "EventGate", "Refused", "Transport"]
+__all__ = ["Capped", "EventGate", "RefusalError", "Transport"]
 
 Transport = Literal["mqtt", "http"]
 
 
-class Refused(Exception):  # noqa: N818 - a refusal to report, named like the HTTP answers
+class RefusalError(Exception):  # a refusal to report, answered like the HTTP errors
     """An event this sender may not report; ``kind`` is the metric label."""
 
     def __init__(self, kind: str, field: str, reason: str, *, forbidden: bool) -> None:
@@ -79,7 +79,7 @@ class EventGate:
         self.refused: Counter[str] = Counter()  # kind
 
     def sender(self, sensor: str, via: Transport) -> SensorSettings:
-        """The configuration of the remote sensor ``sensor``; :class:`Refused` otherwise."""
+        """The configuration of the remote sensor ``sensor``; :class:`RefusalError` otherwise."""
         remote = self._remote()
         conf = remote.get(sensor)
         if conf is None:
@@ -112,7 +112,7 @@ class EventGate:
     ) -> tuple[ValidationEvent, list[Capped]]:
         """The event as it may be stored (caps applied), and what was capped.
 
-        Raises :class:`Refused` for a sensor that may not report this way or an
+        Raises :class:`RefusalError` for a sensor that may not report this way or an
         ``observed_at`` too far ahead. The binding of a ``block_id`` is checked by
         :meth:`first_unbound` (it needs the store).
         """
@@ -170,7 +170,7 @@ class EventGate:
 
     async def first_unbound(
         self, store: Store, events: Sequence[ValidationEvent]
-    ) -> tuple[int, Refused] | None:
+    ) -> tuple[int, RefusalError] | None:
         """The first event naming a block_id not bound to its sensor (position, refusal)."""
         direct = sorted({e.block_id for e in events if e.block_id is not None})
         if not direct:
@@ -201,6 +201,6 @@ class EventGate:
             return conf.max_validity_window
         return max(self._policy().staleness.validity_window.values())
 
-    def _refuse(self, kind: str, field: str, reason: str, *, forbidden: bool) -> Refused:
+    def _refuse(self, kind: str, field: str, reason: str, *, forbidden: bool) -> RefusalError:
         self.refused[kind] += 1
-        return Refused(kind, field, reason, forbidden=forbidden)
+        return RefusalError(kind, field, reason, forbidden=forbidden)

@@ -68,6 +68,20 @@ class _DaemonCollector(Collector):
         self.counts = counts
         self.coverage = coverage
 
+    def _section(self, key: str) -> dict[str, Any]:
+        """A nested part of the counts (absent: empty); another shape is a bug upstream."""
+        value = self.counts.get(key, {})
+        if not isinstance(value, dict):
+            raise TypeError(f"counts[{key!r}] is a {type(value).__name__}, not a dict")
+        return value
+
+    def _number(self, key: str) -> float:
+        """A count (absent: 0); another shape is a bug upstream."""
+        value = self.counts.get(key, 0)
+        if not isinstance(value, int | float):
+            raise TypeError(f"counts[{key!r}] is a {type(value).__name__}, not a number")
+        return float(value)
+
     def _cluster(self) -> Iterator[Metric]:
         """On PostgreSQL: whether this node leads, whether its database answers, and
         its local spool (docs/SCALE.md)."""
@@ -189,18 +203,16 @@ class _DaemonCollector(Collector):
             value=bus.duplicates,
         )
         by_state = GaugeMetricFamily("memwarden_blocks", "Blocks by state.", labels=["state"])
-        states = self.counts.get("by_state", {})
-        assert isinstance(states, dict)  # noqa: S101 - built by Store.counts
+        states = self._section("by_state")  # built by Store.counts
         for state in ("unverified", "fresh", "stale", "refuted", "archived"):
             by_state.add_metric([state], float(states.get(state, 0)))
         yield by_state
         yield GaugeMetricFamily(
             "memwarden_revalidation_backlog",
             "Revalidation requests pending or sent.",
-            value=float(self.counts.get("revalidation_backlog", 0)),  # type: ignore[arg-type]
+            value=self._number("revalidation_backlog"),
         )
-        search = self.counts.get("search", {})
-        assert isinstance(search, dict)  # noqa: S101 - built by Daemon.search_health
+        search = self._section("search")  # built by Daemon.search_health
         yield GaugeMetricFamily(
             "memwarden_vectors",
             "Block vectors held for search by meaning (0 without an embedder).",
@@ -214,7 +226,7 @@ class _DaemonCollector(Collector):
         yield GaugeMetricFamily(
             "memwarden_reviews_pending",
             "Blocks waiting for a human review.",
-            value=float(self.counts.get("pending_reviews", 0)),  # type: ignore[arg-type]
+            value=self._number("pending_reviews"),
         )
         restarts = CounterMetricFamily(
             "memwarden_sensor_restarts", "Sensor restarts after a crash.", labels=["sensor"]

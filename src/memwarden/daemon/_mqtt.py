@@ -52,7 +52,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import ValidationError
 
 from memwarden.daemon._config import hostname_id
-from memwarden.daemon._ingest import Refused
+from memwarden.daemon._ingest import RefusalError
 from memwarden.errors import StorageError, ValidationInputError
 from memwarden.memory import Outcome, ValidationEvent, from_ts, to_ts
 from memwarden.mqtt import (
@@ -101,7 +101,7 @@ _MIN_CLOCK_CORRECTION_S = 1.0  # below this, delivery jitter: observed_at is lef
 # ---------------------------------------------------------------------- the bridge
 
 
-class _Rejected(Exception):  # noqa: N818 - a control-flow signal, not an error we report
+class _RejectedError(Exception):  # a control-flow signal, not an error we report
     def __init__(self, kind: str, reason: str) -> None:
         super().__init__(reason)
         self.kind = kind
@@ -360,7 +360,7 @@ class MqttBridge:
         """The event in a message (capped as its sensor allows), or None when dead-lettered."""
         try:
             event = await self._check_event(sensor, payload, agent_id)
-        except _Rejected as bad:
+        except _RejectedError as bad:
             shown = payload if len(payload) <= self.settings.max_payload_bytes else payload[:4096]
             where = f"mqtt:{sensor}" if agent_id is None else f"mqtt:{agent_id}:{sensor}"
             await self._reject(where[:200], bad.kind, bad.reason, shown)
@@ -375,22 +375,22 @@ class MqttBridge:
         configuration), the schema, then what it may claim (the event gate)."""
         limit = self.settings.max_payload_bytes
         if len(payload) > limit:
-            raise _Rejected("too_large", f"{len(payload)} bytes (at most {limit})")
+            raise _RejectedError("too_large", f"{len(payload)} bytes (at most {limit})")
         try:
             data = json.loads(payload)
         except ValueError as err:  # not UTF-8 or not JSON
-            raise _Rejected("not_json", str(err)) from None
+            raise _RejectedError("not_json", str(err)) from None
         if not isinstance(data, dict):
-            raise _Rejected("invalid_event", "not a JSON object")
+            raise _RejectedError("invalid_event", "not a JSON object")
         if agent_id is not None:
             topic = self.topics.agent_events(agent_id, sensor)
             if not is_agent_id(agent_id):
-                raise _Rejected("invalid_agent", f"{topic}: {agent_id!r} is not an agent id")
+                raise _RejectedError("invalid_agent", f"{topic}: {agent_id!r} is not an agent id")
             claimed = data.get("agent")
             if claimed is not None and (
                 not isinstance(claimed, str) or split_agent(claimed)[0] != agent_id
             ):
-                raise _Rejected(
+                raise _RejectedError(
                     "agent_mismatch",
                     f"event says agent {str(claimed)[:130]!r} but came on {topic}: an agent "
                     "reports only as itself",
@@ -400,11 +400,11 @@ class MqttBridge:
             await self._note_seq(claimed, data.get("seq"))
         try:
             conf = self.gate.sender(sensor, "mqtt")
-        except Refused as refusal:
-            raise _Rejected(refusal.kind, refusal.reason) from None
+        except RefusalError as refusal:
+            raise _RejectedError(refusal.kind, refusal.reason) from None
         if conf.agents is not None and agent_id not in conf.agents:
             who = "a client that is not an agent" if agent_id is None else f"agent {agent_id!r}"
-            raise _Rejected(
+            raise _RejectedError(
                 "agent_not_allowed",
                 f"remote sensor {sensor!r} takes events only from agents {conf.agents} on "
                 f"{self.topics.agent_events('<agent>', sensor)}; this came from {who}",
@@ -412,7 +412,7 @@ class MqttBridge:
         try:
             event = ValidationEvent.model_validate(data)
         except ValidationError as err:
-            raise _Rejected(
+            raise _RejectedError(
                 "invalid_event",
                 "; ".join(
                     f"{'.'.join(str(p) for p in e['loc']) or 'event'}: {e['msg']}"
@@ -421,7 +421,7 @@ class MqttBridge:
             ) from None
         if event.sensor != sensor:
             where = self.topics.events(sensor) if agent_id is None else topic
-            raise _Rejected(
+            raise _RejectedError(
                 "sensor_mismatch", f"event says sensor {event.sensor!r} but came on {where}"
             )
         event = self._corrected(event, agent_id)
@@ -429,8 +429,8 @@ class MqttBridge:
             event, _ = self.gate.check(
                 event, via="mqtt", max_future_skew=self.settings.max_future_skew
             )
-        except Refused as refusal:
-            raise _Rejected(refusal.kind, refusal.reason) from None
+        except RefusalError as refusal:
+            raise _RejectedError(refusal.kind, refusal.reason) from None
         if agent_id is None:  # no identity but the payload's: followed once all checks passed
             await self._note_seq(event.agent, event.seq)
         return event

@@ -26,6 +26,7 @@ import structlog
 from memwarden.errors import ValidationInputError
 from memwarden.memory import Binding, NewProposal
 from memwarden.plugins import DryRun, SuggestsBindings, check_binding
+from memwarden.plugins._guard import Crash, guarded
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -111,10 +112,11 @@ async def suggest_bindings(
         if not isinstance(sensor, SuggestsBindings) or not runner.available:
             continue
         out.searched.append(name)
-        try:
-            found = await sensor.binding_candidates(text, limit=max(4 * limit, 10))
-        except Exception as err:  # noqa: BLE001 - one sensor's matcher must not fail the rest
-            log.warning("suggestion_candidates_failed", sensor=name, error=type(err).__name__)
+        found = await guarded(sensor.binding_candidates(text, limit=max(4 * limit, 10)))
+        if isinstance(found, Crash):  # one sensor's matcher must not fail the rest
+            log.warning(
+                "suggestion_candidates_failed", sensor=name, error=type(found.error).__name__
+            )
             continue
         pool.extend(_Pending(c, name, runner, sensor) for c in found)
     pool.sort(key=lambda p: (-p.cand.order, p.name))
@@ -154,13 +156,13 @@ async def suggest_bindings(
 
 
 async def _dry_run(sensor: SuggestsBindings[Any], selector: Any, timeout_s: float) -> DryRun:
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await sensor.dry_run(selector)
-    except TimeoutError:
+    run = await guarded(sensor.dry_run(selector), timeout_s=timeout_s)
+    if not isinstance(run, Crash):
+        return run
+    if run.timed_out:
         return DryRun("error", message=f"the dry run took more than {timeout_s:g}s")
-    except Exception as err:  # noqa: BLE001 - a crashing check is an error, as in a revalidation
-        return DryRun("error", message=f"the dry run failed: {type(err).__name__}")
+    # A crashing check is an error, as in a revalidation.
+    return DryRun("error", message=f"the dry run failed: {type(run.error).__name__}")
 
 
 def _classify(
@@ -235,10 +237,11 @@ async def propose(
     new: list[NewProposal] = []
     for _, block_id, title, content, namespace in facts:
         text = f"{title}\n{content}" if title else content
-        try:
-            found = await suggest_bindings(runners, text, limit=PER_FACT)
-        except Exception as err:  # noqa: BLE001 - one fact's failure never stops the pass
-            log.warning("proposal_failed", block_id=block_id, error=type(err).__name__)
+        # Sensor code runs for each fact (matchers, binding models, dry runs): one fact's
+        # failure never stops the pass.
+        found = await guarded(suggest_bindings(runners, text, limit=PER_FACT))
+        if isinstance(found, Crash):
+            log.warning("proposal_failed", block_id=block_id, error=type(found.error).__name__)
             continue
         report.searched = found.searched
         subjects: dict[tuple[str, str], Suggested] = {}

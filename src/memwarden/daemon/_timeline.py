@@ -383,7 +383,7 @@ def _thin(coords: list[tuple[float, float]]) -> list[str]:
             pairs[-1] = pair  # the level stretch goes on: move its end
             continue
         pairs.append(pair)
-    return ["%g %g" % pair for pair in pairs]  # noqa: UP031 - %g drops a ".0"
+    return [f"{x:g} {y:g}" for x, y in pairs]  # :g drops a ".0"
 
 
 def _retention_desc(since: float | None, *, gap: bool, now_value: float | None) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeGuard
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Form, Request
+from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import cookie_parser
@@ -212,7 +212,11 @@ def forged() -> HTMLResponse:
 
 
 @router.get("/login")
-async def login(sessions: Sessions, token: str = "", next: str = "") -> Response:  # noqa: A002 - the link's parameter
+async def login(
+    sessions: Sessions,
+    token: str = "",
+    next_page: Annotated[str, Query(alias="next")] = "",  # the link's ?next=
+) -> Response:
     if not LINK_TOKEN.fullmatch(token):
         return page(
             "error.html",
@@ -228,7 +232,7 @@ async def login(sessions: Sessions, token: str = "", next: str = "") -> Response
         return page("signed_out.html", status=401, expired=True)
     session_id, _ = redeemed
     # Only a page of ours: a path under /review, nothing that could leave the site.
-    target = next if NEXT_PAGE.fullmatch(next) else "/review"
+    target = next_page if NEXT_PAGE.fullmatch(next_page) else "/review"
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE,

@@ -34,7 +34,7 @@ from memwarden.memory._codec import (
 )
 from memwarden.memory._ids import new_id
 from memwarden.memory._model import BlockState, NewBlock, default_node_name
-from memwarden.memory._sql import load_record, save_record, select_in
+from memwarden.memory._sql import load_record, one_row, save_record, select_in
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -267,8 +267,7 @@ class Blocks:
                 "SELECT id, status, reason FROM reviews WHERE block_id = ? AND status = 'pending'",
                 (block_id,),
             ) as cur:
-                row = await cur.fetchone()
-            assert row is not None  # noqa: S101 - inserted or already open just above
+                row = one_row(await cur.fetchone(), "the pending review")  # inserted or open
             return {"review_id": row[0], "block_id": block_id, "status": row[1], "reason": row[2]}
 
         return await self.db.write(job)

@@ -363,13 +363,12 @@ class NewBlock(BaseModel):
 
     @model_validator(mode="after")
     def _fill_types(self) -> NewBlock:
-        if self.info_type is None and self.volatility is None:
-            self.info_type, self.volatility = InfoType.SEMI_STATIC, Volatility.MEDIUM
-        elif self.volatility is None:
-            assert self.info_type is not None  # noqa: S101 - narrowed by the branch above
+        if self.info_type is not None and self.volatility is None:
             self.volatility = _INFO_TO_VOLATILITY[self.info_type]
-        elif self.info_type is None:
+        elif self.info_type is None and self.volatility is not None:
             self.info_type = _VOLATILITY_TO_INFO[self.volatility]
+        elif self.info_type is None:  # neither given
+            self.info_type, self.volatility = InfoType.SEMI_STATIC, Volatility.MEDIUM
         return self
 
 

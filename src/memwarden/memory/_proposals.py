@@ -246,7 +246,16 @@ async def decide(
         action = "proposal_rejected"
         if accept:
             action = "proposal_accepted"
-            await _apply(conn, rid, kind, json.loads(raw), binding, proposal_id, now, actor)
+            await _apply(
+                conn,
+                rid,
+                kind,
+                json.loads(raw),
+                binding=binding,
+                proposal_id=proposal_id,
+                now=now,
+                actor=actor,
+            )
         await conn.execute(
             "UPDATE proposals SET status = ?, decided_at = ?, decided_by = ? WHERE id = ?",
             ("accepted" if accept else "rejected", now, actor[:128], proposal_id),
@@ -260,11 +269,12 @@ async def decide(
     return await get(db, proposal_id)
 
 
-async def _apply(  # noqa: PLR0917 - one step of decide's transaction
+async def _apply(
     conn: aiosqlite.Connection,
     rid: int,
     kind: str,
     proposal: dict[str, Any],
+    *,
     binding: Binding | None,
     proposal_id: str,
     now: float,

@@ -27,6 +27,7 @@ from memwarden.memory._sql import (
     depends_of,
     load_record,
     namespace_clause,
+    one_row,
     placeholders,
     select_in,
 )
@@ -565,7 +566,7 @@ async def _first_seq_since(conn: aiosqlite.Connection, since: float) -> int | No
             "SELECT seq, received_at FROM events WHERE seq >= ? ORDER BY seq LIMIT 1", (seq,)
         ) as cur:
             row = await cur.fetchone()
-        assert row is not None  # noqa: S101 - seq <= max(seq): there is one
+        row = one_row(row, f"the event at or after {seq}")  # seq <= max(seq): there is one
         return int(row[0]), float(row[1])
 
     return await first_seq_since(lo, hi, since, at_or_after)

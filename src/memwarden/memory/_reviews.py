@@ -274,15 +274,22 @@ async def decide_review(
         review = await _fetch(store, review_id)
         if review.status != "pending":
             raise already_decided(review)
-        if choice == Decision.EDIT:
-            assert new_content is not None  # noqa: S101 - checked by check_decision
+        if new_content is not None:  # an edit's (check_decision refuses it otherwise)
             await store.update(review.block_id, {"content": new_content}, actor=reviewer)
         request_id = await _open_request(store, review.block_id, sensor)
         event = decision_event(
-            review, choice, reviewer, comment, sensor, request_id, store.clock.time()
+            review,
+            choice,
+            reviewer=reviewer,
+            comment=comment,
+            sensor=sensor,
+            request_id=request_id,
+            now=store.clock.time(),
         )
         result = await (apply or store.apply_events)([event])
-        decided = await _close(store, review, choice, reviewer, comment, sensor, event)
+        decided = await _close(
+            store, review, choice, reviewer=reviewer, comment=comment, sensor=sensor, event=event
+        )
     return await decision_answer(store, decided, event, result)
 
 
@@ -292,9 +299,10 @@ def already_decided(review: Review) -> ValidationInputError:
     return ValidationInputError([("id", f"review {review.id} is {already}")])
 
 
-def decision_event(  # noqa: PLR0917 - the decision's parts, one place for both backends
+def decision_event(
     review: Review,
     choice: Decision,
+    *,
     reviewer: str,
     comment: str,
     sensor: str,
@@ -363,10 +371,11 @@ async def _open_request(store: Store, block_id: str, sensor: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-async def _close(  # noqa: PLR0917 - a private step of decide_review, called once
+async def _close(
     store: Store,
     review: Review,
     choice: Decision,
+    *,
     reviewer: str,
     comment: str,
     sensor: str,

@@ -41,6 +41,7 @@ __all__ = [
     "in_thread",
     "load_record",
     "namespace_clause",
+    "one_row",
     "placeholders",
     "rid_ranges",
     "save_record",
@@ -53,6 +54,14 @@ T = TypeVar("T")
 
 _IN_CHUNK = 500  # host parameters per IN (...) list
 MAX_NAMESPACES = 64  # an agent's namespaces: one IN list, never chunked
+
+
+def one_row(row: T | None, what: str) -> T:
+    """The row of a query that always yields one (an aggregate, a row written just
+    before in the same transaction); none is a bug, raised with ``what`` was read."""
+    if row is None:
+        raise RuntimeError(f"no row for {what}, where the query always yields one")
+    return row
 
 
 def namespace_clause(

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import re
 from typing import TYPE_CHECKING, Any, Literal, Self, cast
@@ -110,6 +111,7 @@ if TYPE_CHECKING:
     from memwarden.memory.pg._revalidation import PgRevalidations
     from memwarden.memory.pg._reviews import PgReviews
     from memwarden.memory.pg._search import PgSearch
+    from memwarden.memory.pg._serving import PgServing
     from memwarden.memory.pg._transfer import PgTransfer
     from memwarden.memory.policy import CoverageDict, HealthReport
 
@@ -139,9 +141,8 @@ class _PgParts:
     erasure: PgErasure
     transfer: PgTransfer
     evidence: PgEvidence
-
-
-SERVE_CHUNK = 5_000  # bindings per transaction of a full serving pass (PostgreSQL)
+    serving: PgServing
+    queue_vectors: Callable[[], Awaitable[int]]  # every block, for a new vector
 
 
 class Store:
@@ -201,11 +202,11 @@ class Store:
             self._path: Path | None = None
             self._open_pg(
                 where,
-                readers,
-                max_jobs_per_commit,
-                embedder,
-                embed_batch,
-                embed_claim_s,
+                readers=readers,
+                max_jobs=max_jobs_per_commit,
+                embedder=embedder,
+                batch=embed_batch,
+                claim_s=embed_claim_s,
                 node=node,
             )
             return
@@ -234,15 +235,15 @@ class Store:
         self._evidence = Evidence(self.db)
         self.node = node or default_node_name()
 
-    def _open_pg(  # noqa: PLR0917 - private, called once
+    def _open_pg(
         self,
         dsn: str,
+        *,
         readers: int,
         max_jobs: int,
         embedder: EmbedderLike | None,
         batch: int,
         claim_s: float,
-        *,
         node: str | None,
     ) -> None:
         """The PostgreSQL parts on one :class:`PgDatabase` (asyncpg is imported here)."""
@@ -273,10 +274,11 @@ class Store:
             erasure=pg.PgErasure(db, clock, vectors=self.vectors),
             transfer=pg.PgTransfer(db, clock, policy),
             evidence=evidence,
+            serving=pg.PgServing(db),
+            queue_vectors=functools.partial(pg.queue_all_vectors, db),
         )
         self._share_score_log()
         self.node = node or default_node_name()
-        self._served_among: list[str] | None = None  # the live nodes at the last pass
 
     def _share_score_log(self) -> None:
         """The PostgreSQL parts that write the score log read it from their attribute:
@@ -318,11 +320,7 @@ class Store:
     def unreachable(self) -> tuple[str, ...]:
         """What an erasure cannot reach on this backend (an erasure's answer lists it):
         :data:`memwarden.memory.UNREACHABLE`, or PostgreSQL's own list."""
-        if self.pg_db is None:
-            return _erasure.UNREACHABLE
-        from memwarden.memory.pg._erasure import UNREACHABLE  # noqa: PLC0415 - an extra
-
-        return UNREACHABLE
+        return _erasure.UNREACHABLE if self._pg is None else self._pg.erasure.unreachable
 
     @property
     def path(self) -> Path:
@@ -645,47 +643,14 @@ class Store:
         change is audited. Returns (bindings moved, checks requeued)."""
         now = self.clock.time()
         actor = f"node:{self.node}"
-        if self.pg_db is None:
+        if self._pg is None:
             node = self.node
 
             async def job(conn: Any) -> int:
                 return await serve_all(conn, node, now=now, actor=actor)
 
             return await self.db.write(job), 0
-        return await self._keep_servers_pg(now, actor)
-
-    async def _keep_servers_pg(self, now: float, actor: str) -> tuple[int, int]:
-        """The leader's pass on PostgreSQL. Every binding when the live nodes differ from
-        the previous pass's (or on this store's first), in ranges of ids, one writer
-        transaction each (the writer is never held long); else only those served by no
-        one. Then the checks claimed by dead nodes."""
-        from memwarden.memory.pg import _serving  # noqa: PLC0415 - an extra's driver
-
-        db = self.pg_db
-        assert db is not None  # noqa: S101 - the caller checked
-        async with db.read() as conn:
-            alive = await _serving.alive_nodes(conn)
-            if alive is None:  # no node registered here: nothing to serve by
-                return 0, 0
-            full = alive != self._served_among
-            ranges: list[tuple[int, int] | None] = (
-                list(await _serving.binding_ranges(conn, SERVE_CHUNK)) if full else [None]
-            )
-        moved = 0
-        for ids in ranges:
-
-            async def job(conn: Any, ids: tuple[int, int] | None = ids) -> int:
-                changes = await _serving.assign_servers(conn, alive, now=now, actor=actor, ids=ids)
-                return len(changes)
-
-            moved += await db.write(job)
-
-        async def requeue(conn: Any) -> int:
-            return await _serving.requeue_dead(conn, alive, now=now)
-
-        requeued = await db.write(requeue)
-        self._served_among = alive
-        return moved, requeued
+        return await self._pg.serving.keep(now=now, actor=actor)
 
     async def request_revalidation(
         self,
@@ -896,10 +861,8 @@ class Store:
     async def reembed(self) -> int:
         """Queue every block for a new vector (after a model change); how many."""
         if self.vectors is None:  # a daemon with an embedder embeds them when it runs
-            if self.pg_db is not None:
-                from memwarden.memory.pg._vectors import queue_all as pg_queue_all  # noqa: PLC0415
-
-                return await pg_queue_all(self.pg_db)
+            if self._pg is not None:
+                return await self._pg.queue_vectors()
             return await queue_all(self.db)
         return await self.vectors.reembed()
 

@@ -155,8 +155,16 @@ async def export_objects(
     for block in blocks:
         rec = dict(records[block["id"]])
         rid = rec.pop("_rid")
-        parts = (bindings[rid], depends[rid], history[rid], versions[block["id"]])
-        out.append(export_object(block, rec, *parts))
+        out.append(
+            export_object(
+                block,
+                rec,
+                bindings=bindings[rid],
+                depends_on=depends[rid],
+                history=history[rid],
+                versions=versions[block["id"]],
+            )
+        )
     return out
 
 
@@ -183,9 +191,10 @@ def history_entry(
     }
 
 
-def export_object(  # noqa: PLR0917 - the parts of one object, in one place
+def export_object(
     block: Mapping[str, Any],
     record: dict[str, Any],
+    *,
     bindings: list[dict[str, Any]],
     depends_on: list[str],
     history: list[dict[str, Any]],
@@ -308,7 +317,16 @@ async def import_rows(
         existing.add(block_id)
         rid += 1
         try:
-            await _import_block(conn, i, row, rid, cols, history_cols, quarantine or {}, now)
+            await _import_block(
+                conn,
+                i,
+                row,
+                rid=rid,
+                cols=cols,
+                history_cols=history_cols,
+                quarantine=quarantine or {},
+                now=now,
+            )
         except (sqlite3.Error, OverflowError) as err:  # a missing column, a value too big
             raise ValidationInputError([(f"{i}", f"cannot be stored: {err}")]) from None
         report.sensors.update(str(b["sensor"]) for b in row.get("bindings", []))
@@ -316,10 +334,11 @@ async def import_rows(
     return report
 
 
-async def _import_block(  # noqa: PLR0917 - the pieces of one object, in one place
+async def _import_block(
     conn: aiosqlite.Connection,
     i: int,
     row: Mapping[str, Any],
+    *,
     rid: int,
     cols: Mapping[str, set[str]],
     history_cols: set[str],
@@ -410,8 +429,9 @@ async def _check_readable(conn: aiosqlite.Connection, i: int, block_id: str) -> 
 def check_readable(i: int, row: Sequence[Any] | None) -> None:
     """:class:`ValidationInputError` unless the ``BLOCK_COLUMNS`` row of the ``i``-th
     imported object reads back as a valid block."""
+    if row is None:  # inserted just before, in the same transaction
+        raise RuntimeError(f"the block of imported object {i} is not there after its insert")
     try:
-        assert row is not None  # noqa: S101 - inserted just before
         rec = record_from_row(tuple(row))
         record_to_block(rec, bindings=[], now=rec.created_at, cfg=_POLICY)
     except (ValueError, TypeError, KeyError, AttributeError, ValidationError) as err:

@@ -50,6 +50,7 @@ from memwarden.memory import Binding, Duration, Outcome, format_duration, from_t
 from memwarden.memory.policy import next_check_in
 from memwarden.plugins._capabilities import DryRun
 from memwarden.plugins._contract import PLUGIN_API, BaseBinding, BaseSensorConfig, BoundSubject
+from memwarden.plugins._guard import Crash, guarded
 
 if TYPE_CHECKING:
     from memwarden.memory import RevalidationRequest, ValidationEvent
@@ -503,16 +504,14 @@ class PollingSensor(Generic[ConfigT, BindingT]):
         """``check`` under its deadline; a crash or a timeout is an ``error``."""
         self.poll_counters.checks += 1
         timeout = self.timeout_of(bound)
-        try:
-            async with asyncio.timeout(timeout.total_seconds()):
-                obs = await self.check(bound)
-        except TimeoutError:
-            self.poll_counters.timeouts += 1
-            obs = Observation.error(f"check timed out after {timeout.total_seconds():g}s")
-        except Exception as err:  # noqa: BLE001 - a crashing check is an error outcome
-            self.poll_counters.crashes += 1
-            text = str(err)
-            obs = Observation.error(f"{type(err).__name__}: {text}" if text else type(err).__name__)
+        obs = await guarded(self.check(bound), timeout_s=timeout.total_seconds())
+        if isinstance(obs, Crash):  # a crash or a timeout is an error outcome
+            if obs.timed_out:
+                self.poll_counters.timeouts += 1
+                obs = Observation.error(f"check timed out after {timeout.total_seconds():g}s")
+            else:
+                self.poll_counters.crashes += 1
+                obs = Observation.error(obs.describe())
         if Outcome(obs.outcome) == Outcome.ERROR:
             self.poll_counters.errors += 1
         return obs

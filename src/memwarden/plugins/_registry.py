@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from memwarden.errors import PluginLoadError
 from memwarden.plugins._contract import PLUGIN_API
+from memwarden.plugins._guard import Crash, guarded_sync
 from memwarden.plugins._shim import adapt_v1
 
 if TYPE_CHECKING:
@@ -103,19 +104,18 @@ class Registry:
             version=dist.version if dist is not None else "",
             entry_point=ep.value,
         )
-        try:
-            loaded = ep.load()
-            sensor_cls = validate_sensor_class(ep.name, loaded)
-        except PluginLoadError as err:
-            self.failures[ep.name] = err
-            self.failed_origins[ep.name] = origin
-            log.error("plugin_load_failed", plugin=ep.name, error=str(err))
-            return
-        except Exception as err:  # noqa: BLE001 - any import failure is reported, not fatal
-            failure = PluginLoadError(
-                f"sensor plugin {ep.name!r} ({ep.value}) failed to import: "
-                f"{type(err).__name__}: {err}",
-                plugin=ep.name,
+        # Importing a plugin runs its code: any failure is reported, never fatal.
+        sensor_cls = guarded_sync(lambda: validate_sensor_class(ep.name, ep.load()))
+        if isinstance(sensor_cls, Crash):
+            err = sensor_cls.error
+            failure = (
+                err
+                if isinstance(err, PluginLoadError)
+                else PluginLoadError(
+                    f"sensor plugin {ep.name!r} ({ep.value}) failed to import: "
+                    f"{type(err).__name__}: {err}",
+                    plugin=ep.name,
+                )
             )
             self.failures[ep.name] = failure
             self.failed_origins[ep.name] = origin

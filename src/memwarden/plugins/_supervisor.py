@@ -21,6 +21,7 @@ import structlog
 from memwarden.errors import PluginError
 from memwarden.memory import Outcome, ValidationEvent
 from memwarden.plugins._contract import StartupPolicy
+from memwarden.plugins._guard import Crash, describe, guarded
 
 if TYPE_CHECKING:
     from memwarden.memory import RevalidationRequest
@@ -187,12 +188,10 @@ class SensorRunner:
     async def _setup(self, attempt: int) -> bool:
         if self._set_up:
             return True
-        try:
-            async with asyncio.timeout(self.setup_timeout_s):
-                await self.sensor.setup(self.ctx)
-        except Exception as err:  # noqa: BLE001 - the startup policy decides what it means
+        crash = await guarded(self.sensor.setup(self.ctx), timeout_s=self.setup_timeout_s)
+        if isinstance(crash, Crash):  # the startup policy decides what it means
             self.counters.errors += 1
-            self.counters.last_error = f"setup: {_describe(err)}"
+            self.counters.last_error = f"setup: {crash.describe()}"
             await self._teardown(force=True)
             self.log.error("sensor_setup_failed", error=self.counters.last_error, attempt=attempt)
             if self._ran_once:
@@ -245,7 +244,7 @@ class SensorRunner:
             await self._stop.wait()
             return False
         self.counters.errors += 1
-        self.counters.last_error = f"run: {_describe(err)}"
+        self.counters.last_error = f"run: {describe(err)}"
         self.log.error("sensor_crashed", error=self.counters.last_error, exc_info=err)
         return True
 
@@ -263,11 +262,9 @@ class SensorRunner:
         if not self._set_up and not force:
             return
         self._set_up = False
-        try:
-            async with asyncio.timeout(self.teardown_timeout_s):
-                await self.sensor.teardown()
-        except Exception as err:  # noqa: BLE001 - teardown problems are logged, never fatal
-            self.log.warning("sensor_teardown_failed", error=_describe(err))
+        crash = await guarded(self.sensor.teardown(), timeout_s=self.teardown_timeout_s)
+        if isinstance(crash, Crash):  # logged, never fatal
+            self.log.warning("sensor_teardown_failed", error=crash.describe())
 
     def _settle_start(self) -> None:
         if not self._started.done():
@@ -306,21 +303,20 @@ class SensorRunner:
         self._inflight.add(key)
         self.counters.revalidations += 1
         try:
-            async with asyncio.timeout(timeout_s):
-                result = await self.sensor.revalidate(request, self.ctx)
-        except TimeoutError:
+            result = await guarded(self.sensor.revalidate(request, self.ctx), timeout_s=timeout_s)
+        finally:
+            self._inflight.discard(key)
+        if isinstance(result, Crash) and result.timed_out:
             self.counters.timeouts += 1
             self.counters.errors += 1  # the source did not answer: an error that shows
             self.counters.last_error = f"revalidate: timed out after {timeout_s:g}s"
             self.log.warning("revalidate_timed_out", subject=subject, timeout_s=timeout_s)
             return [self._error(request, f"check timed out after {timeout_s:g}s")]
-        except Exception as err:  # noqa: BLE001 - a crashing check is an error outcome
+        if isinstance(result, Crash):  # a crashing check is an error outcome
             self.counters.errors += 1
-            self.counters.last_error = f"revalidate: {_describe(err)}"
+            self.counters.last_error = f"revalidate: {result.describe()}"
             self.log.warning("revalidate_failed", subject=subject, error=self.counters.last_error)
             return [self._error(request, self.counters.last_error)]
-        finally:
-            self._inflight.discard(key)
         if result is None:
             events: list[ValidationEvent] = []
         elif isinstance(result, ValidationEvent):
@@ -340,9 +336,3 @@ class SensorRunner:
         return self.ctx.event(
             request.subject, Outcome.ERROR, message=message, request_id=request.id
         )
-
-
-def _describe(err: BaseException) -> str:
-    """``OSError: no device``; just the type when the error says nothing more."""
-    text = str(err)
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__

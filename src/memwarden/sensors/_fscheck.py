@@ -7,6 +7,7 @@ root, and never beyond ``max_file_bytes``.
 
 from __future__ import annotations
 
+import configparser
 import errno
 import hashlib
 import json
@@ -432,6 +433,21 @@ def observed_of(look: Look, *, base: str = "") -> Any:
     if look.too_large:
         return {"bytes": look.size}
     return look.fingerprint if look.fingerprint in (MISSING, "directory") else None
+
+
+# What parsing a malformed document raises: json, tomllib and a bad encoding raise
+# ValueError (JSONDecodeError, TOMLDecodeError, UnicodeDecodeError), PyYAML its YAMLError
+# (and, on some malformed scalars such as a bad timestamp, AttributeError or IndexError),
+# configparser its Error; a document nested too deeply, RecursionError.
+PARSE_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    LookupError,
+    AttributeError,
+    TypeError,
+    RecursionError,
+    yaml.YAMLError,
+    configparser.Error,
+)
 
 
 def parse_structured(data: bytes, fmt: Literal["json", "toml", "yaml"]) -> Any:

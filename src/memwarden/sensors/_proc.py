@@ -65,8 +65,10 @@ async def run_command(
 
     async def read() -> None:
         nonlocal kept, truncated
-        assert proc.stdout is not None  # noqa: S101 - we asked for a pipe
-        while chunk := await proc.stdout.read(_CHUNK):
+        stdout = proc.stdout
+        if stdout is None:  # stdout=PIPE makes one
+            raise RuntimeError("the command's output has no pipe")
+        while chunk := await stdout.read(_CHUNK):
             room = max_output_bytes - kept
             if room > 0:
                 chunks.append(chunk[:room])

@@ -153,25 +153,24 @@ class _Helper:
     def _search(self, pattern: str, data: bytes) -> bytes | None:
         deadline = time.monotonic() + TIMEOUT_S
         try:
-            process = self._running()
+            stdin, stdout = self._running()
         except OSError as err:
             why = f"could not be run: the regex helper did not start ({err})"
             raise RegexTimeoutError(pattern, len(data), why) from None
         raw = pattern.encode("utf-8")
         try:
-            assert process.stdin is not None  # noqa: S101 - Popen(stdin=PIPE)
-            assert process.stdout is not None  # noqa: S101 - Popen(stdout=PIPE)
-            process.stdin.write(struct.pack(">I", len(raw)) + raw)
-            process.stdin.write(struct.pack(">Q", len(data)))
-            process.stdin.write(data)
-            process.stdin.flush()
-            (size,) = struct.unpack(">q", _read_by(process.stdout, 8, deadline))
-            return None if size < 0 else _read_by(process.stdout, size, deadline)
+            stdin.write(struct.pack(">I", len(raw)) + raw)
+            stdin.write(struct.pack(">Q", len(data)))
+            stdin.write(data)
+            stdin.flush()
+            (size,) = struct.unpack(">q", _read_by(stdout, 8, deadline))
+            return None if size < 0 else _read_by(stdout, size, deadline)
         except (OSError, EOFError, TimeoutError):
             self._stop()
             raise RegexTimeoutError(pattern, len(data)) from None
 
-    def _running(self) -> subprocess.Popen[bytes]:
+    def _running(self) -> tuple[IO[bytes], IO[bytes]]:
+        """The running helper's stdin and stdout (started if need be)."""
         process = self._process
         if process is None or process.poll() is not None:
             self._stop()
@@ -185,7 +184,10 @@ class _Helper:
                 close_fds=True,
             )
             self._process = process
-        return process
+        stdin, stdout = process.stdin, process.stdout
+        if stdin is None or stdout is None:  # Popen(stdin=PIPE, stdout=PIPE) makes both
+            raise OSError("no pipes to the regex helper")
+        return stdin, stdout
 
     def close(self) -> None:
         """End the helper (at exit): it would end by itself when its stdin closes."""

@@ -18,7 +18,7 @@ import fnmatch
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from memwarden.sensors._textmatch import stems
 
@@ -119,13 +119,13 @@ class TestCatalog:
         out: list[TestCase] = []
         for node in tree.body:
             if _is_test_function(node):
-                assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)  # noqa: S101 - narrowed above
                 out.append(self._case(rel, "", node, file_stems))
             elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-                for item in node.body:
-                    if _is_test_function(item):
-                        assert isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)  # noqa: S101 - narrowed above
-                        out.append(self._case(rel, node.name, item, file_stems))
+                out.extend(
+                    self._case(rel, node.name, item, file_stems)
+                    for item in node.body
+                    if _is_test_function(item)
+                )
         return out
 
     def _case(
@@ -141,7 +141,7 @@ class TestCatalog:
         return TestCase(test_id, node.name, cls, doc, name_stems, tuple(stems(doc)), file_stems)
 
 
-def _is_test_function(node: ast.AST) -> bool:
+def _is_test_function(node: ast.AST) -> TypeGuard[ast.FunctionDef | ast.AsyncFunctionDef]:
     return isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test")
 
 

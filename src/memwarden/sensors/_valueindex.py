@@ -205,6 +205,14 @@ def _scalar(value: Any, *, untyped: bool = False) -> Scalar:
     return fc.json_scalar(value)
 
 
+def _not_parsed(fmt: Format, err: Exception) -> str:
+    """Why a document was not indexed. The parser's message may quote the file: say only
+    what kind of failure."""
+    if isinstance(err, RecursionError):
+        return f"not indexed: nested too deeply to parse as {fmt}"
+    return f"not indexed: not valid {fmt} ({type(err).__name__})"
+
+
 def parse_entries(
     path: str, data: bytes, fmt: Format, limits: IndexLimits, key: bytes
 ) -> tuple[list[Entry], str | None]:
@@ -337,7 +345,7 @@ class ValueIndex:
             out[path] = self._parse_one(path)
         return out
 
-    def _parse_one(self, path: str) -> _Parsed:  # noqa: PLR0911 - one return per kind of file
+    def _parse_one(self, path: str) -> _Parsed:
         fmt = file_format(path)
         if fmt is None:
             return _Parsed()
@@ -352,11 +360,8 @@ class ValueIndex:
             )
         try:
             entries, note = parse_entries(path, look.content, fmt, self.limits, self._key)
-        except RecursionError:
-            return _Parsed(problem=f"not indexed: nested too deeply to parse as {fmt}")
-        except Exception as err:  # noqa: BLE001 - any parser failure: the file is skipped
-            # The parser's message may quote the file: say only what kind of failure.
-            return _Parsed(problem=f"not indexed: not valid {fmt} ({type(err).__name__})")
+        except fc.PARSE_ERRORS as err:  # the file is skipped
+            return _Parsed(problem=_not_parsed(fmt, err))
         keys: tuple[tuple[str, Entry], ...] = ()
         if self.keys_of is not None:
             keys = tuple((k, e) for e in entries for k in self.keys_of(e))
@@ -400,10 +405,8 @@ class ValueIndex:
             return problem
         try:
             entries, note = parse_entries(path, data, fmt, self.limits, self._key)
-        except RecursionError:
-            entries, note = [], f"not indexed: nested too deeply to parse as {fmt}"
-        except Exception as err:  # noqa: BLE001 - any parser failure: nothing is indexed
-            entries, note = [], f"not indexed: not valid {fmt} ({type(err).__name__})"
+        except fc.PARSE_ERRORS as err:  # nothing is indexed
+            entries, note = [], _not_parsed(fmt, err)
         keys: tuple[tuple[str, Entry], ...] = ()
         if self.keys_of is not None:
             keys = tuple((k, e) for e in entries for k in self.keys_of(e))

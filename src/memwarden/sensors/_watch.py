@@ -89,6 +89,7 @@ class _OverflowHook(logging.Handler):
     def __init__(self) -> None:
         super().__init__(level=logging.WARNING)
         self.watchers: weakref.WeakSet[Watcher] = weakref.WeakSet()
+        self.installed = False
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -101,20 +102,19 @@ class _OverflowHook(logging.Handler):
 
 
 _hook_lock = threading.Lock()
-_hook: _OverflowHook | None = None
+_HOOK = _OverflowHook()  # one process-wide log handler, installed with the first watcher
 WATCHDOG_LOGGER = "watchdog.observers"
 
 
 def _overflow_hook() -> _OverflowHook:
-    global _hook  # noqa: PLW0603 - one process-wide log handler, installed once
     with _hook_lock:
-        if _hook is None:
-            _hook = _OverflowHook()
+        if not _HOOK.installed:
             logger = logging.getLogger(WATCHDOG_LOGGER)
-            logger.addHandler(_hook)
+            logger.addHandler(_HOOK)
             if logger.getEffectiveLevel() > logging.WARNING:
                 logger.setLevel(logging.WARNING)  # the overflow warning must reach us
-        return _hook
+            _HOOK.installed = True
+        return _HOOK
 
 
 class _Handler(FileSystemEventHandler):
@@ -189,8 +189,7 @@ class Watcher:
         """Stop and join the observer thread; idempotent."""
         observer, self._observer = self._observer, None
         self._watches.clear()
-        if _hook is not None:
-            _hook.watchers.discard(self)
+        _HOOK.watchers.discard(self)
         if observer is None:
             return
         observer.stop()

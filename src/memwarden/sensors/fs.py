@@ -314,7 +314,9 @@ class FsSensor:
                     )
                     tg.create_task(self._flush_state(), name=f"sensor[{ctx.name}].state")
                     if self.index is not None:
-                        tg.create_task(self._follow_index(ctx), name=f"sensor[{ctx.name}].index")
+                        tg.create_task(
+                            self._follow_index(ctx, self.index), name=f"sensor[{ctx.name}].index"
+                        )
         finally:
             self._watcher = None
             self._lookup = _Lookup()
@@ -388,12 +390,10 @@ class FsSensor:
         verdict = results[0][2][0][1]
         return DryRun(str(verdict.outcome), verdict.observed, verdict.message)
 
-    async def _follow_index(self, ctx: SensorContext[FsBinding]) -> None:
+    async def _follow_index(self, ctx: SensorContext[FsBinding], index: ValueIndex) -> None:
         """Keep the value index current from what the sensor's watcher hands over (its
         directories are watched since the first replan); its failure costs suggestions,
         never the checks."""
-        index = self.index
-        assert index is not None  # noqa: S101 - only started with an index
         try:
             await index.rebuild()
             while True:
@@ -775,9 +775,11 @@ class FsSensor:
 
     @staticmethod
     def _judge_regex(b: _Bound, content: bytes) -> fc.Verdict:
-        assert b.pattern is not None  # noqa: S101 - made with the binding when regex is set
+        pattern = b.pattern
+        if pattern is None:  # made with the binding when regex is set
+            return fc.Verdict("error", message="the binding's regex was not compiled")
         try:
-            found = b.pattern.search(content)
+            found = pattern.search(content)
         except RegexTimeoutError as err:
             return fc.Verdict("error", message=str(err))
         ok = (found is not None) == b.selector.match
@@ -789,7 +791,7 @@ class FsSensor:
         return fc.Verdict("refuted", observed, f"/{b.selector.regex}/ matches {observed!r}")
 
     @staticmethod
-    def _judge_key(sel: FsBinding, content: bytes, path: str) -> fc.Verdict:  # noqa: PLR0911 - one return per outcome
+    def _judge_key(sel: FsBinding, content: bytes, path: str) -> fc.Verdict:
         fmt = fc.format_of(path, sel.format)
         if fmt is None:
             return fc.Verdict(
@@ -798,7 +800,7 @@ class FsSensor:
             )
         try:
             doc = fc.parse_structured(content, fmt)
-        except Exception as err:  # noqa: BLE001 - any parser failure: the check could not run
+        except fc.PARSE_ERRORS as err:  # the check could not run
             return fc.Verdict("error", message=f"{sel.path}: not valid {fmt}: {err}"[:1000])
         pointer = sel.key or ""
         try:
@@ -808,9 +810,7 @@ class FsSensor:
         except fc.TooBigError as err:
             return fc.Verdict("error", message=f"{sel.path}: {pointer}: {err}")
         observed = bounded(value)
-        if "equals" not in sel.model_fields_set:
-            return fc.Verdict("confirmed", observed)
-        if json_equal(value, sel.equals):
+        if "equals" not in sel.model_fields_set or json_equal(value, sel.equals):
             return fc.Verdict("confirmed", observed)
         return fc.Verdict(
             "refuted",

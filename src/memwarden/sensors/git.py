@@ -246,9 +246,13 @@ class GitSensor(PollingSensor[GitConfig, GitBinding]):
             return await self._contains(repo, sel.head_contains)
         if sel.tag_at_head is not None:
             return await self._tag(repo, sel.tag_at_head)
-        ref = sel.ahead_of if sel.ahead_of is not None else sel.behind
-        assert ref is not None  # noqa: S101 - the model demands exactly one assertion
-        return await self._distance(repo, ref, ahead=sel.ahead_of is not None, by=sel.by)
+        if sel.ahead_of is not None:
+            ref, ahead = sel.ahead_of, True
+        elif sel.behind is not None:
+            ref, ahead = sel.behind, False
+        else:  # the model's validator demands exactly one assertion
+            raise ValueError(f"the binding names none of {', '.join(_ASSERTIONS)}")
+        return await self._distance(repo, ref, ahead=ahead, by=sel.by)
 
     async def _git(self, repo: Path, *args: str) -> tuple[int | None, str]:
         env = {

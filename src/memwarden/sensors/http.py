@@ -37,7 +37,7 @@ import ssl
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path  # noqa: TC003 - pydantic reads HttpConfig's field types at runtime
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal
 
 import httpx
@@ -50,6 +50,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from typing_extensions import override
 
 from memwarden import __version__
 from memwarden.jsonpointer import check_pointer, json_equal, resolve_pointer
@@ -552,7 +553,8 @@ class HttpSensor(PollingSensor[HttpConfig, HttpBinding]):
             ],
         }
 
-    async def on_setup(self, ctx: SensorContext[HttpBinding]) -> None:  # noqa: ARG002 - hook
+    @override
+    async def on_setup(self, ctx: SensorContext[HttpBinding]) -> None:
         verify: ssl.SSLContext | bool = self.config.verify
         if self.config.verify and self.config.ca_file is not None:
             verify = ssl.create_default_context(cafile=str(self.config.ca_file))
@@ -575,7 +577,8 @@ class HttpSensor(PollingSensor[HttpConfig, HttpBinding]):
 
     # ------------------------------------------------------------------ one check
 
-    def timeout_of(self, bound: BoundSubject[HttpBinding]) -> timedelta:  # noqa: ARG002 - hook
+    @override
+    def timeout_of(self, bound: BoundSubject[HttpBinding]) -> timedelta:
         return timedelta(seconds=self.config.timeout_s) + _TIMEOUT_GRACE
 
     async def check(self, bound: BoundSubject[HttpBinding]) -> Observation:
@@ -713,7 +716,7 @@ def _judge_content(selector: HttpBinding, answer: _Answer, observed: dict[str, A
     ):
         return f"body does not match {selector.body_regex!r}"
     if selector.key is not None:
-        return _judge_key(selector, text, observed)
+        return _judge_key(selector, selector.key, text, observed)
     return None
 
 
@@ -731,21 +734,21 @@ def _judge_header(
     return None
 
 
-def _judge_key(selector: HttpBinding, text: str, observed: dict[str, Any]) -> str | None:
-    assert selector.key is not None  # noqa: S101 - the caller checked
+def _judge_key(selector: HttpBinding, key: str, text: str, observed: dict[str, Any]) -> str | None:
+    """Why the body's value at ``key`` (the selector's) fails the binding, or None."""
     try:
         doc = json.loads(text)
     except ValueError:
         return "body is not JSON"
     try:
-        value = resolve_pointer(doc, selector.key)
+        value = resolve_pointer(doc, key)
     except LookupError:
-        return f"no {selector.key} in the body"
+        return f"no {key} in the body"
     observed["value"] = bounded(value)
     if "equals" in selector.model_fields_set and not json_equal(value, selector.equals):
-        return f"{selector.key} is {_short(value)}, expected {_short(selector.equals)}"
+        return f"{key} is {_short(value)}, expected {_short(selector.equals)}"
     if selector.matches is not None:
         subject = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         if not compile_user_regex(selector.matches).matches(subject):
-            return f"{selector.key} is {_short(value)}, which does not match {selector.matches!r}"
+            return f"{key} is {_short(value)}, which does not match {selector.matches!r}"
     return None

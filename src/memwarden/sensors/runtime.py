@@ -444,7 +444,7 @@ def _blocking_check(check: _Check) -> Observation:
     raise TypeError(f"not a built-in check: {type(check).__name__}")
 
 
-def _verdict(ok: bool, message: str, observed: dict[str, Any]) -> Observation:  # noqa: FBT001
+def _verdict(message: str, observed: dict[str, Any], *, ok: bool) -> Observation:
     return Observation(Outcome.CONFIRMED if ok else Outcome.REFUTED, message, observed)
 
 
@@ -466,9 +466,9 @@ def _process(check: ProcessCheck) -> Observation:
     what = f"name {check.name!r}" if check.name is not None else f"cmdline {check.cmdline!r}"
     n = len(pids)
     return _verdict(
-        n >= check.min_count,
         f"{n} process{'es' if n != 1 else ''} with {what} (at least {check.min_count} expected)",
         {"count": n, "pids": sorted(pids)[:32]},
+        ok=n >= check.min_count,
     )
 
 
@@ -489,9 +489,9 @@ def _process_by_pid_file(path: Path) -> Observation:
     except psutil.AccessDenied:
         running = True  # it exists; we may just not look at it
     return _verdict(
-        running,
         f"process {pid} (from {path}) is {'running' if running else 'not running'}",
         {"pid": pid, "running": running},
+        ok=running,
     )
 
 
@@ -525,7 +525,7 @@ def _tcp_listening(check: TcpPortCheck) -> Observation:
         for c in conns
     )
     message = f"{'a' if found else 'no'} socket listens on {where}"
-    return _verdict(found, message, {"listening": found})
+    return _verdict(message, {"listening": found}, ok=found)
 
 
 def _disk_free(check: DiskFreeCheck) -> Observation:
@@ -543,9 +543,9 @@ def _disk_free(check: DiskFreeCheck) -> Observation:
         if w
     )
     return _verdict(
-        ok,
         f"{usage.free} bytes ({free_percent:.1f}%) free on {check.path}; at least {wanted} wanted",
         {"free_bytes": usage.free, "free_percent": round(free_percent, 2), "total": usage.total},
+        ok=ok,
     )
 
 
@@ -555,9 +555,9 @@ def _memory(check: MemoryCheck) -> Observation:
         check.min_available_bytes is None or vm.available >= check.min_available_bytes
     )
     return _verdict(
-        ok,
         f"memory {vm.percent:.1f}% used, {vm.available} bytes available",
         {"used_percent": vm.percent, "available_bytes": vm.available},
+        ok=ok,
     )
 
 
@@ -590,9 +590,9 @@ def _file_age(check: FileAgeCheck) -> Observation:
     age_s = max(0.0, time.time() - mtime)  # file times are the OS's: compare with its clock
     limit_s = check.max_age.total_seconds()
     return _verdict(
-        age_s <= limit_s,
         f"{check.path} was modified {age_s:.0f}s ago (at most {limit_s:g}s allowed)",
         {"exists": True, "age_s": round(age_s, 3)},
+        ok=age_s <= limit_s,
     )
 
 

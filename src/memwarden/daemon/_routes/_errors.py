@@ -29,17 +29,17 @@ if TYPE_CHECKING:
 
     from fastapi import Request
 
-    from memwarden.daemon._ingest import Refused
+    from memwarden.daemon._ingest import RefusalError
 
-__all__ = ["EXCEPTION_HANDLERS", "EventRefused"]
+__all__ = ["EXCEPTION_HANDLERS", "EventRefusedError"]
 
 log = structlog.get_logger("memwarden.api")
 
 
-class EventRefused(Exception):  # noqa: N818 - answered as 403/422, like HTTPException
+class EventRefusedError(Exception):  # answered as 403/422, like HTTPException
     """A request to ``POST /v1/events`` carrying an event its sender may not report."""
 
-    def __init__(self, index: int, refusal: Refused) -> None:
+    def __init__(self, index: int, refusal: RefusalError) -> None:
         super().__init__(str(refusal))
         self.index = index
         self.refusal = refusal
@@ -82,7 +82,7 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
 
 
-async def _refused(_: Request, exc: EventRefused) -> JSONResponse:
+async def _refused(_: Request, exc: EventRefusedError) -> JSONResponse:
     refusal = exc.refusal
     log.warning(
         "event_refused", via="http", kind=refusal.kind, index=exc.index, reason=refusal.reason
@@ -155,7 +155,7 @@ EXCEPTION_HANDLERS: dict[
     ValidationInputError: _invalid,
     RequestValidationError: _invalid_request,
     StarletteHTTPException: _http_error,
-    EventRefused: _refused,
+    EventRefusedError: _refused,
     NotFoundError: _not_found,
     AmbiguousIdError: _ambiguous,
     VersionConflictError: _conflict,

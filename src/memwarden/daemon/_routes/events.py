@@ -3,7 +3,7 @@ ingest events from remote sensors, and what each configured sensor is and does.
 
 Ingest is gated before anything is stored: each schema-valid event goes through the
 daemon's event gate (who may report what, ``observed_at`` not ahead of our clock,
-values capped); one refusal refuses the whole request (:class:`EventRefused`).
+values capped); one refusal refuses the whole request (:class:`EventRefusedError`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from pydantic import BaseModel, Field, ValidationError
 
-from memwarden.daemon._ingest import Refused
+from memwarden.daemon._ingest import RefusalError
 from memwarden.daemon._routes._deps import DaemonDep, ErrorMessage, Reader, Reporter
-from memwarden.daemon._routes._errors import EventRefused
+from memwarden.daemon._routes._errors import EventRefusedError
 from memwarden.errors import ValidationInputError
 from memwarden.memory import ValidationEvent, parse_duration
 
@@ -51,7 +51,7 @@ class EventsAccepted(BaseModel):
 async def _authorise(daemon: Daemon, payloads: list[Any]) -> tuple[list[Any], list[dict[str, str]]]:
     """The payloads with each schema-valid event checked (and capped) by the event gate.
 
-    Raises :class:`EventRefused` on the first event the gate refuses: nothing is stored.
+    Raises :class:`EventRefusedError` on the first event the gate refuses: nothing is stored.
     Payloads that do not fit the schema stay as they are (the bus dead-letters them).
     """
     out: list[Any] = []
@@ -66,8 +66,8 @@ async def _authorise(daemon: Daemon, payloads: list[Any]) -> tuple[list[Any], li
             continue
         try:
             event, caps = daemon.gate.check(event, via="http", max_future_skew=skew)
-        except Refused as refusal:
-            raise EventRefused(i, refusal) from None
+        except RefusalError as refusal:
+            raise EventRefusedError(i, refusal) from None
         capped.extend(
             {"event": str(i), "field": c.field, "given": c.given, "stored": c.stored} for c in caps
         )
@@ -83,7 +83,7 @@ async def _authorise(daemon: Daemon, payloads: list[Any]) -> tuple[list[Any], li
         unbound = None
     if unbound is not None:
         position, why = unbound
-        raise EventRefused(events[position][0], why)
+        raise EventRefusedError(events[position][0], why)
     return out, capped
 
 

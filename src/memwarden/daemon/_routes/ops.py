@@ -8,6 +8,7 @@ from fastapi.responses import PlainTextResponse
 
 from memwarden import __version__
 from memwarden.client import HealthAnswer
+from memwarden.daemon._metrics import render
 from memwarden.daemon._routes._deps import Admin, DaemonDep, Reader
 
 __all__ = ["router"]
@@ -33,7 +34,5 @@ async def health(caller: Reader, daemon: DaemonDep) -> HealthAnswer:
 @router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(_: Admin, daemon: DaemonDep) -> PlainTextResponse:
     """Prometheus text format (every namespace's counts: the ``admin`` operation)."""
-    from memwarden.daemon._metrics import render  # noqa: PLC0415
-
     body, content_type = await render(daemon)
     return PlainTextResponse(body, media_type=content_type)

@@ -46,6 +46,7 @@ from memwarden.memory._codec import (
 )
 from memwarden.memory._ids import new_id
 from memwarden.memory._model import BlockState, default_node_name
+from memwarden.memory._sql import one_row
 from memwarden.memory.pg._ids import allocate
 
 if TYPE_CHECKING:
@@ -286,11 +287,14 @@ class PgBlocks:
                 reason[:1000],
                 now,
             )
-            row = await conn.fetchrow(
-                "SELECT id, status, reason FROM reviews WHERE block_id = $1 AND status = 'pending'",
-                block_id,
+            row = one_row(  # inserted or already open just above
+                await conn.fetchrow(
+                    "SELECT id, status, reason FROM reviews"
+                    " WHERE block_id = $1 AND status = 'pending'",
+                    block_id,
+                ),
+                "the pending review",
             )
-            assert row is not None  # noqa: S101 - inserted or already open just above
             return {"review_id": row[0], "block_id": block_id, "status": row[1], "reason": row[2]}
 
         return await self.db.write(job)

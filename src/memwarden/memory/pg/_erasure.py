@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from memwarden.errors import ValidationInputError
 from memwarden.memory import _erasure
@@ -69,7 +69,7 @@ from memwarden.memory._erasure import (
 )
 from memwarden.memory._fts import query_terms
 from memwarden.memory._retention import run
-from memwarden.memory._sql import namespace_clause
+from memwarden.memory._sql import namespace_clause, one_row
 from memwarden.memory.pg._retention import PgRetentionSteps
 from memwarden.memory.pg._search import CONFIG, WORDS
 
@@ -140,6 +140,8 @@ class PgErasure:
     ``vectors`` (:class:`~memwarden.memory.pg._vectors.PgVectorIndex`, with an embedder)
     the erased blocks' vectors held in memory, as the SQLite store's ``erase`` does.
     """
+
+    unreachable: ClassVar[tuple[str, ...]] = UNREACHABLE  # what an erasure cannot reach
 
     def __init__(
         self,
@@ -395,14 +397,16 @@ _REST_SQL = (
 
 async def _erase_one(conn: PgConnection, block_id: str, rid: int) -> dict[str, int]:
     """SQLite's ``_erase_one``: the same tables, counted alike (under the guard row)."""
-    first = await conn.fetchrow(_LOG_FIRST, rid, block_id)
-    assert first is not None  # noqa: S101 - a SELECT of aggregates: always one row
+    # SELECTs of aggregates: always one row each.
+    first = one_row(await conn.fetchrow(_LOG_FIRST, rid, block_id), "the log's counts")
     seqs, effects, runs = first
     n = {"effects": int(effects), "event_runs": int(runs)}
     n["events"] = _rows(await conn.execute(_EVENTS_GONE, seqs))
     n["events_blanked"] = _rows(await conn.execute(_EVENTS_BLANKED, seqs))
-    counts = await conn.fetchrow(_REST_SQL, rid, block_id, block_id.encode(), ERASED_DETAIL)
-    assert counts is not None  # noqa: S101 - the same
+    counts = one_row(
+        await conn.fetchrow(_REST_SQL, rid, block_id, block_id.encode(), ERASED_DETAIL),
+        "the erasure's counts",
+    )
     n.update(zip((name for name, _ in _REST), (int(c) for c in counts), strict=True))
     # This backend's own log of falls (session notices across nodes; SQLite has none):
     # gone too, not counted, so the tombstone says what SQLite's says.

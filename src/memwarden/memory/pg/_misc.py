@@ -23,6 +23,7 @@ from memwarden.memory._promotion import (
     count_accesses,
     tell_core_promotions,
 )
+from memwarden.memory._sql import one_row
 from memwarden.memory.pg._reads import storable
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ class PgMisc:
                 "SELECT (SELECT count(*) FROM outbox), (SELECT value FROM meta WHERE key = $1)",
                 DROPPED_KEY,
             )
-        assert row is not None  # noqa: S101 - a SELECT without FROM has one row
+        row = one_row(row, "the outbox's counts")  # a SELECT without FROM has one row
         return OutboxStats(queued=int(row[0]), dropped=int(row[1] or 0))
 
     async def agent_high_water(self, agents: Sequence[str]) -> dict[str, int]:

@@ -16,8 +16,10 @@ from memwarden.memory.pg._reads import PgReads
 from memwarden.memory.pg._revalidation import PgRevalidations
 from memwarden.memory.pg._reviews import PgReviews
 from memwarden.memory.pg._search import PgSearch
+from memwarden.memory.pg._serving import PgServing
 from memwarden.memory.pg._transfer import PgTransfer
 from memwarden.memory.pg._vectors import PgVectorIndex
+from memwarden.memory.pg._vectors import queue_all as queue_all_vectors
 
 __all__ = [
     "PgBlocks",
@@ -33,6 +35,8 @@ __all__ = [
     "PgRevalidations",
     "PgReviews",
     "PgSearch",
+    "PgServing",
     "PgTransfer",
     "PgVectorIndex",
+    "queue_all_vectors",
 ]

@@ -151,7 +151,16 @@ class PgProposals:
             action = "proposal_rejected"
             if accept:
                 action = "proposal_accepted"
-                await _apply(conn, rid, kind, json.loads(raw), binding, proposal_id, now, actor)
+                await _apply(
+                    conn,
+                    rid,
+                    kind,
+                    json.loads(raw),
+                    binding=binding,
+                    proposal_id=proposal_id,
+                    now=now,
+                    actor=actor,
+                )
             await conn.execute(
                 "UPDATE proposals SET status = $1, decided_at = $2, decided_by = $3 WHERE id = $4",
                 "accepted" if accept else "rejected",
@@ -239,11 +248,12 @@ class PgProposals:
         return out
 
 
-async def _apply(  # noqa: PLR0917 - one step of decide's transaction
+async def _apply(
     conn: PgConnection,
     rid: int,
     kind: str,
     proposal: dict[str, Any],
+    *,
     binding: Binding | None,
     proposal_id: str,
     now: float,

@@ -41,7 +41,7 @@ from memwarden.memory._reads import (
     version_entry,
 )
 from memwarden.memory._results import BlockFilter, EventRecord, validate_input
-from memwarden.memory._sql import MAX_NAMESPACES
+from memwarden.memory._sql import MAX_NAMESPACES, one_row
 from memwarden.memory.policy import coverage_of
 
 if TYPE_CHECKING:
@@ -475,7 +475,7 @@ async def _first_seq_since(conn: PgConnection, since: float) -> int | None:
         row = await conn.fetchrow(
             "SELECT seq, received_at FROM events WHERE seq >= $1 ORDER BY seq LIMIT 1", seq
         )
-        assert row is not None  # noqa: S101 - seq <= max(seq): there is one
+        row = one_row(row, f"the event at or after {seq}")  # seq <= max(seq): there is one
         return int(row[0]), float(row[1])
 
     return await first_seq_since(lo, hi, since, at_or_after)

@@ -182,25 +182,33 @@ class PgReviews:
             review = await _fetch(conn, review_id)
             if review.status != "pending":
                 raise already_decided(review)
-            if choice == Decision.EDIT:
-                assert new_content is not None  # noqa: S101 - checked by check_decision
+            if new_content is not None:  # an edit's (check_decision refuses it otherwise)
                 await host.update(review.block_id, {"content": new_content}, actor=reviewer)
             request_id = await _open_request(conn, review.block_id, sensor)
             event = decision_event(
-                review, choice, reviewer, comment, sensor, request_id, host.clock.time()
+                review,
+                choice,
+                reviewer=reviewer,
+                comment=comment,
+                sensor=sensor,
+                request_id=request_id,
+                now=host.clock.time(),
             )
             result = await (apply or host.apply_events)([event])
-            await self._close(review, choice, reviewer, comment, sensor, event)
+            await self._close(
+                review, choice, reviewer=reviewer, comment=comment, sensor=sensor, event=event
+            )
             decided = await _fetch(conn, review.id)
         return await decision_answer(host, decided, event, result)
 
     def _locked(self, review_id: str) -> _ItemLock:
         return _ItemLock(self.db.dsn, review_id)
 
-    async def _close(  # noqa: PLR0917 - a private step of decide_review, called once
+    async def _close(
         self,
         review: Review,
         choice: Decision,
+        *,
         reviewer: str,
         comment: str,
         sensor: str,

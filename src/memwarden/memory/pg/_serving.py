@@ -27,10 +27,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from memwarden.memory.pg._database import PgDatabase
     from memwarden.memory.pg._types import PgConnection
 
 __all__ = [
     "ALIVE_S",
+    "SERVE_CHUNK",
+    "PgServing",
     "ServeChange",
     "alive_nodes",
     "assign_servers",
@@ -42,6 +45,7 @@ __all__ = [
 ]
 
 ALIVE_S = 30.0  # as memwarden.cluster.ALIVE_S: a heartbeat younger than this is alive
+SERVE_CHUNK = 5_000  # bindings per transaction of a full serving pass
 
 # The live nodes (by the database's clock).
 _ALIVE = """
@@ -110,6 +114,46 @@ class ServeChange:
     subject: str
     before: str | None
     after: str | None
+
+
+class PgServing:
+    """The leader's serving pass (:meth:`memwarden.memory.Store.keep_servers`) on one
+    database; it remembers the live nodes of its previous pass."""
+
+    def __init__(self, db: PgDatabase, *, chunk: int = SERVE_CHUNK) -> None:
+        self.db = db
+        self.chunk = chunk
+        self._served_among: list[str] | None = None  # the live nodes at the last pass
+
+    async def keep(self, *, now: float, actor: str) -> tuple[int, int]:
+        """Every binding when the live nodes differ from the previous pass's (or on the
+        first), in ranges of ids, one writer transaction each (the writer is never held
+        long); else only those served by no one. Then the checks claimed by dead nodes.
+        Returns (bindings moved, checks requeued)."""
+        db = self.db
+        async with db.read() as conn:
+            alive = await alive_nodes(conn)
+            if alive is None:  # no node registered here: nothing to serve by
+                return 0, 0
+            full = alive != self._served_among
+            ranges: list[tuple[int, int] | None] = (
+                list(await binding_ranges(conn, self.chunk)) if full else [None]
+            )
+        moved = 0
+        for ids in ranges:
+
+            async def job(conn: PgConnection, ids: tuple[int, int] | None = ids) -> int:
+                changes = await assign_servers(conn, alive, now=now, actor=actor, ids=ids)
+                return len(changes)
+
+            moved += await db.write(job)
+
+        async def requeue(conn: PgConnection) -> int:
+            return await requeue_dead(conn, alive, now=now)
+
+        requeued = await db.write(requeue)
+        self._served_among = alive
+        return moved, requeued
 
 
 async def alive_nodes(conn: PgConnection, alive_s: float = ALIVE_S) -> list[str] | None:

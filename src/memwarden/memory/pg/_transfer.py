@@ -174,7 +174,7 @@ async def _import_rows(
         existing.add(block_id)
         rid += 1
         try:
-            await _import_block(conn, i, row, rid, cols, quarantine, now)
+            await _import_block(conn, i, row, rid=rid, cols=cols, quarantine=quarantine, now=now)
         except (
             asyncpg.PostgresError,
             asyncpg.DataError,
@@ -196,10 +196,11 @@ async def _import_rows(
     return report
 
 
-async def _import_block(  # noqa: PLR0917 - the pieces of one object, in one place
+async def _import_block(
     conn: PgConnection,
     i: int,
     row: Mapping[str, Any],
+    *,
     rid: int,
     cols: Mapping[str, dict[str, str]],
     quarantine: Mapping[tuple[int, int], str],

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from memwarden.memory._durations import Duration
+from memwarden.memory._durations import Duration, parse_duration
 from memwarden.memory._model import Volatility
 
 __all__ = [
@@ -34,8 +34,6 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True)
 def _per_volatility(
     low: str, medium: str, high: str, ephemeral: str
 ) -> dict[Volatility, timedelta]:
-    from memwarden.memory._durations import parse_duration  # noqa: PLC0415 - tiny, local
-
     return {
         Volatility.LOW: parse_duration(low),
         Volatility.MEDIUM: parse_duration(medium),

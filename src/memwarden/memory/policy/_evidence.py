@@ -164,7 +164,16 @@ def apply_event(
 
     ev = cfg.evidence
     if outcome == _CONFIRMED:
-        _confirm(rec, eff, sensor, observed_at, now, cfg, reliability, validity_window_s)
+        _confirm(
+            rec,
+            eff,
+            sensor=sensor,
+            observed_at=observed_at,
+            now=now,
+            cfg=cfg,
+            reliability=reliability,
+            validity_window_s=validity_window_s,
+        )
     elif outcome == _REFUTED_OUTCOME:
         hard_now = (
             rec.consecutive_refutations + 1 >= ev.hard_refutation_after
@@ -213,9 +222,10 @@ def apply_event(
     return eff
 
 
-def _confirm(  # noqa: PLR0917 - a private step of apply_event, called once
+def _confirm(
     rec: BlockRecord,
     eff: Effect,
+    *,
     sensor: str,
     observed_at: float,
     now: float,
