@@ -98,7 +98,7 @@ async def stages(search: Any, text: str, limit: int) -> dict[str, int]:
     out["fusion"] = (t := time.thread_time_ns()) - u
     now = search.clock.time()
     params = {
-        "cands": json.dumps({str(rid): rel for rid, rel in relevance.items()}),
+        "cands": json.dumps(relevance),
         "now": now,
         "f_fresh": cfg.ranking.fresh,
         "f_unverified": cfg.ranking.unverified,
