@@ -20,6 +20,15 @@ Times are the loop thread's CPU time (``time.thread_time_ns``: the reads run inl
 that thread), which other processes' load moves far less than the wall time; the wall
 time's p50 is printed beside. The figures are in docs/BENCHMARKS.md (helper
 ``hybrid20``'s section).
+
+``--against OLD/src`` compares instead this tree's search code with another checkout's
+(``git worktree add OLD <commit>``, or ``git archive <commit> src | tar -x -C OLD``), in
+one process on one store: that tree's ``VectorIndex``, ``Search`` and WordLlama methods
+are bound onto the live objects for every other query (the halves swapped each round),
+so both run in the same minutes under the same load. It prints each side's loop-thread
+CPU p50 / p95 for hybrid and keyword searches, their ratio, and how many queries got the
+same hybrid top 10 from both. Only for an old tree whose objects hold the same
+attributes (helper ``hybrid20b``'s section of docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -27,12 +36,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import random
 import sqlite3
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +109,7 @@ async def stages(search: Any, text: str, limit: int) -> dict[str, int]:
     out["fusion"] = (t := time.thread_time_ns()) - u
     now = search.clock.time()
     params = {
-        "cands": json.dumps({str(rid): rel for rid, rel in relevance.items()}),
+        "cands": json.dumps(relevance),
         "now": now,
         "f_fresh": cfg.ranking.fresh,
         "f_unverified": cfg.ranking.unverified,
@@ -158,6 +169,115 @@ async def measure(db: Path, rounds: int, limit: int) -> None:
         print(f"wall p50 {label}: {statistics.median(samples) / 1e6:.3f} ms")
 
 
+# What --against swaps: the methods a hybrid or keyword search runs.
+_SWAPPED = {
+    "memory/_vectors.py": (
+        "VectorIndex",
+        (
+            "signs",
+            "_recentre",
+            "_search",
+            "_shortlist",
+            "_rescore",
+            "_best",
+            "_scan",
+            "nearest",
+            "quantise",
+            "query",
+        ),
+    ),
+    "embedders/_wordllama.py": ("WordLlamaEmbedder", ("embed", "_mean")),
+    "memory/_search.py": ("Search", ("search", "_fused", "_keyword_candidates", "_hits")),
+}
+
+
+def _old_classes(src: Path) -> dict[str, Any]:
+    """The classes of ``_SWAPPED`` from another tree's files (imported under other names;
+    what they import comes from this tree)."""
+    out = {}
+    for i, (rel, (name, _)) in enumerate(_SWAPPED.items()):
+        spec = importlib.util.spec_from_file_location(f"_against{i}", src / "memwarden" / rel)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"cannot load {src / 'memwarden' / rel}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        out[rel] = getattr(module, name)
+    return out
+
+
+async def against(db: Path, old_src: Path, rounds: int, limit: int) -> None:
+    """Old (``old_src``) against new (this tree), alternated query by query."""
+    import numpy as np  # noqa: PLC0415 - the semantic extra
+
+    old = _old_classes(old_src)
+    mid = json.loads(_queries_file(db).read_text())
+    texts = [" ".join(words) for words in mid]
+    embedder = load_embedder("wordllama")
+    plain_table = np.asarray(embedder._table)  # old trees held the np.memmap itself
+    mapped_table = plain_table.base if isinstance(plain_table.base, np.memmap) else plain_table
+    async with Store(db, clock=FakeClock(T0 + 7200.0), embedder=embedder) as store:
+        objects = {
+            "memory/_vectors.py": store.vectors,
+            "embedders/_wordllama.py": embedder,
+            "memory/_search.py": store._search,
+        }
+
+        def use(side: str) -> None:
+            for rel, (_, methods) in _SWAPPED.items():
+                obj = objects[rel]
+                cls = old[rel] if side == "old" else type(obj)
+                for method in methods:
+                    setattr(obj, method, types.MethodType(getattr(cls, method), obj))
+            embedder._table = mapped_table if side == "old" else plain_table
+
+        cpu: dict[str, list[int]] = {
+            f"{mode} {side}": [] for side in ("old", "new") for mode in ("hybrid", "keyword")
+        }
+        same = total = 0
+        for r in range(rounds):
+            for i, text in enumerate([*texts[:WARMUP], *texts]):
+                side = ("old", "new")[(i + r) % 2]
+                use(side)
+                modes = ("hybrid", "keyword") if (i // 2 + r) % 2 == 0 else ("keyword", "hybrid")
+                for mode in modes:
+                    c0 = time.thread_time_ns()
+                    await store.search(text, limit=limit, mode=mode)
+                    if i >= WARMUP:
+                        cpu[f"{mode} {side}"].append(time.thread_time_ns() - c0)
+                if r == 0 and i >= WARMUP:  # the answers, both ways
+                    tops = []
+                    for other in ("old", "new"):
+                        use(other)
+                        tops.append([h.id for h in await store.search(text, limit=limit)])
+                    same += tops[0] == tops[1]
+                    total += 1
+        use("new")
+
+    def pct(samples: list[int], q: float) -> float:
+        ordered = sorted(samples)
+        return ordered[round(q * (len(ordered) - 1))] / 1e6
+
+    print(f"{len(texts)} queries x {rounds} rounds, limit {limit}, old = {old_src}")
+    print(f"{'':16s} {'CPU p50 ms':>10s} {'CPU p95 ms':>10s} {'mean':>7s}")
+    for name, samples in cpu.items():
+        print(
+            f"{name:16s} {pct(samples, 0.5):10.3f} {pct(samples, 0.95):10.3f}"
+            f" {statistics.fmean(samples) / 1e6:7.3f}"
+        )
+    for q, label in ((0.5, "p50"), (0.95, "p95")):
+        ratio = {
+            side: pct(cpu[f"hybrid {side}"], q) / pct(cpu[f"keyword {side}"], q)
+            for side in ("old", "new")
+        }
+        gain = pct(cpu["hybrid new"], q) / pct(cpu["hybrid old"], q)
+        print(
+            f"{label}: hybrid / keyword old {ratio['old']:.2f}, new {ratio['new']:.2f};"
+            f" hybrid new / old {gain:.3f}"
+        )
+    print(f"same hybrid top {limit}, old and new: {same} of {total} queries")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, default=ROOT / ".bench" / "hybrid-breakdown.db")
@@ -165,12 +285,18 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=500, help="when building")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--limit", type=int, default=10)
+    parser.add_argument(
+        "--against", type=Path, help="another checkout's src directory: old against new"
+    )
     args = parser.parse_args()
     if not args.db.exists() or not _queries_file(args.db).exists():
         args.db.parent.mkdir(parents=True, exist_ok=True)
         print(f"building {args.db} ({args.blocks:,} blocks and their vectors)", file=sys.stderr)
         asyncio.run(build(args.db, args.blocks, args.queries))
-    asyncio.run(measure(args.db, args.rounds, args.limit))
+    if args.against is not None:
+        asyncio.run(against(args.db, args.against, args.rounds, args.limit))
+    else:
+        asyncio.run(measure(args.db, args.rounds, args.limit))
 
 
 if __name__ == "__main__":

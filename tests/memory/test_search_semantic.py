@@ -306,6 +306,35 @@ def test_the_byte_table_popcount_counts_as_numpy_does():
     assert table(words).tolist() == np.bitwise_count(words).tolist()
 
 
+def test_quantising_gives_the_bytes_of_numpys_norm_and_clip():
+    """``quantise`` computes numpy's ``linalg.norm`` and ``clip`` without their wrappers:
+    the same int8 rows, byte for byte (stored vectors and queries must not change),
+    zero rows and large values included; and a query's sign bits by the short path are
+    ``signs``'s, at 256 dimensions and at 100 (padded words)."""
+    import numpy as np  # noqa: PLC0415 - the semantic extra
+
+    from memwarden.memory._vectors import VectorIndex  # noqa: PLC0415 - the unit under test
+
+    rng = np.random.default_rng(11)
+    for dim in (256, 100):
+        index = VectorIndex.__new__(VectorIndex)
+        index.np, index.dim, index._words = np, dim, (dim + 63) // 64
+        for scale in (1e-3, 1.0, 50.0):
+            arr = (rng.standard_normal((300, dim)) * scale).astype(np.float32)
+            arr[:2] = 0.0
+            arr[5] /= np.linalg.norm(arr[5])
+            norms = np.linalg.norm(arr, axis=1, keepdims=True)
+            norms[norms == 0] = 1.0
+            expected = np.clip(np.rint(arr / norms * 127.0), -127, 127).astype(np.int8)
+            assert np.array_equal(index.quantise(arr), expected)
+            assert np.array_equal(index.quantise(arr[7]), expected[7:8])
+        rows = index.quantise(rng.standard_normal((50, dim)))
+        index._centre = rows.mean(axis=0).astype(np.float32)
+        index._floor = index._floor_of(index._centre)
+        for row in rows:
+            assert np.array_equal(index._query_code(row, index._floor), index.signs(row)[0])
+
+
 async def test_the_two_stage_search_finds_what_the_exact_scan_finds(make_store):
     """Forced on a small store, the sign-bit shortlist re-scored exactly gives the exact
     scan's nearest blocks, before and after an erase moved a row (its sign bits move

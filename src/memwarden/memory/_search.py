@@ -241,7 +241,9 @@ class Search:
         ranking = cfg.ranking
         decay = cfg.decay
         params: dict[str, Any] = {
-            "cands": json.dumps({str(rid): rel for rid, rel in relevance.items()}),
+            # {"rid": relevance}: json writes int keys as strings itself (a comprehension
+            # of str(rid) cost about a fifth of the dump).
+            "cands": json.dumps(relevance),
             "now": now,
             "f_fresh": ranking.fresh,
             "f_unverified": ranking.unverified,
@@ -264,7 +266,7 @@ class Search:
         # at 100 000 blocks), so it gets the budget of the pass it follows.
         rows = await self._rows(sql, params, budget_factor=RANKING_BUDGET_FACTOR)
         if len(rows) < limit and len(every) > len(relevance):
-            params["cands"] = json.dumps({str(rid): rel for rid, rel in every.items()})
+            params["cands"] = json.dumps(every)
             rows = await self._rows(sql, params, budget_factor=RANKING_BUDGET_FACTOR)
         shown = {int(row[7 + _RID_COLUMN]) for row in rows}
         fused = None if mode == "vector" else every
