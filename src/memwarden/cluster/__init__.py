@@ -7,22 +7,12 @@ created by :func:`ensure_tables`:
   another takes over within seconds of its death (``_leader``);
 - :class:`NodeRegistry`: a node's row in ``cluster_nodes`` (a random instance id,
   heartbeats; a second live instance of one name is refused) (``_nodes``);
-- :func:`claim_revalidations`: a node's revalidation requests, claimed with ``FOR UPDATE
-  SKIP LOCKED`` (``_claims``);
 - :class:`Notifier` and :func:`notify`: ``LISTEN``/``NOTIFY`` with reconnect and the
   ``missed`` signal (``_notify``);
 - :class:`Spool` and :class:`SpoolingIngest`: a node's local durable spool of the events
   it could not commit, delivered exactly once by event id after a reconnect (``_spool``).
 """
 
-from memwarden.cluster._claims import (
-    ClaimedRevalidation,
-    NewRevalidation,
-    claim_revalidations,
-    enqueue_revalidations,
-    finish_revalidations,
-    requeue_claims,
-)
 from memwarden.cluster._ddl import DDL, SESSION_ERRORS, connect, ensure_tables
 from memwarden.cluster._leader import Leader, LeaseTimes, MonotonicClock, Term, check_name
 from memwarden.cluster._nodes import ALIVE_S, BEAT_S, LeaseHolder, NodeRegistry, lease_holder
@@ -49,13 +39,11 @@ __all__ = [
     "DDL",
     "MAX_PAYLOAD_BYTES",
     "SESSION_ERRORS",
-    "ClaimedRevalidation",
     "Ingested",
     "Leader",
     "LeaseHolder",
     "LeaseTimes",
     "MonotonicClock",
-    "NewRevalidation",
     "NodeRegistry",
     "Notice",
     "Notifier",
@@ -67,13 +55,9 @@ __all__ = [
     "Term",
     "check_channel",
     "check_name",
-    "claim_revalidations",
     "connect",
-    "enqueue_revalidations",
     "ensure_tables",
-    "finish_revalidations",
     "is_unavailable",
     "lease_holder",
     "notify",
-    "requeue_claims",
 ]

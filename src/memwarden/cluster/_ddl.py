@@ -9,8 +9,6 @@ own schema can adopt them as they are: nothing here depends on the store's table
   (``timestamptz``, ``clock_timestamp()``): every node judges expiry by one clock.
 - ``cluster_nodes``: one row per node name, its instance and heartbeats (``_nodes``;
   the database's times).
-- ``cluster_revalidations``: revalidation requests addressed to a node (``_claims``).
-  Times are POSIX seconds from the caller's injected clock, as in the SQLite store.
 
 asyncpg's errors are translated here into :class:`~memwarden.errors.StorageError`.
 """
@@ -47,30 +45,6 @@ CREATE TABLE IF NOT EXISTS cluster_leases (
     renewed_at timestamptz NOT NULL,
     expires_at timestamptz NOT NULL
 );
-CREATE TABLE IF NOT EXISTS cluster_revalidations (
-    id text PRIMARY KEY,
-    node text NOT NULL,
-    block_id text NOT NULL,
-    sensor text NOT NULL,
-    subject text NOT NULL,
-    reason text NOT NULL,
-    status text NOT NULL DEFAULT 'pending'
-        CHECK (status IN ('pending', 'claimed', 'done', 'failed', 'expired')),
-    created_at double precision NOT NULL,
-    send_at double precision NOT NULL,
-    deadline_s double precision NOT NULL,
-    attempts integer NOT NULL DEFAULT 0,
-    claimed_by text,
-    claimed_at double precision,
-    finished_at double precision,
-    outcome text
-);
--- A node's claim: an index range scan over its own pending requests, oldest first.
-CREATE INDEX IF NOT EXISTS cluster_revalidations_due
-    ON cluster_revalidations (node, send_at) WHERE status = 'pending';
--- At most one open request per binding (concurrent sweeps and reads share one check).
-CREATE UNIQUE INDEX IF NOT EXISTS cluster_revalidations_open
-    ON cluster_revalidations (block_id, sensor, subject) WHERE status IN ('pending', 'claimed');
 -- One row per node name: the instance holding it and its heartbeats (``_nodes``).
 CREATE TABLE IF NOT EXISTS cluster_nodes (
     node text PRIMARY KEY,
@@ -81,9 +55,9 @@ CREATE TABLE IF NOT EXISTS cluster_nodes (
     heartbeat_at timestamptz NOT NULL,
     stopped_at timestamptz
 );
--- Requeueing a dead node's claims.
-CREATE INDEX IF NOT EXISTS cluster_revalidations_claimed
-    ON cluster_revalidations (claimed_by, claimed_at) WHERE status = 'claimed';
+-- Made by earlier versions and never used by the daemon (revalidation requests are the
+-- store's ``revalidations`` rows, claimed per node: docs/SCALE.md).
+DROP TABLE IF EXISTS cluster_revalidations;
 """
 
 # Any constant shared by every node: the key of the transaction-level advisory lock that
