@@ -101,14 +101,53 @@ _ROUTE_SELECT = (
     " WHERE g.subject IN "
 )
 _ROUTE_REQUEST = 2 + len(EVIDENCE_COLUMNS)  # where a route row's request id is
-# The evidence UPDATE without ``state`` and ``stale_reasons``, for a block whose state and
+
+
+class _ValuesUpdate:
+    """``UPDATE blocks SET <columns> ... WHERE rid = ?`` for many rows (each: the
+    columns' values, then the rid) as a few statements of the form ``WITH v(...) AS
+    (VALUES (...), ...) UPDATE blocks SET c = v.c ... FROM v WHERE blocks.rid = v.rid``.
+
+    SQLite runs such a statement in one step; an ``executemany`` steps, resets and
+    re-binds the statement once per row, which cost about a fifth of the bulk update
+    here (docs/BENCHMARKS.md, helper ``ingest16``, second pass). The rows go in parts
+    of 512, 256, ... 1 (a statement text per size, kept by the connection's statement
+    cache: a text of any other length would be compiled anew). The same triggers fire,
+    row by row, as for the one-row statement; ``rows`` must not name a rid twice.
+    """
+
+    _PART = 512
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.width = len(columns) + 1
+        names = ", ".join(f"c{i}" for i in range(len(columns)))
+        sets = ", ".join(f"{c} = v.c{i}" for i, c in enumerate(columns))
+        self._head = f"WITH v({names}, rid) AS (VALUES "
+        self._tail = f") UPDATE blocks SET {sets} FROM v WHERE blocks.rid = v.rid"
+        self._row = "(" + ",".join("?" * self.width) + ")"
+        self._texts: dict[int, str] = {}
+
+    def text(self, n: int) -> str:
+        sql = self._texts.get(n)
+        if sql is None:
+            sql = self._texts[n] = self._head + ",".join([self._row] * n) + self._tail
+        return sql
+
+    def run(self, conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        i, n, size = 0, len(rows), self._PART
+        while i < n:
+            while size > n - i:
+                size //= 2
+            conn.execute(self.text(size), [v for row in rows[i : i + size] for v in row])
+            i += size
+
+
+# The evidence columns (``EVIDENCE_UPDATE``'s) of the blocks a batch touched ...
+_EVIDENCE_UPDATE_ROWS = _ValuesUpdate(EVIDENCE_UPDATE_COLUMNS)
+# ... and the same without ``state`` and ``stale_reasons``, for a block whose state and
 # reasons the batch left as they were (most confirmations of a fresh block): the
 # triggers ``AFTER UPDATE OF state`` (the index's archive and restore) then do not run.
-_EVIDENCE_UPDATE_SAME_STATE = (
-    "UPDATE blocks SET "
-    + ", ".join(f"{c} = ?" for c in EVIDENCE_UPDATE_COLUMNS[2:])
-    + " WHERE rid = ?"
-)
+_EVIDENCE_UPDATE_SAME_STATE_ROWS = _ValuesUpdate(EVIDENCE_UPDATE_COLUMNS[2:])
 _EVENT_INSERT = (
     "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"
     " reliability, validity_window_s, request_id, block_id, message, observed, agent, agent_seq)"
@@ -387,7 +426,7 @@ class _EventBatch:
         self.by_subject: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
         self.records: dict[str, Any] = {}
         # Each loaded block's (state, stale_reasons) as stored: a block the batch leaves
-        # in both is written without them (_EVIDENCE_UPDATE_SAME_STATE).
+        # in both is written without them (_EVIDENCE_UPDATE_SAME_STATE_ROWS).
         self.loaded: dict[str, tuple[str, str]] = {}
         # Per routed binding (block, sensor, subject): its open request as read with the
         # routes, (id, created_at), or None when it had none.
@@ -438,7 +477,11 @@ class _EventBatch:
         closed = [row[2] for row in by_id]
         closed += [row[0] for sql, params in unknown for row in conn.execute(sql, params)]
         for sql, rows in [*statements, requests]:
-            if rows:
+            if not rows:
+                continue
+            if isinstance(sql, _ValuesUpdate):
+                sql.run(conn, rows)
+            else:
                 conn.executemany(sql, rows)
         result.accepted = len(batch)
         fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
@@ -577,16 +620,17 @@ class _EventBatch:
             (_EVENT_INSERT, event_rows),
             (_EFFECT_INSERT_PLAIN, plain_effects),
             (_EFFECT_INSERT, effect_rows),
-            (EVIDENCE_UPDATE, updates),
-            (_EVIDENCE_UPDATE_SAME_STATE, same_state),
+            (_EVIDENCE_UPDATE_ROWS, updates),
+            (_EVIDENCE_UPDATE_SAME_STATE_ROWS, same_state),
             ("UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?", demoted),
         ], (REVALIDATION_INSERT, list(requests.values()))
 
     def _updates(
         self, touched: dict[str, Any]
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """``EVIDENCE_UPDATE`` rows of the touched blocks whose state or reasons changed,
-        ``_EVIDENCE_UPDATE_SAME_STATE`` rows of the others; each in key order."""
+        """``_EVIDENCE_UPDATE_ROWS`` rows of the touched blocks whose state or reasons
+        changed, ``_EVIDENCE_UPDATE_SAME_STATE_ROWS`` rows of the others; each in key
+        order."""
         loaded = self.loaded
         changed: list[tuple[Any, ...]] = []
         same: list[tuple[Any, ...]] = []
@@ -602,7 +646,7 @@ class _EventBatch:
         return changed, same
 
 
-_Statement = tuple[str, list[tuple[Any, ...]]]
+_Statement = tuple[str | _ValuesUpdate, list[tuple[Any, ...]]]
 
 
 _NO_OPTIONAL = (None,) * 6  # window, request id, block id, observed, agent, agent seq
