@@ -109,8 +109,8 @@ class _ValuesUpdate:
     (VALUES (...), ...) UPDATE blocks SET c = v.c ... FROM v WHERE blocks.rid = v.rid``.
 
     SQLite runs such a statement in one step; an ``executemany`` steps, resets and
-    re-binds the statement once per row, which cost about a fifth of the bulk update
-    here (docs/BENCHMARKS.md, helper ``ingest16``, second pass). The rows go in parts
+    re-binds the statement once per row: 13 % of the bulk update's instructions
+    (docs/BENCHMARKS.md, helper ``ingest16``, second pass). The rows go in parts
     of 512, 256, ... 1 (a statement text per size, kept by the connection's statement
     cache: a text of any other length would be compiled anew). The same triggers fire,
     row by row, as for the one-row statement; ``rows`` must not name a rid twice.
@@ -142,12 +142,20 @@ class _ValuesUpdate:
             i += size
 
 
-# The evidence columns (``EVIDENCE_UPDATE``'s) of the blocks a batch touched ...
-_EVIDENCE_UPDATE_ROWS = _ValuesUpdate(EVIDENCE_UPDATE_COLUMNS)
-# ... and the same without ``state`` and ``stale_reasons``, for a block whose state and
+# The evidence UPDATE without ``state`` and ``stale_reasons``, for a block whose state and
 # reasons the batch left as they were (most confirmations of a fresh block): the
 # triggers ``AFTER UPDATE OF state`` (the index's archive and restore) then do not run.
-_EVIDENCE_UPDATE_SAME_STATE_ROWS = _ValuesUpdate(EVIDENCE_UPDATE_COLUMNS[2:])
+_EVIDENCE_UPDATE_SAME_STATE = (
+    "UPDATE blocks SET "
+    + ", ".join(f"{c} = ?" for c in EVIDENCE_UPDATE_COLUMNS[2:])
+    + " WHERE rid = ?"
+)
+# How SQLite writes the rows of these two one-row statements (``_EventBatch._rules``
+# returns the statements, which PostgreSQL's ingestion runs as they are).
+_BULK_UPDATES = {
+    EVIDENCE_UPDATE: _ValuesUpdate(EVIDENCE_UPDATE_COLUMNS),
+    _EVIDENCE_UPDATE_SAME_STATE: _ValuesUpdate(EVIDENCE_UPDATE_COLUMNS[2:]),
+}
 _EVENT_INSERT = (
     "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"
     " reliability, validity_window_s, request_id, block_id, message, observed, agent, agent_seq)"
@@ -426,7 +434,7 @@ class _EventBatch:
         self.by_subject: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
         self.records: dict[str, Any] = {}
         # Each loaded block's (state, stale_reasons) as stored: a block the batch leaves
-        # in both is written without them (_EVIDENCE_UPDATE_SAME_STATE_ROWS).
+        # in both is written without them (_EVIDENCE_UPDATE_SAME_STATE).
         self.loaded: dict[str, tuple[str, str]] = {}
         # Per routed binding (block, sensor, subject): its open request as read with the
         # routes, (id, created_at), or None when it had none.
@@ -479,8 +487,9 @@ class _EventBatch:
         for sql, rows in [*statements, requests]:
             if not rows:
                 continue
-            if isinstance(sql, _ValuesUpdate):
-                sql.run(conn, rows)
+            bulk = _BULK_UPDATES.get(sql)
+            if bulk is not None:
+                bulk.run(conn, rows)
             else:
                 conn.executemany(sql, rows)
         result.accepted = len(batch)
@@ -620,17 +629,16 @@ class _EventBatch:
             (_EVENT_INSERT, event_rows),
             (_EFFECT_INSERT_PLAIN, plain_effects),
             (_EFFECT_INSERT, effect_rows),
-            (_EVIDENCE_UPDATE_ROWS, updates),
-            (_EVIDENCE_UPDATE_SAME_STATE_ROWS, same_state),
+            (EVIDENCE_UPDATE, updates),
+            (_EVIDENCE_UPDATE_SAME_STATE, same_state),
             ("UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?", demoted),
         ], (REVALIDATION_INSERT, list(requests.values()))
 
     def _updates(
         self, touched: dict[str, Any]
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """``_EVIDENCE_UPDATE_ROWS`` rows of the touched blocks whose state or reasons
-        changed, ``_EVIDENCE_UPDATE_SAME_STATE_ROWS`` rows of the others; each in key
-        order."""
+        """``EVIDENCE_UPDATE`` rows of the touched blocks whose state or reasons changed,
+        ``_EVIDENCE_UPDATE_SAME_STATE`` rows of the others; each in key order."""
         loaded = self.loaded
         changed: list[tuple[Any, ...]] = []
         same: list[tuple[Any, ...]] = []
@@ -646,7 +654,7 @@ class _EventBatch:
         return changed, same
 
 
-_Statement = tuple[str | _ValuesUpdate, list[tuple[Any, ...]]]
+_Statement = tuple[str, list[tuple[Any, ...]]]
 
 
 _NO_OPTIONAL = (None,) * 6  # window, request id, block id, observed, agent, agent seq
