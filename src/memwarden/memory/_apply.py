@@ -101,6 +101,47 @@ _ROUTE_SELECT = (
     " WHERE g.subject IN "
 )
 _ROUTE_REQUEST = 2 + len(EVIDENCE_COLUMNS)  # where a route row's request id is
+
+
+class _ValuesUpdate:
+    """``UPDATE blocks SET <columns> ... WHERE rid = ?`` for many rows (each: the
+    columns' values, then the rid) as a few statements of the form ``WITH v(...) AS
+    (VALUES (...), ...) UPDATE blocks SET c = v.c ... FROM v WHERE blocks.rid = v.rid``.
+
+    SQLite runs such a statement in one step; an ``executemany`` steps, resets and
+    re-binds the statement once per row: 13 % of the bulk update's instructions
+    (docs/BENCHMARKS.md, helper ``ingest16``, second pass). The rows go in parts
+    of 512, 256, ... 1 (a statement text per size, kept by the connection's statement
+    cache: a text of any other length would be compiled anew). The same triggers fire,
+    row by row, as for the one-row statement; ``rows`` must not name a rid twice.
+    """
+
+    _PART = 512
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.width = len(columns) + 1
+        names = ", ".join(f"c{i}" for i in range(len(columns)))
+        sets = ", ".join(f"{c} = v.c{i}" for i, c in enumerate(columns))
+        self._head = f"WITH v({names}, rid) AS (VALUES "
+        self._tail = f") UPDATE blocks SET {sets} FROM v WHERE blocks.rid = v.rid"
+        self._row = "(" + ",".join("?" * self.width) + ")"
+        self._texts: dict[int, str] = {}
+
+    def text(self, n: int) -> str:
+        sql = self._texts.get(n)
+        if sql is None:
+            sql = self._texts[n] = self._head + ",".join([self._row] * n) + self._tail
+        return sql
+
+    def run(self, conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        i, n, size = 0, len(rows), self._PART
+        while i < n:
+            while size > n - i:
+                size //= 2
+            conn.execute(self.text(size), [v for row in rows[i : i + size] for v in row])
+            i += size
+
+
 # The evidence UPDATE without ``state`` and ``stale_reasons``, for a block whose state and
 # reasons the batch left as they were (most confirmations of a fresh block): the
 # triggers ``AFTER UPDATE OF state`` (the index's archive and restore) then do not run.
@@ -109,6 +150,12 @@ _EVIDENCE_UPDATE_SAME_STATE = (
     + ", ".join(f"{c} = ?" for c in EVIDENCE_UPDATE_COLUMNS[2:])
     + " WHERE rid = ?"
 )
+# How SQLite writes the rows of these two one-row statements (``_EventBatch._rules``
+# returns the statements, which PostgreSQL's ingestion runs as they are).
+_BULK_UPDATES = {
+    EVIDENCE_UPDATE: _ValuesUpdate(EVIDENCE_UPDATE_COLUMNS),
+    _EVIDENCE_UPDATE_SAME_STATE: _ValuesUpdate(EVIDENCE_UPDATE_COLUMNS[2:]),
+}
 _EVENT_INSERT = (
     "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"
     " reliability, validity_window_s, request_id, block_id, message, observed, agent, agent_seq)"
@@ -438,7 +485,12 @@ class _EventBatch:
         closed = [row[2] for row in by_id]
         closed += [row[0] for sql, params in unknown for row in conn.execute(sql, params)]
         for sql, rows in [*statements, requests]:
-            if rows:
+            if not rows:
+                continue
+            bulk = _BULK_UPDATES.get(sql)
+            if bulk is not None:
+                bulk.run(conn, rows)
+            else:
                 conn.executemany(sql, rows)
         result.accepted = len(batch)
         fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
