@@ -249,25 +249,36 @@ async def test_readers_are_handed_on_and_never_more_than_readers(db: PgDatabase)
     async with db.read() as conn:
         assert await _pid(conn) == first  # the same session, not a fresh acquire
     gate = asyncio.Event()
-    inside: list[int] = []
+    inside: list[str] = []
 
-    async def hold() -> int:
+    async def hold(name: str, until: asyncio.Event) -> int:
         async with db.read() as conn:
-            inside.append(await _pid(conn))
-            await gate.wait()
+            inside.append(name)
+            await until.wait()
             return await _pid(conn)
 
-    holders = [asyncio.create_task(hold()) for _ in range(2)]
+    first_out = asyncio.Event()
+    holders = [
+        asyncio.create_task(hold("h1", first_out)),
+        asyncio.create_task(hold("h2", gate)),
+    ]
     await eventually(lambda: len(inside) == 2, what="both readers in use")
-    waiting = [asyncio.create_task(hold()) for _ in range(3)]
-    await eventually(lambda: len(db._waiting) == 3, what="three reads waiting")
-    assert len(inside) == 2
+    waiting = []
+    for n, name in enumerate(("w1", "w2", "w3", "w4"), start=1):
+        waiting.append(asyncio.create_task(hold(name, gate)))
+        await eventually(lambda n=n: len(db._waiting) == n, what=f"{name} waiting")
     waiting[0].cancel()  # gives up its place in the line
-    gate.set()
-    pids = await asyncio.gather(*holders, *waiting[1:])
     with pytest.raises(asyncio.CancelledError):
         await waiting[0]
-    assert len(inside) == 4
+    # A read arriving now queues behind the others: the reader h1 gives back goes to w2.
+    late = asyncio.create_task(hold("late", gate))
+    await eventually(lambda: len(db._waiting) == 4, what="the late read waiting")
+    first_out.set()
+    await eventually(lambda: len(inside) == 3, what="the next in line served")
+    assert inside[2] == "w2"
+    gate.set()
+    pids = await asyncio.gather(*holders, *waiting[1:], late)
+    assert inside[2:] == ["w2", "w3", "w4", "late"]
     assert len(set(pids)) <= 2
     assert not db._waiting
 

@@ -126,10 +126,11 @@ class PgDatabase:
         # The readers' fast path (read()): connections a read gave back cleanly wait
         # here, still acquired from the pool, for the next read; ``_held`` counts the
         # readers taken from the pool (idle here or in use), ``_waiting`` the reads
-        # waiting for one when all are in use.
+        # waiting for one when all are in use, first come first served: a reader given
+        # back goes to the first of them (None: one went back to the pool, acquire it).
         self._idle: list[PgConnection] = []
         self._held = 0
-        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._waiting: deque[asyncio.Future[PgConnection | None]] = deque()
 
     @property
     def shown(self) -> str:
@@ -233,8 +234,7 @@ class PgDatabase:
                 clean = True
             finally:
                 if clean and self._open and _reusable(conn):
-                    self._idle.append(conn)
-                    self._wake()
+                    self._hand_on(conn)
                 else:
                     await self._give_back_slowly(conn)
         except MemwardenError:
@@ -247,9 +247,9 @@ class PgDatabase:
     async def _take(self) -> PgConnection:
         """A reader: an idle one (one the server closed meanwhile goes back to the pool,
         which reconnects it), else one more from the pool while fewer than ``readers``
-        are held, else the next one given back."""
+        are held, else the next one given back (in the order the reads came)."""
         while True:
-            if self._idle:
+            if self._idle and not self._waiting:
                 conn = self._idle.pop()
                 if _reusable(conn):
                     return conn
@@ -257,33 +257,41 @@ class PgDatabase:
                 continue
             if self._pool is None:
                 raise StorageError("the store is closed")
-            if self._held < self._n_readers:
+            if self._held < self._n_readers and not self._waiting:
                 self._held += 1
                 try:
                     return await self._pool.acquire()
                 except BaseException:
                     self._held -= 1
-                    self._wake()
+                    self._hand_on(None)
                     raise
-            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            turn: asyncio.Future[PgConnection | None] = asyncio.get_running_loop().create_future()
             self._waiting.append(turn)
             try:
-                await turn
+                given = await turn
             except BaseException:
                 if turn.done() and not turn.cancelled():
-                    self._wake()  # woken, but leaving: the next in line takes the turn
+                    self._hand_on(turn.result())  # given, but leaving: the next one's
+                else:
+                    with contextlib.suppress(ValueError):
+                        self._waiting.remove(turn)
                 raise
-            finally:
-                with contextlib.suppress(ValueError):
-                    self._waiting.remove(turn)
+            if given is None:  # room in the pool: acquire (the line was left first)
+                continue
+            if _reusable(given):
+                return given
+            await self._give_back_slowly(given)
 
-    def _wake(self) -> None:
-        """Let the first read waiting for a reader look again."""
+    def _hand_on(self, conn: PgConnection | None) -> None:
+        """A reader given back (``None``: room made in the pool) to the first read
+        waiting, else (a reader) to the idle ones."""
         while self._waiting:
             turn = self._waiting.popleft()
             if not turn.done():
-                turn.set_result(None)
+                turn.set_result(conn)
                 return
+        if conn is not None:
+            self._idle.append(conn)
 
     async def _give_back_slowly(self, conn: PgConnection) -> None:
         """Release a reader to the pool (its reset: a rollback, a cancelled query waited
@@ -293,7 +301,7 @@ class PgDatabase:
             if self._pool is not None:
                 await self._pool.release(conn)  # type: ignore[arg-type]
         finally:
-            self._wake()
+            self._hand_on(None)
 
     async def write(self, job: Callable[[PgConnection], Awaitable[T]], *, weight: int = 1) -> T:
         """Run ``job`` (an async function of the writer's connection) in the writer's next
