@@ -234,3 +234,85 @@ async def test_a_reader_left_in_a_transaction_comes_back_rolled_back(pg_server: 
         async with db.read() as conn:
             assert not conn.is_in_transaction()
             assert await conn.fetchval("SELECT to_regclass('left_open')") is None
+
+
+async def _pid(conn) -> int:
+    return int(await conn.fetchval("SELECT pg_backend_pid()"))
+
+
+async def test_readers_are_handed_on_and_never_more_than_readers(db: PgDatabase) -> None:
+    """A read that ends cleanly hands its connection to the next read (the same
+    session); more reads than readers at once wait their turn, one that gives up waiting
+    (cancelled) passes it on, and no more than ``readers`` sessions ever serve reads."""
+    async with db.read() as conn:
+        first = await _pid(conn)
+    async with db.read() as conn:
+        assert await _pid(conn) == first  # the same session, not a fresh acquire
+    gate = asyncio.Event()
+    inside: list[str] = []
+
+    async def hold(name: str, until: asyncio.Event) -> int:
+        async with db.read() as conn:
+            inside.append(name)
+            await until.wait()
+            return await _pid(conn)
+
+    first_out = asyncio.Event()
+    holders = [
+        asyncio.create_task(hold("h1", first_out)),
+        asyncio.create_task(hold("h2", gate)),
+    ]
+    await eventually(lambda: len(inside) == 2, what="both readers in use")
+    waiting = []
+    for n, name in enumerate(("w1", "w2", "w3", "w4"), start=1):
+        waiting.append(asyncio.create_task(hold(name, gate)))
+        await eventually(lambda n=n: len(db._waiting) == n, what=f"{name} waiting")
+    waiting[0].cancel()  # gives up its place in the line
+    with pytest.raises(asyncio.CancelledError):
+        await waiting[0]
+    # A read arriving now queues behind the others: the reader h1 gives back goes to w2.
+    late = asyncio.create_task(hold("late", gate))
+    await eventually(lambda: len(db._waiting) == 4, what="the late read waiting")
+    first_out.set()
+    await eventually(lambda: len(inside) == 3, what="the next in line served")
+    assert inside[2] == "w2"
+    gate.set()
+    pids = await asyncio.gather(*holders, *waiting[1:], late)
+    assert inside[2:] == ["w2", "w3", "w4", "late"]
+    assert len(set(pids)) <= 2
+    assert not db._waiting
+
+
+async def test_a_reader_whose_session_ended_is_replaced(db: PgDatabase) -> None:
+    """The server ends an idle reader's session: the next read gets a working
+    connection (the pool reconnects); a read whose session ends under it fails with
+    StorageError and the next read works."""
+    async with db.read() as conn:
+        pid = await _pid(conn)
+        held = conn
+
+    def gone() -> bool:
+        try:
+            return held.is_closed()
+        except asyncpg.InterfaceError:  # asyncpg took it back to the pool itself
+            return True
+
+    killer = await asyncpg.connect(db.dsn)
+    try:
+        assert await killer.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await killer.close()
+    await eventually(gone, what="the client sees the session end")
+    for _ in range(3):  # whichever reader comes first
+        async with db.read() as conn:
+            assert await _pid(conn) != pid
+
+    async def ends_its_own_session() -> None:
+        async with db.read() as conn:
+            await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    with pytest.raises(StorageError):
+        await ends_its_own_session()
+    for _ in range(3):
+        async with db.read() as conn:
+            assert await conn.fetchval("SELECT 1") == 1

@@ -24,14 +24,17 @@ may differ where BM25 and cover density disagree.
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from memwarden.errors import ValidationInputError
-from memwarden.memory._codec import BLOCK_COLUMNS, record_from_row
+from memwarden.memory._codec import BLOCK_COLUMNS
 from memwarden.memory._fts import query_terms
 from memwarden.memory._model import BlockState
+from memwarden.memory._record import BlockRecord
 from memwarden.memory._results import SearchHit
 from memwarden.memory._search import (
     ANY_WORD_WEIGHT,
@@ -44,7 +47,7 @@ from memwarden.memory._search import (
 )
 from memwarden.memory._sql import namespace_clause
 from memwarden.memory.pg._reads import storable
-from memwarden.memory.policy import effective_state, retention
+from memwarden.memory.policy import retention, state_as_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -76,19 +79,38 @@ _EVERY_WORD = (
 )
 _LIVE = ("fresh", "unverified", "stale")
 _RID = BLOCK_COLUMNS.index("rid")
-# A candidate's bindings and dependencies, as JSON text (SQLite's json_group_array).
+_STATE = BLOCK_COLUMNS.index("state")
+_STALE_AT = BLOCK_COLUMNS.index("stale_at")
+_RELIABILITY = BLOCK_COLUMNS.index("reliability")
+# A candidate's bindings, as JSON text (SQLite's json_group_array), and its dependencies,
+# as an array (the hit's JSON is made from it: no JSON to parse again).
 _ATTACHED = """coalesce((SELECT json_agg(
                             json_build_array(g.sensor, g.subject, g.selector, g.nodes, g.served_by)
                                   ORDER BY g.id)
                   FROM bindings g WHERE g.block_rid = b.rid)::text, '[]'),
-        coalesce((SELECT json_agg(d.depends_on ORDER BY d.depends_on)
-                  FROM dependencies d WHERE d.block_rid = b.rid)::text, '[]')"""
+        coalesce((SELECT array_agg(d.depends_on ORDER BY d.depends_on)
+                  FROM dependencies d WHERE d.block_rid = b.rid), '{}')"""
+_COLUMNS = ", ".join("b." + c for c in BLOCK_COLUMNS)
+# A candidate as the statements give it: relevance, bindings (JSON), dependencies, row.
+_Candidate = tuple[float, str, list[str], tuple[Any, ...]]
 
 
 def _tsquery(lexemes: Sequence[str], *, any_term: bool) -> str:
     """A tsquery text of quoted lexemes (each already normalised by the configuration)."""
     quoted = ["'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in lexemes]
     return (" | " if any_term else " & ").join(quoted)
+
+
+@functools.cache
+def _candidates_sql(query_sql: str, scope: str) -> str:
+    """:meth:`PgSearch._candidates`' statement (made once per shape)."""
+    return f"""
+            SELECT ts_rank_cd('{RANK_WEIGHTS}', b.search, q, 32) AS relevance, {_ATTACHED},
+                {_COLUMNS}
+            FROM blocks b, {query_sql} AS q
+            WHERE b.search @@ q AND b.state <> 'archived' AND b.state = ANY($2::text[]){scope}
+            ORDER BY relevance DESC, b.rid LIMIT $3
+            """
 
 
 class PgSearch:
@@ -208,7 +230,7 @@ class PgSearch:
         relevance: dict[int, float],
         states: list[str],
         namespaces: Sequence[str] | None,
-    ) -> list[tuple[float, str, str, tuple[Any, ...]]]:
+    ) -> list[_Candidate]:
         """The candidates ``relevance`` names, of ``states`` (and ``namespaces``), with
         their bindings and dependencies, as :meth:`_candidates` gives them."""
         scope = "" if namespaces is None else " AND b.namespace = ANY($3::text[])"
@@ -217,7 +239,7 @@ class PgSearch:
             args.append(sorted(set(namespaces)))
         rows = await conn.fetch(
             f"""
-            SELECT {_ATTACHED}, {", ".join("b." + c for c in BLOCK_COLUMNS)}
+            SELECT {_ATTACHED}, {_COLUMNS}
             FROM blocks b WHERE b.rid = ANY($1::bigint[]) AND b.state = ANY($2::text[]){scope}
             """,
             *args,
@@ -226,7 +248,7 @@ class PgSearch:
         # SQLite's statement does).
         at = {int(r[2 + _RID]): r for r in rows}
         return [
-            (rel, str(at[rid][0]), str(at[rid][1]), tuple(at[rid])[2:])
+            (rel, str(at[rid][0]), list(at[rid][1]), tuple(at[rid])[2:])
             for rid, rel in relevance.items()
             if rid in at
         ]
@@ -296,28 +318,17 @@ class PgSearch:
         cands: int,
         *,
         query_sql: str = "CAST($1 AS tsquery)",
-    ) -> list[tuple[float, str, str, tuple[Any, ...]]]:
+    ) -> list[_Candidate]:
         """The ``cands`` best matches of ``tsquery`` (or of the words ``query_sql`` makes
         a tsquery of), of ``states`` (and ``namespaces``), with bindings and dependencies."""
         scope = "" if namespaces is None else " AND b.namespace = ANY($4::text[])"
         args: list[object] = [tsquery, states, cands]
         if namespaces is not None:
             args.append(sorted(set(namespaces)))
-        rows = await conn.fetch(
-            f"""
-            SELECT ts_rank_cd('{RANK_WEIGHTS}', b.search, q, 32) AS relevance, {_ATTACHED},
-                {", ".join("b." + c for c in BLOCK_COLUMNS)}
-            FROM blocks b, {query_sql} AS q
-            WHERE b.search @@ q AND b.state <> 'archived' AND b.state = ANY($2::text[]){scope}
-            ORDER BY relevance DESC, b.rid LIMIT $3
-            """,
-            *args,
-        )
-        return [(float(r[0]), str(r[1]), str(r[2]), tuple(r)[3:]) for r in rows]
+        rows = await conn.fetch(_candidates_sql(query_sql, scope), *args)
+        return [(float(r[0]), str(r[1]), list(r[2]), tuple(r)[3:]) for r in rows]
 
-    def _ranked(
-        self, rows: list[tuple[float, str, str, tuple[Any, ...]]], now: float, limit: int
-    ) -> list[SearchHit]:
+    def _ranked(self, rows: list[_Candidate], now: float, limit: int) -> list[SearchHit]:
         cfg = self.policy
         rank = cfg.ranking
         warn_below = cfg.staleness.warn_reliability
@@ -329,18 +340,22 @@ class PgSearch:
         }
         # Every candidate's score first; the hits (their warnings, their JSON) only for
         # the ``limit`` best: a stable sort by score, as sorting the hits themselves was.
+        # No record is made to score (as on SQLite): the state from its two columns, the
+        # retention rule from the row as stored (it reads none of the JSON columns a
+        # record decodes); a hit's record is made when first read (SearchHit.record).
         scored = []
         for i, (relevance, _bound, _deps, columns) in enumerate(rows):
-            rec = record_from_row(columns)  # the freshness rules read the record here
-            state = effective_state(rec, now)
+            state = state_as_of(columns[_STATE], columns[_STALE_AT], now)
             freshness = factor[state]
-            kept = retention(rec, now, cfg)
-            score = relevance * freshness * rec.reliability * kept
-            scored.append((score, i, rec, state, freshness, kept))
-        scored.sort(key=lambda s: s[0], reverse=True)
+            kept = retention(BlockRecord(*columns), now, cfg)
+            reliability = columns[_RELIABILITY]
+            score = relevance * freshness * reliability * kept
+            scored.append((score, i, state, freshness, reliability, kept))
+        scored.sort(key=operator.itemgetter(0), reverse=True)
         hits = []
-        for score, i, rec, state, freshness, kept in scored[:limit]:
+        for score, i, state, freshness, reliability, kept in scored[:limit]:
             relevance, bound, deps, columns = rows[i]
+            warnings, rec = _warnings(columns, state, now, cfg, warn_below)
             hits.append(
                 SearchHit(
                     columns=columns,
@@ -348,16 +363,16 @@ class PgSearch:
                     score=score,
                     relevance=relevance,
                     freshness=freshness,
-                    reliability=rec.reliability,
+                    reliability=reliability,
                     retention=kept,
                     stale=state == BlockState.STALE.value,
-                    warnings=_warnings(columns, state, now, cfg, warn_below)[0],
+                    warnings=warnings,
                     bindings_json=bound,
-                    depends_json=json.dumps(json.loads(deps)),
+                    depends_json=json.dumps(deps),
                     now=now,
                     policy=cfg,
                     parts={},
-                    _record=[rec],
+                    _record=[] if rec is None else [rec],
                 )
             )
         return hits
