@@ -1602,15 +1602,7 @@ class Daemon:
             if change.event_id or self.cluster is None:
                 # A dependency's fall has no event: on PostgreSQL every node (this one
                 # too) tells it from `block_falls` (daemon/_cluster.py), once.
-                self.sessions.changed(
-                    change.block_id,
-                    before=change.before,
-                    after=change.after,
-                    at=now,
-                    reliability=change.reliability,
-                    event_id=change.event_id or None,
-                    reason="" if change.event_id else "dependency",
-                )
+                self._tell_sessions(change, now)
             log.debug(
                 "block_state_changed",
                 block_id=change.block_id,
@@ -1627,14 +1619,20 @@ class Daemon:
         for block_id, before in fallen.items():
             self.sessions.changed(block_id, before=before, after="stale", at=now, reason="expired")
         for change in dependents:
-            self.sessions.changed(
-                change.block_id,
-                before=change.before,
-                after=change.after,
-                at=now,
-                reliability=change.reliability,
-                reason="dependency",
-            )
+            self._tell_sessions(change, now)
+
+    def _tell_sessions(self, change: StateChange, now: float) -> None:
+        """Tell the sessions that read a block of its change (an event's, or a fall by
+        dependency: no event of its own)."""
+        self.sessions.changed(
+            change.block_id,
+            before=change.before,
+            after=change.after,
+            at=now,
+            reliability=change.reliability,
+            event_id=change.event_id or None,
+            reason="" if change.event_id else "dependency",
+        )
 
     def _sensors_line(self) -> str:
         running = sum(1 for r in self.runners.values() if r.available)
