@@ -335,14 +335,16 @@ def memwarden_running(home: Path, *args: str, **options: Any) -> Iterator[Daemon
 
 
 def assert_responsive(
-    latencies_ms: list[float], *, p95_ms: float = 200, worst_ms: float = 1000
+    latencies_ms: list[float], *, p95_ms: float = 300, worst_ms: float = 1000
 ) -> None:
     """``/healthz`` stayed fast while something hostile ran: 95 % of the answers within
     ``p95_ms`` and none over ``worst_ms``. On a loaded 2-core machine one answer in a few
     dozen can wait half a second for a CPU; a daemon stalled by the input shows in every
     sample, so a single-sample maximum would test the machine, not the daemon: over fewer
     than 20 answers (a short hostile run) the slowest one is left to ``worst_ms`` alone
-    instead of being the p95 (it was 498 ms of 7 answers in one CI run under load 5+)."""
+    instead of being the p95 (it was 498 ms of 7 answers in one CI run under load 5+).
+    The p95 bound is 300 ms: with the suite's two streams on 2 cores, an idle daemon's
+    p95 was 209 ms over 21 answers in one CI run; a stall is seconds in every answer."""
     assert latencies_ms, "no /healthz answer was measured"
     ordered = sorted(latencies_ms)
     outliers = max(1, len(ordered) // 20)
