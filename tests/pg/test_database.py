@@ -12,6 +12,7 @@ import pytest
 
 from memwarden.errors import StorageError
 from memwarden.memory.pg import PgDatabase
+from memwarden.memory.pg import _database as pg_database
 from tests.support import eventually
 
 if TYPE_CHECKING:
@@ -281,6 +282,27 @@ async def test_readers_are_handed_on_and_never_more_than_readers(db: PgDatabase)
     assert inside[2:] == ["w2", "w3", "w4", "late"]
     assert len(set(pids)) <= 2
     assert not db._waiting
+
+
+async def test_every_so_many_reads_one_goes_back_through_the_pool(
+    db: PgDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Handed on reads still pass through the pool's release now and then (every
+    ``READS_PER_RELEASE``-th), where asyncpg replaces a connection past its max_queries."""
+    monkeypatch.setattr(pg_database, "READS_PER_RELEASE", 3)
+    released = []
+    give_back = db._give_back_slowly
+
+    async def counted(conn):
+        released.append(conn)
+        await give_back(conn)
+
+    monkeypatch.setattr(db, "_give_back_slowly", counted)
+    db._reads = 0
+    for _ in range(7):
+        async with db.read() as conn:
+            assert await conn.fetchval("SELECT 1") == 1
+    assert len(released) == 2  # the 3rd and the 6th read
 
 
 async def test_a_reader_whose_session_ended_is_replaced(db: PgDatabase) -> None:

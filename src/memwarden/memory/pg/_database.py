@@ -86,6 +86,10 @@ async def _reset(conn: PgConnection) -> None:
         await conn.execute("ROLLBACK")
 
 
+# How many reads in a row the readers are handed on before one goes back through the pool.
+READS_PER_RELEASE = 1000
+
+
 def _reusable(conn: PgConnection) -> bool:
     """Whether a reader can serve the next read as it is: open, no transaction left. A
     connection whose session ended is closed, or already back in the pool (asyncpg
@@ -129,6 +133,7 @@ class PgDatabase:
         # waiting for one when all are in use, first come first served: a reader given
         # back goes to the first of them (None: one went back to the pool, acquire it).
         self._idle: list[PgConnection] = []
+        self._reads = 0
         self._held = 0
         self._waiting: deque[asyncio.Future[PgConnection | None]] = deque()
 
@@ -233,7 +238,11 @@ class PgDatabase:
                 yield conn
                 clean = True
             finally:
-                if clean and self._open and _reusable(conn):
+                # Every READS_PER_RELEASE-th read goes back through the pool all the same,
+                # whose release replaces a connection past its max_queries (asyncpg's
+                # recycling of long-lived server sessions).
+                self._reads = (self._reads + 1) % READS_PER_RELEASE
+                if clean and self._open and self._reads and _reusable(conn):
                     self._hand_on(conn)
                 else:
                     await self._give_back_slowly(conn)
