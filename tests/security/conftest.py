@@ -27,7 +27,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-HEALTHZ_BUDGET_S = 0.2  # p95
+# p95 of /healthz while a hostile input runs. A stalled loop shows as seconds in every
+# answer; an idle daemon's p95 was 209 and 265 ms in two CI runs with the suite's two
+# streams on 2 cores (tests/security/test_token_file.py), hence half a second.
+HEALTHZ_BUDGET_S = 0.5
 HEALTHZ_WORST_S = 1.0
 MIN_PROBES = 20
 
