@@ -22,11 +22,14 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks import _sqlite
 from benchmarks._harness import Context, Result, benchmark, percentiles_ms
 from memwarden.memory import FakeClock, NewBlock, Store
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SEED = 424242
 T0 = 1_767_225_600.0
@@ -92,6 +95,23 @@ def _queries(corpus: Corpus, texts: list[str], n: int) -> tuple[list[list[str]],
         if len(words) >= 2:
             mid.append(rng.sample(sorted(words), min(len(words), rng.randint(2, 3))))
     return common, mid
+
+
+async def preload_zipf(
+    path: Path, n_blocks: int, n_queries: int
+) -> tuple[list[str], list[list[str]]]:
+    """The Zipf corpus stored in ``path`` through ``Store.add_many`` (clock at ``T0``);
+    returns each block's text (title, newline, content) and ``n_queries`` mid-frequency
+    queries drawn after it (``search_hybrid`` and
+    ``scripts/hybrid_breakdown.py`` share this corpus)."""
+    corpus = Corpus(random.Random(SEED))
+    texts: list[str] = []
+    async with Store(path, clock=FakeClock(T0)) as store:
+        for start in range(0, n_blocks, ADD_CHUNK):
+            blocks = [corpus.block() for _ in range(min(ADD_CHUNK, n_blocks - start))]
+            texts.extend(f"{b.title}\n{b.content}" for b in blocks)
+            await store.add_many(blocks)
+    return texts, _queries(corpus, texts, n_queries)[1]
 
 
 def _match(words: list[str]) -> str:

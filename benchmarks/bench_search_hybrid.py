@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
 import shutil
 import sqlite3
 import statistics
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks import _sqlite
 from benchmarks._harness import Context, Result, benchmark, percentiles_ms
-from benchmarks._search import ADD_CHUNK, SEED, T0, WARMUP, Corpus, _queries
+from benchmarks._search import T0, WARMUP, preload_zipf
 from benchmarks.bench_daemon import (
     SETTLE_S,
     _notify_socket,
@@ -207,15 +206,8 @@ async def search_hybrid(ctx: Context) -> list[Result]:
     n_queries = ctx.n(500, 10)
     path = ctx.workdir / "hybrid.db"
     _sqlite.remove(path)
-    corpus = Corpus(random.Random(SEED))
     ctx.progress(f"preloading {n_blocks:,} Zipf blocks through Store.add_many")
-    texts: list[str] = []
-    async with Store(path, clock=FakeClock(T0)) as store:
-        for start in range(0, n_blocks, ADD_CHUNK):
-            blocks = [corpus.block() for _ in range(min(ADD_CHUNK, n_blocks - start))]
-            texts.extend(f"{b.title}\n{b.content}" for b in blocks)
-            await store.add_many(blocks)
-    _, mid = _queries(corpus, texts, n_queries)
+    texts, mid = await preload_zipf(path, n_blocks, n_queries)
     results: list[Result] = []
 
     t = time.perf_counter()

@@ -38,7 +38,6 @@ import asyncio
 import contextlib
 import importlib.util
 import json
-import random
 import sqlite3
 import statistics
 import sys
@@ -50,7 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._search import ADD_CHUNK, SEED, T0, WARMUP, Corpus, _queries  # noqa: E402
+from benchmarks._search import T0, WARMUP, preload_zipf  # noqa: E402
 
 from memwarden.embedders import load_embedder  # noqa: E402
 from memwarden.memory import FakeClock, Store  # noqa: E402
@@ -68,14 +67,7 @@ STAGES = (
 
 async def build(db: Path, n_blocks: int, n_queries: int) -> None:
     """The benchmark's corpus and queries, and every block's vector."""
-    corpus = Corpus(random.Random(SEED))  # noqa: S311 - a fixed corpus, not secrecy
-    texts: list[str] = []
-    async with Store(db, clock=FakeClock(T0)) as store:
-        for start in range(0, n_blocks, ADD_CHUNK):
-            blocks = [corpus.block() for _ in range(min(ADD_CHUNK, n_blocks - start))]
-            texts.extend(f"{b.title}\n{b.content}" for b in blocks)
-            await store.add_many(blocks)
-    _, mid = _queries(corpus, texts, n_queries)
+    _, mid = await preload_zipf(db, n_blocks, n_queries)
     _queries_file(db).write_text(json.dumps(mid))
     async with Store(db, clock=FakeClock(T0 + 3600.0), embedder=load_embedder("wordllama")) as s:
         vectors = s.vectors
