@@ -12,6 +12,15 @@ async def _three_blocks(store):
         await store.add({"title": f"gateway {i}", "content": f"the gateway listens on port {i}"})
 
 
+async def _gateways(make_store):
+    """A store of 300 blocks that all match "gateway port"."""
+    store = await make_store()
+    await store.add_many(
+        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
+    )
+    return store
+
+
 async def test_a_small_search_is_answered_on_the_loop(make_store):
     """Within the budget the rows come from the loop's own connection: no reader used."""
     store = await make_store()
@@ -71,10 +80,7 @@ class _Clock:
 async def _paused_search(make_store, monkeypatch, *, wall_s: float) -> object:
     """A search of 300 matches (past the progress handler's first look) while the loop's
     CPU clock stands still and its wall clock is ``wall_s`` past the start."""
-    store = await make_store()
-    await store.add_many(
-        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
-    )
+    store = await _gateways(make_store)
     cpu, wall = _Clock(0.0), _Clock(wall_s)
     monkeypatch.setattr(_database, "_cpu_clock", cpu)
     monkeypatch.setattr(_database, "_wall_clock", wall)
@@ -89,10 +95,7 @@ async def test_the_cpu_clock_is_not_read_while_the_wall_time_is_within_the_budge
     """The thread cannot have used more CPU than the wall time that passed: while that is
     within the budget, the progress handler reads only the wall clock (the CPU clock is a
     system call), once when the read starts and never in the handler."""
-    store = await make_store()
-    await store.add_many(
-        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
-    )
+    store = await _gateways(make_store)
     cpu, wall = _Advancing(0.0), _Advancing(0.0)
     monkeypatch.setattr(_database, "_cpu_clock", cpu)
     monkeypatch.setattr(_database, "_wall_clock", wall)
@@ -135,10 +138,7 @@ class _Advancing:
 async def test_a_read_past_the_wall_cap_twice_goes_to_a_reader(make_store, monkeypatch):
     """In wall time an inline read gets ten times its budget at most, twice: stopped by
     the cap again, it goes to a reader, whatever CPU it used."""
-    store = await make_store()
-    await store.add_many(
-        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
-    )
+    store = await _gateways(make_store)
     monkeypatch.setattr(_database, "_cpu_clock", _Clock(0.0))
     monkeypatch.setattr(_database, "_wall_clock", _Advancing(0.01))  # 20x the budget a look
     assert len(await store.search("gateway port", limit=50)) == 50
@@ -148,10 +148,7 @@ async def test_a_read_past_the_wall_cap_twice_goes_to_a_reader(make_store, monke
 
 async def test_a_read_past_its_cpu_budget_is_not_tried_again_inline(make_store, monkeypatch):
     """A read that spent its CPU budget goes to a reader at once (no second try here)."""
-    store = await make_store()
-    await store.add_many(
-        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
-    )
+    store = await _gateways(make_store)
     # 2x the budget a look on both clocks (a thread's CPU time cannot run ahead of the wall
     # time), within the wall cap of the second look.
     monkeypatch.setattr(_database, "_cpu_clock", _Advancing(0.001))
@@ -199,10 +196,7 @@ async def test_preparing_a_statement_does_not_count_against_the_budget(make_stor
     prepared: a preparation that took longer than the budget (here the clocks jump a
     second at every authorizer call, which SQLite makes only while preparing) does not
     send a small search to a reader."""
-    store = await make_store()
-    await store.add_many(
-        [{"title": f"gateway {i}", "content": f"gateway port {i}"} for i in range(300)]
-    )
+    store = await _gateways(make_store)
     cpu, wall = _Advancing(0.0), _Advancing(0.0)
     monkeypatch.setattr(_database, "_cpu_clock", cpu)
     monkeypatch.setattr(_database, "_wall_clock", wall)
