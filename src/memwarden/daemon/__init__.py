@@ -1,21 +1,30 @@
-"""The daemon: config, wiring, bus, scheduler, systemd notify and signals."""
+"""The daemon: config, wiring, bus, scheduler, systemd notify and signals.
+
+The names below load on first use (PEP 562): a CLI command that only needs
+:func:`configure_logging` or :func:`load_settings` does not import the HTTP API, the
+console and their web framework (about a second of a short command's start).
+"""
 
 from __future__ import annotations
 
-from memwarden.daemon._app import Daemon
-from memwarden.daemon._bus import Bus
-from memwarden.daemon._config import (
-    MqttSettings,
-    SensorSettings,
-    Settings,
-    config_problems,
-    default_home,
-    load_settings,
-)
-from memwarden.daemon._logging import configure_logging
-from memwarden.daemon._notify import Notifier
-from memwarden.daemon._privacy import PrivacyDoors, privacy_for_database
-from memwarden.daemon._scheduler import Scheduler
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memwarden.daemon._app import Daemon
+    from memwarden.daemon._bus import Bus
+    from memwarden.daemon._config import (
+        MqttSettings,
+        SensorSettings,
+        Settings,
+        config_problems,
+        default_home,
+        load_settings,
+    )
+    from memwarden.daemon._logging import configure_logging
+    from memwarden.daemon._notify import Notifier
+    from memwarden.daemon._privacy import PrivacyDoors, privacy_for_database
+    from memwarden.daemon._scheduler import Scheduler
 
 __all__ = [
     "Bus",
@@ -32,3 +41,34 @@ __all__ = [
     "load_settings",
     "privacy_for_database",
 ]
+
+# Each public name and the private module that defines it.
+_HOMES = {
+    "Bus": "_bus",
+    "Daemon": "_app",
+    "MqttSettings": "_config",
+    "Notifier": "_notify",
+    "PrivacyDoors": "_privacy",
+    "Scheduler": "_scheduler",
+    "SensorSettings": "_config",
+    "Settings": "_config",
+    "config_problems": "_config",
+    "configure_logging": "_logging",
+    "default_home": "_config",
+    "load_settings": "_config",
+    "privacy_for_database": "_privacy",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
