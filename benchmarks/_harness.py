@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -102,6 +103,10 @@ class Context:
     workdir: Path
     name: str = ""
     started: float = field(default_factory=time.perf_counter)
+    # What the benchmarks of one run share (a smoke run's one PostgreSQL server, keyed by
+    # what it is) and the stack that closes it when the run ends.
+    shared: dict[str, Any] = field(default_factory=dict)
+    closing: ExitStack = field(default_factory=ExitStack)
 
     def n(self, full: int, minimum: int = 1) -> int:
         """``full`` scaled down by the run's scale, never below ``minimum``."""
@@ -134,9 +139,17 @@ def thread_cpu_s(native_id: int | None) -> float | None:
 
 def run_benchmarks(names: Sequence[str], *, scale: float, workdir: Path) -> list[Result]:
     """Run the named benchmarks one after the other, each in its own event loop."""
+    with ExitStack() as closing:
+        return _run_all(names, scale=scale, workdir=workdir, closing=closing)
+
+
+def _run_all(
+    names: Sequence[str], *, scale: float, workdir: Path, closing: ExitStack
+) -> list[Result]:
     results: list[Result] = []
+    shared: dict[str, Any] = {}
     for name in names:
-        ctx = Context(scale=scale, workdir=workdir, name=name)
+        ctx = Context(scale=scale, workdir=workdir, name=name, shared=shared, closing=closing)
         ctx.progress(f"start (scale {scale:g})")
         gc.collect()
         out = asyncio.run(BENCHMARKS[name](ctx))

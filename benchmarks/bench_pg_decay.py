@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from benchmarks._harness import Context, Result, benchmark
+from benchmarks._pg import pg_server
 from benchmarks._sweep import _COLUMNS, NOW, _rows
 from memwarden.memory import FakeClock
 from memwarden.memory._sqlrules import rule_params
@@ -92,16 +93,13 @@ async def pg_decay(ctx: Context) -> list[Result]:
     missing = _missing()
     if missing is not None:
         raise RuntimeError(f"pg_decay: {missing}")
-    from tests.pgserver import PgServer, pg_bin  # noqa: PLC0415
 
     from memwarden.memory.pg import PgDatabase  # noqa: PLC0415 - needs asyncpg
     from memwarden.memory.pg._maintenance import decay_cycle  # noqa: PLC0415
 
-    bindir = pg_bin()
-    assert bindir is not None
     n_blocks = ctx.n(1_000_000, 10_000)
     cfg = PolicyConfig()
-    with PgServer(bindir) as server:
+    with pg_server(ctx) as server:
         version = server.psql("SHOW server_version").strip()
         ctx.progress(f"PostgreSQL {version} on port {server.port}")
         await _load(ctx, server, n_blocks)

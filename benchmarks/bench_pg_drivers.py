@@ -34,6 +34,7 @@ from importlib import metadata
 from typing import Any
 
 from benchmarks._harness import Context, Result, benchmark, percentiles_ms
+from benchmarks._pg import pg_server
 
 ROWS = 20_000
 BATCH = 256
@@ -162,14 +163,11 @@ async def pg_drivers(ctx: Context) -> list[Result]:
         raise RuntimeError(f"pg_drivers: {missing}")
     import asyncpg  # noqa: PLC0415 - the postgres extra
     import psycopg_pool  # noqa: PLC0415 - the dev extra, for this benchmark only
-    from tests.pgserver import PgServer, pg_bin  # noqa: PLC0415
 
-    bindir = pg_bin()
-    assert bindir is not None
     n_rows, n_reads = ctx.n(ROWS, 600), ctx.n(READS, 100)
     rows = _rows(n_rows)
     ids = [r[0] for r in random.Random(7).sample(rows, min(n_rows, n_reads))]
-    with PgServer(bindir) as server:
+    with pg_server(ctx) as server:
         dsn = server.create_database("bench")
         version = server.psql("SHOW server_version").strip()
         ctx.progress(f"PostgreSQL {version} on port {server.port}")

@@ -19,6 +19,7 @@ import time
 from benchmarks import _sqlite
 from benchmarks._harness import Context, Result, benchmark
 from benchmarks._ingest import T0
+from benchmarks._pg import pg_server
 from benchmarks.bench_erasure import SEED, _build
 from memwarden.memory import FakeClock
 
@@ -30,14 +31,10 @@ TARGET_S = 1.0  # the SQLite figure's target at 10 000 blocks
 @benchmark("pg_erasure", position=41, results=("pg_erase_10k",))
 async def pg_erasure(ctx: Context) -> list[Result]:
     import asyncpg  # noqa: PLC0415 - the postgres extra
-    from tests.pgserver import PgServer, pg_bin  # noqa: PLC0415 - the tests' server helper
 
     from memwarden.memory.pg import PgDatabase, copy_to_postgres  # noqa: PLC0415
     from memwarden.memory.pg._erasure import PgErasure  # noqa: PLC0415
 
-    bindir = pg_bin()
-    if bindir is None:
-        raise RuntimeError("pg_erasure: the PostgreSQL server binaries are not installed")
     n_blocks = ctx.n(10_000, 200)
     bulk = ctx.n(BULK, 20)
     path = ctx.workdir / "pg_erasure.db"
@@ -45,7 +42,7 @@ async def pg_erasure(ctx: Context) -> list[Result]:
     clock = FakeClock(T0)
     ctx.progress(f"building {n_blocks:,} blocks")
     ids = await _build(path, n_blocks, clock)
-    with PgServer(bindir) as server:
+    with pg_server(ctx) as server:
         dsn = server.create_database("bench")
         ctx.progress("copying to PostgreSQL")
         await copy_to_postgres(path, dsn)

@@ -42,6 +42,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from benchmarks._harness import Context, Result, benchmark
+from benchmarks._pg import pg_server
 from memwarden.memory import Binding, FakeClock, NewBlock, Outcome, ValidationEvent, from_ts
 from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_record, evidence_row
 from memwarden.memory._compaction import CompactionConfig
@@ -212,14 +213,6 @@ async def _counts(db: PgDatabase) -> tuple[int, int]:
 
 @benchmark("pg_ingest", position=41, results=("pg_ingest", "pg_ingest_two_nodes"))
 async def pg_ingest(ctx: Context) -> list[Result]:
-    from tests.pgserver import PgServer, pg_bin  # noqa: PLC0415 - the tests' server helper
-
-    bindir = pg_bin()
-    if bindir is None:
-        raise RuntimeError(
-            "pg_ingest: the PostgreSQL server binaries are not installed:"
-            " run scripts/system-deps.sh"
-        )
     from memwarden.memory.pg import PgDatabase  # noqa: PLC0415 - the postgres extra
     from memwarden.memory.pg._apply import PgEventLog  # noqa: PLC0415
 
@@ -229,7 +222,7 @@ async def pg_ingest(ctx: Context) -> list[Result]:
     chunks = [events[i : i + CHUNK] for i in range(0, n_events, CHUNK)]
     clock = FakeClock(T0 + 3600.0 + n_events * EVENT_STEP_S + 60.0)
     now = clock.time()
-    with PgServer(bindir) as server:
+    with pg_server(ctx) as server:
         version = server.psql("SHOW server_version").strip()
         ctx.progress(f"PostgreSQL {version} on port {server.port}")
         dsns = [server.create_database(name) for name in ("store", "raw", "nodes")]

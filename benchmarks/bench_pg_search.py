@@ -36,6 +36,7 @@ import time
 from typing import Any
 
 from benchmarks._harness import Context, Result, benchmark, percentiles_ms
+from benchmarks._pg import pg_server
 from benchmarks._search import ADD_CHUNK, SEED, T0, Corpus, _queries
 from memwarden.memory import FakeClock, Store, new_id
 from memwarden.memory._codec import _dumps, content_key
@@ -212,10 +213,7 @@ async def pg_search(ctx: Context) -> list[Result]:
     if missing is not None:
         raise RuntimeError(f"pg_search: {missing}")
     import asyncpg  # noqa: PLC0415 - the postgres extra
-    from tests.pgserver import PgServer, pg_bin  # noqa: PLC0415
 
-    bindir = pg_bin()
-    assert bindir is not None
     n_blocks = ctx.n(100_000, 1000)
     n_queries = ctx.n(500, 10)
     corpus = Corpus(random.Random(SEED))
@@ -229,7 +227,7 @@ async def pg_search(ctx: Context) -> list[Result]:
     common, mid = _queries(corpus, texts, n_queries)
 
     results = []
-    with PgServer(bindir) as server:
+    with pg_server(ctx) as server:
         dsn = server.create_database("bench")
         version = server.psql("SHOW server_version").strip()
         ctx.progress(f"PostgreSQL {version} on port {server.port}")

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from benchmarks._harness import Context, Result, benchmark, percentiles_ms
+from benchmarks._pg import pg_server
 from benchmarks._sweep import _COLUMNS as COLUMNS  # the sweep benchmark's data, here too
 from benchmarks._sweep import _rows as sweep_rows
 from memwarden.memory import FakeClock
@@ -97,17 +98,14 @@ async def pg_sweep(ctx: Context) -> list[Result]:
     if missing is not None:
         raise RuntimeError(f"pg_sweep: {missing}")
     import asyncpg  # noqa: PLC0415 - the postgres extra
-    from tests.pgserver import PgServer, pg_bin  # noqa: PLC0415
 
     from memwarden.memory.pg import PgDatabase  # noqa: PLC0415 - needs asyncpg
     from memwarden.memory.pg._revalidation import DUE_SQL, PgRevalidations  # noqa: PLC0415
 
-    bindir = pg_bin()
-    assert bindir is not None
     n_blocks = ctx.n(1_000_000, 10_000)
     n_due = ctx.n(LIMIT, 10)
     reps = ctx.n(200, 20)
-    with PgServer(bindir) as server:
+    with pg_server(ctx) as server:
         dsn = server.create_database("bench")
         version = server.psql("SHOW server_version").strip()
         ctx.progress(f"PostgreSQL {version} on port {server.port}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,9 @@ def test_quick_run_writes_every_figure(tmp_path):
     machine = json.loads((tmp_path / "machine.json").read_text())
     assert {"cpu_count", "python", "sqlite", "platform"} <= machine.keys()
     assert "MISSED" in proc.stdout or "all targets met" in proc.stdout
+    # A smoke run's PostgreSQL benchmarks share one server (benchmarks/_pg.py).
+    ports = set(re.findall(r"PostgreSQL .* on port (\d+)", proc.stderr))
+    assert len(ports) == 1, ports
 
 
 @pytest.mark.timeout(330)
