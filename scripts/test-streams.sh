@@ -13,9 +13,10 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 rm -f .coverage .coverage.* coverage.xml
 # Byte-compile the checkout once: where PYTHONDONTWRITEBYTECODE is set (as on the 2-core
-# machines the suite is timed on) no process writes .pyc files, so every `memwarden` process a test starts
-# would compile about a hundred modules from source again (0.1-0.2 s of CPU each time).
-# Python reads the files whatever that variable says; an edited file is compiled afresh.
+# machines the suite is timed on) no process writes .pyc files, so every `memwarden`
+# process a test starts would compile about a hundred modules from source again (0.1-0.2 s
+# of CPU each time). Python reads the files whatever that variable says; an edited file is
+# compiled afresh.
 "$PY" -m compileall -q -j 2 src tests benchmarks examples >/dev/null
 SIDE=(tests/pg tests/cluster tests/mqtt tests/web tests/security tests/test_benchmarks_smoke.py)
 ignore=()
