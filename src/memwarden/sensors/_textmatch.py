@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import TYPE_CHECKING
-
-import snowballstemmer
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -66,13 +64,19 @@ NEGATIONS: dict[str, re.Pattern[str]] = {
     ),
 }
 
-_stemmer = snowballstemmer.stemmer("english")
+@functools.cache
+def _stemmer() -> Any:
+    """Snowball's English stemmer, made at the first stem: importing snowballstemmer
+    imports every language's (about 60 ms), which a daemon start need not pay."""
+    import snowballstemmer  # noqa: PLC0415 - see the docstring
+
+    return snowballstemmer.stemmer("english")
 
 
 @functools.lru_cache(maxsize=65_536)
 def stem(word: str) -> str:
     """The Snowball (English) stem of a lowercase word."""
-    return str(_stemmer.stemWord(word))
+    return str(_stemmer().stemWord(word))
 
 
 def stems(text: str, *, drop: Iterable[str] = ()) -> list[str]:
