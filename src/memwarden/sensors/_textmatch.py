@@ -64,6 +64,7 @@ NEGATIONS: dict[str, re.Pattern[str]] = {
     ),
 }
 
+
 @functools.cache
 def _stemmer() -> Any:
     """Snowball's English stemmer, made at the first stem: importing snowballstemmer
