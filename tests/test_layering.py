@@ -40,8 +40,9 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {"memory", "plugins"},
 }
 # Open to all: errors, the top level, and neutral modules that import nothing of memwarden
-# (jsonpointer: RFC 6901 pointers and JSON equality, for sensors and binding suggestions).
-OPEN = {"errors", "__init__", "jsonpointer"}
+# (jsonpointer: RFC 6901 pointers and JSON equality, for sensors and binding suggestions;
+# _lazy: package attributes loaded on first use).
+OPEN = {"errors", "__init__", "jsonpointer", "_lazy"}
 PARTS = {p.stem for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
 
 # Packages whose ``_private`` modules no module outside them may import.

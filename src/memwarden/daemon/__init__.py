@@ -7,8 +7,9 @@ console and their web framework (about a second of a short command's start).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from memwarden._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from memwarden.daemon._app import Daemon
@@ -60,14 +61,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        msg = f"module {__name__!r} has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
+__getattr__ = lazy_getattr(__name__, _HOMES)
 
 
 def __dir__() -> list[str]:

@@ -8,8 +8,7 @@ cannot load (a missing optional library) never stops the others.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from memwarden._lazy import lazy_getattr
 
 __all__ = [
     "CodeTestBinding",
@@ -38,8 +37,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_getattr(__name__, _WHERE)
