@@ -65,4 +65,4 @@ __getattr__ = lazy_getattr(__name__, _HOMES)
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    return sorted({*globals(), *__all__})
