@@ -317,3 +317,23 @@ async def test_keyword_quality_on_the_retrieval_set(tmp_path: Path, pg_server: P
     sqlite_exact, pg_exact = figures["sqlite", 2], figures["postgresql", 2]
     assert pg_exact[0] >= sqlite_exact[0] - 0.02, figures
     assert pg_exact[1] >= sqlite_exact[1] - 0.05, figures
+
+
+async def test_search_factors_are_the_same_on_both(sqlite_reads: Store, pg_search: Any) -> None:
+    """A block's freshness, reliability and retention in a hit are the rules' on both
+    backends: SQLite computes them in its statement, PostgreSQL in Python from the row's
+    columns (policy.retention_of), so a column read wrongly shows here."""
+    compared = stale = 0
+    for query in [*QUERIES, "fact", "config"]:
+        on_sqlite = {h.id: h for h in await sqlite_reads.search(query, mode="keyword", limit=50)}
+        on_pg = {h.id: h for h in await pg_search.search(query, mode="keyword", limit=50)}
+        for block_id in on_sqlite.keys() & on_pg.keys():
+            s, p = on_sqlite[block_id], on_pg[block_id]
+            assert (p.state, p.stale, p.freshness) == (s.state, s.stale, s.freshness), block_id
+            assert p.reliability == pytest.approx(s.reliability, abs=1e-12), block_id
+            assert p.retention == pytest.approx(s.retention, rel=1e-9), block_id
+            assert p.warnings == s.warnings, block_id
+            compared += 1
+            stale += p.stale
+    assert compared > 20
+    assert stale  # the stale half-life is in play too

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-__all__ = ["RECORD_COLUMNS", "BlockRecord"]
+__all__ = ["RECORD_COLUMNS", "BlockRecord", "touched_at"]
 
 
 @dataclass(slots=True)
@@ -58,12 +58,17 @@ class BlockRecord:
 
     def last_touched(self) -> float:
         """The later of last validation, last access and creation: decay counts from here."""
-        t = self.created_at
-        if self.validated_at is not None and self.validated_at > t:
-            t = self.validated_at
-        if self.last_accessed_at is not None and self.last_accessed_at > t:
-            t = self.last_accessed_at
-        return t
+        return touched_at(self.created_at, self.validated_at, self.last_accessed_at)
+
+
+def touched_at(created_at: float, validated_at: float | None, accessed_at: float | None) -> float:
+    """:meth:`BlockRecord.last_touched` of a block with these three times."""
+    t = created_at
+    if validated_at is not None and validated_at > t:
+        t = validated_at
+    if accessed_at is not None and accessed_at > t:
+        t = accessed_at
+    return t
 
 
 RECORD_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(BlockRecord))

@@ -34,7 +34,7 @@ from memwarden.errors import ValidationInputError
 from memwarden.memory._codec import BLOCK_COLUMNS
 from memwarden.memory._fts import query_terms
 from memwarden.memory._model import BlockState
-from memwarden.memory._record import BlockRecord
+from memwarden.memory._record import touched_at
 from memwarden.memory._results import SearchHit
 from memwarden.memory._search import (
     ANY_WORD_WEIGHT,
@@ -47,7 +47,7 @@ from memwarden.memory._search import (
 )
 from memwarden.memory._sql import namespace_clause
 from memwarden.memory.pg._reads import storable
-from memwarden.memory.policy import retention, state_as_of
+from memwarden.memory.policy import retention_of, state_as_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -82,6 +82,17 @@ _RID = BLOCK_COLUMNS.index("rid")
 _STATE = BLOCK_COLUMNS.index("state")
 _STALE_AT = BLOCK_COLUMNS.index("stale_at")
 _RELIABILITY = BLOCK_COLUMNS.index("reliability")
+# What the retention rule reads of a row (policy.retention_of).
+_TIER = BLOCK_COLUMNS.index("tier")
+_IMPORTANCE = BLOCK_COLUMNS.index("importance")
+_HALF_LIFE = BLOCK_COLUMNS.index("half_life_s")
+_CREATED = BLOCK_COLUMNS.index("created_at")
+_VALIDATED = BLOCK_COLUMNS.index("validated_at")
+_ACCESSED = BLOCK_COLUMNS.index("last_accessed_at")
+# Plain strings on the hot path (an enum member's value is a descriptor call).
+_STALE = BlockState.STALE.value
+# The states in the order of their ranking factors (fresh, unverified, stale, refuted).
+_STATES = (BlockState.FRESH.value, BlockState.UNVERIFIED.value, _STALE, BlockState.REFUTED.value)
 # A candidate's bindings, as JSON text (SQLite's json_group_array), and its dependencies,
 # as an array (the hit's JSON is made from it: no JSON to parse again).
 _ATTACHED = """coalesce((SELECT json_agg(
@@ -332,22 +343,27 @@ class PgSearch:
         cfg = self.policy
         rank = cfg.ranking
         warn_below = cfg.staleness.warn_reliability
-        factor = {
-            BlockState.FRESH.value: rank.fresh,
-            BlockState.UNVERIFIED.value: rank.unverified,
-            BlockState.STALE.value: rank.stale,
-            BlockState.REFUTED.value: rank.refuted,
-        }
+        factor = dict(
+            zip(_STATES, (rank.fresh, rank.unverified, rank.stale, rank.refuted), strict=True)
+        )
         # Every candidate's score first; the hits (their warnings, their JSON) only for
         # the ``limit`` best: a stable sort by score, as sorting the hits themselves was.
         # No record is made to score (as on SQLite): the state from its two columns, the
-        # retention rule from the row as stored (it reads none of the JSON columns a
-        # record decodes); a hit's record is made when first read (SearchHit.record).
+        # retention rule from the columns it reads; a hit's record is made when first
+        # read (SearchHit.record).
         scored = []
         for i, (relevance, _bound, _deps, columns) in enumerate(rows):
             state = state_as_of(columns[_STATE], columns[_STALE_AT], now)
             freshness = factor[state]
-            kept = retention(BlockRecord(*columns), now, cfg)
+            kept = retention_of(
+                columns[_TIER],
+                columns[_IMPORTANCE],
+                touched_at(columns[_CREATED], columns[_VALIDATED], columns[_ACCESSED]),
+                columns[_HALF_LIFE],
+                state == _STALE,
+                now,
+                cfg,
+            )
             reliability = columns[_RELIABILITY]
             score = relevance * freshness * reliability * kept
             scored.append((score, i, state, freshness, reliability, kept))
@@ -365,10 +381,10 @@ class PgSearch:
                     freshness=freshness,
                     reliability=reliability,
                     retention=kept,
-                    stale=state == BlockState.STALE.value,
+                    stale=state == _STALE,
                     warnings=warnings,
                     bindings_json=bound,
-                    depends_json=json.dumps(deps),
+                    depends_json=json.dumps(deps) if deps else "[]",
                     now=now,
                     policy=cfg,
                     parts={},

@@ -25,6 +25,7 @@ from memwarden.memory.policy._decay import (
     heuristic_cycle,
     is_stale,
     retention,
+    retention_of,
 )
 from memwarden.memory.policy._evidence import (
     Effect,
@@ -113,6 +114,7 @@ __all__ = [
     "put_back_in",
     "record_access",
     "retention",
+    "retention_of",
     "score",
     "score_composite",
     "score_multi_axis",

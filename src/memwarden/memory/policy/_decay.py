@@ -26,6 +26,7 @@ __all__ = [
     "heuristic_cycle",
     "is_stale",
     "retention",
+    "retention_of",
 ]
 
 # Plain strings on the hot path: enum attribute access costs more than the arithmetic.
@@ -57,14 +58,31 @@ def retention(rec: BlockRecord, now: float, cfg: PolicyConfig) -> float:
     Never rises while time passes without an event or an access: the age only grows and
     the half-life only shrinks (when the block turns stale).
     """
-    floor = cfg.decay.core_floor if rec.tier == _CORE else cfg.decay.floor
-    age = now - rec.last_touched()
+    return retention_of(
+        rec.tier, rec.importance, rec.last_touched(), rec.half_life_s, is_stale(rec, now), now, cfg
+    )
+
+
+def retention_of(  # noqa: PLR0917 - a row's columns, on a search's hot path
+    tier: str,
+    importance: float,
+    touched: float,
+    half_life_s: float,
+    stale: bool,  # noqa: FBT001
+    now: float,
+    cfg: PolicyConfig,
+) -> float:
+    """:func:`retention` from the columns it reads (``touched``: the block's
+    ``last_touched()``; ``stale``: whether it is stale at ``now``), for a caller that
+    holds a row and no record (PostgreSQL's search ranks its candidates with it)."""
+    floor = cfg.decay.core_floor if tier == _CORE else cfg.decay.floor
+    age = now - touched
     if age <= 0.0:
-        return max(floor, rec.importance)
-    half_life = effective_half_life_s(rec, now, cfg)
+        return max(floor, importance)
+    half_life = half_life_s * cfg.decay.stale_half_life_factor if stale else half_life_s
     if half_life <= 0.0:  # a zero half-life forgets at once
         return floor
-    return max(floor, rec.importance * math.pow(2.0, -age / half_life))
+    return max(floor, importance * math.pow(2.0, -age / half_life))
 
 
 def archive_reason(rec: BlockRecord, now: float, cfg: PolicyConfig) -> str | None:
