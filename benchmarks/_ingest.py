@@ -305,6 +305,7 @@ async def ingest(ctx: Context) -> list[Result]:
         wconn = getattr(store.db, "_wconn", None)
         sql_tid = getattr(getattr(wconn, "_thread", None), "native_id", None)
         commits_before = getattr(writer, "commits", 0)
+        deferred_before = getattr(writer, "deferred_checkpoints", 0)
         sql_cpu_before = thread_cpu_s(sql_tid)
         gc.collect()
         loop_cpu_before = time.thread_time()
@@ -312,6 +313,7 @@ async def ingest(ctx: Context) -> list[Result]:
         loop_cpu_s = time.thread_time() - loop_cpu_before
         sql_cpu_after = thread_cpu_s(sql_tid)
         commits = getattr(writer, "commits", 0) - commits_before
+        deferred = getattr(writer, "deferred_checkpoints", 0) - deferred_before
     sql_cpu_s = (
         None if sql_cpu_before is None or sql_cpu_after is None else sql_cpu_after - sql_cpu_before
     )
@@ -353,6 +355,7 @@ async def ingest(ctx: Context) -> list[Result]:
                 "store_sql_thread_cpu_s": sql_cpu_s,
                 **raw,
                 "commits": commits,
+                "deferred_checkpoints": deferred,
                 **_ack_latency(acked),
                 "revalidations_queued": revalidations,
                 "same_end_state": same,

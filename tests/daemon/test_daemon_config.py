@@ -284,3 +284,14 @@ def test_flood_commit_bound_is_bounded(config_file):
         with pytest.raises(ConfigError) as err:
             load_settings(config_file(f"[store]\nflood_commit_events = {value}\n"), env={})
         assert err.value.problems == [f"store.flood_commit_events: Input should be {problem}"]
+
+
+def test_flood_wal_bound_is_bounded(config_file):
+    """[store] flood_wal_mib bounds the WAL while a flood defers its checkpoint (0 turns
+    the deferral off); a negative size is refused, naming the key."""
+    assert load_settings(None, env={}).store.flood_wal_mib == 256
+    loaded = load_settings(config_file("[store]\nflood_wal_mib = 0\n"), env={})
+    assert loaded.store.flood_wal_mib == 0
+    with pytest.raises(ConfigError) as err:
+        load_settings(config_file("[store]\nflood_wal_mib = -1\n"), env={})
+    assert err.value.problems == ["store.flood_wal_mib: Input should be greater than or equal to 0"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import shutil
 import sqlite3
 import threading
 from typing import TYPE_CHECKING, Any
@@ -299,3 +300,76 @@ async def test_a_flood_commits_in_growing_steps_and_a_drained_queue_resets_them(
         seen.clear()
         await asyncio.gather(*(db.write_on_thread(job, weight=step) for _ in range(8)))
         assert sizes() == [2, 2, 2, 2]  # no growth: every transaction at the normal bound
+
+
+async def _flood_of_rows(db: Database, jobs: int) -> list[int]:
+    """``jobs`` jobs of half a transaction's weight at once, each writing 150 rows of
+    4 000 bytes (a WAL of more than SQLite's 1 000-page checkpoint threshold in all);
+    the ``wal_autocheckpoint`` each job's transaction was committed under."""
+    seen: list[int] = []
+
+    def job(raw: sqlite3.Connection) -> None:
+        raw.execute("CREATE TABLE IF NOT EXISTS filler (b BLOB NOT NULL)")
+        raw.executemany("INSERT INTO filler VALUES (randomblob(4000))", [()] * 150)
+        seen.append(raw.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+
+    await asyncio.gather(*(db.write_on_thread(job, weight=COMMIT_WEIGHT // 2) for _ in range(jobs)))
+    return seen
+
+
+def _rows_in_file_alone(path: Path, copy: Path) -> int:
+    """The filler rows the database file holds without its WAL (a copy of the file only)."""
+    shutil.copyfile(path, copy)
+    conn = sqlite3.connect(copy)
+    try:
+        found = conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'filler'")
+        if not found.fetchone()[0]:
+            return 0
+        return int(conn.execute("SELECT count(*) FROM filler").fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def test_a_flood_checkpoints_once_at_its_last_commit(tmp_path: Path):
+    """Transactions taken while jobs were left waiting commit without a WAL checkpoint;
+    the one that empties the queue checkpoints everything before its callers hear back:
+    the database file alone then holds every row. With ``flood_wal_mib=0`` every
+    commit checkpoints, as SQLite does."""
+    path = tmp_path / "d.db"
+    async with Database(path) as db:
+        writer = db.writer
+        assert writer is not None
+        # 12 jobs of 10 000: transactions of 2, 4 and 6 jobs (memory._batching's steps).
+        assert await _flood_of_rows(db, 12) == [0] * 6 + [1000] * 6
+        assert writer.deferred_checkpoints == 2
+        assert _rows_in_file_alone(path, tmp_path / "copy.db") == 12 * 150
+        # A lone job after the flood: SQLite's default, no deferral counted.
+        assert await _flood_of_rows(db, 1) == [1000]
+        assert writer.deferred_checkpoints == 2
+
+    async with Database(tmp_path / "e.db", flood_wal_mib=0) as db:
+        assert db.writer is not None
+        assert await _flood_of_rows(db, 12) == [1000] * 12
+        assert db.writer.deferred_checkpoints == 0
+
+
+async def test_a_flood_checkpoints_again_once_the_wal_passes_its_bound(tmp_path: Path):
+    """Past ``flood_wal_mib`` a flood's commit checkpoints (the WAL grows by one
+    transaction past the bound at most). The WAL file is cut back to 64 MiB once a
+    checkpoint emptied it (``journal_size_limit``), so a flood's WAL does not stay."""
+    path = tmp_path / "d.db"
+    async with Database(path, flood_wal_mib=1) as db:
+        assert db.writer is not None
+        seen = await _flood_of_rows(db, 12)
+        # The first transaction found a small WAL and deferred; the second found it past
+        # 1 MiB (the first wrote 1.2 MB) and checkpointed, as did the last.
+        assert seen == [0] * 2 + [1000] * 10
+        assert db.writer.deferred_checkpoints == 1
+        # The second commit copied both transactions into the file; the last one's 900
+        # rows (under SQLite's 1 000 pages) wait in the WAL, as they always did.
+        assert _rows_in_file_alone(path, tmp_path / "copy.db") == 6 * 150
+
+        def limit(raw: sqlite3.Connection) -> int:
+            return int(raw.execute("PRAGMA journal_size_limit").fetchone()[0])
+
+        assert await db.write_on_thread(limit) == 64 * 2**20

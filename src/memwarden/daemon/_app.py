@@ -273,6 +273,7 @@ class Daemon:
                 readers=s.store.readers,
                 inline_read_ms=s.store.inline_read_ms,
                 flood_commit_events=s.store.flood_commit_events,
+                flood_wal_mib=s.store.flood_wal_mib,
                 synchronous=s.store.synchronous_for(mqtt=s.mqtt is not None),
                 score_log=s.store.score_log or s.home / "scores.jsonl",
                 compaction=s.store.compaction,

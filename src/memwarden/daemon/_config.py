@@ -39,7 +39,13 @@ from typing_extensions import override
 
 from memwarden.errors import ConfigError, PluginLoadError
 from memwarden.hosting import validate_sensor_options
-from memwarden.memory import FLOOD_COMMIT_WEIGHT, CompactionConfig, Duration, RetentionConfig
+from memwarden.memory import (
+    FLOOD_COMMIT_WEIGHT,
+    FLOOD_WAL_MIB,
+    CompactionConfig,
+    Duration,
+    RetentionConfig,
+)
 from memwarden.memory._location import store_location
 from memwarden.memory._model import NAMESPACE_PATTERN, Namespace, Unit
 from memwarden.memory.policy import PolicyConfig
@@ -131,6 +137,14 @@ class StoreSettings(BaseModel):
         " fewer commits, but an event further back in the flood is acknowledged later (each"
         " 100 000 events in one transaction cost about 5 s of one core, docs/BENCHMARKS.md)."
         " 20000 keeps every transaction at 20 000. SQLite only.",
+    )
+    flood_wal_mib: Annotated[int, Field(ge=0, le=1_048_576)] = Field(
+        default=FLOOD_WAL_MIB,
+        description="In a flood of events, commits leave the WAL checkpoint (copying the"
+        " WAL back into the database file, and syncing both) to the flood's last commit"
+        " while the WAL file is under this many MiB: one checkpoint for the flood instead of"
+        " one per transaction, at the price of this much disk for the WAL meanwhile (cut back"
+        " to 64 MiB afterwards). 0 checkpoints at every commit, as SQLite does. SQLite only.",
     )
     score_log: Path | None = Field(
         default=None,

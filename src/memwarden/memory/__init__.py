@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from memwarden.memory._clock import Clock, FakeClock, SystemClock, from_ts, sleep_on, to_ts
 from memwarden.memory._compaction import CompactionConfig, CompactionReport
-from memwarden.memory._database import FLOOD_COMMIT_WEIGHT, Database
+from memwarden.memory._database import FLOOD_COMMIT_WEIGHT, FLOOD_WAL_MIB, Database
 from memwarden.memory._decayline import RetentionPoint, retention_line
 from memwarden.memory._durations import Duration, format_duration, parse_duration
 from memwarden.memory._erasure import MAX_ERASE, UNREACHABLE, ErasureReport, ErasureTarget
@@ -58,6 +58,7 @@ from memwarden.memory._transfer import ImportReport
 
 __all__ = [
     "FLOOD_COMMIT_WEIGHT",
+    "FLOOD_WAL_MIB",
     "MAX_ERASE",
     "SERIES_KEEP_S",
     "SERIES_STEP_S",

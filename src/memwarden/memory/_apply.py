@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import operator
 from collections import defaultdict
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from memwarden.memory._codec import (
@@ -138,7 +139,7 @@ class _ValuesUpdate:
         while i < n:
             while size > n - i:
                 size //= 2
-            conn.execute(self.text(size), [v for row in rows[i : i + size] for v in row])
+            conn.execute(self.text(size), list(chain.from_iterable(rows[i : i + size])))
             i += size
 
 

@@ -14,7 +14,9 @@ transaction takes) lets the next one take twice the weight, and so on up to
 ``max_weight``. Outside a flood nothing changes (the first transaction of a flood is no
 bigger than before, so its acknowledgements come as soon as before); inside one, fewer
 commits rewrite the same pages, at the price of later acknowledgements for the jobs
-further back in the queue.
+further back in the queue. A backend may do more for a transaction taken while jobs
+were left waiting (:attr:`BatchWriter.flooding`): SQLite's writer leaves the WAL
+checkpoint to the commit that ends the flood.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ class BatchWriter(Generic[C]):
         self._max_weight = max_weight
         self._flood_max_weight = max(max_weight, flood_max_weight or max_weight)
         self._limit = max_weight  # the next transaction's bound (see the module's note)
+        # Whether the transaction being run left jobs waiting in the queue when it was
+        # taken: a flood, which more transactions will follow at once.
+        self.flooding = False
         self._queue: asyncio.Queue[Pending[Any]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -106,8 +111,9 @@ class BatchWriter(Generic[C]):
                 weight += batch[-1].weight
             # A flood (jobs still waiting) doubles the next transaction's bound, up to the
             # flood bound; an emptied queue brings it back (see the module's note).
+            self.flooding = not self._queue.empty()
             self._limit = (
-                self._max_weight if self._queue.empty() else min(self._flood_max_weight, limit * 2)
+                min(self._flood_max_weight, limit * 2) if self.flooding else self._max_weight
             )
             try:
                 await self._commit(batch)

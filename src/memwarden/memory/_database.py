@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
     from types import TracebackType
 
-__all__ = ["COMMIT_WEIGHT", "FLOOD_COMMIT_WEIGHT", "Database"]
+__all__ = ["COMMIT_WEIGHT", "FLOOD_COMMIT_WEIGHT", "FLOOD_WAL_MIB", "Database"]
 
 T = TypeVar("T")
 
@@ -48,6 +48,12 @@ COMMIT_WEIGHT = 20_000
 #: ... and how far that grows while the writer's queue stays deep (a flood of events; see
 #: memory._batching): fewer commits, later acknowledgements for the jobs further back.
 FLOOD_COMMIT_WEIGHT = 80_000
+#: ... and how large the WAL may grow in a flood before a commit copies it back into the
+#: database file (memory._writer: a flood checkpoints once, at its end), in MiB.
+FLOOD_WAL_MIB = 256
+# What the WAL file is cut back to once a checkpoint emptied it (SQLite keeps the file at
+# its largest otherwise: a flood's WAL would stay on disk).
+_WAL_SIZE_LIMIT = 64 * 2**20
 # At most this many statements keep a renewed text for the loop's connection (the store
 # runs a handful there: the search statements by namespace count).
 _INLINE_TEXTS = 64
@@ -60,6 +66,8 @@ class Database:
     runs on the writer connection at open, before any reader exists (by default: the
     schema migrations, :func:`~memwarden.memory._migrate.prepare_schema`).
     ``inline_read_ms`` is the budget of :meth:`read_inline` (0: every read on a reader).
+    ``flood_wal_mib`` bounds the WAL while a flood defers its checkpoint to its last
+    commit (:mod:`memwarden.memory._writer`; 0: a checkpoint at every commit, as SQLite).
     ``secure_delete`` has SQLite overwrite with zeros what every write frees (deleted rows,
     an edit's old text, merged index segments), so an erasure leaves no earlier copy in
     free space (docs/PRIVACY.md; its cost is in docs/BENCHMARKS.md).
@@ -73,6 +81,7 @@ class Database:
         synchronous: Literal["normal", "full"] = "normal",
         max_jobs_per_commit: int = 256,
         flood_commit_weight: int = FLOOD_COMMIT_WEIGHT,
+        flood_wal_mib: int = FLOOD_WAL_MIB,
         prepare: Callable[[aiosqlite.Connection], Awaitable[None]] = prepare_schema,
         inline_read_ms: float = 0.5,
         secure_delete: bool = True,
@@ -84,6 +93,7 @@ class Database:
         self._synchronous = synchronous
         self._max_jobs = max_jobs_per_commit
         self._flood_weight = flood_commit_weight
+        self._flood_wal_bytes = max(0, flood_wal_mib) * 2**20
         self._wconn: aiosqlite.Connection | None = None
         self._writer: Writer | None = None
         self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
@@ -158,6 +168,8 @@ class Database:
             max_jobs=self._max_jobs,
             max_weight=COMMIT_WEIGHT,
             flood_max_weight=self._flood_weight,
+            wal_path=self.path.with_name(self.path.name + "-wal"),
+            flood_wal_bytes=self._flood_wal_bytes,
         )
         self._writer.start()
         self._open = True
@@ -198,6 +210,7 @@ class Database:
             await conn.execute("PRAGMA journal_mode = WAL")
             await conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
             await conn.execute(f"PRAGMA secure_delete = {'ON' if self._secure_delete else 'OFF'}")
+            await conn.execute(f"PRAGMA journal_size_limit = {_WAL_SIZE_LIMIT}")
         else:
             await conn.execute("PRAGMA query_only = ON")
         await conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB per connection, at most

@@ -54,7 +54,7 @@ from memwarden.memory import (
 from memwarden.memory._apply import EventLog
 from memwarden.memory._blocks import Blocks
 from memwarden.memory._clock import Clock, SystemClock
-from memwarden.memory._database import FLOOD_COMMIT_WEIGHT, Database
+from memwarden.memory._database import FLOOD_COMMIT_WEIGHT, FLOOD_WAL_MIB, Database
 from memwarden.memory._evidence import Evidence
 from memwarden.memory._location import store_location
 from memwarden.memory._model import (
@@ -156,9 +156,11 @@ class Store:
 
     ``path`` is a file path, ``sqlite:///path``, or a ``postgresql://`` (``postgres://``)
     URL. On PostgreSQL the SQLite-only settings (``synchronous``: every commit is durable
-    there; ``inline_read_ms``, ``secure_delete``, ``flood_commit_events``) do not apply.
-    ``flood_commit_events`` bounds a transaction while the writer's queue stays deep (see
-    :mod:`memwarden.memory._batching`).
+    there; ``inline_read_ms``, ``secure_delete``, ``flood_commit_events``,
+    ``flood_wal_mib``) do not apply. ``flood_commit_events`` bounds a transaction while
+    the writer's queue stays deep (see :mod:`memwarden.memory._batching`);
+    ``flood_wal_mib`` the WAL meanwhile, whose checkpoint waits for the flood's last commit
+    (:mod:`memwarden.memory._writer`).
     """
 
     _blocks: Blocks | PgBlocks
@@ -178,6 +180,7 @@ class Store:
         synchronous: Literal["normal", "full"] = "normal",
         max_jobs_per_commit: int = 256,
         flood_commit_events: int = FLOOD_COMMIT_WEIGHT,
+        flood_wal_mib: int = FLOOD_WAL_MIB,
         score_log: ScoreLog | str | Path | None = None,
         compaction: _compaction.CompactionConfig | None = None,
         inline_read_ms: float = 0.5,
@@ -217,6 +220,7 @@ class Store:
             synchronous=synchronous,
             max_jobs_per_commit=max_jobs_per_commit,
             flood_commit_weight=flood_commit_events,
+            flood_wal_mib=flood_wal_mib,
             inline_read_ms=inline_read_ms,
             secure_delete=secure_delete,
         )

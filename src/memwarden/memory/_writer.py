@@ -14,6 +14,16 @@ single hand-off to that thread together with the ``BEGIN`` before them and the
 ``COMMIT`` after them, so a transaction of such jobs costs one trip between threads
 instead of one per job and two more for the transaction (on a busy machine each trip
 waits for the scheduler).
+
+**A flood checkpoints once.** SQLite copies the WAL back into the database file (and
+syncs both) at the first commit that finds it past ``wal_autocheckpoint`` pages. In a
+flood every transaction rewrites much the same pages, so each commit copied most of the
+table again: four checkpoints for 200 000 events where one would do. A transaction taken
+while jobs were left waiting (:attr:`~memwarden.memory._batching.BatchWriter.flooding`)
+therefore commits without a checkpoint as long as the WAL file is under
+``flood_wal_bytes``; the commit that ends the flood (or the first past the bound)
+checkpoints it all, before its callers hear back. ``flood_wal_bytes`` = 0 checkpoints
+as SQLite does at every commit.
 """
 
 from __future__ import annotations
@@ -33,10 +43,15 @@ from memwarden.memory._sql import in_thread
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     import aiosqlite
 
-__all__ = ["Writer"]
+__all__ = ["AUTOCHECKPOINT_PAGES", "Writer"]
+
+# SQLite's default ``wal_autocheckpoint``: a commit that finds the WAL past this many pages
+# copies it back into the database file.
+AUTOCHECKPOINT_PAGES = 1000
 
 T = TypeVar("T")
 
@@ -53,11 +68,29 @@ class Writer(BatchWriter["aiosqlite.Connection"]):
         max_jobs: int = 256,
         max_weight: int = 20_000,
         flood_max_weight: int | None = None,
+        wal_path: Path | None = None,
+        flood_wal_bytes: int = 0,
     ) -> None:
         super().__init__(
             max_jobs=max_jobs, max_weight=max_weight, flood_max_weight=flood_max_weight
         )
         self._conn = conn
+        self._wal_path = wal_path
+        self._flood_wal_bytes = flood_wal_bytes if wal_path is not None else 0
+        self._autocheckpoint = AUTOCHECKPOINT_PAGES  # as set on the connection
+        self.deferred_checkpoints = 0  # commits of a flood that left the WAL as it was
+
+    def _checkpoint_pages(self) -> int:
+        """The ``wal_autocheckpoint`` for the next commit: 0 (none) for a transaction of
+        a flood while the WAL file is under ``flood_wal_bytes``, else SQLite's default
+        (see the module's note)."""
+        if not self.flooding or self._flood_wal_bytes <= 0 or self._wal_path is None:
+            return AUTOCHECKPOINT_PAGES
+        try:
+            size = self._wal_path.stat().st_size
+        except OSError:  # no WAL file (yet): nothing to defer
+            return AUTOCHECKPOINT_PAGES
+        return 0 if size < self._flood_wal_bytes else AUTOCHECKPOINT_PAGES
 
     async def submit_on_thread(
         self, fn: Callable[[sqlite3.Connection], T], *, weight: int = 1
@@ -77,7 +110,13 @@ class Writer(BatchWriter["aiosqlite.Connection"]):
         otherwise the failing job's ``(False, error)`` after rolling everything back."""
         conn = self._conn
         results: list[tuple[bool, Any]] = []
+        pages = self._checkpoint_pages()
         try:
+            if pages != self._autocheckpoint:  # a flood began or ended: one statement
+                await conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+                self._autocheckpoint = pages
+            if pages == 0:
+                self.deferred_checkpoints += 1
             begun = committed = False
             i, n = 0, len(jobs)
             while i < n:
