@@ -76,7 +76,7 @@ class Writer(BatchWriter["aiosqlite.Connection"]):
         )
         self._conn = conn
         self._wal_path = wal_path
-        self._flood_wal_bytes = flood_wal_bytes if wal_path is not None else 0
+        self._flood_wal_bytes = flood_wal_bytes
         self._autocheckpoint = AUTOCHECKPOINT_PAGES  # as set on the connection
         self.deferred_checkpoints = 0  # commits of a flood that left the WAL as it was
 
