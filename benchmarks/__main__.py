@@ -45,6 +45,7 @@ from benchmarks import (  # noqa: F401 - importing registers the benchmarks
 from benchmarks._harness import (
     BENCHMARKS,
     RESULT_NAMES,
+    cpu_reference_s,
     machine_info,
     print_table,
     run_benchmarks,
@@ -125,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"memwarden benchmarks: {', '.join(names)} at scale {scale:g} on {machine['nproc']}"
         f" CPU(s) ({machine['cpu_model']}), Python {machine['python']},"
-        f" SQLite {machine['sqlite']}",
+        f" SQLite {machine['sqlite']}; reference CPU work"
+        f" {machine['cpu_reference_s']['start'] * 1000:.1f} ms",
         file=sys.stderr,
         flush=True,
     )
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="memwarden-bench-") as tmp:
             results = run_benchmarks(names, scale=scale, workdir=Path(tmp))
     machine["wall_s"] = round(time.perf_counter() - started, 1)
+    machine["cpu_reference_s"]["end"] = cpu_reference_s()
     print(file=sys.stderr)
     print_table(results)
     path = write_results(results, out, machine)

@@ -267,6 +267,19 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def cpu_reference_s(rounds: int = 5) -> float:
+    """Seconds this machine takes for a fixed piece of CPU work (the median of ``rounds``
+    runs of ``sum(range(3_000_000))``, about 0.05 s): recorded at the start and the end of
+    a run, so absolute figures (decay in s, start in s, page p95s) can be read against the
+    machine's speed at the time. A shared VM's moves by a third within an hour."""
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        sum(range(3_000_000))
+        times.append(time.perf_counter() - t)
+    return round(sorted(times)[rounds // 2], 4)
+
+
 def machine_info(*, scale: float) -> dict[str, Any]:
     """Where the figures come from: CPU, Python, SQLite, library versions, load."""
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
@@ -283,6 +296,7 @@ def machine_info(*, scale: float) -> dict[str, Any]:
         "memwarden": _version("memwarden"),
         "platform": platform.platform(),
         "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "cpu_reference_s": {"start": cpu_reference_s()},
         "git_commit": _git("rev-parse", "--short", "HEAD") or None,
         # Uncommitted changes under src/ mean the figures are for a working tree.
         "src_dirty": bool(_git("status", "--porcelain", "--", "src")),

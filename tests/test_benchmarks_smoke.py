@@ -88,6 +88,9 @@ def test_quick_run_writes_every_figure(tmp_path):
     assert ingest["same_end_state"] is True  # the baseline did the store's work
     machine = json.loads((tmp_path / "machine.json").read_text())
     assert {"cpu_count", "python", "sqlite", "platform"} <= machine.keys()
+    # The machine's speed at the start and the end, to read absolute figures against.
+    assert set(machine["cpu_reference_s"]) == {"start", "end"}
+    assert all(0 < v < 10 for v in machine["cpu_reference_s"].values())
     assert "MISSED" in proc.stdout or "all targets met" in proc.stdout
     # A smoke run's PostgreSQL benchmarks share one server (benchmarks/_pg.py).
     ports = set(re.findall(r"PostgreSQL .* on port (\d+)", proc.stderr))
