@@ -47,9 +47,12 @@ def is_stale(rec: BlockRecord, now: float) -> bool:
 
 def effective_half_life_s(rec: BlockRecord, now: float, cfg: PolicyConfig) -> float:
     """The half-life that applies at ``now``: the block's own, halved while it is stale."""
-    if is_stale(rec, now):
-        return rec.half_life_s * cfg.decay.stale_half_life_factor
-    return rec.half_life_s
+    return _half_life(rec.half_life_s, is_stale(rec, now), cfg)
+
+
+def _half_life(half_life_s: float, stale: bool, cfg: PolicyConfig) -> float:  # noqa: FBT001
+    """A half-life of ``half_life_s`` as it applies: shortened while the block is stale."""
+    return half_life_s * cfg.decay.stale_half_life_factor if stale else half_life_s
 
 
 def retention(rec: BlockRecord, now: float, cfg: PolicyConfig) -> float:
@@ -79,7 +82,7 @@ def retention_of(  # noqa: PLR0917 - a row's columns, on a search's hot path
     age = now - touched
     if age <= 0.0:
         return max(floor, importance)
-    half_life = half_life_s * cfg.decay.stale_half_life_factor if stale else half_life_s
+    half_life = _half_life(half_life_s, stale, cfg)
     if half_life <= 0.0:  # a zero half-life forgets at once
         return floor
     return max(floor, importance * math.pow(2.0, -age / half_life))
