@@ -297,10 +297,10 @@ def test_the_byte_table_popcount_counts_as_numpy_does():
     table: the same counts, edge words included."""
     import numpy as np  # noqa: PLC0415 - the semantic extra
 
-    from memwarden.memory import _vectors  # noqa: PLC0415 - the fallback under test
+    from memwarden.memory import _vecmatrix  # noqa: PLC0415 - the fallback under test
 
     words = np.array([0, 1, 2**64 - 1, 2**63, 0x0F0F_0F0F_0F0F_0F0F, 12345], dtype=np.uint64)
-    table = _vectors._popcount(_OldNumpy())
+    table = _vecmatrix._popcount(_OldNumpy())
     assert table is not np.bitwise_count
     assert table(words).tolist() == [0, 1, 64, 1, 32, 6]
     assert table(words).tolist() == np.bitwise_count(words).tolist()
@@ -339,7 +339,7 @@ async def test_the_two_stage_search_finds_what_the_exact_scan_finds(make_store):
     """Forced on a small store, the sign-bit shortlist re-scored exactly gives the exact
     scan's nearest blocks, before and after an erase moved a row (its sign bits move
     with it), with the byte-table popcount too."""
-    from memwarden.memory import _vectors  # noqa: PLC0415 - the fallback under test
+    from memwarden.memory import _vecmatrix  # noqa: PLC0415 - the fallback under test
 
     store = await make_store(embedder=StubEmbedder())
     texts = [f"fact {i} about {w}" for i, w in enumerate(["api", "timeouts", "zebras"] * 20)]
@@ -364,7 +364,7 @@ async def test_the_two_stage_search_finds_what_the_exact_scan_finds(make_store):
     [moved] = vectors.quantise(StubEmbedder().embed([texts[-1]]))
     assert vectors.nearest(moved, 1) == vectors.nearest_exact(moved, 1)
     vectors.shortlist = 30
-    vectors._popcount = _vectors._popcount(_OldNumpy())  # no bitwise_count: the byte table
+    vectors._popcount = _vecmatrix._popcount(_OldNumpy())  # no bitwise_count: the byte table
     assert top(vectors.nearest(qvec, 5)) == top(exact)
 
 
