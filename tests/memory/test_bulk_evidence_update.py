@@ -1,5 +1,5 @@
 """A batch's evidence writes go out as multi-row statements in parts of 512, 256, ... 1
-(``memory._apply._ValuesUpdate``): every block of a batch of any size gets its own
+(``memory._eventbatch._ValuesUpdate``): every block of a batch of any size gets its own
 values, blocks outside the batch keep theirs."""
 
 from __future__ import annotations

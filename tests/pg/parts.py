@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from memwarden.memory import Store
-from memwarden.memory import _apply as sqlite_apply
 from memwarden.memory import _blocks as sqlite_blocks
+from memwarden.memory import _dependencies as sqlite_dependencies
+from memwarden.memory import _eventbatch as sqlite_eventbatch
 from memwarden.memory import _proposals as sqlite_proposals
 from memwarden.memory import _reviews as sqlite_reviews
 from memwarden.memory._clock import FakeClock
@@ -43,7 +44,14 @@ __all__ = ["Backend", "PgParts", "backend_fixtures", "same_ids"]
 def same_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ids handed out alike from here on (blocks, requests, reviews, decisions, proposals)."""
     new_id = sequential_ids()
-    for module in (sqlite_blocks, sqlite_apply, sqlite_reviews, sqlite_proposals, pg_blocks):
+    for module in (
+        sqlite_blocks,
+        sqlite_eventbatch,
+        sqlite_dependencies,
+        sqlite_reviews,
+        sqlite_proposals,
+        pg_blocks,
+    ):
         monkeypatch.setattr(module, "new_id", new_id)
 
 

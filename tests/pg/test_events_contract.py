@@ -14,8 +14,9 @@ from pydantic import ValidationError
 
 from memwarden.errors import VersionConflictError
 from memwarden.memory import Store
-from memwarden.memory import _apply as sqlite_apply
 from memwarden.memory import _blocks as sqlite_blocks
+from memwarden.memory import _dependencies as sqlite_dependencies
+from memwarden.memory import _eventbatch as sqlite_eventbatch
 from memwarden.memory._clock import FakeClock, from_ts
 from memwarden.memory._codec import BLOCK_COLUMNS
 from memwarden.memory._compaction import CompactionConfig
@@ -84,7 +85,7 @@ def _same_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ids handed out alike from here on (blocks, requests, reviews)."""
     new_id = sequential_ids()
     # PostgreSQL's event log hands out its ids through the SQLite module's shared steps.
-    for module in (sqlite_blocks, sqlite_apply, pg_blocks):
+    for module in (sqlite_blocks, sqlite_eventbatch, sqlite_dependencies, pg_blocks):
         monkeypatch.setattr(module, "new_id", new_id)
 
 

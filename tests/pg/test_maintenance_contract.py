@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from memwarden.memory import Store
-from memwarden.memory import _apply as sqlite_apply
 from memwarden.memory import _blocks as sqlite_blocks
+from memwarden.memory import _dependencies as sqlite_dependencies
+from memwarden.memory import _eventbatch as sqlite_eventbatch
 from memwarden.memory._clock import FakeClock, from_ts
 from memwarden.memory._compaction import CompactionConfig
 from memwarden.memory._decayline import MAX_POINTS
@@ -90,7 +91,7 @@ class Backend:
 
 def _same_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     new_id = sequential_ids()
-    for module in (sqlite_blocks, sqlite_apply, pg_blocks):
+    for module in (sqlite_blocks, sqlite_eventbatch, sqlite_dependencies, pg_blocks):
         monkeypatch.setattr(module, "new_id", new_id)
 
 

@@ -21,8 +21,9 @@ from pydantic import BaseModel
 from memwarden.embedders import StubEmbedder
 from memwarden.errors import ConfigError, MemwardenError, StorageError
 from memwarden.memory import Store
-from memwarden.memory import _apply as sqlite_apply
 from memwarden.memory import _blocks as sqlite_blocks
+from memwarden.memory import _dependencies as sqlite_dependencies
+from memwarden.memory import _eventbatch as sqlite_eventbatch
 from memwarden.memory._clock import FakeClock, from_ts
 from memwarden.memory._location import shown_location, store_location
 from memwarden.memory._model import ValidationEvent
@@ -63,7 +64,7 @@ class Backend:
 def _same_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ids handed out alike from here on (blocks, requests, reviews)."""
     new_id = sequential_ids()
-    for module in (sqlite_blocks, sqlite_apply, pg_blocks):
+    for module in (sqlite_blocks, sqlite_eventbatch, sqlite_dependencies, pg_blocks):
         monkeypatch.setattr(module, "new_id", new_id)
 
 

@@ -19,8 +19,9 @@ import pytest
 
 from memwarden.errors import MemwardenError, ValidationInputError
 from memwarden.memory import StateChange, Store
-from memwarden.memory import _apply as sqlite_apply
 from memwarden.memory import _blocks as sqlite_blocks
+from memwarden.memory import _dependencies as sqlite_dependencies
+from memwarden.memory import _eventbatch as sqlite_eventbatch
 from memwarden.memory import _revalidation as sqlite_revalidation
 from memwarden.memory._clock import FakeClock, from_ts
 from memwarden.memory._codec import BLOCK_COLUMNS
@@ -89,7 +90,13 @@ def same_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ids handed out alike from here on (blocks, requests)."""
     new_id = sequential_ids()
     # PostgreSQL's parts hand out request ids through the SQLite modules' shared steps.
-    for module in (sqlite_blocks, sqlite_apply, sqlite_revalidation, pg_blocks):
+    for module in (
+        sqlite_blocks,
+        sqlite_eventbatch,
+        sqlite_dependencies,
+        sqlite_revalidation,
+        pg_blocks,
+    ):
         monkeypatch.setattr(module, "new_id", new_id)
 
 

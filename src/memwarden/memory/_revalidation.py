@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from memwarden.memory._apply import propagate_dependencies
 from memwarden.memory._clock import from_ts
 from memwarden.memory._codec import binding_from_row, evidence_record, evidence_row
+from memwarden.memory._dependencies import propagate_dependencies
 from memwarden.memory._ids import new_id
 from memwarden.memory._model import (
     RevalidationReason,

@@ -10,7 +10,8 @@ Each method delegates to a part, a module a newcomer can read alone:
 - :mod:`~memwarden.memory._database`: the connections (one writer with group commit,
   pooled readers), open, close, migrations;
 - :mod:`~memwarden.memory._blocks`: adding, editing, archiving and deleting blocks;
-- :mod:`~memwarden.memory._apply`: appending validation events and applying them;
+- :mod:`~memwarden.memory._apply`: appending validation events and applying them
+  (:mod:`~memwarden.memory._eventbatch`: the writer job);
 - :mod:`~memwarden.memory._revalidation`: due blocks, staleness, revalidation requests;
 - :mod:`~memwarden.memory._search`: ranked full-text search;
 - :mod:`~memwarden.memory._reads`: blocks, listings, bindings, the event log, counts;

@@ -3,11 +3,11 @@
 The same contract as :class:`~memwarden.memory._apply.EventLog` on SQLite, and the same
 code wherever no SQL is involved: the events are prepared by
 :func:`~memwarden.memory._apply.split_events`, routed and run through the rules by the
-SQLite module's ``_EventBatch`` (which returns its writes as statements and rows); this
-module reads what the batch needs and writes those rows with PostgreSQL's SQL
-(:func:`pg_sql` turns the statements' ``?`` into ``$n``). Only the closing of answered
-requests and the dependency propagation have SQL of their own here (arrays instead of
-``VALUES`` lists and ``IN``).
+SQLite ``_EventBatch`` (:mod:`memwarden.memory._eventbatch`, which returns its writes as
+statements and rows); this module reads what the batch needs and writes those rows with
+PostgreSQL's SQL (:func:`pg_sql` turns the statements' ``?`` into ``$n``). Only the
+closing of answered requests and the dependency propagation have SQL of their own here
+(arrays instead of ``VALUES`` lists and ``IN``).
 
 Several writers (nodes) may ingest into one database: an ingestion job first takes a
 transaction-level advisory lock (:data:`INGEST_LOCK_KEY`; nodes' ingestion transactions
@@ -26,15 +26,10 @@ import functools
 import hashlib
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from memwarden.memory import _apply
-from memwarden.memory._apply import (
-    dependency_requests,
-    move_unbound,
-    named_blocks,
-    split_events,
-    stale_dependents,
-)
+from memwarden.memory import _eventbatch
+from memwarden.memory._apply import move_unbound, named_blocks, split_events
 from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_row
+from memwarden.memory._dependencies import dependency_requests, stale_dependents
 from memwarden.memory._model import StaleReason
 from memwarden.memory._results import ApplyResult, StateChange
 from memwarden.memory._sql import EVIDENCE_UPDATE, REVALIDATION_INSERT
@@ -66,7 +61,7 @@ __all__ = [
     "record_falls",
 ]
 
-_Prepared = Any  # memwarden.memory._apply._Prepared
+_Prepared = Any  # memwarden.memory._eventbatch._Prepared
 # The channel a committed ingestion notifies, with its last seq (a wake-up, never data).
 EVENTS_CHANNEL = "memwarden_events"
 # The channel a committed ingestion that made blocks stale or refuted notifies, with its
@@ -75,8 +70,8 @@ EFFECTS_CHANNEL = "memwarden_effects"
 _FALLEN = ("stale", "refuted")
 # pg_advisory_xact_lock key of ingestion: the first 8 bytes of sha256(b"memwarden.ingest").
 INGEST_LOCK_KEY = int.from_bytes(hashlib.sha256(b"memwarden.ingest").digest()[:8], signed=True)
-_EVENT_INSERTS = frozenset({_apply._EVENT_INSERT, _apply._EVENT_INSERT_PLAIN})  # noqa: SLF001
-_EFFECT_INSERTS = frozenset({_apply._EFFECT_INSERT, _apply._EFFECT_INSERT_PLAIN})  # noqa: SLF001
+_EVENT_INSERTS = frozenset({_eventbatch._EVENT_INSERT, _eventbatch._EVENT_INSERT_PLAIN})  # noqa: SLF001
+_EFFECT_INSERTS = frozenset({_eventbatch._EFFECT_INSERT, _eventbatch._EFFECT_INSERT_PLAIN})  # noqa: SLF001
 _EVIDENCE = ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
 _CLOSE_ANSWERED = (
     "UPDATE revalidations r SET status = 'done', finished_at = $6, outcome = v.outcome"
@@ -217,12 +212,12 @@ async def _apply_job(
             [p[0] for p in prepared],
         )
     }
-    batch = _apply._drop_duplicates(prepared, existing, result)  # noqa: SLF001
+    batch = _eventbatch._drop_duplicates(prepared, existing, result)  # noqa: SLF001
     batch, seqs = await _append(conn, batch, now, result)
     if batch:
         await _lock_blocks(conn, batch)
         reads = await _fetch(conn, batch, node)
-        applied = _apply._EventBatch(now, cfg, result)  # noqa: SLF001
+        applied = _eventbatch._EventBatch(now, cfg, result)  # noqa: SLF001
         applied.route(reads)
         await _run(conn, applied, batch, seqs)
         # Wakes the other nodes' followers of the log (`GET /v1/events?wait=`): delivered
@@ -322,7 +317,7 @@ async def _fetch(conn: PgConnection, prepared: list[_Prepared], node: str | None
     serves (``node``; None: every binding). The events stay in the log either way."""
     subjects = list({p[2] for p in prepared if p[8] is None})
     direct = list({p[8] for p in prepared if p[8] is not None})
-    reads = _apply._Reads()  # noqa: SLF001
+    reads = _eventbatch._Reads()  # noqa: SLF001
     reads.routes = [
         tuple(r)
         for r in await conn.fetch(
@@ -357,7 +352,7 @@ async def _run(conn: PgConnection, applied: Any, batch: list[_Prepared], seqs: l
     # (an event naming its block) by one statement over their keys.
     by_id, _ = applied._closing()  # noqa: SLF001
     if answered or by_id:
-        done = pg_sql(_apply._REVALIDATION_DONE)  # noqa: SLF001
+        done = pg_sql(_eventbatch._REVALIDATION_DONE)  # noqa: SLF001
         await conn.executemany(done, answered + by_id)
     closed: list[str] = [row[2] for row in by_id]
     keys = [

@@ -6,7 +6,7 @@ with its rules shared: which blocks go stale (:func:`stale_records`), the reques
 and the order their ids are handed out in (:func:`request_rows`), what a due request
 says (:func:`due_requests`), a block's open requests (:func:`open_requests`), the
 dependents pulled stale (:func:`~memwarden.memory.pg._apply.propagate_dependencies`, on
-:func:`~memwarden.memory._apply.stale_dependents`). Only the SQL differs: arrays instead
+:func:`~memwarden.memory._dependencies.stale_dependents`). Only the SQL differs: arrays instead
 of chunked ``IN`` lists, ``ON CONFLICT DO NOTHING`` on the partial unique index
 ``revalidations_open`` for SQLite's ``INSERT OR IGNORE`` (at most one open request per
 binding, also between two nodes writing at once: the second waits for the first's commit
