@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from memwarden.memory._answers import check_bins
 from memwarden.memory._compaction import CompactionConfig
 from memwarden.memory._decayline import MAX_POINTS, RetentionPoint, points_of
 from memwarden.memory._maintenance import DecayReport
-from memwarden.memory._reads import check_bins
 from memwarden.memory._sqlrules import (
     effective_half_life_sql,
     last_touched_sql,

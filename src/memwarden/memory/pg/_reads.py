@@ -23,13 +23,7 @@ from pydantic import ValidationError
 
 from memwarden.errors import NotFoundError
 from memwarden.memory import _shortid
-from memwarden.memory._codec import (
-    BLOCK_COLUMNS,
-    binding_from_row,
-    record_from_row,
-)
-from memwarden.memory._model import BlockState
-from memwarden.memory._reads import (
+from memwarden.memory._answers import (
     blocks_of,
     counts_answer,
     event_entry,
@@ -40,6 +34,12 @@ from memwarden.memory._reads import (
     resolved,
     version_entry,
 )
+from memwarden.memory._codec import (
+    BLOCK_COLUMNS,
+    binding_from_row,
+    record_from_row,
+)
+from memwarden.memory._model import BlockState
 from memwarden.memory._results import BlockFilter, EventRecord, validate_input
 from memwarden.memory._sql import MAX_NAMESPACES, one_row
 from memwarden.memory.policy import coverage_of
