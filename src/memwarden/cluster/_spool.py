@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Protocol
 import asyncpg
 import structlog
 
+from memwarden.memory import ValidationEvent
 from memwarden.memory._localfile import LocalFile
-from memwarden.memory._model import ValidationEvent
 from memwarden.plugins import Backoff
 
 if TYPE_CHECKING:
@@ -46,8 +46,7 @@ if TYPE_CHECKING:
 
     import aiosqlite
 
-    from memwarden.memory import Clock
-    from memwarden.memory._results import ApplyResult
+    from memwarden.memory import ApplyResult, Clock
 
 __all__ = [
     "ApplyEvents",

@@ -45,8 +45,8 @@ from memwarden.memory import (
     CompactionConfig,
     Duration,
     RetentionConfig,
+    store_location,
 )
-from memwarden.memory._location import store_location
 from memwarden.memory._model import NAMESPACE_PATTERN, Namespace, Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
