@@ -94,11 +94,11 @@ if TYPE_CHECKING:
         Block,
         Clock,
         Proposal,
+        SearchMode,
         StateChange,
         StoredBinding,
         ValidationEvent,
     )
-    from memwarden.memory._search import SearchMode
     from memwarden.privacy import Scope, Source
 
 __all__ = ["Daemon", "ReadThrough"]

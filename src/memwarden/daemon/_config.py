@@ -42,12 +42,14 @@ from memwarden.hosting import validate_sensor_options
 from memwarden.memory import (
     FLOOD_COMMIT_WEIGHT,
     FLOOD_WAL_MIB,
+    NAMESPACE_PATTERN,
     CompactionConfig,
     Duration,
+    Namespace,
     RetentionConfig,
+    Unit,
     store_location,
 )
-from memwarden.memory._model import NAMESPACE_PATTERN, Namespace, Unit
 from memwarden.memory.policy import PolicyConfig
 from memwarden.plugins import StartupPolicy
 from memwarden.privacy import PrivacySettings

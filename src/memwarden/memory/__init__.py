@@ -16,17 +16,21 @@ from memwarden.memory._ids import new_id
 from memwarden.memory._location import shown_location, store_location
 from memwarden.memory._maintenance import DecayReport
 from memwarden.memory._model import (
+    MAX_CONTENT_CHARS,
+    NAMESPACE_PATTERN,
     Binding,
     Block,
     BlockState,
     Category,
     InfoType,
+    Namespace,
     NewBlock,
     Outcome,
     RevalidationReason,
     RevalidationRequest,
     StaleReason,
     Tier,
+    Unit,
     Validation,
     ValidationEvent,
     Volatility,
@@ -51,6 +55,7 @@ from memwarden.memory._results import (
 )
 from memwarden.memory._retention import RetentionConfig, RetentionReport, RetentionRule
 from memwarden.memory._scorelog import ScoreLog
+from memwarden.memory._search import SearchMode
 from memwarden.memory._series import KEEP_S as SERIES_KEEP_S
 from memwarden.memory._series import STEP_S as SERIES_STEP_S
 from memwarden.memory._store import Store
@@ -59,7 +64,9 @@ from memwarden.memory._transfer import ImportReport
 __all__ = [
     "FLOOD_COMMIT_WEIGHT",
     "FLOOD_WAL_MIB",
+    "MAX_CONTENT_CHARS",
     "MAX_ERASE",
+    "NAMESPACE_PATTERN",
     "SERIES_KEEP_S",
     "SERIES_STEP_S",
     "UNREACHABLE",
@@ -87,6 +94,7 @@ __all__ = [
     "FakeClock",
     "ImportReport",
     "InfoType",
+    "Namespace",
     "NewBlock",
     "NewProposal",
     "OutboxMessage",
@@ -101,12 +109,14 @@ __all__ = [
     "RevalidationRequest",
     "ScoreLog",
     "SearchHit",
+    "SearchMode",
     "StaleReason",
     "StateChange",
     "Store",
     "StoredBinding",
     "SystemClock",
     "Tier",
+    "Unit",
     "Validation",
     "ValidationEvent",
     "Volatility",

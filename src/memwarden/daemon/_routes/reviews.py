@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from memwarden.daemon._callers import Caller, privacy_profile_for
 from memwarden.daemon._routes._deps import Admin, BlockId, DaemonDep, Reader, Reviewer, Writer
 from memwarden.errors import NotFoundError
-from memwarden.memory._model import MAX_CONTENT_CHARS
+from memwarden.memory import MAX_CONTENT_CHARS
 
 if TYPE_CHECKING:
     from memwarden.daemon._app import Daemon
