@@ -41,8 +41,8 @@ ALLOWED: dict[str, set[str]] = {
 }
 # Open to all: errors, the top level, and neutral modules that import nothing of memwarden
 # (jsonpointer: RFC 6901 pointers and JSON equality, for sensors and binding suggestions;
-# _lazy: package attributes loaded on first use).
-OPEN = {"errors", "__init__", "jsonpointer", "_lazy"}
+# _lazy: package attributes loaded on first use; _files: private state files, 0600).
+OPEN = {"errors", "__init__", "jsonpointer", "_lazy", "_files"}
 PARTS = {p.stem for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
 
 # Packages whose ``_private`` modules no module outside them may import.

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from memwarden.memory._localfile import LocalFile
+from memwarden.memory import LocalFile
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -1341,7 +1341,7 @@ def backup(
     """Copy the database while the daemon keeps running, then check the copy's integrity."""
     from rich.progress import Progress
 
-    from memwarden.memory._backup import backup_database
+    from memwarden.memory import backup_database
 
     if db is None:
         db = database_here()

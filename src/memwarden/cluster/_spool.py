@@ -36,8 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 import asyncpg
 import structlog
 
-from memwarden.memory import ValidationEvent
-from memwarden.memory._localfile import LocalFile
+from memwarden.memory import LocalFile, ValidationEvent
 from memwarden.plugins import Backoff
 
 if TYPE_CHECKING:

@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from memwarden import __version__
+from memwarden._files import write_private
 from memwarden.daemon._callers import Callers
 from memwarden.daemon._console import console as console_pages
 from memwarden.daemon._guard import RequestGuard
@@ -33,7 +34,6 @@ from memwarden.daemon._token import TOKEN_FILE, ensure_token
 from memwarden.daemon._web import ReviewSessions, signed_out_page
 from memwarden.daemon._web import router as review_pages
 from memwarden.errors import AddressInUseError, ConfigError, MemwardenError
-from memwarden.memory._files import write_private
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Generator

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import structlog
 from pydantic import ValidationError
 
+from memwarden._files import private_dir
 from memwarden.daemon._api import ApiServer, api_file, ensure_token
 from memwarden.daemon._bus import Bus
 from memwarden.daemon._callers import DEFAULT_NAMESPACE, Callers, load_callers
@@ -57,11 +58,10 @@ from memwarden.memory import (
     Store,
     SystemClock,
     Volatility,
+    binding_from_row,
     from_ts,
     validate_input,
 )
-from memwarden.memory._codec import binding_from_row
-from memwarden.memory._files import private_dir
 from memwarden.plugins import (
     BoundSubject,
     Describes,

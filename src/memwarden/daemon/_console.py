@@ -40,8 +40,7 @@ from memwarden.errors import (
     ValidationInputError,
     VersionConflictError,
 )
-from memwarden.memory import SERIES_STEP_S, BlockState, Tier
-from memwarden.memory._series import slot_of as series_slot
+from memwarden.memory import SERIES_STEP_S, BlockState, Tier, series_slot
 
 if TYPE_CHECKING:
     from memwarden.daemon._app import Daemon

@@ -39,12 +39,17 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 from pydantic import ValidationError
 
+from memwarden._files import fsync_dir, private_dir, read_private, write_private
 from memwarden.daemon._token import refusal
 from memwarden.errors import StorageError, ValidationInputError
-from memwarden.memory import BlockPatch, NewBlock, from_ts, validate_input
-from memwarden.memory._codec import content_key
-from memwarden.memory._files import fsync_dir, private_dir, read_private, write_private
-from memwarden.memory._transfer import is_export_row
+from memwarden.memory import (
+    BlockPatch,
+    NewBlock,
+    content_key,
+    from_ts,
+    is_export_row,
+    validate_input,
+)
 from memwarden.privacy import (
     PrivacyRejectedError,
     PrivacySettings,

@@ -16,8 +16,8 @@ import os
 import secrets
 from typing import TYPE_CHECKING
 
+from memwarden._files import private_dir, read_private, write_private
 from memwarden.errors import ConfigError
-from memwarden.memory._files import private_dir, read_private, write_private
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import structlog
 from pydantic import BaseModel, ValidationError
 
+from memwarden._files import private_dir
 from memwarden.errors import ConfigError, PluginError, PluginLoadError
-from memwarden.memory._files import private_dir
 from memwarden.plugins import Backoff, SensorContext, SensorRunner
 
 if TYPE_CHECKING:

@@ -6,13 +6,16 @@ owner underneath it (one writer with group commit, pooled readers).
 
 from __future__ import annotations
 
+from memwarden.memory._backup import backup_database
 from memwarden.memory._clock import Clock, FakeClock, SystemClock, from_ts, sleep_on, to_ts
+from memwarden.memory._codec import binding_from_row, content_key
 from memwarden.memory._compaction import CompactionConfig, CompactionReport
 from memwarden.memory._database import FLOOD_COMMIT_WEIGHT, FLOOD_WAL_MIB, Database
 from memwarden.memory._decayline import RetentionPoint, retention_line
 from memwarden.memory._durations import Duration, format_duration, parse_duration
 from memwarden.memory._erasure import MAX_ERASE, UNREACHABLE, ErasureReport, ErasureTarget
 from memwarden.memory._ids import new_id
+from memwarden.memory._localfile import LocalFile
 from memwarden.memory._location import shown_location, store_location
 from memwarden.memory._maintenance import DecayReport
 from memwarden.memory._model import (
@@ -58,8 +61,9 @@ from memwarden.memory._scorelog import ScoreLog
 from memwarden.memory._search import SearchMode
 from memwarden.memory._series import KEEP_S as SERIES_KEEP_S
 from memwarden.memory._series import STEP_S as SERIES_STEP_S
+from memwarden.memory._series import slot_of as series_slot
 from memwarden.memory._store import Store
-from memwarden.memory._transfer import ImportReport
+from memwarden.memory._transfer import ImportReport, is_export_row
 
 __all__ = [
     "FLOOD_COMMIT_WEIGHT",
@@ -94,6 +98,7 @@ __all__ = [
     "FakeClock",
     "ImportReport",
     "InfoType",
+    "LocalFile",
     "Namespace",
     "NewBlock",
     "NewProposal",
@@ -120,12 +125,17 @@ __all__ = [
     "Validation",
     "ValidationEvent",
     "Volatility",
+    "backup_database",
+    "binding_from_row",
+    "content_key",
     "default_volatility",
     "format_duration",
     "from_ts",
+    "is_export_row",
     "new_id",
     "parse_duration",
     "retention_line",
+    "series_slot",
     "shown_location",
     "sleep_on",
     "store_location",

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 import aiosqlite
 import structlog
 
+from memwarden._files import prepare_database
 from memwarden.errors import MemwardenError, StorageError
-from memwarden.memory._files import prepare_database
 from memwarden.memory._migrate import SCHEMA_VERSION, prepare_schema
 from memwarden.memory._writer import Writer
 

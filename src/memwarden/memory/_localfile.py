@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Self, TypeVar
 
 import aiosqlite
 
+from memwarden._files import prepare_database
 from memwarden.errors import StorageError
-from memwarden.memory._files import prepare_database
 from memwarden.memory._writer import Writer
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
+from memwarden._files import open_private, tighten_file, write_private
 from memwarden.memory._clock import from_ts
-from memwarden.memory._files import open_private, tighten_file, write_private
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable

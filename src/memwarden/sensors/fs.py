@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, JsonValue, field_validator, model_validator
 
+from memwarden._files import write_private
 from memwarden.jsonpointer import PointerMissingError, check_pointer, json_equal, resolve_pointer
 from memwarden.memory import Outcome
-from memwarden.memory._files import write_private
 from memwarden.plugins import (
     PLUGIN_API,
     BaseBinding,
