@@ -20,9 +20,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memwarden.memory._results import ApplyResult
-from memwarden.memory._sql import (
-    select_in_now,
-)
+from memwarden.memory._sql import select_in_now
 
 if TYPE_CHECKING:
     import sqlite3

@@ -7,20 +7,11 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any
 
-from memwarden.memory._codec import (
-    EVIDENCE_COLUMNS,
-    evidence_record,
-    evidence_row,
-)
+from memwarden.memory._codec import EVIDENCE_COLUMNS, evidence_record, evidence_row
 from memwarden.memory._ids import new_id
 from memwarden.memory._model import StaleReason
 from memwarden.memory._results import StateChange
-from memwarden.memory._sql import (
-    EVIDENCE_UPDATE,
-    REVALIDATION_INSERT,
-    in_thread,
-    select_in_now,
-)
+from memwarden.memory._sql import EVIDENCE_UPDATE, REVALIDATION_INSERT, in_thread, select_in_now
 from memwarden.memory.policy import PolicyConfig, mark_stale
 
 if TYPE_CHECKING:

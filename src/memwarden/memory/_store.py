@@ -36,10 +36,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Literal, Self
 
-from memwarden.memory import (
-    _compaction,
-    _erasure,
-)
+from memwarden.memory import _compaction, _erasure
 from memwarden.memory._apply import EventLog
 from memwarden.memory._blocks import Blocks
 from memwarden.memory._clock import Clock, SystemClock

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from memwarden.memory import (
-    _decayline,
-    _series,
-)
+from memwarden.memory import _decayline, _series
 from memwarden.memory._store_base import _StoreBase
 from memwarden.memory._vectors import queue_all
 
@@ -17,17 +14,10 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from datetime import timedelta
 
-    from memwarden.memory._model import (
-        Binding,
-        Block,
-    )
+    from memwarden.memory._model import Binding, Block
     from memwarden.memory._reads import Reads
     from memwarden.memory._record import BlockRecord
-    from memwarden.memory._results import (
-        BlockFilter,
-        EventRecord,
-        SearchHit,
-    )
+    from memwarden.memory._results import BlockFilter, EventRecord, SearchHit
     from memwarden.memory._search import SearchMode
     from memwarden.memory.policy import CoverageDict
 

@@ -27,14 +27,8 @@ if TYPE_CHECKING:
 
     import aiosqlite
 
-    from memwarden.memory._model import (
-        Binding,
-        ValidationEvent,
-    )
-    from memwarden.memory._results import (
-        ApplyResult,
-        Explanation,
-    )
+    from memwarden.memory._model import Binding, ValidationEvent
+    from memwarden.memory._results import ApplyResult, Explanation
     from memwarden.memory.policy import HealthReport
 
 

@@ -7,14 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
-from memwarden.memory import (
-    _erasure,
-    _retention,
-)
-from memwarden.memory._model import (
-    RevalidationReason,
-    StaleReason,
-)
+from memwarden.memory import _erasure, _retention
+from memwarden.memory._model import RevalidationReason, StaleReason
 from memwarden.memory._revalidation import Revalidations
 from memwarden.memory._serving import serve_all
 from memwarden.memory._store_base import _StoreBase
@@ -23,12 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from memwarden.memory._apply import EventLog
-    from memwarden.memory._model import (
-        Block,
-        NewBlock,
-        RevalidationRequest,
-        ValidationEvent,
-    )
+    from memwarden.memory._model import Block, NewBlock, RevalidationRequest, ValidationEvent
     from memwarden.memory._reads import Reads
     from memwarden.memory._results import (
         ApplyResult,
