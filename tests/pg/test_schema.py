@@ -15,6 +15,7 @@ from memwarden.errors import StorageError
 from memwarden.memory._database import Database
 from memwarden.memory._schema import SCHEMA_VERSION as SQLITE_VERSION
 from memwarden.memory.pg import SCHEMA_VERSION, SQLITE_SCHEMA_VERSION, migrate, schema_version
+from memwarden.memory.pg._blocks import DUPLICATES_SQL
 from memwarden.memory.pg._ids import allocate
 from memwarden.memory.pg._schema import MIGRATIONS, SQLITE_SINCE
 
@@ -483,5 +484,42 @@ async def test_upgrade_from_the_version_before_block_falls(pg_server: PgServer) 
             " at) VALUES ('b', 'fresh', 'stale', 'expired', 0.5, 1) RETURNING xid::text"
         )
         assert int(xid) > 0
+    finally:
+        await conn.close()
+
+
+async def test_archived_blocks_leave_the_content_key_index(pg_server: PgServer) -> None:
+    """A database at version 8 (the content-key index over every block) migrates to an
+    index over live blocks only; a new block's duplicates are still looked up through it,
+    and an archived block is no longer found as one."""
+    before = 8
+    conn = await asyncpg.connect(pg_server.create_database())
+    try:
+        for migration in MIGRATIONS[:before]:
+            await conn.execute(migration)
+        await conn.execute(
+            "CREATE TABLE schema_version (id integer PRIMARY KEY CHECK (id = 1),"
+            " version integer NOT NULL, migrated_at timestamptz NOT NULL DEFAULT now());"
+            f"INSERT INTO schema_version (id, version) VALUES (1, {before})"
+        )
+        index = "SELECT indexdef FROM pg_indexes WHERE indexname = 'blocks_content_key'"
+        assert "WHERE" not in await conn.fetchval(index)
+        for i in range(300):
+            await _block(conn, f"b{i}", state="archived" if i % 3 == 0 else "fresh")
+        await conn.execute("UPDATE blocks SET content_key = 'k' || (rid % 100)")
+        assert await migrate(conn) == before
+        assert await schema_version(conn) == SCHEMA_VERSION
+        assert "WHERE (state <> 'archived'::text)" in await conn.fetchval(index)
+        await conn.execute("ANALYZE blocks")
+        await conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(
+            r[0] for r in await conn.fetch("EXPLAIN " + DUPLICATES_SQL, "k1", "default")
+        )
+        assert "blocks_content_key" in plan
+        # k1: rids 1, 101, 201 (b0 archived, b100 fresh, b200 fresh).
+        found = [r["id"] for r in await conn.fetch(DUPLICATES_SQL, "k1", "default")]
+        assert found == ["b100", "b200"]
+        await conn.execute("UPDATE blocks SET state = 'archived' WHERE id = 'b100'")
+        assert [r["id"] for r in await conn.fetch(DUPLICATES_SQL, "k1", "default")] == ["b200"]
     finally:
         await conn.close()

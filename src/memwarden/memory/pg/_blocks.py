@@ -425,16 +425,19 @@ async def _lock_for_dedupe(conn: PgConnection, keys: list[int]) -> None:
     await conn.execute(_DEDUPE_LOCKS, keys)
 
 
+# A new block's possible duplicates: live blocks only, which is what lets the content-key
+# index leave archived blocks out (schema migration 9; a test holds the plan to it).
+DUPLICATES_SQL = (
+    "SELECT id, content FROM blocks WHERE content_key = $1 AND state <> 'archived'"
+    " AND namespace = $2 ORDER BY id"
+)
+
+
 async def _find_duplicates(
     conn: PgConnection, records: Sequence[BlockRecord], keys: Sequence[str]
 ) -> dict[int, str]:
     async def candidates(key: str, namespace: str) -> Sequence[tuple[Any, Any]]:
-        rows = await conn.fetch(
-            "SELECT id, content FROM blocks WHERE content_key = $1 AND state <> 'archived'"
-            " AND namespace = $2 ORDER BY id",
-            key,
-            namespace,
-        )
+        rows = await conn.fetch(DUPLICATES_SQL, key, namespace)
         return [(r[0], r[1]) for r in rows]
 
     return await find_duplicates(records, keys, candidates)

@@ -247,9 +247,29 @@ CREATE TRIGGER retention_points_update AFTER UPDATE OF importance, half_life_s, 
     EXECUTE FUNCTION memwarden_retention_point();
 """
 
+_V9_LIVE_CONTENT_KEYS = """
+-- Migration 9. Only live blocks are looked up by content key (a new block's duplicates:
+-- "content_key = $1 AND state <> 'archived'"), so archived ones leave that index. Archiving
+-- changes state, which the partial indexes read, so each archived row's new version enters
+-- every index that would hold it: one random B-tree insert less per archived block (about
+-- 1 s of a first decay pass over a million blocks, docs/BENCHMARKS.md, "Session 10").
+DROP INDEX blocks_content_key;
+CREATE INDEX blocks_content_key ON blocks (content_key) WHERE state <> 'archived';
+"""
+
 # 6: block_falls (session notices across nodes), 7: the decay writes its retention points,
-# 8: node-scoped bindings.
-MIGRATIONS: tuple[str, ...] = (V1, _V2, _V3, _V4, _V5, _FALLS, _V7_DECAY_POINTS, _V8_NODES)
+# 8: node-scoped bindings, 9: archived blocks out of the content-key index.
+MIGRATIONS: tuple[str, ...] = (
+    V1,
+    _V2,
+    _V3,
+    _V4,
+    _V5,
+    _FALLS,
+    _V7_DECAY_POINTS,
+    _V8_NODES,
+    _V9_LIVE_CONTENT_KEYS,
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # The SQLite schema version whose tables this schema holds: a copy from SQLite reads the
