@@ -249,6 +249,18 @@ def test_inline_read_budget_is_bounded(config_file):
     assert err.value.problems == ["store.inline_read_ms: Input should be less than or equal to 5"]
 
 
+def test_maintenance_connections_are_bounded(config_file):
+    """[store] maintenance_connections (PostgreSQL's decay ranges at once): 2 by default,
+    1-8 from the file; 0 or more than 8 are refused, naming the key."""
+    assert load_settings(None, env={}).store.maintenance_connections == 2
+    one = config_file("[store]\nmaintenance_connections = 1\n")
+    assert load_settings(one, env={}).store.maintenance_connections == 1
+    for bad, says in (("0", "greater than or equal to 1"), ("9", "less than or equal to 8")):
+        with pytest.raises(ConfigError) as err:
+            load_settings(config_file(f"[store]\nmaintenance_connections = {bad}\n"), env={})
+        assert err.value.problems == [f"store.maintenance_connections: Input should be {says}"]
+
+
 def test_the_embed_claim_time_is_a_validated_setting(tmp_path):
     """``[search] embed_claim`` (PostgreSQL's claim on a batch of queued blocks): 120 s
     by default, a duration from the file or the environment, refused outside 1 s - 1 day

@@ -469,16 +469,28 @@ def test_pg_rule_translates_or_refuses(sql: str) -> None:
 
 
 async def test_decay_commits_range_by_range(pg_backend: Backend) -> None:
-    """Each range of rids is its own writer transaction (other writes can go in
-    between): 20 blocks in ranges of 6 rids are four commits."""
+    """Each range of rids is a transaction of its own (other writes can go in between):
+    20 blocks in ranges of 6 rids are four transactions, two at once by default (the
+    writer's and one more connection); with maintenance_connections = 1 all four are
+    the writer's commits."""
     await pg_backend.blocks.add_many([{"content": f"fact {i}"} for i in range(20)])
     pg_backend.clock.advance(400 * DAY)
-    writer = pg_backend.maint.db.writer
-    before = writer.commits
+    db = pg_backend.maint.db
+    assert db.maintenance_connections == 2
     report = await pg_backend.maint.decay_cycle(chunk_rows=6)
     assert report.chunks == 4
-    assert writer.commits - before == 4
     assert report.archived == 20
+    # The rows each transaction wrote carry its id (xmin): four ranges, four transactions.
+    writers = await pg_backend.rows("SELECT count(DISTINCT xmin::text) FROM blocks")
+    assert writers == [(4,)]
+
+    await pg_backend.blocks.add_many([{"content": f"later {i}"} for i in range(20)])
+    pg_backend.clock.advance(400 * DAY)
+    db.maintenance_connections = 1
+    before = db.writer.commits
+    report = await pg_backend.maint.decay_cycle(chunk_rows=6)
+    assert report.archived == 20
+    assert db.writer.commits - before == report.chunks
 
 
 async def test_blocks_leave_room_for_a_second_version(pg_backend: Backend) -> None:

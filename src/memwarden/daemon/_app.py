@@ -271,6 +271,7 @@ class Daemon:
                 clock=self.clock,
                 policy=s.rules,
                 readers=s.store.readers,
+                maintenance_connections=s.store.maintenance_connections,
                 inline_read_ms=s.store.inline_read_ms,
                 flood_commit_events=s.store.flood_commit_events,
                 flood_wal_mib=s.store.flood_wal_mib,

@@ -101,7 +101,9 @@ class Store(_Writes, _Reads, _Upkeep):
     ``flood_wal_mib``) do not apply. ``flood_commit_events`` bounds a transaction while
     the writer's queue stays deep (see :mod:`memwarden.memory._batching`);
     ``flood_wal_mib`` the WAL meanwhile, whose checkpoint waits for the flood's last commit
-    (:mod:`memwarden.memory._writer`).
+    (:mod:`memwarden.memory._writer`). ``maintenance_connections`` (PostgreSQL only): how
+    many ranges of a decay pass run at once, each on a connection of its own
+    (:meth:`~memwarden.memory.pg.PgDatabase.write_each`); SQLite has one writer.
     """
 
     def __init__(
@@ -123,6 +125,7 @@ class Store(_Writes, _Reads, _Upkeep):
         embed_batch: int = 256,
         embed_claim_s: float = 120.0,
         node: str | None = None,
+        maintenance_connections: int = 2,
     ) -> None:
         where = store_location(path)
         self.compaction = compaction or _compaction.CompactionConfig()
@@ -145,6 +148,7 @@ class Store(_Writes, _Reads, _Upkeep):
                 batch=embed_batch,
                 claim_s=embed_claim_s,
                 node=node,
+                maintenance_connections=maintenance_connections,
             )
             return
         self._path = where
@@ -183,12 +187,18 @@ class Store(_Writes, _Reads, _Upkeep):
         batch: int,
         claim_s: float,
         node: str | None,
+        maintenance_connections: int,
     ) -> None:
         """The PostgreSQL parts on one :class:`PgDatabase` (asyncpg is imported here)."""
         from memwarden.memory.pg import _parts as pg  # noqa: PLC0415 - an extra's driver
 
         self._db = None
-        self.pg_db = db = pg.PgDatabase(dsn, readers=readers, max_jobs_per_commit=max_jobs)
+        self.pg_db = db = pg.PgDatabase(
+            dsn,
+            readers=readers,
+            max_jobs_per_commit=max_jobs,
+            maintenance_connections=maintenance_connections,
+        )
         clock, policy = self.clock, self.policy
         self._blocks = pg.PgBlocks(db, clock, policy)
         self._events = pg.PgEventLog(db, clock, policy, self.compaction)

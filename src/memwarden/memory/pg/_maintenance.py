@@ -47,6 +47,8 @@ from memwarden.memory.pg._sqlrules import (
 from memwarden.memory.policy._decay import archive_reason_text
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from memwarden.memory._clock import Clock
     from memwarden.memory._compaction import CompactionReport
     from memwarden.memory._promotion import ConsolidationReport
@@ -77,7 +79,9 @@ async def decay_cycle(
     """Recompute every block's retention and archive what fell below the threshold
     (SQLite's ``decay_cycle``, the same report).
 
-    Range by range of rids, one writer job each, as on SQLite: the blocks to archive are
+    Range by range of rids, one transaction each, as on SQLite (two ranges at once by
+    default, on the writer's connection and one of the pass's own:
+    :meth:`PgDatabase.write_each`): the blocks to archive are
     read first (``FOR UPDATE``) with their retention as of now and their reason's
     numbers; one ``UPDATE`` archives them and stores that retention in the same row
     version (each archived row written once), one statement writes their retention
@@ -176,12 +180,16 @@ async def decay_cycle(
     report = DecayReport()
     async with db.read() as conn:
         ranges = await rid_ranges(conn, chunk_rows or cfg.decay.chunk_rows)
-    for lo, hi in ranges:
 
-        async def job(conn: PgConnection, lo: int = lo, hi: int = hi) -> Any:
+    def job(lo: int, hi: int) -> Callable[[PgConnection], Awaitable[Any]]:
+        async def run(conn: PgConnection) -> Any:
             return await chunk_job(conn, lo, hi)
 
-        scanned, changed, archived = await db.write(job)
+        return run
+
+    # The ranges are disjoint: up to db.maintenance_connections of them at once.
+    done = await db.write_each([job(lo, hi) for lo, hi in ranges])
+    for scanned, changed, archived in done:
         report.chunks += 1
         report.scanned += scanned
         report.retention_updated += changed

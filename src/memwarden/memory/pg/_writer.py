@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 import structlog
@@ -31,9 +31,13 @@ from memwarden.errors import StorageError
 from memwarden.memory._batching import BatchWriter, Pending
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from memwarden.memory.pg._types import PgConnection
 
-__all__ = ["PgWriter", "translate"]
+T = TypeVar("T")
+
+__all__ = ["PgWriter", "run_transaction", "translate"]
 
 log = structlog.get_logger("memwarden.store")
 
@@ -48,6 +52,25 @@ _CONFLICT_RETRIES = 5
 def _conflict(err: BaseException) -> bool:
     cause = err.__cause__ if isinstance(err, StorageError) else err
     return isinstance(cause, asyncpg.DeadlockDetectedError | asyncpg.SerializationError)
+
+
+async def run_transaction(conn: PgConnection, job: Callable[[PgConnection], Awaitable[T]]) -> T:
+    """Run ``job`` alone in a transaction on ``conn`` (not the writer's): run again after a
+    deadlock or serialization failure, as the writer does, up to
+    :data:`_CONFLICT_RETRIES` times; any other driver error as a :class:`StorageError`."""
+    for attempt in range(_CONFLICT_RETRIES + 1):
+        try:
+            async with conn.transaction():
+                return await job(conn)
+        except Exception as err:
+            if attempt == _CONFLICT_RETRIES or not _conflict(err):
+                failure = translate(err)
+                if failure is err:
+                    raise
+                raise failure from err
+        log.info("store_write_conflict_retried", backend="postgresql", attempt=attempt + 1)
+        await asyncio.sleep(random.uniform(0.0, 0.005 * 2**attempt))  # noqa: S311 - jitter
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 def translate(err: BaseException) -> BaseException:
