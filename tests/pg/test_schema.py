@@ -391,13 +391,14 @@ async def test_upgrade_from_version_1_backfills_points(pg_server: PgServer) -> N
         await conn.close()
 
 
-async def _at_version_2(conn: asyncpg.Connection) -> None:
-    for migration in MIGRATIONS[:2]:
+async def _at_version(conn: asyncpg.Connection, version: int) -> None:
+    """The schema as migrations 1 to ``version`` left it (an older memwarden's)."""
+    for migration in MIGRATIONS[:version]:
         await conn.execute(migration)
     await conn.execute(
         "CREATE TABLE schema_version (id integer PRIMARY KEY CHECK (id = 1),"
         " version integer NOT NULL, migrated_at timestamptz NOT NULL DEFAULT now());"
-        "INSERT INTO schema_version (id, version) VALUES (1, 2)"
+        f"INSERT INTO schema_version (id, version) VALUES (1, {version})"
     )
 
 
@@ -409,7 +410,7 @@ async def test_upgrade_from_version_2_moves_the_identities_past_every_number(
     rid kept by its effects and compacted runs) hands out only numbers above all of them."""
     conn = await asyncpg.connect(pg_server.create_database())
     try:
-        await _at_version_2(conn)
+        await _at_version(conn, 2)
         await conn.execute(
             "INSERT INTO blocks (rid, id, content, source, category, info_type, volatility,"
             " tier, state, reliability, importance, validity_window_s, half_life_s,"
@@ -467,13 +468,7 @@ async def test_upgrade_from_the_version_before_block_falls(pg_server: PgServer) 
     before = next(i for i, m in enumerate(MIGRATIONS) if "CREATE TABLE block_falls" in m)
     conn = await asyncpg.connect(pg_server.create_database())
     try:
-        for migration in MIGRATIONS[:before]:
-            await conn.execute(migration)
-        await conn.execute(
-            "CREATE TABLE schema_version (id integer PRIMARY KEY CHECK (id = 1),"
-            " version integer NOT NULL, migrated_at timestamptz NOT NULL DEFAULT now());"
-            f"INSERT INTO schema_version (id, version) VALUES (1, {before})"
-        )
+        await _at_version(conn, before)
         await _block(conn, "old")
         assert await conn.fetchval("SELECT to_regclass('block_falls')") is None
         assert await migrate(conn) == before
@@ -495,13 +490,7 @@ async def test_archived_blocks_leave_the_content_key_index(pg_server: PgServer) 
     before = 8
     conn = await asyncpg.connect(pg_server.create_database())
     try:
-        for migration in MIGRATIONS[:before]:
-            await conn.execute(migration)
-        await conn.execute(
-            "CREATE TABLE schema_version (id integer PRIMARY KEY CHECK (id = 1),"
-            " version integer NOT NULL, migrated_at timestamptz NOT NULL DEFAULT now());"
-            f"INSERT INTO schema_version (id, version) VALUES (1, {before})"
-        )
+        await _at_version(conn, before)
         index = "SELECT indexdef FROM pg_indexes WHERE indexname = 'blocks_content_key'"
         assert "WHERE" not in await conn.fetchval(index)
         for i in range(300):
