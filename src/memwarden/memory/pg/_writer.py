@@ -54,6 +54,12 @@ def _conflict(err: BaseException) -> bool:
     return isinstance(cause, asyncpg.DeadlockDetectedError | asyncpg.SerializationError)
 
 
+async def _pause(attempt: int) -> None:
+    """A short random wait before running a conflicting transaction again (jitter, so
+    that the two writers' retries do not meet again)."""
+    await asyncio.sleep(random.uniform(0.0, 0.005 * 2**attempt))  # noqa: S311 - jitter
+
+
 async def run_transaction(conn: PgConnection, job: Callable[[PgConnection], Awaitable[T]]) -> T:
     """Run ``job`` alone in a transaction on ``conn`` (not the writer's): run again after a
     deadlock or serialization failure, as the writer does, up to
@@ -69,7 +75,7 @@ async def run_transaction(conn: PgConnection, job: Callable[[PgConnection], Awai
                     raise
                 raise failure from err
         log.info("store_write_conflict_retried", backend="postgresql", attempt=attempt + 1)
-        await asyncio.sleep(random.uniform(0.0, 0.005 * 2**attempt))  # noqa: S311 - jitter
+        await _pause(attempt)
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
@@ -157,7 +163,7 @@ class PgWriter(BatchWriter["PgConnection"]):
                 return outcome
             self.conflicts += 1
             log.info("store_write_conflict_retried", backend="postgresql", attempt=attempt + 1)
-            await asyncio.sleep(random.uniform(0.0, 0.005 * 2**attempt))  # noqa: S311 - jitter
+            await _pause(attempt)
         return None  # pragma: no cover - the loop returns
 
     async def _attempt(self, jobs: list[Pending[Any]]) -> tuple[bool, Any] | None:
