@@ -52,7 +52,10 @@ async def populate(path: Path, *, blocks: int = 30) -> None:
                 "title": "Café «naïve» — 'quoted' \"twice\"",
                 "content": "db port is 5432 🐘 and\nnewlines\ttabs",
                 "tags": ["deploy", "ünïcode"],
-                "bindings": [{"sensor": "fs", "path": "a.yaml"}],
+                "bindings": [
+                    {"sensor": "fs", "path": "a.yaml"},
+                    {"sensor": "fs", "path": "0.yaml"},
+                ],
             }
         )
         ids = [root.id]

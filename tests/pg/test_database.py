@@ -346,6 +346,61 @@ async def test_a_reader_whose_session_ended_is_replaced(db: PgDatabase) -> None:
             assert await conn.fetchval("SELECT 1") == 1
 
 
+async def test_fetch_is_a_read_of_one_statement(
+    db: PgDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fetch`` serves one statement on a reader as a ``read`` does: its rows; the
+    reader handed on to the next read when it ended cleanly; after a failing statement
+    a StorageError and the reader given back through the pool (rolled back there), the
+    next fetch working; a closed store refused."""
+    released = []
+    give_back = db._give_back_slowly
+
+    async def counted(conn):
+        released.append(conn)
+        await give_back(conn)
+
+    monkeypatch.setattr(db, "_give_back_slowly", counted)
+    rows = await db.fetch("SELECT $1::int + 1 AS n, pg_backend_pid() AS pid", 41)
+    assert [r["n"] for r in rows] == [42]
+    async with db.read() as conn:
+        assert await _pid(conn) == rows[0]["pid"]  # handed on, not released
+    assert released == []
+    with pytest.raises(StorageError, match="no_such_table"):
+        await db.fetch("SELECT * FROM no_such_table")
+    assert len(released) == 1
+    assert [r[0] for r in await db.fetch("SELECT 1")] == [1]
+    await db.close()
+    with pytest.raises(StorageError, match="closed"):
+        await db.fetch("SELECT 1")
+
+
+async def test_a_cancelled_fetch_gives_its_reader_back(db: PgDatabase) -> None:
+    """A fetch cancelled while its statement runs does not hand the reader on (its
+    query may still run): the pool takes it back, and reads go on."""
+    started = asyncio.Event()
+
+    async def slow() -> None:
+        started.set()
+        await db.fetch("SELECT pg_sleep(30)")
+
+    task = asyncio.create_task(slow())
+    await started.wait()
+    await eventually(lambda: db._held >= 1 and not db._idle, what="the fetch running")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [r[0] for r in await db.fetch("SELECT 2")] == [2]
+    async with db.read() as conn:
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE query LIKE 'SELECT pg_sleep%' AND state = 'active'"
+            )
+            == 0
+        )
+
+
 # ------------------------------------------------------------------ write_each
 
 

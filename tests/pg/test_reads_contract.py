@@ -91,7 +91,7 @@ async def test_get_returns_the_block_or_not_found(reads: Any) -> None:
     got = await reads.get(root.id)
     assert got == root
     assert got.tags == ["deploy", "ünïcode"]
-    assert [b.subject for b in got.bindings] == ["a.yaml"]
+    assert [b.subject for b in got.bindings] == ["a.yaml", "0.yaml"]  # in the order added
     assert got.short_id is not None
     assert root.id.replace("-", "").endswith(got.short_id)
     dependent = next(b for b in blocks if b.depends_on)
@@ -258,6 +258,17 @@ async def test_search_finds_the_same_blocks_on_both(sqlite_reads: Store, pg_sear
         first_pg = (await pg_search.search(query, mode="keyword"))[0]
         assert first_pg.id == first_sqlite.id
         assert first_pg.block == first_sqlite.block
+    # Every hit's block, its bindings (two on the root, in their order) and
+    # dependencies included, as the block's own read gives it.
+    hits = await pg_search.search("fact café", mode="keyword", limit=50)
+    assert len(hits) > 10
+    root = next(h for h in hits if h.block.title.startswith("Café"))
+    assert [b.subject for b in root.block.bindings] == ["a.yaml", "0.yaml"]
+    assert any(h.block.depends_on for h in hits)
+    for hit in hits:
+        expected = await sqlite_reads.get(hit.id)
+        assert hit.block.bindings == expected.bindings, hit.id
+        assert hit.block.depends_on == expected.depends_on, hit.id
 
 
 async def test_event_reads_answer_alike(sqlite_reads: Store, pg_reads: PgReads) -> None:

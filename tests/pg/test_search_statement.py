@@ -1,5 +1,6 @@
-"""The keyword search's one statement: the tsquery it makes from the words in SQL is the
-one ``_tsquery`` makes from the lexemes in Python (``memory/pg/_search.py``)."""
+"""The keyword search's one statement: the tsquery it makes from the words in SQL has the
+lexemes ``_tsquery`` makes from them in Python, and ranks every block as that one does
+(``memory/pg/_search.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from memwarden.memory import FakeClock, NewBlock, Store
 from memwarden.memory._codec import BLOCK_COLUMNS
 from memwarden.memory._fts import query_terms
-from memwarden.memory.pg._search import _EVERY_WORD, PgSearch, _tsquery
+from memwarden.memory.pg._search import _EVERY_WORD, CONFIG, RANK_WEIGHTS, PgSearch, _tsquery
 
 if TYPE_CHECKING:
     from tests.pgserver import PgServer
@@ -32,6 +33,16 @@ HOSTILE = [
     "back\\slash' quote",
     "ÆØÅ ß ﬁ",
     "x\u0000y",
+    "Café cafe CAFÉ",
+    "timeout api timeout",
+]
+MATCHING = {"it's", "日本語 テキスト", "Café cafe CAFÉ", "timeout api timeout"}
+# Blocks the queries above match, some with a lexeme more than once.
+CORPUS = [
+    "it s a b the été naïve quoted curly don t",
+    "café cafe timeout api timeout api the the a",
+    "日本語 テキスト back slash quote zzz yyy",
+    "o neil x y ÆØÅ ß ﬁ a b c d",
 ]
 
 
@@ -44,17 +55,25 @@ async def test_sql_tsquery_is_the_python_one(pg_server: PgServer, text: str) -> 
     try:
         words = " ".join(query_terms(text))
         lexemes = await PgSearch._lexemes(conn, words)
-        expected = (
-            await conn.fetchval(
-                "SELECT CAST($1 AS tsquery)::text", _tsquery(lexemes, any_term=False)
-            )
-            if lexemes
-            else None
+        python = _tsquery(lexemes, any_term=False) if lexemes else ""
+        sql = await conn.fetchval(f"SELECT q::text FROM {_EVERY_WORD} AS q", words)
+        # The same lexemes (in the words' order, not sorted) ...
+        assert set(sql.split(" & ")) == set(python.split(" & ")) if lexemes else sql == ""
+        # ... so the same blocks, ranked the same (the ranks computed both ways).
+        ranks = await conn.fetch(
+            f"SELECT d, ts_rank_cd('{RANK_WEIGHTS}', v, CAST($2 AS tsquery), 32),"
+            f" ts_rank_cd('{RANK_WEIGHTS}', v, q, 32), v @@ CAST($2 AS tsquery), v @@ q"
+            f" FROM unnest($3::text[]) AS d, to_tsvector('{CONFIG}', d) AS v, {_EVERY_WORD} AS q",
+            words,
+            python,
+            CORPUS,
         )
-        got = await conn.fetchval(f"SELECT q::text FROM {_EVERY_WORD} AS q", words)
     finally:
         await conn.close()
-    assert got == expected
+    for doc, by_python, by_sql, matched_python, matched_sql in ranks:
+        assert (by_sql, matched_sql) == (by_python, matched_python), doc
+    if text in MATCHING:  # the comparison above is of real ranks, not of zeros
+        assert any(r[3] for r in ranks)
 
 
 async def test_every_word_then_any_word_then_none(pg_server: PgServer) -> None:

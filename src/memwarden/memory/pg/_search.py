@@ -68,15 +68,13 @@ RANK_WEIGHTS = "{0.0, 0.75, 0.5, 1.0}"
 CONFIG = "memwarden_search"
 # The query's words as the index saw the block's: the same punctuation-to-space rule.
 WORDS = "regexp_replace($1, '[!-/:-@\\[-`{-~]+', ' ', 'g')"
-# The tsquery ``_tsquery(lexemes, any_term=False)`` makes, made in SQL from the words $1
-# (the same lexemes, the same quoting, in the same order); NULL, which matches nothing,
-# when there are no lexemes.
-_EVERY_WORD = (
-    "(SELECT CASE WHEN cardinality(a) = 0 THEN NULL ELSE array_to_string(ARRAY("
-    r"SELECT '''' || replace(replace(lex, '\', '\\'), '''', '''''') || ''''"
-    " FROM unnest(a) WITH ORDINALITY AS u(lex, n) ORDER BY n), ' & ')::tsquery END AS q"
-    f" FROM (SELECT tsvector_to_array(to_tsvector('{CONFIG}', {WORDS})) AS a) AS t OFFSET 0)"
-)
+# Every word of $1 as one tsquery: the lexemes ``_tsquery(lexemes, any_term=False)``
+# makes, each once, in the words' order (the order and repeats change neither the matches
+# nor ``ts_rank_cd``; tests/pg/test_search_statement.py); an empty tsquery, which matches
+# nothing, when there are none. ``plainto_tsquery`` parses the words once, where building
+# the same query from ``to_tsvector``'s lexemes cost 30-40 us more a search
+# (docs/BENCHMARKS.md, "Session 11").
+_EVERY_WORD = f"plainto_tsquery('{CONFIG}', {WORDS})"
 _LIVE = ("fresh", "unverified", "stale")
 _RID = BLOCK_COLUMNS.index("rid")
 _STATE = BLOCK_COLUMNS.index("state")
@@ -93,14 +91,14 @@ _ACCESSED = BLOCK_COLUMNS.index("last_accessed_at")
 _STALE = BlockState.STALE.value
 # The states in the order of their ranking factors (fresh, unverified, stale, refuted).
 _STATES = (BlockState.FRESH.value, BlockState.UNVERIFIED.value, _STALE, BlockState.REFUTED.value)
-# A candidate's bindings, as JSON text (SQLite's json_group_array), and its dependencies,
-# as an array (the hit's JSON is made from it: no JSON to parse again).
-_ATTACHED = """coalesce((SELECT json_agg(
-                            json_build_array(g.sensor, g.subject, g.selector, g.nodes, g.served_by)
-                                  ORDER BY g.id)
-                  FROM bindings g WHERE g.block_rid = b.rid)::text, '[]'),
-        coalesce((SELECT array_agg(d.depends_on ORDER BY d.depends_on)
-                  FROM dependencies d WHERE d.block_rid = b.rid), '{}')"""
+# A candidate's bindings, each a JSON array (the hit's JSON text is made of them, as
+# SQLite's json_group_array makes it), and its dependencies: ARRAY subqueries, which cost
+# less a statement than aggregates (json_agg, array_agg: 5-10 us of a search of 0.3 ms;
+# docs/BENCHMARKS.md, "Session 11").
+_ATTACHED = """ARRAY(SELECT json_build_array(g.sensor, g.subject, g.selector, g.nodes, g.served_by)
+              FROM bindings g WHERE g.block_rid = b.rid ORDER BY g.id),
+        ARRAY(SELECT d.depends_on FROM dependencies d WHERE d.block_rid = b.rid
+              ORDER BY d.depends_on)"""
 _COLUMNS = ", ".join("b." + c for c in BLOCK_COLUMNS)
 # A candidate as the statements give it: relevance, bindings (JSON), dependencies, row.
 _Candidate = tuple[float, str, list[str], tuple[Any, ...]]
@@ -122,6 +120,34 @@ def _candidates_sql(query_sql: str, scope: str) -> str:
             WHERE b.search @@ q AND b.state <> 'archived' AND b.state = ANY($2::text[]){scope}
             ORDER BY relevance DESC, b.rid LIMIT $3
             """
+
+
+def _candidates_query(
+    tsquery: str,
+    states: list[str],
+    namespaces: Sequence[str] | None,
+    cands: int,
+    *,
+    query_sql: str = "CAST($1 AS tsquery)",
+) -> tuple[str, list[object]]:
+    """:meth:`PgSearch._candidates`' statement and arguments: the ``cands`` best matches
+    of ``tsquery`` (or of the words ``query_sql`` makes a tsquery of), of ``states`` (and
+    ``namespaces``)."""
+    scope = "" if namespaces is None else " AND b.namespace = ANY($4::text[])"
+    args: list[object] = [tsquery, states, cands]
+    if namespaces is not None:
+        args.append(sorted(set(namespaces)))
+    return _candidates_sql(query_sql, scope), args
+
+
+def _as_candidates(rows: Sequence[Any]) -> list[_Candidate]:
+    """The candidates' rows as :data:`_Candidate` tuples."""
+    return [(float(r[0]), _json_list(r[1]), list(r[2]), tuple(r)[3:]) for r in rows]
+
+
+def _json_list(items: list[str]) -> str:
+    """JSON texts as the text of one JSON array."""
+    return "[" + ", ".join(items) + "]" if items else "[]"
 
 
 class PgSearch:
@@ -259,7 +285,7 @@ class PgSearch:
         # SQLite's statement does).
         at = {int(r[2 + _RID]): r for r in rows}
         return [
-            (rel, str(at[rid][0]), list(at[rid][1]), tuple(at[rid])[2:])
+            (rel, _json_list(at[rid][0]), list(at[rid][1]), tuple(at[rid])[2:])
             for rid, rel in relevance.items()
             if rid in at
         ]
@@ -298,14 +324,15 @@ class PgSearch:
         now = self.clock.time()
         states = [*_LIVE, BlockState.REFUTED.value] if include_refuted else list(_LIVE)
         cands = max(self.policy.ranking.candidates, limit)
+        # Every word, the tsquery made in the same statement (one round trip); only when
+        # nothing matched, the lexemes alone: none, or any word of several.
+        sql, args = _candidates_query(
+            " ".join(terms), states, namespaces, cands, query_sql=_EVERY_WORD
+        )
+        rows = _as_candidates(await self.db.fetch(sql, *args))
+        if rows:
+            return self._ranked(rows, now, limit)
         async with self.db.read() as conn:
-            # Every word, the lexemes made in the same statement (one round trip); only
-            # when nothing matched, the lexemes alone: none, or any word of several.
-            rows = await self._candidates(
-                conn, " ".join(terms), states, namespaces, cands, query_sql=_EVERY_WORD
-            )
-            if rows:
-                return self._ranked(rows, now, limit)
             lexemes = await self._lexemes(conn, " ".join(terms))
             if len(lexemes) > 1:
                 rows = await self._candidates(
@@ -327,17 +354,11 @@ class PgSearch:
         states: list[str],
         namespaces: Sequence[str] | None,
         cands: int,
-        *,
-        query_sql: str = "CAST($1 AS tsquery)",
     ) -> list[_Candidate]:
-        """The ``cands`` best matches of ``tsquery`` (or of the words ``query_sql`` makes
-        a tsquery of), of ``states`` (and ``namespaces``), with bindings and dependencies."""
-        scope = "" if namespaces is None else " AND b.namespace = ANY($4::text[])"
-        args: list[object] = [tsquery, states, cands]
-        if namespaces is not None:
-            args.append(sorted(set(namespaces)))
-        rows = await conn.fetch(_candidates_sql(query_sql, scope), *args)
-        return [(float(r[0]), str(r[1]), list(r[2]), tuple(r)[3:]) for r in rows]
+        """The ``cands`` best matches of ``tsquery``, of ``states`` (and ``namespaces``),
+        with bindings and dependencies."""
+        sql, args = _candidates_query(tsquery, states, namespaces, cands)
+        return _as_candidates(await conn.fetch(sql, *args))
 
     def _ranked(self, rows: list[_Candidate], now: float, limit: int) -> list[SearchHit]:
         cfg = self.policy
