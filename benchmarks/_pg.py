@@ -10,15 +10,20 @@ Each benchmark makes its own databases on it.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+import os
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import TYPE_CHECKING
 
+import psutil
+
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from tests.pgserver import PgServer
 
     from benchmarks._harness import Context
 
-__all__ = ["pg_server"]
+__all__ = ["cpus_apart", "pg_server"]
 
 _SHARED = "postgresql"
 
@@ -41,3 +46,37 @@ def pg_server(ctx: Context) -> AbstractContextManager[PgServer]:
         server = ctx.closing.enter_context(PgServer(bindir))
         ctx.shared[_SHARED] = server
     return nullcontext(server)
+
+
+@contextmanager
+def cpus_apart(server: PgServer) -> Iterator[str]:
+    """Run this process and the server on CPUs of their own while the block runs: the
+    server (its postmaster, and so every backend it starts from now on) on the last CPU
+    this process may use, this process on the others; both as they were after. Yields
+    how they were placed, for the record.
+
+    A sub-millisecond round trip depends on where the scheduler puts the two ends: on a
+    2-CPU machine a backend that shares the client's CPU answers later than one on the
+    other CPU, and which of a benchmark's connections got which changed its ratio from
+    run to run by more than the code did (``pg_search_mid``: 1.57-1.95 unpinned, the
+    same code; docs/BENCHMARKS.md, "Session 11"). Apart, each side's round trip is the
+    same kind, as it is against a server on a host of its own. With one CPU, nothing
+    is moved. The server's processes are given every CPU back after."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        yield "not pinned (one CPU)"
+        return
+    server_cpu, own = [cpus[-1]], cpus[:-1]
+    _place(server, server_cpu)
+    os.sched_setaffinity(0, own)
+    try:
+        yield f"client on CPU {own}, server on CPU {server_cpu}"
+    finally:
+        os.sched_setaffinity(0, cpus)
+        _place(server, cpus)  # a smoke run's shared server serves other benchmarks next
+
+
+def _place(server: PgServer, cpus: list[int]) -> None:
+    for process in server.processes():
+        with suppress(psutil.Error):  # a backend that ended meanwhile
+            process.cpu_affinity(cpus)

@@ -36,7 +36,7 @@ import time
 from typing import Any
 
 from benchmarks._harness import Context, Result, benchmark, percentiles_ms
-from benchmarks._pg import pg_server
+from benchmarks._pg import cpus_apart, pg_server
 from benchmarks._search import ADD_CHUNK, SEED, T0, Corpus, _queries
 from memwarden.memory import FakeClock, Store, new_id
 from memwarden.memory._codec import _dumps, content_key
@@ -245,10 +245,13 @@ async def pg_search(ctx: Context) -> list[Result]:
             async with Store(dsn, clock=FakeClock(T0 + 3600.0)) as store:
                 assert store.pg_db is not None
                 cands = max(store.policy.ranking.candidates, LIMIT)
-                for name, queries in (("pg_search_common", common), ("pg_search_mid", mid)):
-                    results.append(
-                        await _measure(ctx, name, store, raw, queries, cands=cands, extra=extra)
-                    )
+                with cpus_apart(server) as placed:
+                    ctx.progress(placed)
+                    extra["cpus"] = placed
+                    for name, queries in (("pg_search_common", common), ("pg_search_mid", mid)):
+                        results.append(
+                            await _measure(ctx, name, store, raw, queries, cands=cands, extra=extra)
+                        )
         finally:
             await raw.close()
     return results

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
+import psutil
 import pytest
 
 if TYPE_CHECKING:
@@ -203,6 +204,12 @@ class PgServer:
     def remove(self) -> None:
         self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def processes(self) -> list[psutil.Process]:
+        """The running server's processes: the postmaster (from ``postmaster.pid``) and
+        the processes it started."""
+        main = psutil.Process(int((self.data / "postmaster.pid").read_text().split()[0]))
+        return [main, *main.children(recursive=True)]
 
     def psql(self, sql: str, database: str = "postgres") -> str:
         """Run ``sql`` with the server's own psql (no driver needed); its output."""

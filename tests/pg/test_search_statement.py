@@ -90,3 +90,21 @@ async def test_every_word_then_any_word_then_none(pg_server: PgServer) -> None:
         assert sorted(h.columns[_TITLE] for h in either) == ["alpha", "alpha beta"]
         assert await store.search("omega") == []
         assert await store.search("'' \\ --") == []
+
+
+def test_ranking_factors_follow_the_policy() -> None:
+    """The freshness factors are made once per policy, and a new policy's are used."""
+    from memwarden.memory._codec import new_record, record_to_row  # noqa: PLC0415
+    from memwarden.memory.policy import PolicyConfig, RankingConfig  # noqa: PLC0415
+
+    now = 1_767_225_600.0
+    first = PolicyConfig()
+    rec = new_record(NewBlock(content="x"), block_id="b1", now=now, cfg=first)
+    row = ("[]", [], record_to_row(rec))
+    search = PgSearch(None, FakeClock(now), first)  # type: ignore[arg-type]
+    (hit,) = search._ranked([(1.0, *row)], now, 10)
+    assert (hit.state, hit.freshness) == ("unverified", 0.85)
+    search.policy = PolicyConfig(ranking=RankingConfig(unverified=0.25))
+    (hit,) = search._ranked([(1.0, *row)], now, 10)
+    assert hit.freshness == 0.25
+    assert hit.score == pytest.approx(0.25 * hit.reliability * hit.retention)

@@ -214,7 +214,7 @@ class FactEvidence:
     last_event: dict[str, Any] | None = None  # the block's latest event and its effect
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SearchHit:
     """One ranked search result and why it ranks where it does.
 
@@ -222,6 +222,11 @@ class SearchHit:
     hit carries the block's stored columns as the search read them; its flat record is
     made the first time ``record`` is read and the validated :class:`Block` the first
     time ``block`` is (at the API edge), not for every hit of every search.
+
+    Read-only by convention (``dataclasses.replace`` makes a changed copy): it is not a
+    frozen dataclass because a frozen one's ``__init__`` sets each of its 17 fields
+    through ``object.__setattr__``, 2.1 us a hit against 0.6, on a path that makes up
+    to ``limit`` of them per search (docs/BENCHMARKS.md, "Session 11").
     """
 
     columns: tuple[Any, ...] = field(repr=False)  # the block's row (BLOCK_COLUMNS order)

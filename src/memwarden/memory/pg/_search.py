@@ -159,6 +159,7 @@ class PgSearch:
         self.policy = policy
         # Set when an embedder is configured (a PgVectorIndex, memory/pg/_vectors.py).
         self.vectors: VectorIndex | None = None
+        self._made_factors: tuple[PolicyConfig, dict[str, float], float] | None = None
 
     @property
     def default_mode(self) -> SearchMode:
@@ -360,13 +361,22 @@ class PgSearch:
         sql, args = _candidates_query(tsquery, states, namespaces, cands)
         return _as_candidates(await conn.fetch(sql, *args))
 
+    def _factors(self, cfg: PolicyConfig) -> tuple[dict[str, float], float]:
+        """The freshness factor of each state and the reliability below which a hit is
+        warned about, made once per policy (a policy is immutable; a reload brings a new
+        one)."""
+        made = self._made_factors
+        if made is None or made[0] is not cfg:
+            rank = cfg.ranking
+            factor = dict(
+                zip(_STATES, (rank.fresh, rank.unverified, rank.stale, rank.refuted), strict=True)
+            )
+            made = self._made_factors = (cfg, factor, cfg.staleness.warn_reliability)
+        return made[1], made[2]
+
     def _ranked(self, rows: list[_Candidate], now: float, limit: int) -> list[SearchHit]:
         cfg = self.policy
-        rank = cfg.ranking
-        warn_below = cfg.staleness.warn_reliability
-        factor = dict(
-            zip(_STATES, (rank.fresh, rank.unverified, rank.stale, rank.refuted), strict=True)
-        )
+        factor, warn_below = self._factors(cfg)
         # Every candidate's score first; the hits (their warnings, their JSON) only for
         # the ``limit`` best: a stable sort by score, as sorting the hits themselves was.
         # No record is made to score (as on SQLite): the state from its two columns, the
