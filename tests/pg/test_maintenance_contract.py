@@ -49,7 +49,12 @@ TABLES = {
         ),
         "rid",
     ),
-    "audit": ("at, actor, action, block_id, detail", "id"),
+    # By what a row says, not by id: a decay pass audits its ranges on two connections
+    # at once (PgDatabase.write_each), so their rows' ids interleave.
+    "audit": (
+        "at, actor, action, block_id, detail",
+        "at, actor, action, coalesce(block_id, ''), detail",  # NULLs first on both
+    ),
     "retention_points": (
         "block_rid, at, importance, touched_at, half_life_s, tier, state, stale_at",
         "1, 2",

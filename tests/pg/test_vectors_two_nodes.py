@@ -59,6 +59,24 @@ class Counting(StubEmbedder):
         return super().embed(texts)
 
 
+class Meeting(Counting):
+    """Counting, and its first batch waits (at most 10 s) until the other node's embedder
+    has taken a batch too: while one holds its claimed batch the other must find work,
+    so both work however the scheduler runs the two drains."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.other: Meeting | None = None
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        first = not self.entered.is_set()
+        self.entered.set()
+        if first and self.other is not None and not self.other.entered.wait(10):
+            raise AssertionError("the other node never took a batch")
+        return super().embed(texts)
+
+
 class Stuck(Counting):
     """Takes its batch and never answers until released: a node dying mid-batch."""
 
@@ -109,7 +127,8 @@ async def _answers(store: Store) -> list[list[tuple[str, float]]]:
 async def test_two_nodes_embed_each_block_once_and_answer_alike(pg_server: PgServer) -> None:
     dsn = pg_server.create_database()
     await _fill(dsn)
-    ea, eb = Counting(), Counting()
+    ea, eb = Meeting(), Meeting()
+    ea.other, eb.other = eb, ea
     async with (
         Store(dsn, clock=FakeClock(START + 60), embedder=ea, embed_batch=16) as a,
         Store(dsn, clock=FakeClock(START + 60), embedder=eb, embed_batch=16) as b,
