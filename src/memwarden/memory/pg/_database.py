@@ -260,14 +260,13 @@ class PgDatabase:
             raise StorageError("the store is closed")
         try:
             conn = await self._take()
+            clean = False
             try:
                 rows = await conn.fetch(sql, *args)
-            except BaseException:
-                self._handed_on(conn, clean=False)
-                await self._give_back_slowly(conn)
-                raise
-            if not self._handed_on(conn, clean=True):
-                await self._give_back_slowly(conn)
+                clean = True
+            finally:
+                if not self._handed_on(conn, clean=clean):
+                    await self._give_back_slowly(conn)
         except MemwardenError:
             raise
         except _READ_ERRORS as err:

@@ -69,9 +69,10 @@ CONFIG = "memwarden_search"
 # The query's words as the index saw the block's: the same punctuation-to-space rule.
 WORDS = "regexp_replace($1, '[!-/:-@\\[-`{-~]+', ' ', 'g')"
 # Every word of $1 as one tsquery: the lexemes ``_tsquery(lexemes, any_term=False)``
-# makes, each once, in the words' order (the order and repeats change neither the matches
-# nor ``ts_rank_cd``; tests/pg/test_search_statement.py); an empty tsquery, which matches
-# nothing, when there are none. ``plainto_tsquery`` parses the words once, where building
+# makes, in the words' order, a lexeme twice when two words make it ("café cafe"); the
+# order and a repeat change neither the matches nor ``ts_rank_cd``
+# (tests/pg/test_search_statement.py). An empty tsquery, which matches nothing, when
+# there are none. ``plainto_tsquery`` parses the words once, where building
 # the same query from ``to_tsvector``'s lexemes cost 30-40 us more a search
 # (docs/BENCHMARKS.md, "Session 11").
 _EVERY_WORD = f"plainto_tsquery('{CONFIG}', {WORDS})"
