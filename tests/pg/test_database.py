@@ -346,13 +346,69 @@ async def test_a_reader_whose_session_ended_is_replaced(db: PgDatabase) -> None:
             assert await conn.fetchval("SELECT 1") == 1
 
 
-async def test_fetch_is_a_read_of_one_statement(
+async def test_a_failed_read_gives_its_reader_back_and_a_closed_store_refuses(
     db: PgDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``fetch`` serves one statement on a reader as a ``read`` does: its rows; the
-    reader handed on to the next read when it ended cleanly; after a failing statement
-    a StorageError and the reader given back through the pool (rolled back there), the
-    next fetch working; a closed store refused."""
+    """A read that ended cleanly hands its reader on (not released); one ended by a
+    failing statement raises StorageError and gives its reader back through the pool
+    (rolled back there), and the next read works; a closed store refuses a read."""
+    released = []
+    give_back = db._give_back_slowly
+
+    async def counted(conn):
+        released.append(conn)
+        await give_back(conn)
+
+    monkeypatch.setattr(db, "_give_back_slowly", counted)
+    async with db.read() as conn:
+        assert await conn.fetchval("SELECT $1::int + 1", 41) == 42
+        pid = await _pid(conn)
+    async with db.read() as conn:
+        assert await _pid(conn) == pid  # handed on, not released
+    assert released == []
+    with pytest.raises(StorageError, match="no_such_table"):
+        async with db.read() as conn:
+            await conn.fetch("SELECT * FROM no_such_table")
+    assert len(released) == 1
+    async with db.read() as conn:
+        assert await conn.fetchval("SELECT 1") == 1
+    await db.close()
+    with pytest.raises(StorageError, match="closed"):
+        async with db.read():
+            pass
+
+
+async def test_a_cancelled_read_gives_its_reader_back(db: PgDatabase) -> None:
+    """A read cancelled while its statement runs does not hand the reader on (its query
+    may still run): the pool takes it back (cancelling the query), and reads go on."""
+    started = asyncio.Event()
+
+    async def slow() -> None:
+        async with db.read() as conn:
+            started.set()
+            await conn.fetch("SELECT pg_sleep(30)")
+
+    task = asyncio.create_task(slow())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not db._idle  # not handed on
+    async with db.read() as conn:
+        assert await conn.fetchval("SELECT 2") == 2
+        sleeping = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE query LIKE 'SELECT pg_sleep%' AND state = 'active'"
+        )
+    assert sleeping == 0
+
+
+async def test_fetch_ends_its_read_as_read_does(
+    db: PgDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fetch`` is a read of one statement: its rows, its reader handed on; a failing
+    statement raises StorageError and gives the reader back to the pool; a cancelled
+    one is not handed on; a closed store refuses it."""
     released = []
     give_back = db._give_back_slowly
 
@@ -369,36 +425,16 @@ async def test_fetch_is_a_read_of_one_statement(
     with pytest.raises(StorageError, match="no_such_table"):
         await db.fetch("SELECT * FROM no_such_table")
     assert len(released) == 1
-    assert [r[0] for r in await db.fetch("SELECT 1")] == [1]
-    await db.close()
-    with pytest.raises(StorageError, match="closed"):
-        await db.fetch("SELECT 1")
-
-
-async def test_a_cancelled_fetch_gives_its_reader_back(db: PgDatabase) -> None:
-    """A fetch cancelled while its statement runs does not hand the reader on (its
-    query may still run): the pool takes it back, and reads go on."""
-    started = asyncio.Event()
-
-    async def slow() -> None:
-        started.set()
-        await db.fetch("SELECT pg_sleep(30)")
-
-    task = asyncio.create_task(slow())
-    await started.wait()
-    await eventually(lambda: db._held >= 1 and not db._idle, what="the fetch running")
+    task = asyncio.create_task(db.fetch("SELECT pg_sleep(30)"))
+    await eventually(lambda: db._held and not db._idle, what="the fetch running")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert not db._idle
     assert [r[0] for r in await db.fetch("SELECT 2")] == [2]
-    async with db.read() as conn:
-        assert (
-            await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE query LIKE 'SELECT pg_sleep%' AND state = 'active'"
-            )
-            == 0
-        )
+    await db.close()
+    with pytest.raises(StorageError, match="closed"):
+        await db.fetch("SELECT 1")
 
 
 # ------------------------------------------------------------------ write_each

@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Self, TypeVar
 import asyncpg
 import structlog
 
-from memwarden.errors import ConfigError, MemwardenError, StorageError
+from memwarden.errors import ConfigError, StorageError
 from memwarden.memory.pg._dsn import check_dsn, redact_dsn
 from memwarden.memory.pg._migrate import migrate
 from memwarden.memory.pg._schema import SCHEMA_VERSION
 from memwarden.memory.pg._writer import PgWriter, run_transaction, translate
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
     from types import TracebackType
 
     from memwarden.memory.pg._types import PgConnection
@@ -221,8 +221,7 @@ class PgDatabase:
             await self._pool.close()
             self._pool = None
 
-    @contextlib.asynccontextmanager
-    async def read(self) -> AsyncIterator[PgConnection]:
+    def read(self) -> contextlib.AbstractAsyncContextManager[PgConnection]:
         """A reader connection for the duration of the block. Under MVCC it never waits
         for the writer; each statement sees what had committed when it started (use
         ``conn.transaction(isolation="repeatable_read", readonly=True)`` for one snapshot
@@ -234,44 +233,50 @@ class PgDatabase:
         a reset, 40-150 µs of the event loop's time per read, as much as a whole
         sub-millisecond search statement. Any other ending (an error, a cancellation, a
         transaction left open, a closed connection) releases it to the pool as before,
-        which rolls back, waits for a cancelled query, or reconnects."""
+        which rolls back, waits for a cancelled query, or reconnects.
+
+        The context manager is a small class (:class:`_Read`), not a generator: entering
+        and leaving it took 14-15 µs of the event loop in a search, against 18-21 for a
+        generator-based one (docs/BENCHMARKS.md, "Session 11"); :meth:`fetch` serves
+        one statement without it."""
+        return _Read(self._begin_read, self._end_read)
+
+    async def fetch(self, sql: str, *args: object) -> list[asyncpg.Record]:
+        """One statement on a reader: ``async with read() as conn: return await
+        conn.fetch(sql, *args)``, the same rules and errors, without the context manager
+        object around it: a keyword search on PostgreSQL is one such statement of about
+        0.2-0.3 ms. Measured in a search, the context manager's entry and exit took
+        14-15 µs of the event loop; this call takes 8-13 µs more than the same ``fetch``
+        on a connection of its own (docs/BENCHMARKS.md, "Session 11")."""
+        conn = await self._begin_read()
+        try:
+            rows = await conn.fetch(sql, *args)
+        except BaseException as exc:
+            await self._end_read(conn, exc)  # raises a driver error as StorageError
+            raise
+        await self._end_read(conn, None)
+        return rows
+
+    async def _begin_read(self) -> PgConnection:
+        """A read's start: a reader (:meth:`_take`), driver errors as StorageError."""
         if not self._open or self._pool is None:
             raise StorageError("the store is closed")
         try:
-            conn = await self._take()
-            clean = False
-            try:
-                yield conn
-                clean = True
-            finally:
-                if not self._handed_on(conn, clean=clean):
-                    await self._give_back_slowly(conn)
-        except MemwardenError:
-            raise
+            return await self._take()
         except _READ_ERRORS as err:
             raise self._read_error(err) from err
 
-    async def fetch(self, sql: str, *args: object) -> list[asyncpg.Record]:
-        """One statement on a reader: what ``async with read() as conn: return await
-        conn.fetch(sql, *args)`` does, the same rules and errors, without the context
-        manager around it (about 10 us less of the event loop's time: a search on
-        PostgreSQL is one such statement of 0.2-0.3 ms; docs/BENCHMARKS.md, "Session 11")."""
-        if not self._open or self._pool is None:
-            raise StorageError("the store is closed")
+    async def _end_read(self, conn: PgConnection, exc: BaseException | None) -> None:
+        """A read's end (``exc``: what ended it, if anything): its reader handed on or
+        given back, and a driver error, the read's own or the release's, raised as
+        StorageError."""
         try:
-            conn = await self._take()
-            clean = False
-            try:
-                rows = await conn.fetch(sql, *args)
-                clean = True
-            finally:
-                if not self._handed_on(conn, clean=clean):
-                    await self._give_back_slowly(conn)
-        except MemwardenError:
-            raise
+            if not self._handed_on(conn, clean=exc is None):
+                await self._give_back_slowly(conn)
         except _READ_ERRORS as err:
             raise self._read_error(err) from err
-        return rows
+        if isinstance(exc, _READ_ERRORS):
+            raise self._read_error(exc) from exc
 
     def _handed_on(self, conn: PgConnection, *, clean: bool) -> bool:
         """Count a read that ended, and hand its reader on when it ended cleanly and can
@@ -435,3 +440,30 @@ class PgDatabase:
     def write_backlog(self) -> int:
         """Jobs waiting for the writer."""
         return self._writer.backlog if self._writer is not None else 0
+
+
+class _Read:
+    """:meth:`PgDatabase.read`'s context manager: ``begin`` gives the reader on entry,
+    ``end`` ends the read on exit (see :meth:`PgDatabase._end_read`)."""
+
+    __slots__ = ("_begin", "_conn", "_end")
+
+    def __init__(
+        self,
+        begin: Callable[[], Awaitable[PgConnection]],
+        end: Callable[[PgConnection, BaseException | None], Awaitable[None]],
+    ) -> None:
+        self._begin = begin
+        self._end = end
+
+    async def __aenter__(self) -> PgConnection:
+        self._conn = await self._begin()
+        return self._conn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._end(self._conn, exc)

@@ -76,6 +76,8 @@ WORDS = "regexp_replace($1, '[!-/:-@\\[-`{-~]+', ' ', 'g')"
 # the same query from ``to_tsvector``'s lexemes cost 30-40 us more a search
 # (docs/BENCHMARKS.md, "Session 11").
 _EVERY_WORD = f"plainto_tsquery('{CONFIG}', {WORDS})"
+# A tsquery given as text ($1), as ``_tsquery`` makes it.
+_GIVEN = "CAST($1 AS tsquery)"
 _LIVE = ("fresh", "unverified", "stale")
 _RID = BLOCK_COLUMNS.index("rid")
 _STATE = BLOCK_COLUMNS.index("state")
@@ -123,22 +125,12 @@ def _candidates_sql(query_sql: str, scope: str) -> str:
             """
 
 
-def _candidates_query(
-    tsquery: str,
-    states: list[str],
-    namespaces: Sequence[str] | None,
-    cands: int,
-    *,
-    query_sql: str = "CAST($1 AS tsquery)",
-) -> tuple[str, list[object]]:
-    """:meth:`PgSearch._candidates`' statement and arguments: the ``cands`` best matches
-    of ``tsquery`` (or of the words ``query_sql`` makes a tsquery of), of ``states`` (and
-    ``namespaces``)."""
-    scope = "" if namespaces is None else " AND b.namespace = ANY($4::text[])"
-    args: list[object] = [tsquery, states, cands]
-    if namespaces is not None:
-        args.append(sorted(set(namespaces)))
-    return _candidates_sql(query_sql, scope), args
+def _scope(namespaces: Sequence[str] | None, args: list[object]) -> tuple[str, list[object]]:
+    """The candidates statement's namespace clause and its arguments: ``args`` (the
+    query, the states, how many), and the namespaces after them when given."""
+    if namespaces is None:
+        return "", args
+    return " AND b.namespace = ANY($4::text[])", [*args, sorted(set(namespaces))]
 
 
 def _as_candidates(rows: Sequence[Any]) -> list[_Candidate]:
@@ -328,10 +320,8 @@ class PgSearch:
         cands = max(self.policy.ranking.candidates, limit)
         # Every word, the tsquery made in the same statement (one round trip); only when
         # nothing matched, the lexemes alone: none, or any word of several.
-        sql, args = _candidates_query(
-            " ".join(terms), states, namespaces, cands, query_sql=_EVERY_WORD
-        )
-        rows = _as_candidates(await self.db.fetch(sql, *args))
+        scope, args = _scope(namespaces, [" ".join(terms), states, cands])
+        rows = _as_candidates(await self.db.fetch(_candidates_sql(_EVERY_WORD, scope), *args))
         if rows:
             return self._ranked(rows, now, limit)
         async with self.db.read() as conn:
@@ -359,8 +349,8 @@ class PgSearch:
     ) -> list[_Candidate]:
         """The ``cands`` best matches of ``tsquery``, of ``states`` (and ``namespaces``),
         with bindings and dependencies."""
-        sql, args = _candidates_query(tsquery, states, namespaces, cands)
-        return _as_candidates(await conn.fetch(sql, *args))
+        scope, args = _scope(namespaces, [tsquery, states, cands])
+        return _as_candidates(await conn.fetch(_candidates_sql(_GIVEN, scope), *args))
 
     def _factors(self, cfg: PolicyConfig) -> tuple[dict[str, float], float]:
         """The freshness factor of each state and the reliability below which a hit is
