@@ -47,6 +47,19 @@ def _insert(key: str, value: int = 0):
     return job
 
 
+def _count_releases(db: PgDatabase, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The readers ``db`` gives back through the pool from now on, in order."""
+    released: list[object] = []
+    give_back = db._give_back_slowly
+
+    async def counted(conn):
+        released.append(conn)
+        await give_back(conn)
+
+    monkeypatch.setattr(db, "_give_back_slowly", counted)
+    return released
+
+
 async def _keys(db: PgDatabase) -> list[str]:
     async with db.read() as conn:
         return [r["k"] for r in await conn.fetch("SELECT k FROM t ORDER BY k")]
@@ -296,14 +309,7 @@ async def test_every_so_many_reads_one_goes_back_through_the_pool(
     """Handed on reads still pass through the pool's release now and then (every
     ``READS_PER_RELEASE``-th), where asyncpg replaces a connection past its max_queries."""
     monkeypatch.setattr(pg_database, "READS_PER_RELEASE", 3)
-    released = []
-    give_back = db._give_back_slowly
-
-    async def counted(conn):
-        released.append(conn)
-        await give_back(conn)
-
-    monkeypatch.setattr(db, "_give_back_slowly", counted)
+    released = _count_releases(db, monkeypatch)
     db._reads = 0
     for _ in range(7):
         async with db.read() as conn:
@@ -352,14 +358,7 @@ async def test_a_failed_read_gives_its_reader_back_and_a_closed_store_refuses(
     """A read that ended cleanly hands its reader on (not released); one ended by a
     failing statement raises StorageError and gives its reader back through the pool
     (rolled back there), and the next read works; a closed store refuses a read."""
-    released = []
-    give_back = db._give_back_slowly
-
-    async def counted(conn):
-        released.append(conn)
-        await give_back(conn)
-
-    monkeypatch.setattr(db, "_give_back_slowly", counted)
+    released = _count_releases(db, monkeypatch)
     async with db.read() as conn:
         assert await conn.fetchval("SELECT $1::int + 1", 41) == 42
         pid = await _pid(conn)
@@ -409,14 +408,7 @@ async def test_fetch_ends_its_read_as_read_does(
     """``fetch`` is a read of one statement: its rows, its reader handed on; a failing
     statement raises StorageError and gives the reader back to the pool; a cancelled
     one is not handed on; a closed store refuses it."""
-    released = []
-    give_back = db._give_back_slowly
-
-    async def counted(conn):
-        released.append(conn)
-        await give_back(conn)
-
-    monkeypatch.setattr(db, "_give_back_slowly", counted)
+    released = _count_releases(db, monkeypatch)
     rows = await db.fetch("SELECT $1::int + 1 AS n, pg_backend_pid() AS pid", 41)
     assert [r["n"] for r in rows] == [42]
     async with db.read() as conn:
