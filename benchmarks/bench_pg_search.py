@@ -130,18 +130,11 @@ async def _time_set(
 
 
 def _store_sql() -> str:
-    """The store's candidate statement (``PgSearch._candidates`` with every word, the
-    tsquery made from the words in the statement, without namespaces)."""
-    from memwarden.memory._codec import BLOCK_COLUMNS  # noqa: PLC0415
-    from memwarden.memory.pg._search import _ATTACHED, _EVERY_WORD, RANK_WEIGHTS  # noqa: PLC0415
+    """The store's candidate statement (``PgSearch.search``'s first, every word, without
+    namespaces): the text the store runs, not a copy of it."""
+    from memwarden.memory.pg._search import _EVERY_WORD, _candidates_sql  # noqa: PLC0415
 
-    return f"""
-            SELECT ts_rank_cd('{RANK_WEIGHTS}', b.search, q, 32) AS relevance, {_ATTACHED},
-                {", ".join("b." + c for c in BLOCK_COLUMNS)}
-            FROM blocks b, {_EVERY_WORD} AS q
-            WHERE b.search @@ q AND b.state <> 'archived' AND b.state = ANY($2::text[])
-            ORDER BY relevance DESC, b.rid LIMIT $3
-            """
+    return _candidates_sql(_EVERY_WORD, "")
 
 
 async def _avg_matches(raw: Any, queries: list[list[str]]) -> float:
