@@ -7,7 +7,7 @@ import gc
 import shutil
 import sqlite3
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 
@@ -17,6 +17,7 @@ from memwarden.errors import StorageError
 from memwarden.memory import Database
 from memwarden.memory._database import COMMIT_WEIGHT
 from memwarden.memory._sql import in_thread
+from memwarden.memory._writer import ThreadRun
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -185,7 +186,7 @@ async def test_on_thread_jobs_share_one_hand_off_per_transaction(
         threads: set[int] = set()
 
         def put(i: int) -> Any:
-            def job(raw: sqlite3.Connection) -> int:
+            def job(raw: sqlite3.Connection, _run: ThreadRun) -> int:
                 threads.add(threading.get_ident())
                 assert raw.in_transaction
                 raw.execute("INSERT INTO meta (key, value) VALUES (?, 'v')", (f"k{i:02}",))
@@ -219,7 +220,7 @@ async def test_a_failing_on_thread_job_is_refused_alone(tmp_path: Path):
     async with Database(tmp_path / "d.db") as db:
 
         def put(key: str) -> Any:
-            def job(raw: sqlite3.Connection) -> str:
+            def job(raw: sqlite3.Connection, _run: ThreadRun) -> str:
                 raw.execute("INSERT INTO meta (key, value) VALUES (?, 'v')", (key,))
                 if key == "bad":
                     raise ValueError("no")
@@ -242,17 +243,104 @@ async def test_a_failing_on_thread_job_is_refused_alone(tmp_path: Path):
         assert not {"bad", "dup"} & keys
 
 
+class _Keys:
+    """A run part: the keys its jobs left, inserted at the run's end; ``fail`` makes the
+    flush fail when it holds that key."""
+
+    flushes: ClassVar[list[list[str]]] = []
+    fail: ClassVar[str | None] = None
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+    def flush(self, raw: sqlite3.Connection) -> None:
+        _Keys.flushes.append(list(self.keys))
+        if _Keys.fail in self.keys:
+            raise ValueError(f"cannot write {_Keys.fail}")
+        raw.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, 'late')", [(k,) for k in self.keys]
+        )
+
+
+def _leave(key: str, *, raises: bool = False) -> Any:
+    def job(raw: sqlite3.Connection, run: ThreadRun) -> str:
+        # Not in the table during the run: written at its end.
+        assert raw.execute("SELECT count(*) FROM meta WHERE key = ?", (key,)).fetchone()[0] == 0
+        run.part(_Keys).keys.append(key)
+        if raises:
+            raise ValueError(f"no {key}")
+        return key
+
+    return job
+
+
+async def _meta_keys(db: Database) -> set[str]:
+    async with db.read() as conn:
+        return {
+            r[0] for r in await conn.execute_fetchall("SELECT key FROM meta WHERE value = 'late'")
+        }
+
+
+async def test_a_run_flushes_what_its_jobs_left_once_before_the_commit(tmp_path: Path):
+    """The on-thread jobs of one run share one part: it is flushed once, after the last
+    job and before the COMMIT, with what every job left in it."""
+    _Keys.flushes, _Keys.fail = [], None
+    async with Database(tmp_path / "d.db") as db:
+        assert db.writer is not None
+        commits = db.writer.commits
+        got = await asyncio.gather(*(db.write_on_thread(_leave(k)) for k in "abcd"))
+        assert got == list("abcd")
+        assert db.writer.commits - commits == 1
+        assert _Keys.flushes == [list("abcd")]
+        assert await _meta_keys(db) == set("abcd")
+
+
+async def test_a_failing_job_takes_what_its_run_left_with_it(tmp_path: Path):
+    """A job that raises rolls its run back, part included (never flushed with its key);
+    the others, run again alone, each flush their own."""
+    _Keys.flushes, _Keys.fail = [], None
+    async with Database(tmp_path / "d.db") as db:
+        got = await asyncio.gather(
+            db.write_on_thread(_leave("a")),
+            db.write_on_thread(_leave("bad", raises=True)),
+            db.write_on_thread(_leave("c")),
+            return_exceptions=True,
+        )
+        assert got[0::2] == ["a", "c"]
+        assert isinstance(got[1], ValueError)
+        assert _Keys.flushes == [["a"], ["c"]]
+        assert await _meta_keys(db) == {"a", "c"}
+
+
+async def test_a_failing_flush_fails_the_run_and_each_job_runs_alone(tmp_path: Path):
+    """When the run's flush fails, nothing of the run is written; each job runs again
+    alone, and only the one whose own flush fails gets the error."""
+    _Keys.flushes, _Keys.fail = [], "bad"
+    try:
+        async with Database(tmp_path / "d.db") as db:
+            got = await asyncio.gather(
+                *(db.write_on_thread(_leave(k)) for k in ("a", "bad", "c")),
+                return_exceptions=True,
+            )
+            assert got[0::2] == ["a", "c"]
+            assert isinstance(got[1], ValueError)
+            assert _Keys.flushes == [["a", "bad", "c"], ["a"], ["bad"], ["c"]]
+            assert await _meta_keys(db) == {"a", "c"}
+    finally:
+        _Keys.fail = None
+
+
 async def test_on_thread_jobs_run_with_the_cyclic_collector_paused(tmp_path: Path):
     """While a run of on-thread jobs executes, the cyclic garbage collector waits; it is
     back on after the run, a failing one too, and stays off when it was off before."""
     async with Database(tmp_path / "d.db") as db:
         seen: list[bool] = []
 
-        def job(raw: sqlite3.Connection) -> int:
+        def job(raw: sqlite3.Connection, _run: ThreadRun) -> int:
             seen.append(gc.isenabled())
             return raw.execute("SELECT 1").fetchone()[0]
 
-        def failing(raw: sqlite3.Connection) -> int:
+        def failing(raw: sqlite3.Connection, _run: ThreadRun) -> int:
             seen.append(gc.isenabled())
             raise ValueError("no")
 
@@ -282,7 +370,7 @@ async def test_a_flood_commits_in_growing_steps_and_a_drained_queue_resets_them(
         assert writer is not None
         seen: list[int] = []  # the commit count each job ran under: its transaction
 
-        def job(raw: sqlite3.Connection) -> None:
+        def job(raw: sqlite3.Connection, _run: ThreadRun) -> None:
             assert writer is not None
             seen.append(writer.commits)
 
@@ -308,7 +396,7 @@ async def _flood_of_rows(db: Database, jobs: int) -> list[int]:
     the ``wal_autocheckpoint`` each job's transaction was committed under."""
     seen: list[int] = []
 
-    def job(raw: sqlite3.Connection) -> None:
+    def job(raw: sqlite3.Connection, _run: ThreadRun) -> None:
         raw.execute("CREATE TABLE IF NOT EXISTS filler (b BLOB NOT NULL)")
         raw.executemany("INSERT INTO filler VALUES (randomblob(4000))", [()] * 150)
         seen.append(raw.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
@@ -369,7 +457,7 @@ async def test_a_flood_checkpoints_again_once_the_wal_passes_its_bound(tmp_path:
         # rows (under SQLite's 1 000 pages) wait in the WAL, as they always did.
         assert _rows_in_file_alone(path, tmp_path / "copy.db") == 6 * 150
 
-        def limit(raw: sqlite3.Connection) -> int:
+        def limit(raw: sqlite3.Connection, _run: ThreadRun) -> int:
             return int(raw.execute("PRAGMA journal_size_limit").fetchone()[0])
 
         assert await db.write_on_thread(limit) == 64 * 2**20

@@ -32,10 +32,12 @@ if TYPE_CHECKING:
     from memwarden.memory._compaction import CompactionConfig
     from memwarden.memory._database import Database
     from memwarden.memory._model import ValidationEvent
+    from memwarden.memory._writer import ThreadRun
     from memwarden.memory.policy import PolicyConfig
 
 from memwarden.memory._eventbatch import (
     _BOUND_SELECT,
+    PendingEvidence,
     _drop_duplicates,
     _EventBatch,
     _Prepared,
@@ -99,18 +101,20 @@ class EventLog:
         cfg = self.policy
         cap = self._dead_letters_cap()
 
-        def run(conn: sqlite3.Connection) -> ApplyResult:
+        def run(conn: sqlite3.Connection, thread_run: ThreadRun) -> ApplyResult:
             erased = _drop_erased(conn, prepared)
             if direct:
                 _reject_unbound(conn, prepared, rejected, direct)
-            result = _apply_job(conn, prepared, rejected, now, cfg)
+            pending = thread_run.part(PendingEvidence)
+            result = _apply_job(conn, prepared, rejected, now, cfg=cfg, pending=pending)
             result.erased = erased
             if rejected and cap is not None:
                 conn.execute(_DEAD_LETTERS_CAP, (cap,))
             return result
 
         # The whole job (reads, rules, writes) on the writer's thread in one go: no
-        # hand-off between threads per statement, nor per batch of events.
+        # hand-off between threads per statement, nor per batch of events; the blocks'
+        # evidence is written once for the run of such jobs (_eventbatch's note).
         return await self.db.write_on_thread(run, weight=len(prepared))
 
     def _dead_letters_cap(self) -> int | None:
@@ -163,9 +167,12 @@ def _apply_job(
     prepared: list[_Prepared],
     rejected: list[tuple[str, str, str]],
     now: float,
+    *,
     cfg: PolicyConfig,
+    pending: PendingEvidence,
 ) -> ApplyResult:
-    """The writer job behind :meth:`EventLog.apply_events`, run on the writer's thread."""
+    """The writer job behind :meth:`EventLog.apply_events`, run on the writer's thread;
+    the blocks' evidence it changes is left in ``pending`` for its run's end."""
     result = ApplyResult(rejected=[(event_id, reason) for event_id, reason, _ in rejected])
     if rejected:
         conn.executemany(
@@ -177,7 +184,7 @@ def _apply_job(
     reads = _Reads.fetch(conn, prepared)
     batch = _drop_duplicates(prepared, reads.existing, result)
     if batch:
-        applied = _EventBatch(now, cfg, result)
+        applied = _EventBatch(now, cfg, result, pending)
         applied.route(reads)
         applied.run(conn, batch, reads.first_seq)
     return result

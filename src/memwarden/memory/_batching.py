@@ -42,9 +42,10 @@ class Pending(Generic[T]):
     fn: Callable[[Any], Awaitable[T]]
     future: asyncio.Future[T]
     weight: int = 1
-    # A backend may run this plain function on its connection's own thread instead of
-    # awaiting ``fn`` (SQLite's Writer.submit_on_thread).
-    on_thread: Callable[[Any], T] | None = None
+    # A backend may run this plain function (of its connection and the run of such jobs
+    # it is part of) on the connection's own thread instead of awaiting ``fn`` (SQLite's
+    # Writer.submit_on_thread).
+    on_thread: Callable[[Any, Any], T] | None = None
 
 
 class BatchWriter(Generic[C]):

@@ -23,7 +23,7 @@ import structlog
 from memwarden._files import prepare_database
 from memwarden.errors import MemwardenError, StorageError
 from memwarden.memory._migrate import SCHEMA_VERSION, prepare_schema
-from memwarden.memory._writer import Writer
+from memwarden.memory._writer import OnThreadJob, Writer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -385,14 +385,13 @@ class Database:
             raise StorageError("the store is closed")
         return await self._writer.submit(job, weight=weight)
 
-    async def write_on_thread(
-        self, job: Callable[[sqlite3.Connection], T], *, weight: int = 1
-    ) -> T:
+    async def write_on_thread(self, job: OnThreadJob[T], *, weight: int = 1) -> T:
         """Like :meth:`write`, for a job that is a plain function of the ``sqlite3``
-        connection, run on the writer connection's own thread: the jobs of this kind in
-        one transaction share a single hand-off between threads, ``BEGIN`` and ``COMMIT``
-        included (:meth:`Writer.submit_on_thread`). The job must not touch the event
-        loop, nor end the transaction."""
+        connection and of its :class:`~memwarden.memory._writer.ThreadRun`, run on the
+        writer connection's own thread: the jobs of this kind in one transaction share a
+        single hand-off between threads, ``BEGIN`` and ``COMMIT`` included, and may leave
+        writes in the run's parts for its end (:meth:`Writer.submit_on_thread`). The job
+        must not touch the event loop, nor end the transaction."""
         if self._writer is None:
             raise StorageError("the store is closed")
         return await self._writer.submit_on_thread(job, weight=weight)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     import aiosqlite
 
+    from memwarden.memory._eventbatch import PendingEvidence
     from memwarden.memory._record import BlockRecord
 
 __all__ = [
@@ -28,6 +29,13 @@ __all__ = [
     "propagate_on_thread",
     "stale_dependents",
 ]
+
+# The evidence of the blocks that depend on any of a set of blocks.
+_DEPENDENTS_SELECT = (
+    "SELECT "
+    + ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
+    + " FROM dependencies d JOIN blocks k ON k.rid = d.block_rid WHERE d.depends_on IN "
+)
 
 
 async def propagate_dependencies(
@@ -52,8 +60,11 @@ def propagate_on_thread(
     now: float,
     cfg: PolicyConfig,
     max_depth: int = 16,
+    pending: PendingEvidence | None = None,
 ) -> list[StateChange]:
-    """:func:`propagate_dependencies` on the connection's own thread."""
+    """:func:`propagate_dependencies` on the connection's own thread. ``pending``: the
+    evidence the writer's run has not written yet, flushed before a dependent it holds
+    is read (the row would be out of date)."""
     changes: list[StateChange] = []
     frontier = list(dict.fromkeys(roots))
     seen = set(frontier)
@@ -61,13 +72,10 @@ def propagate_on_thread(
     for _ in range(max_depth):
         if not frontier:
             break
-        rows = select_in_now(
-            conn,
-            "SELECT "
-            + ", ".join(f"k.{c}" for c in EVIDENCE_COLUMNS)
-            + " FROM dependencies d JOIN blocks k ON k.rid = d.block_rid WHERE d.depends_on IN ",
-            frontier,
-        )
+        rows = select_in_now(conn, _DEPENDENTS_SELECT, frontier)
+        if pending is not None and any(r[1] in pending.records for r in rows):
+            pending.flush(conn)
+            rows = select_in_now(conn, _DEPENDENTS_SELECT, frontier)
         staled = stale_dependents(rows, seen, now, changes)
         if not staled:
             break

@@ -4,22 +4,15 @@ evidence and the bindings' open requests), the rules run event by event in obser
 order, and events, effects, the blocks' evidence and the requests written in key order.
 PostgreSQL's ingestion (:mod:`memwarden.memory.pg._apply`) runs the same batch.
 
-**Answers close requests.** A request asks for a check of one binding (block, sensor,
-subject). Whatever brings a newer look at that binding answers it, not only the event
-naming it (``request_id``): a confirmation or refutation of the binding observed *after*
-the request was made closes it as ``done`` in the same transaction, and its id goes into
-:attr:`ApplyResult.answered` like any other answer, so reads waiting on it wake at once
-and the scheduler never sends it. That is how a polling sensor's timeline and the
-revalidation queue share one notion of "checked". ``changed`` and ``error`` answer
-nothing: one asks for a check, the other could not make one. The comparison is with the
-event's ``observed_at``, never with the block's last validation: an event the rules
-ignore as outdated (another sensor validated the block later) still closes the request
-it answers, or that request would be sent again for nothing. A request an event queues
-(a change, a soft refutation) counts as made at that event's observation, so a later
-observation answers it even when both arrive in one batch. The route read brings each
-binding's open request along (one probe of the unique index ``revalidations_open``), so
-the job closes the answered ones by id; for an event naming its block directly, whose
-requests were not read, one ``UPDATE … FROM (VALUES …)`` over that index does it.
+**A block is written once per run.** On SQLite the event jobs of one hand-off to the
+writer's thread (a flood: up to 80 jobs in one transaction) leave their blocks' new
+evidence in the run's :class:`PendingEvidence` instead of writing it job by job: a later
+job of the run that reaches the same block takes its record from there (the database row
+is not written yet), and the run writes each block once, at its end, before the
+``COMMIT``. A flood of 200 000 events over 100 000 blocks now writes 151 000 block rows
+where it wrote 199 000, one per block and job (docs/BENCHMARKS.md, session 12). What
+else reads or writes a block's row inside the run flushes first: the dependency
+propagation (when a block it would read is pending) and a demotion.
 """
 
 from __future__ import annotations
@@ -146,6 +139,8 @@ _BULK_UPDATES = {
     EVIDENCE_UPDATE: _ValuesUpdate(EVIDENCE_UPDATE_COLUMNS),
     _EVIDENCE_UPDATE_SAME_STATE: _ValuesUpdate(EVIDENCE_UPDATE_COLUMNS[2:]),
 }
+# A hard refutation's demotion from core (a tier the evidence UPDATE does not write).
+_DEMOTE = "UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?"
 _EVENT_INSERT = (
     "INSERT INTO events (seq, event_id, sensor, subject, outcome, observed_at, received_at,"
     " reliability, validity_window_s, request_id, block_id, message, observed, agent, agent_seq)"
@@ -184,6 +179,38 @@ _EFFECT_INSERT_PLAIN = (
     "INSERT INTO effects (block_rid, event_seq, state_before, state_after,"
     " reliability_before, reliability_after, detail) VALUES (?, ?, ?, ?, ?, ?, NULL)"
 )
+
+
+class PendingEvidence:
+    """The blocks' evidence the event jobs of one run changed and have not written yet
+    (a :class:`~memwarden.memory._writer.RunPart`; see the module's note)."""
+
+    __slots__ = ("records", "stored")
+
+    def __init__(self) -> None:
+        self.records: dict[str, Any] = {}  # block id -> its record, as the rules left it
+        # block id -> (state, stale_reasons) as the database holds them: which UPDATE
+        # writes the block (_EVIDENCE_UPDATE_SAME_STATE when the run left both as they were)
+        self.stored: dict[str, tuple[str, str]] = {}
+
+    def add(self, touched: dict[str, Any], loaded: dict[str, tuple[str, str]]) -> None:
+        """Keep the records a job's rules changed (``loaded``: as the job read them)."""
+        records = self.records
+        for block_id, rec in touched.items():
+            if block_id not in records:
+                records[block_id] = rec
+                self.stored[block_id] = loaded[block_id]
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        """Write every pending block, each once, in key order."""
+        if not self.records:
+            return
+        changed, same = _evidence_updates(self.records, self.stored)
+        self.records = {}
+        self.stored = {}
+        for sql, rows in ((EVIDENCE_UPDATE, changed), (_EVIDENCE_UPDATE_SAME_STATE, same)):
+            if rows:
+                _BULK_UPDATES[sql].run(conn, rows)
 
 
 class _Reads:
@@ -228,10 +255,20 @@ def _drop_duplicates(
 class _EventBatch:
     """Routes a batch of new events to their blocks, runs the rules and writes it all."""
 
-    def __init__(self, now: float, cfg: PolicyConfig, result: ApplyResult) -> None:
+    def __init__(
+        self,
+        now: float,
+        cfg: PolicyConfig,
+        result: ApplyResult,
+        pending: PendingEvidence | None = None,
+    ) -> None:
         self.now = now
         self.cfg = cfg
         self.result = result
+        # Where the blocks' evidence goes, when the batch is one job of a run (SQLite's
+        # writer): left there for the run's end instead of written by this job.
+        self.pending = pending
+        self.touched: dict[str, Any] = {}  # block id -> record the rules changed
         # (sensor, subject) -> the bindings (block, sensor, subject) it reaches
         self.by_subject: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
         self.records: dict[str, Any] = {}
@@ -255,6 +292,9 @@ class _EventBatch:
         and the bindings' open requests.
         """
         records, loaded, open_requests = self.records, self.loaded, self.open_requests
+        # A block an earlier job of the run changed: its record as that job left it (the
+        # row read is as stored, which ``loaded`` keeps).
+        pending = self.pending.records if self.pending is not None else {}
         at = _ROUTE_REQUEST
         for row in reads.routes:
             block_id = row[3]
@@ -264,13 +304,15 @@ class _EventBatch:
             open_requests[key] = None if row[at] is None else (row[at], row[at + 1])
             self.by_subject[(row[1], row[0])].append(key)
             if block_id not in records:
-                records[block_id] = evidence_record(row[2:at])
+                rec = pending.get(block_id)
+                records[block_id] = evidence_record(row[2:at]) if rec is None else rec
                 loaded[block_id] = (row[5], row[6])
         for block_id, sensor in reads.bound:
             self.bound.add((block_id, sensor))
         for row in reads.direct:
             if row[1] not in records:
-                records[row[1]] = evidence_record(row)
+                rec = pending.get(row[1])
+                records[row[1]] = evidence_record(row) if rec is None else rec
                 loaded[row[1]] = (row[3], row[4])
 
     def run(self, conn: sqlite3.Connection, batch: list[_Prepared], first_seq: int) -> None:
@@ -286,6 +328,12 @@ class _EventBatch:
             conn.executemany(_REVALIDATION_DONE, answered + by_id)
         closed = [row[2] for row in by_id]
         closed += [row[0] for sql, params in unknown for row in conn.execute(sql, params)]
+        if self.pending is not None:
+            self.pending.add(self.touched, self.loaded)
+            if any(rows for sql, rows in statements if sql == _DEMOTE):
+                # The rare demotion writes the block's row now: its evidence goes first,
+                # so the row's history (retention points) never mixes the two.
+                self.pending.flush(conn)
         for sql, rows in [*statements, requests]:
             if not rows:
                 continue
@@ -297,7 +345,9 @@ class _EventBatch:
         result.accepted = len(batch)
         fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
         if fallen:
-            result.changes.extend(propagate_on_thread(conn, fallen, now=now, cfg=self.cfg))
+            result.changes.extend(
+                propagate_on_thread(conn, fallen, now=now, cfg=self.cfg, pending=self.pending)
+            )
         if closed:
             result.answered = list(dict.fromkeys([*result.answered, *closed]))
         result.reviews = len(self.reviews)
@@ -334,7 +384,8 @@ class _EventBatch:
     def _rules(self, part: list[_Prepared], first_seq: int) -> tuple[list[_Statement], _Statement]:
         """Run the rules over ``part``; the statements that write what they did, in order,
         and apart from them the requests it queues (written after the answered ones are
-        closed, see :meth:`run`)."""
+        closed, see :meth:`run`). The blocks' evidence is among the statements unless the
+        batch has a run's :attr:`pending` to leave it in (:attr:`touched` either way)."""
         now, cfg, result = self.now, self.cfg, self.result
         event_rows, plain_events = _event_rows(part, first_seq, now)
         effect_rows: list[tuple[Any, ...]] = []  # with a detail
@@ -425,7 +476,11 @@ class _EventBatch:
         # effect's key, block and event, is unique: its first two values order it.)
         effect_rows.sort()
         plain_effects.sort()
-        updates, same_state = self._updates(touched)
+        self.touched = touched
+        updates: list[tuple[Any, ...]] = []
+        same_state: list[tuple[Any, ...]] = []
+        if self.pending is None:
+            updates, same_state = _evidence_updates(touched, self.loaded)
         return [
             (_EVENT_INSERT_PLAIN, plain_events),
             (_EVENT_INSERT, event_rows),
@@ -433,27 +488,27 @@ class _EventBatch:
             (_EFFECT_INSERT, effect_rows),
             (EVIDENCE_UPDATE, updates),
             (_EVIDENCE_UPDATE_SAME_STATE, same_state),
-            ("UPDATE blocks SET tier = ?, stability = min(stability, ?) WHERE rid = ?", demoted),
+            (_DEMOTE, demoted),
         ], (REVALIDATION_INSERT, list(requests.values()))
 
-    def _updates(
-        self, touched: dict[str, Any]
-    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """``EVIDENCE_UPDATE`` rows of the touched blocks whose state or reasons changed,
-        ``_EVIDENCE_UPDATE_SAME_STATE`` rows of the others; each in key order."""
-        loaded = self.loaded
-        changed: list[tuple[Any, ...]] = []
-        same: list[tuple[Any, ...]] = []
-        for block_id, rec in touched.items():
-            row = evidence_row(rec)
-            state, reasons = loaded[block_id]
-            if row[0] == state and row[1] == reasons:
-                same.append(row[2:])
-            else:
-                changed.append(row)
-        changed.sort(key=_last)
-        same.sort(key=_last)
-        return changed, same
+
+def _evidence_updates(
+    touched: dict[str, Any], stored: dict[str, tuple[str, str]]
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """``EVIDENCE_UPDATE`` rows of the touched blocks whose state or reasons changed from
+    ``stored``, ``_EVIDENCE_UPDATE_SAME_STATE`` rows of the others; each in key order."""
+    changed: list[tuple[Any, ...]] = []
+    same: list[tuple[Any, ...]] = []
+    for block_id, rec in touched.items():
+        row = evidence_row(rec)
+        state, reasons = stored[block_id]
+        if row[0] == state and row[1] == reasons:
+            same.append(row[2:])
+        else:
+            changed.append(row)
+    changed.sort(key=_last)
+    same.sort(key=_last)
+    return changed, same
 
 
 _Statement = tuple[str, list[tuple[Any, ...]]]

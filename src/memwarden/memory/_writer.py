@@ -15,6 +15,13 @@ single hand-off to that thread together with the ``BEGIN`` before them and the
 instead of one per job and two more for the transaction (on a busy machine each trip
 waits for the scheduler).
 
+**A run shares what it writes last.** The on-thread jobs of one hand-off get the same
+:class:`ThreadRun`: a job may leave a write in one of the run's parts
+(:meth:`ThreadRun.part`) for the end of the run, where the parts are flushed before the
+``COMMIT`` (the event jobs leave their blocks' evidence there, so a block that several
+jobs of a flood touch is written once: :class:`~memwarden.memory._eventbatch.PendingEvidence`).
+A run that fails takes its parts with it: they live exactly as long as the hand-off.
+
 **A flood checkpoints once.** SQLite copies the WAL back into the database file (and
 syncs both) at the first commit that finds it past ``wal_autocheckpoint`` pages. In a
 flood every transaction rewrites much the same pages, so each commit copied most of the
@@ -33,7 +40,8 @@ import contextlib
 import functools
 import gc
 import sqlite3
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import structlog
 
@@ -42,12 +50,11 @@ from memwarden.memory._batching import BatchWriter, Pending
 from memwarden.memory._sql import in_thread
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from pathlib import Path
 
     import aiosqlite
 
-__all__ = ["AUTOCHECKPOINT_PAGES", "Writer"]
+__all__ = ["AUTOCHECKPOINT_PAGES", "OnThreadJob", "RunPart", "ThreadRun", "Writer"]
 
 # SQLite's default ``wal_autocheckpoint``: a commit that finds the WAL past this many pages
 # copies it back into the database file.
@@ -56,6 +63,47 @@ AUTOCHECKPOINT_PAGES = 1000
 T = TypeVar("T")
 
 log = structlog.get_logger("memwarden.store")
+
+
+class RunPart(Protocol):
+    """State the on-thread jobs of one run share: made empty (no arguments) by the run's
+    first job that asks for it, flushed once at the end of the run."""
+
+    def __init__(self) -> None: ...
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        """Write what the run's jobs left here (on the writer's thread, in the transaction)."""
+
+
+P = TypeVar("P", bound=RunPart)
+
+
+class ThreadRun:
+    """The on-thread jobs of one hand-off to the writer's thread, and what they share
+    until the run ends (see the module's note)."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self) -> None:
+        self._parts: dict[type[Any], RunPart] = {}
+
+    def part(self, kind: type[P]) -> P:
+        """The run's one ``kind`` part, made by the first job that asks for it."""
+        got = self._parts.get(kind)
+        if got is None:
+            got = self._parts[kind] = kind()
+        return cast("P", got)  # keyed by its own type
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        """Flush every part, in the order the jobs first asked for them."""
+        for part in self._parts.values():
+            part.flush(conn)
+        self._parts.clear()
+
+
+#: A job run on the writer connection's own thread: a plain function of that ``sqlite3``
+#: connection and of the run it is part of (:meth:`Writer.submit_on_thread`).
+OnThreadJob = Callable[[sqlite3.Connection, ThreadRun], T]
 
 
 class Writer(BatchWriter["aiosqlite.Connection"]):
@@ -92,13 +140,11 @@ class Writer(BatchWriter["aiosqlite.Connection"]):
             return AUTOCHECKPOINT_PAGES
         return 0 if size < self._flood_wal_bytes else AUTOCHECKPOINT_PAGES
 
-    async def submit_on_thread(
-        self, fn: Callable[[sqlite3.Connection], T], *, weight: int = 1
-    ) -> T:
+    async def submit_on_thread(self, fn: OnThreadJob[T], *, weight: int = 1) -> T:
         """Like :meth:`submit`, for a job that is a plain function of the ``sqlite3``
-        connection: it runs on the connection's thread, in one hand-off with the jobs of
-        this kind next to it in the transaction (see the module's note). It must not
-        touch the event loop, nor end the transaction."""
+        connection and its :class:`ThreadRun`: it runs on the connection's thread, in one
+        hand-off with the jobs of this kind next to it in the transaction (see the
+        module's note). It must not touch the event loop, nor end the transaction."""
         if self._closing or self._task is None:
             raise StorageError("the store is closed")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
@@ -192,14 +238,18 @@ class _JobError(Exception):
 def _on_thread(
     conn: sqlite3.Connection,
     *,
-    jobs: list[Callable[[sqlite3.Connection], Any]],
+    jobs: list[OnThreadJob[Any]],
     results: list[tuple[bool, Any]],
     begin: bool,
     commit: bool,
 ) -> None:
     """Run ``jobs`` on the connection's thread, after ``BEGIN`` and before ``COMMIT`` if
-    asked, each result into ``results``. A failing job rolls everything back and raises
-    :class:`_JobError` (its error goes back to its caller, see Writer._transaction)."""
+    asked, each result into ``results``, then flush what they left in their
+    :class:`ThreadRun`. A failing job (or flush) rolls everything back and raises
+    :class:`_JobError` (the error goes back to the job's caller, see
+    Writer._transaction; after a failed flush, as after any failure in a transaction of
+    several jobs, the writer runs each job again alone)."""
+    run = ThreadRun()
     if begin:
         conn.execute("BEGIN IMMEDIATE")
     # The cyclic garbage collector waits while the jobs run: what a job allocates it
@@ -213,10 +263,15 @@ def _on_thread(
     try:
         for job in jobs:
             try:
-                results.append((True, job(conn)))
+                results.append((True, job(conn, run)))
             except Exception as err:
                 conn.execute("ROLLBACK")
                 raise _JobError(err) from err
+        try:
+            run.flush(conn)
+        except Exception as err:
+            conn.execute("ROLLBACK")
+            raise _JobError(err) from err
     finally:
         if paused:
             gc.enable()
