@@ -4,8 +4,25 @@ evidence and the bindings' open requests), the rules run event by event in obser
 order, and events, effects, the blocks' evidence and the requests written in key order.
 PostgreSQL's ingestion (:mod:`memwarden.memory.pg._apply`) runs the same batch.
 
+**Answers close requests.** A request asks for a check of one binding (block, sensor,
+subject). Whatever brings a newer look at that binding answers it, not only the event
+naming it (``request_id``): a confirmation or refutation of the binding observed *after*
+the request was made closes it as ``done`` in the same transaction, and its id goes into
+:attr:`ApplyResult.answered` like any other answer, so reads waiting on it wake at once
+and the scheduler never sends it. That is how a polling sensor's timeline and the
+revalidation queue share one notion of "checked". ``changed`` and ``error`` answer
+nothing: one asks for a check, the other could not make one. The comparison is with the
+event's ``observed_at``, never with the block's last validation: an event the rules
+ignore as outdated (another sensor validated the block later) still closes the request
+it answers, or that request would be sent again for nothing. A request an event queues
+(a change, a soft refutation) counts as made at that event's observation, so a later
+observation answers it even when both arrive in one batch. The route read brings each
+binding's open request along (one probe of the unique index ``revalidations_open``), so
+the job closes the answered ones by id; for an event naming its block directly, whose
+requests were not read, one ``UPDATE … FROM (VALUES …)`` over that index does it.
+
 **A block is written once per run.** On SQLite the event jobs of one hand-off to the
-writer's thread (a flood: up to 80 jobs in one transaction) leave their blocks' new
+writer's thread (in a flood, dozens of jobs in one transaction) leave their blocks' new
 evidence in the run's :class:`PendingEvidence` instead of writing it job by job: a later
 job of the run that reaches the same block takes its record from there (the database row
 is not written yet), and the run writes each block once, at its end, before the
