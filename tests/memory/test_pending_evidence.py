@@ -144,6 +144,28 @@ async def test_one_run_ends_as_the_jobs_one_by_one_writing_each_block_once(
     assert len(await _table(apart, "SELECT rid FROM row_writes")) > len(writes)
 
 
+def _one(subject: str, outcome: str, at: float) -> list[ValidationEvent]:
+    return [ValidationEvent(sensor="fs", subject=subject, outcome=outcome, observed_at=from_ts(at))]
+
+
+async def _in_one_run(store: Store, *calls: list[ValidationEvent]) -> list[ApplyResult]:
+    """The calls gathered, and checked to have shared one transaction (one run)."""
+    writer = store.db.writer
+    assert writer is not None
+    commits = writer.commits
+    results = await asyncio.gather(*(store.apply_events(c) for c in calls))
+    assert writer.commits - commits == 1
+    return results
+
+
+async def _refute_twice(store: Store, clock: FakeClock, subject: str) -> None:
+    """Two soft refutations, each its own transaction: the next one is hard."""
+    for _ in range(2):
+        clock.advance(10)
+        await store.apply_events(_one(subject, "refuted", clock.time()))
+    clock.advance(10)
+
+
 async def test_a_dependent_the_run_changed_falls_with_its_root(
     make_store: Callable[..., Awaitable[Store]], clock: FakeClock
 ):
@@ -161,37 +183,11 @@ async def test_a_dependent_the_run_changed_falls_with_its_root(
             bindings=[Binding(sensor="fs", path="b")],
         )
     )
-    for _ in range(2):  # two soft refutations of the root, each its own transaction
-        clock.advance(10)
-        await store.apply_events(
-            [
-                ValidationEvent(
-                    sensor="fs", subject="a", outcome="refuted", observed_at=from_ts(clock.time())
-                )
-            ]
-        )
-    clock.advance(10)
+    await _refute_twice(store, clock, "a")
     confirmed_at = clock.time() - 2
-    writer = store.db.writer
-    assert writer is not None
-    commits = writer.commits
-    confirm, refute = await asyncio.gather(
-        store.apply_events(
-            [
-                ValidationEvent(
-                    sensor="fs", subject="b", outcome="confirmed", observed_at=from_ts(confirmed_at)
-                )
-            ]
-        ),
-        store.apply_events(
-            [
-                ValidationEvent(
-                    sensor="fs", subject="a", outcome="refuted", observed_at=from_ts(clock.time())
-                )
-            ]
-        ),
+    confirm, refute = await _in_one_run(
+        store, _one("b", "confirmed", confirmed_at), _one("a", "refuted", clock.time())
     )
-    assert writer.commits - commits == 1
     assert [(c.block_id, c.after) for c in confirm.changes] == [(leaf.id, "fresh")]
     assert (leaf.id, "fresh", "stale") in [(c.block_id, c.before, c.after) for c in refute.changes]
     got = await store.get(leaf.id)
@@ -205,9 +201,9 @@ async def test_a_dependent_the_run_changed_falls_with_its_root(
 async def test_a_demotion_in_a_run_never_splits_the_row(
     make_store: Callable[..., Awaitable[Store]], clock: FakeClock
 ):
-    """A core block confirmed by one call and refuted hard by the next in the same run:
-    the demotion writes the row after the block's pending evidence, so every retention
-    point of the block as long_term already says refuted, and the row has both calls."""
+    """A core block with an error from one call and its third refutation from the next,
+    in the same run: the demotion writes the row after the block's pending evidence, so
+    every retention point of the block as long_term already says refuted."""
     store = await make_store()
     core = await store.add(
         NewBlock(
@@ -216,36 +212,10 @@ async def test_a_demotion_in_a_run_never_splits_the_row(
             bindings=[Binding(sensor="fs", path="k")],
         )
     )
-    for _ in range(2):
-        clock.advance(10)
-        await store.apply_events(
-            [
-                ValidationEvent(
-                    sensor="fs", subject="k", outcome="refuted", observed_at=from_ts(clock.time())
-                )
-            ]
-        )
-    clock.advance(10)
-    writer = store.db.writer
-    assert writer is not None
-    commits = writer.commits
-    first, second = await asyncio.gather(
-        store.apply_events(
-            [
-                ValidationEvent(
-                    sensor="fs", subject="k", outcome="error", observed_at=from_ts(clock.time() - 2)
-                )
-            ]
-        ),
-        store.apply_events(
-            [
-                ValidationEvent(
-                    sensor="fs", subject="k", outcome="refuted", observed_at=from_ts(clock.time())
-                )
-            ]
-        ),
+    await _refute_twice(store, clock, "k")
+    first, second = await _in_one_run(
+        store, _one("k", "error", clock.time() - 2), _one("k", "refuted", clock.time())
     )
-    assert writer.commits - commits == 1
     assert first.accepted == second.accepted == 1
     got = await store.get(core.id)
     assert (got.tier.value, got.state) == ("long_term", BlockState.REFUTED)
