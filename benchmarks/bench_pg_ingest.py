@@ -62,7 +62,7 @@ EVENTS = 40_000
 CHUNK = 1_000
 ROUNDS = 4
 OUTCOME_MIX = ((0.90, Outcome.CONFIRMED), (0.95, Outcome.CHANGED), (1.0, Outcome.REFUTED))
-TARGET_RATIO = 0.3  # the store does routing, locks, duplicate checks and rules
+TARGET_RATIO = 0.6  # issue 22: the same ratio as SQLite's ingest (issue 16)
 TARGET_TWO_NODES = 0.7  # a second node must not collapse ingestion
 
 _EVENT_INSERT = (

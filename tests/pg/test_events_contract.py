@@ -300,3 +300,143 @@ async def test_a_job_run_again_dead_letters_once(
     assert [r[0] for r in result.rejected] == ["u1"]
     rows = await backend.dump()
     assert len(rows["dead_letters"]) == 1
+
+
+def _writer_commits(b: Backend) -> int:
+    writer = b.events.db.writer
+    assert writer is not None
+    return int(writer.commits)
+
+
+async def _in_one_transaction(b: Backend, *calls: list[ValidationEvent]) -> list[Any]:
+    """The calls gathered, checked to have shared one writer transaction."""
+    before = _writer_commits(b)
+    results = await asyncio.gather(*(b.events.apply_events(c) for c in calls))
+    assert _writer_commits(b) - before == 1
+    return list(results)
+
+
+_PG_ROW_WRITES = """
+CREATE TABLE row_writes (rid bigint NOT NULL);
+CREATE FUNCTION row_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO row_writes VALUES (NEW.rid); RETURN NULL; END $$;
+CREATE TRIGGER row_writes AFTER UPDATE ON blocks FOR EACH ROW EXECUTE FUNCTION row_write();
+"""
+
+
+async def _log_row_writes(b: Backend) -> None:
+    """A table of the test's own, filled by a trigger at every write of a block's row."""
+
+    async def job(conn: Any) -> None:
+        if isinstance(b.events, PgEventLog):
+            await conn.execute(_PG_ROW_WRITES)
+            return
+        await conn.execute("CREATE TABLE row_writes (rid INTEGER NOT NULL)")
+        await conn.execute(
+            "CREATE TRIGGER row_writes AFTER UPDATE ON blocks"
+            " BEGIN INSERT INTO row_writes VALUES (new.rid); END"
+        )
+
+    await b.events.db.write(job)
+
+
+async def _flood(b: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Twenty calls over four blocks in one transaction: each block's evidence is
+    written once, at the end (memory._eventbatch's note), on either backend."""
+    _same_ids(monkeypatch)
+    await b.blocks.add_many(
+        [{"content": f"f{i}", "bindings": [{"sensor": "fs", "subject": f"s{i}"}]} for i in range(4)]
+    )
+    await _log_row_writes(b)
+    b.clock.advance(100)
+    outcomes = ("confirmed", "changed", "confirmed", "refuted", "error")
+    calls = [
+        [
+            _ev(
+                b.clock,
+                f"f{j}-{k}",
+                f"s{(j + k) % 4}",
+                outcomes[(j * 3 + k) % 5],
+                ago=60 - j - k / 10,
+            )
+            for k in range(3)
+        ]
+        for j in range(20)
+    ]
+    return await _in_one_transaction(b, *calls)
+
+
+async def test_calls_in_one_transaction_apply_alike(
+    sqlite_backend: Backend, pg_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flood of calls grouped in one transaction: equal results and equal rows on both
+    backends, and each block's row written once."""
+    sqlite_results = await _flood(sqlite_backend, monkeypatch)
+    pg_results = await _flood(pg_backend, monkeypatch)
+    for i, (s, p) in enumerate(zip(sqlite_results, pg_results, strict=True)):
+        assert p == s, i
+    sqlite_rows, pg_rows = await sqlite_backend.dump(), await pg_backend.dump()
+    for table in TABLES:
+        assert pg_rows[table] == sqlite_rows[table], table
+    for b in (sqlite_backend, pg_backend):
+        writes = await b.rows("SELECT rid, count(*) FROM row_writes GROUP BY rid ORDER BY rid")
+        assert [tuple(w) for w in writes] == [(rid, 1) for rid in (1, 2, 3, 4)]
+
+
+async def test_a_dependent_changed_earlier_in_the_transaction_falls(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One call confirms a dependent, the next in the same transaction refutes its root
+    for the third time: the dependent's row ends stale (dependency) with the
+    confirmation in it, on either backend."""
+    _same_ids(monkeypatch)
+    (root,) = await backend.blocks.add_many(
+        [{"content": "root", "bindings": [{"sensor": "fs", "subject": "a"}]}]
+    )
+    (leaf,) = await backend.blocks.add_many(
+        [{"content": "leaf", "depends_on": [root], "bindings": [{"sensor": "fs", "subject": "b"}]}]
+    )
+    c = backend.clock
+    for i in range(2):
+        c.advance(10)
+        await backend.events.apply_events([_ev(c, f"r{i}", "a", "refuted")])
+    c.advance(10)
+    confirm, refute = await _in_one_transaction(
+        backend, [_ev(c, "ok", "b", "confirmed", ago=3)], [_ev(c, "r2", "a", "refuted")]
+    )
+    assert [(x.block_id, x.after) for x in confirm.changes] == [(leaf, "fresh")]
+    assert (leaf, "fresh", "stale") in [(x.block_id, x.before, x.after) for x in refute.changes]
+    [(state, reasons, validated_at, reinforced)] = await backend.rows(
+        "SELECT state, stale_reasons, validated_at, reinforcement_count FROM blocks"
+        f" WHERE id = '{leaf}'"
+    )
+    assert (state, reasons, reinforced) == ("stale", "dependency", 1)
+    assert validated_at == c.time() - 3
+
+
+async def test_a_demotion_in_a_transaction_never_splits_the_row(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A core block's error (one call) and third refutation (the next, same
+    transaction): the demotion writes the row after its pending evidence, so every
+    retention point as long_term says refuted, on either backend."""
+    _same_ids(monkeypatch)
+    (core,) = await backend.blocks.add_many(
+        [{"content": "core", "tier": "core", "bindings": [{"sensor": "fs", "subject": "k"}]}]
+    )
+    c = backend.clock
+    for i in range(2):
+        c.advance(10)
+        await backend.events.apply_events([_ev(c, f"r{i}", "k", "refuted")])
+    c.advance(10)
+    await _in_one_transaction(
+        backend, [_ev(c, "err", "k", "error", ago=3)], [_ev(c, "r2", "k", "refuted")]
+    )
+    [(tier, state)] = await backend.rows(f"SELECT tier, state FROM blocks WHERE id = '{core}'")
+    assert (tier, state) == ("long_term", "refuted")
+    points = await backend.rows(
+        "SELECT p.state FROM retention_points p JOIN blocks k ON k.rid = p.block_rid"
+        f" WHERE k.id = '{core}' AND p.tier = 'long_term'"
+    )
+    assert points
+    assert {p[0] for p in points} == {"refuted"}

@@ -218,14 +218,18 @@ class PendingEvidence:
                 records[block_id] = rec
                 self.stored[block_id] = loaded[block_id]
 
-    def flush(self, conn: sqlite3.Connection) -> None:
-        """Write every pending block, each once, in key order."""
-        if not self.records:
-            return
+    def take(self) -> list[_Statement]:
+        """The statements that write every pending block, each once, in key order (the
+        rows of ``EVIDENCE_UPDATE`` and ``_EVIDENCE_UPDATE_SAME_STATE``); none pending
+        after."""
         changed, same = _evidence_updates(self.records, self.stored)
         self.records = {}
         self.stored = {}
-        for sql, rows in ((EVIDENCE_UPDATE, changed), (_EVIDENCE_UPDATE_SAME_STATE, same)):
+        return [(EVIDENCE_UPDATE, changed), (_EVIDENCE_UPDATE_SAME_STATE, same)]
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        """Write every pending block, each once, in key order."""
+        for sql, rows in self.take():
             if rows:
                 _BULK_UPDATES[sql].run(conn, rows)
 

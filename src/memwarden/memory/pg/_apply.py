@@ -137,7 +137,10 @@ class PgEventLog:
             erased = await _drop_erased(conn, todo)
             if direct:
                 await _reject_unbound(conn, todo, refused, direct, node)
-            result = await _apply_job(conn, todo, refused, now, cfg, node=node)
+            # The blocks' evidence is written once for the writer's transaction, as on
+            # SQLite (memory._eventbatch's note): the blocks stay locked until it commits.
+            pending = self.db.run_part(PgPendingEvidence)
+            result = await _apply_job(conn, todo, refused, now, cfg, node=node, pending=pending)
             result.erased = erased
             if refused and cap is not None:
                 await conn.execute(_DEAD_LETTERS_CAP, cap)
@@ -190,6 +193,7 @@ async def _apply_job(
     cfg: PolicyConfig,
     *,
     node: str | None = None,
+    pending: PgPendingEvidence | None = None,
 ) -> ApplyResult:
     result = ApplyResult(rejected=[(event_id, reason) for event_id, reason, _ in rejected])
     if rejected:
@@ -217,9 +221,11 @@ async def _apply_job(
     if batch:
         await _lock_blocks(conn, batch)
         reads = await _fetch(conn, batch, node)
-        applied = _eventbatch._EventBatch(now, cfg, result)  # noqa: SLF001
+        applied = _eventbatch._EventBatch(  # noqa: SLF001
+            now, cfg, result, None if pending is None else pending.evidence
+        )
         applied.route(reads)
-        await _run(conn, applied, batch, seqs)
+        await _run(conn, applied, batch, seqs, pending)
         # Wakes the other nodes' followers of the log (`GET /v1/events?wait=`): delivered
         # at commit, and only if this transaction commits (docs/SCALE.md).
         await conn.execute("SELECT pg_notify($1, $2)", EVENTS_CHANNEL, str(max(seqs)))
@@ -340,9 +346,16 @@ async def _fetch(conn: PgConnection, prepared: list[_Prepared], node: str | None
     return reads
 
 
-async def _run(conn: PgConnection, applied: Any, batch: list[_Prepared], seqs: list[int]) -> None:
+async def _run(
+    conn: PgConnection,
+    applied: Any,
+    batch: list[_Prepared],
+    seqs: list[int],
+    pending: PgPendingEvidence | None,
+) -> None:
     """``_EventBatch.run`` with PostgreSQL's SQL; the events are in the log already
-    (:func:`_append`), ``seqs`` theirs."""
+    (:func:`_append`), ``seqs`` theirs; the blocks' evidence left in ``pending`` when
+    given (flushed first when a demotion writes a block's row)."""
     now, result = applied.now, applied.result
     answered = [(now, p[3], p[7]) for p in batch if p[7] is not None]
     result.answered = [p[7] for p in batch if p[7] is not None]
@@ -363,6 +376,10 @@ async def _run(conn: PgConnection, applied: Any, batch: list[_Prepared], seqs: l
     if keys:
         columns = [list(c) for c in zip(*keys, strict=True)]
         closed += [r[0] for r in await conn.fetch(_CLOSE_ANSWERED, *columns, now)]
+    if pending is not None:
+        pending.evidence.add(applied.touched, applied.loaded)
+        if any(rows for sql, rows in statements if sql == _eventbatch._DEMOTE):  # noqa: SLF001
+            await pending.flush(conn)
     for sql, rows in [*statements, requests]:
         if sql in _EVENT_INSERTS or not rows:
             continue
@@ -373,7 +390,9 @@ async def _run(conn: PgConnection, applied: Any, batch: list[_Prepared], seqs: l
     result.accepted = len(batch)
     fallen = [c.block_id for c in result.changes if c.after in ("stale", "refuted")]
     if fallen:
-        result.changes.extend(await propagate_dependencies(conn, fallen, now=now, cfg=applied.cfg))
+        result.changes.extend(
+            await propagate_dependencies(conn, fallen, now=now, cfg=applied.cfg, pending=pending)
+        )
     if closed:
         result.answered = list(dict.fromkeys([*result.answered, *closed]))
     result.reviews = len(applied.reviews)
@@ -385,6 +404,30 @@ async def _run(conn: PgConnection, applied: Any, batch: list[_Prepared], seqs: l
         )
 
 
+class PgPendingEvidence:
+    """The blocks' evidence the event jobs of one writer transaction changed and have not
+    written yet (:class:`~memwarden.memory._eventbatch.PendingEvidence`), as a part of
+    the transaction (:class:`~memwarden.memory.pg._writer.PgRun`)."""
+
+    __slots__ = ("evidence",)
+
+    def __init__(self) -> None:
+        self.evidence = _eventbatch.PendingEvidence()
+
+    async def flush(self, conn: PgConnection) -> None:
+        """Write every pending block, each once, in key order."""
+        for sql, rows in self.evidence.take():
+            if rows:
+                await conn.executemany(pg_sql(sql), rows)
+
+
+# The evidence of the blocks that depend on any of a set of blocks, locked.
+_DEPENDENTS_SELECT = (
+    f"SELECT {_EVIDENCE} FROM dependencies d JOIN blocks k ON k.rid = d.block_rid"
+    " WHERE d.depends_on = ANY($1::text[]) ORDER BY k.rid FOR UPDATE OF k"
+)
+
+
 async def propagate_dependencies(
     conn: PgConnection,
     roots: Iterable[str],
@@ -392,9 +435,12 @@ async def propagate_dependencies(
     now: float,
     cfg: PolicyConfig,
     max_depth: int = 16,
+    pending: PgPendingEvidence | None = None,
 ) -> list[StateChange]:
     """Dependents of refuted or stale blocks go stale (reason ``dependency``), transitively,
-    each with one revalidation request per binding (SQLite's ``propagate_dependencies``)."""
+    each with one revalidation request per binding (SQLite's ``propagate_dependencies``).
+    ``pending``: the evidence the writer's transaction has not written yet, flushed
+    before a dependent it holds is read."""
     changes: list[StateChange] = []
     frontier = list(dict.fromkeys(roots))
     seen = set(frontier)
@@ -402,11 +448,10 @@ async def propagate_dependencies(
     for _ in range(max_depth):
         if not frontier:
             break
-        rows = await conn.fetch(
-            f"SELECT {_EVIDENCE} FROM dependencies d JOIN blocks k ON k.rid = d.block_rid"
-            " WHERE d.depends_on = ANY($1::text[]) ORDER BY k.rid FOR UPDATE OF k",
-            frontier,
-        )
+        rows = await conn.fetch(_DEPENDENTS_SELECT, frontier)
+        if pending is not None and any(r[1] in pending.evidence.records for r in rows):
+            await pending.flush(conn)
+            rows = await conn.fetch(_DEPENDENTS_SELECT, frontier)
         step = len(changes)
         staled = stale_dependents(rows, seen, now, changes)
         if not staled:

@@ -29,7 +29,7 @@ from memwarden.errors import ConfigError, StorageError
 from memwarden.memory.pg._dsn import check_dsn, redact_dsn
 from memwarden.memory.pg._migrate import migrate
 from memwarden.memory.pg._schema import SCHEMA_VERSION
-from memwarden.memory.pg._writer import PgWriter, run_transaction, translate
+from memwarden.memory.pg._writer import PgRunPart, PgWriter, run_transaction, translate
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["CONNECT_ERRORS", "PgDatabase", "connect_error"]
 
 T = TypeVar("T")
+P = TypeVar("P", bound=PgRunPart)
 
 log = structlog.get_logger("memwarden.store")
 
@@ -361,6 +362,13 @@ class PgDatabase:
         if self._writer is None:
             raise StorageError("the store is closed")
         return await self._writer.submit(job, weight=weight)
+
+    def run_part(self, kind: type[P]) -> P:
+        """The ``kind`` part of the writer transaction the calling job runs in
+        (:meth:`PgWriter.part`): state the transaction's jobs share until it commits."""
+        if self._writer is None:
+            raise StorageError("the store is closed")
+        return self._writer.part(kind)
 
     async def write_each(
         self,

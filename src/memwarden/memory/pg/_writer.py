@@ -13,6 +13,11 @@ A lost connection fails the jobs of the transaction it was in with
 cannot be known: ingestion is exactly-once by the events' unique ids, so a retry is
 safe), and the next batch runs on a fresh connection from the pool.
 
+The jobs of one transaction share a :class:`PgRun` (:meth:`PgWriter.part`, as SQLite's
+on-thread jobs share a ``ThreadRun``): a job may leave writes in one of its parts, which
+are flushed once after the last job and before the ``COMMIT``; each attempt of the
+transaction (a retry after a conflict, a job run again alone) starts with none.
+
 The queue and the batching are :class:`~memwarden.memory._batching.BatchWriter`'s, shared
 with SQLite; this module holds PostgreSQL's transaction and connection.
 """
@@ -22,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import asyncpg
 import structlog
@@ -37,7 +42,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["PgWriter", "run_transaction", "translate"]
+__all__ = ["PgRun", "PgRunPart", "PgWriter", "run_transaction", "translate"]
 
 log = structlog.get_logger("memwarden.store")
 
@@ -105,6 +110,41 @@ def _usable(conn: PgConnection) -> bool:
         return False
 
 
+class PgRunPart(Protocol):
+    """State the jobs of one transaction share: made empty (no arguments) by the first
+    job that asks for it, flushed once before the transaction commits."""
+
+    def __init__(self) -> None: ...
+
+    async def flush(self, conn: PgConnection) -> None:
+        """Write what the transaction's jobs left here."""
+
+
+P = TypeVar("P", bound=PgRunPart)
+
+
+class PgRun:
+    """The jobs of one attempt at a transaction, and what they share until it commits."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self) -> None:
+        self._parts: dict[type[Any], PgRunPart] = {}
+
+    def part(self, kind: type[P]) -> P:
+        """The run's one ``kind`` part, made by the first job that asks for it."""
+        got = self._parts.get(kind)
+        if got is None:
+            got = self._parts[kind] = kind()
+        return cast("P", got)  # keyed by its own type
+
+    async def flush(self, conn: PgConnection) -> None:
+        """Flush every part, in the order the jobs first asked for them."""
+        for part in self._parts.values():
+            await part.flush(conn)
+        self._parts.clear()
+
+
 class PgWriter(BatchWriter["PgConnection"]):
     """Owns the write connection (taken from ``pool``) and the task that commits batches."""
 
@@ -123,6 +163,14 @@ class PgWriter(BatchWriter["PgConnection"]):
         self._conn: PgConnection | None = conn
         self.reconnects = 0
         self.conflicts = 0  # transactions run again after a deadlock or serialization failure
+        self._current: PgRun | None = None  # the transaction attempt being run, while it is
+
+    def part(self, kind: type[P]) -> P:
+        """The ``kind`` part of the transaction the calling job runs in (see the module's
+        note); only a job of this writer may ask."""
+        if self._current is None:
+            raise StorageError("no writer transaction is running")
+        return self._current.part(kind)
 
     async def close(self) -> None:
         """Stop taking jobs, commit what was accepted, stop the task, give the connection
@@ -171,6 +219,7 @@ class PgWriter(BatchWriter["PgConnection"]):
         try:
             conn = await self._connection()
             async with conn.transaction():
+                self._current = run = PgRun()
                 for pending in jobs:
                     try:
                         results.append((True, await pending.fn(conn)))
@@ -178,6 +227,12 @@ class PgWriter(BatchWriter["PgConnection"]):
                         raise  # the connection is gone: the whole transaction failed
                     except Exception as err:  # noqa: BLE001 - a failing job goes back to its caller
                         raise _JobFailedError(translate(err)) from None
+                try:
+                    await run.flush(conn)
+                except _CONNECTION_ERRORS:
+                    raise
+                except Exception as err:  # noqa: BLE001 - then each job runs alone
+                    raise _JobFailedError(translate(err)) from None
         except _JobFailedError as failed:  # rolled back by the context manager
             return False, failed.error
         except Exception as err:  # noqa: BLE001 - whatever it was, the writer carries on
@@ -191,5 +246,7 @@ class PgWriter(BatchWriter["PgConnection"]):
             failure.__cause__ = err
             self._fail(jobs, failure)
             return None
+        finally:
+            self._current = None
         self._committed(jobs, results)
         return None
