@@ -220,17 +220,25 @@ async def test_apply_events_answers_as_specified(
     assert [r[1] for r in rows["dead_letters"]] == ["events", "events"]
 
 
+async def _assert_alike(
+    sqlite_log: list[Any], pg_log: list[Any], sqlite_backend: Backend, pg_backend: Backend
+) -> dict[str, list[tuple[Any, ...]]]:
+    """Equal results, and equal rows table by table; SQLite's rows."""
+    for i, (s, p) in enumerate(zip(sqlite_log, pg_log, strict=True)):
+        assert p == s, i
+    sqlite_rows, pg_rows = await sqlite_backend.dump(), await pg_backend.dump()
+    for table in TABLES:
+        assert pg_rows[table] == sqlite_rows[table], table
+    return sqlite_rows
+
+
 async def test_both_backends_apply_alike(
     sqlite_backend: Backend, pg_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same script: equal results and equal rows, table by table."""
     sqlite_log = await script(sqlite_backend, monkeypatch)
     pg_log = await script(pg_backend, monkeypatch)
-    for i, (s, p) in enumerate(zip(sqlite_log, pg_log, strict=True)):
-        assert p == s, i
-    sqlite_rows, pg_rows = await sqlite_backend.dump(), await pg_backend.dump()
-    for table in TABLES:
-        assert pg_rows[table] == sqlite_rows[table], table
+    sqlite_rows = await _assert_alike(sqlite_log, pg_log, sqlite_backend, pg_backend)
     assert sqlite_rows["revalidations"]
     assert sqlite_rows["effects"]
 
@@ -373,11 +381,7 @@ async def test_calls_in_one_transaction_apply_alike(
     backends, and each block's row written once."""
     sqlite_results = await _flood(sqlite_backend, monkeypatch)
     pg_results = await _flood(pg_backend, monkeypatch)
-    for i, (s, p) in enumerate(zip(sqlite_results, pg_results, strict=True)):
-        assert p == s, i
-    sqlite_rows, pg_rows = await sqlite_backend.dump(), await pg_backend.dump()
-    for table in TABLES:
-        assert pg_rows[table] == sqlite_rows[table], table
+    await _assert_alike(sqlite_results, pg_results, sqlite_backend, pg_backend)
     for b in (sqlite_backend, pg_backend):
         writes = await b.rows("SELECT rid, count(*) FROM row_writes GROUP BY rid ORDER BY rid")
         assert [tuple(w) for w in writes] == [(rid, 1) for rid in (1, 2, 3, 4)]

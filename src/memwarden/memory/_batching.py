@@ -24,17 +24,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from memwarden.errors import StorageError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["BatchWriter", "Pending"]
+__all__ = ["BatchWriter", "Pending", "RunParts"]
 
 T = TypeVar("T")
 C = TypeVar("C")
+Q = TypeVar("Q")
+
+
+class RunParts:
+    """What the jobs of one transaction share until it ends: one part of each kind,
+    made empty by the first job that asks for it. A backend's subclass flushes them
+    (SQLite's ``ThreadRun``, PostgreSQL's ``PgRun``)."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self) -> None:
+        self._parts: dict[type[Any], Any] = {}
+
+    def part(self, kind: type[Q]) -> Q:
+        """The run's one ``kind`` part, made by the first job that asks for it."""
+        got = self._parts.get(kind)
+        if got is None:
+            got = self._parts[kind] = kind()
+        return cast("Q", got)  # keyed by its own type
 
 
 @dataclass(slots=True)

@@ -41,12 +41,12 @@ import functools
 import gc
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import structlog
 
 from memwarden.errors import StorageError
-from memwarden.memory._batching import BatchWriter, Pending
+from memwarden.memory._batching import BatchWriter, Pending, RunParts
 from memwarden.memory._sql import in_thread
 
 if TYPE_CHECKING:
@@ -75,30 +75,18 @@ class RunPart(Protocol):
         """Write what the run's jobs left here (on the writer's thread, in the transaction)."""
 
 
-P = TypeVar("P", bound=RunPart)
-
-
-class ThreadRun:
+class ThreadRun(RunParts):
     """The on-thread jobs of one hand-off to the writer's thread, and what they share
-    until the run ends (see the module's note)."""
+    until the run ends (see the module's note); each part a :class:`RunPart`."""
 
-    __slots__ = ("_parts",)
-
-    def __init__(self) -> None:
-        self._parts: dict[type[Any], RunPart] = {}
-
-    def part(self, kind: type[P]) -> P:
-        """The run's one ``kind`` part, made by the first job that asks for it."""
-        got = self._parts.get(kind)
-        if got is None:
-            got = self._parts[kind] = kind()
-        return cast("P", got)  # keyed by its own type
+    __slots__ = ()
 
     def flush(self, conn: sqlite3.Connection) -> None:
         """Flush every part, in the order the jobs first asked for them."""
-        for part in self._parts.values():
-            part.flush(conn)
+        parts: list[RunPart] = list(self._parts.values())
         self._parts.clear()
+        for part in parts:
+            part.flush(conn)
 
 
 #: A job run on the writer connection's own thread: a plain function of that ``sqlite3``

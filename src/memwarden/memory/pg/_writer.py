@@ -27,13 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import asyncpg
 import structlog
 
 from memwarden.errors import StorageError
-from memwarden.memory._batching import BatchWriter, Pending
+from memwarden.memory._batching import BatchWriter, Pending, RunParts
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -123,26 +123,18 @@ class PgRunPart(Protocol):
 P = TypeVar("P", bound=PgRunPart)
 
 
-class PgRun:
-    """The jobs of one attempt at a transaction, and what they share until it commits."""
+class PgRun(RunParts):
+    """The jobs of one attempt at a transaction, and what they share until it commits;
+    each part a :class:`PgRunPart`."""
 
-    __slots__ = ("_parts",)
-
-    def __init__(self) -> None:
-        self._parts: dict[type[Any], PgRunPart] = {}
-
-    def part(self, kind: type[P]) -> P:
-        """The run's one ``kind`` part, made by the first job that asks for it."""
-        got = self._parts.get(kind)
-        if got is None:
-            got = self._parts[kind] = kind()
-        return cast("P", got)  # keyed by its own type
+    __slots__ = ()
 
     async def flush(self, conn: PgConnection) -> None:
         """Flush every part, in the order the jobs first asked for them."""
-        for part in self._parts.values():
-            await part.flush(conn)
+        parts: list[PgRunPart] = list(self._parts.values())
         self._parts.clear()
+        for part in parts:
+            await part.flush(conn)
 
 
 class PgWriter(BatchWriter["PgConnection"]):
